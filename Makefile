@@ -1,0 +1,38 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both set up .venv first.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(BIN)/snakemake --cores 2
+	@echo
+	@echo "Demo outputs:"
+	@for d in results/*/*/scores.parquet; do \
+		echo "  $$(dirname $$d)/ scores.parquet (one row per input variant), metrics.json, report.md"; \
+	done
+	@echo "Read one: cat results/demo_centered/demo/report.md"
+
+test: setup lint
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakemake --lint
+
+clean:
+	rm -rf results logs .snakemake resources/demo_model

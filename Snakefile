@@ -1,0 +1,21 @@
+from snakemake.utils import min_version
+
+min_version("9.19")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/ingest.smk"
+include: "workflow/rules/shards.smk"
+include: "workflow/rules/scoring.smk"
+include: "workflow/rules/merge.smk"
+include: "workflow/rules/metrics.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        final_outputs(),

@@ -1,0 +1,22 @@
+"""Errors that carry the file (and line) they are about, for messages users can act on."""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """A user-supplied file is unusable; the message names the file and what to fix."""
+
+    def __init__(self, path: object, problem: str, line: int | None = None) -> None:
+        where = f"{path}" if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: {problem}")
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+
+
+class PanelUnusableError(InputError):
+    """The panel as a whole cannot be scored (wrong build, wrong coordinates, no contigs)."""
+
+
+class TokenizerMismatchError(RuntimeError):
+    """The tokenizer does not behave like a 6-mer DNA tokenizer that we can score with."""

@@ -1,0 +1,62 @@
+"""Load a causal DNA LM and its tokenizer through transformers (local directory or Hub id)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .tokens import DnaVocab, dna_vocab
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    path: str  # local directory or Hub id
+    revision: str | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+    trust_remote_code: bool = True
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    vocab: DnaVocab
+    device: torch.device
+    spec: ModelSpec
+
+
+def resolve_device(requested: str) -> torch.device:
+    """`cuda` must really be there: a GPU job on a CPU node fails now, not after days on CPU."""
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {requested!r} requested but no CUDA device is visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}); "
+            "set the model's device to 'cpu' to score on CPU"
+        )
+    return torch.device(requested)
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = resolve_device(spec.device)
+    tokenizer = AutoTokenizer.from_pretrained(
+        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        spec.path,
+        revision=spec.revision,
+        dtype=_DTYPES[spec.dtype],
+        trust_remote_code=spec.trust_remote_code,
+    )
+    model.to(device).eval()
+    vocab = dna_vocab(tokenizer)
+    if model.get_output_embeddings().weight.shape[0] < int(vocab.kmer_ids.max()) + 1:
+        raise RuntimeError(f"{spec.path}: output layer smaller than the tokenizer's k-mer ids")
+    return LoadedModel(model=model, tokenizer=tokenizer, vocab=vocab, device=device, spec=spec)

@@ -1,0 +1,41 @@
+"""Shared fixtures: small real-format files written by the tests, and the demo model."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
+
+
+def write_fasta(path: Path, contigs: dict[str, str], width: int = 60) -> Path:
+    lines = []
+    for name, seq in contigs.items():
+        lines.append(f">{name}")
+        lines += [seq[i : i + width] for i in range(0, len(seq), width)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def random_dna(n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice("ACGT") for _ in range(n))
+
+
+@pytest.fixture
+def genome(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A two-contig FASTA (UCSC names); chr1 has a soft-masked stretch."""
+    chr1 = random_dna(3000, 1)
+    chr1 = chr1[:1000] + chr1[1000:1200].lower() + chr1[1200:]
+    contigs = {"chr1": chr1, "chr2": random_dna(1500, 2)}
+    return write_fasta(tmp_path / "genome.fa", contigs), contigs
+
+
+@pytest.fixture(scope="session")
+def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from carbon_vep.demo_model import build_demo_model
+
+    return build_demo_model(tmp_path_factory.mktemp("models") / "demo_model")

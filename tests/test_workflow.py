@@ -1,0 +1,147 @@
+"""Run the real Snakefile on the demo data through snakemake, then check the outputs' content."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "resources/demo"
+PANEL_ROWS = 56  # 44 VCF records, multi-allelic ones split into one row per ALT
+pytestmark = pytest.mark.workflow
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
+    """The demo config with short windows so the test runs in seconds."""
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["shard_size"] = 10
+    config["models"]["demo"]["path"] = str(model_dir)
+    for name, window in (("demo_centered", 240), ("demo_nexttoken", 600)):
+        ds = config["datasets"][name]
+        ds.update(panel=str(panel), reference=str(DEMO / "chr17.hg19.part.fa"), window_bp=window)
+        if panel.suffix != ".vcf":
+            ds.update(format="auto", info_fields=[])
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _snakemake(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
+        "--directory", str(workdir), "--configfile", str(config), "--cores", "2", *extra,
+    ]  # fmt: skip
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("wf")
+    result = _snakemake(workdir, _config(workdir, workdir / "resources/demo_model"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def test_dry_run_lists_every_stage(tmp_path):
+    result = _snakemake(tmp_path, _config(tmp_path, tmp_path / "m"), "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for rule in ("check_panel", "make_shards", "merge_scores", "compute_metrics", "write_report"):
+        assert rule in result.stdout
+
+
+@pytest.mark.parametrize("dataset", ["demo_centered", "demo_nexttoken"])
+def test_scores_have_one_row_per_input_variant(demo_run, dataset):
+    scores = pl.read_parquet(demo_run / f"results/{dataset}/demo/scores.parquet")
+    assert scores.height == PANEL_ROWS
+    assert scores["row_id"].to_list() == list(range(PANEL_ROWS))
+    counts = dict(scores.group_by("status").len().iter_rows())
+    assert counts["ref_mismatch"] == 1
+    assert counts["skipped"] >= 3  # insertion, <DEL>, N allele (+ trimmed-tail site for centered)
+    assert sum(counts.values()) == PANEL_ROWS
+    scored = scores.filter(pl.col("status") == "scored")
+    assert scored["score"].is_finite().all() and scored["score"].null_count() == 0
+    assert scores.filter(pl.col("status") != "scored")["score"].null_count() == (
+        PANEL_ROWS - scored.height
+    )
+    # the conflicting duplicate is scored once and reported on both rows
+    dup = scores.filter(pl.col("n_copies_in_panel") == 2)
+    assert dup.height == 2 and dup["score"].n_unique() == 1 and dup["LABEL"].n_unique() == 2
+    # the multi-allelic site got three different scores, not one copied three times
+    site = scored.filter(pl.col("pos") == 5883)
+    assert site.height == 3 and site["score"].n_unique() == 3
+
+
+def test_nexttoken_probabilities_and_centered_deltas_are_consistent(demo_run):
+    nt = pl.read_parquet(demo_run / "results/demo_nexttoken/demo/scores.parquet")
+    nt = nt.filter(pl.col("status") == "scored")
+    assert ((nt["p_ref"] > 0) & (nt["p_ref"] < 1) & (nt["p_alt"] > 0)).all()
+    expected = (nt["p_ref"] / nt["p_alt"]).log()
+    assert (nt["score"] - expected).abs().max() < 1e-6
+    assert set(nt["normalization"]) == {"acgt_strings"}
+    ce = pl.read_parquet(demo_run / "results/demo_centered/demo/scores.parquet")
+    ce = ce.filter(pl.col("status") == "scored")
+    assert ((ce["score"] + ce["delta"]).abs() < 1e-12).all()
+    assert (ce["ref_ll"] < 0).all() and ce["delta_rc"].null_count() == 0
+    last = ce.filter(pl.col("pos") == 40000)
+    assert last.height == 0  # the contig's last base falls in the trimmed tail: skipped
+
+
+def test_metrics_and_report(demo_run):
+    metrics = json.loads((demo_run / "results/demo_centered/demo/metrics.json").read_text())
+    assert sum(metrics["status_counts"].values()) == PANEL_ROWS
+    for name in ("auroc", "auprc_trapezoid", "average_precision"):
+        assert 0.0 <= metrics["metrics"][name] <= 1.0
+        assert name in metrics["definitions"]
+    assert metrics["n_labelled"] == metrics["status_counts"]["scored"]
+    assert metrics["provenance"]["build"] == "hg19"
+    report = (demo_run / "results/demo_centered/demo/report.md").read_text()
+    assert "## Input status counts" in report and "REF A but reference has C" in report
+
+
+def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
+    out = tmp_path / "cli.parquet"
+    cmd = [
+        sys.executable, "-m", "carbon_vep.cli", "score", "--panel", str(DEMO / "demo_panel.vcf"),
+        "--info-field", "LABEL", "--info-field", "NOTE",
+        "--reference", str(DEMO / "chr17.hg19.part.fa"),
+        "--model", str(demo_run / "resources/demo_model"), "--recipe", "centered",
+        "--rc-average", "--context", "240", "--out", str(out),
+    ]  # fmt: skip
+    subprocess.run(cmd, env=_env(), check=True, capture_output=True, timeout=600)
+    wf = pl.read_parquet(demo_run / "results/demo_centered/demo/scores.parquet")
+    cli = pl.read_parquet(out)
+    assert wf.select("row_id", "status").equals(cli.select("row_id", "status"))
+    diff = (wf["score"] - cli["score"]).abs().max()
+    assert diff is not None and diff < 1e-6
+
+
+def test_unusable_panel_stops_before_scoring(tmp_path):
+    panel = tmp_path / "shifted.tsv"
+    lines = ["chrom\tpos\tref\talt"]
+    seq = "".join(
+        line.strip() for line in (DEMO / "chr17.hg19.part.fa").read_text().splitlines()[1:]
+    ).upper()
+    for pos0 in range(1000, 31000, 1000):  # 0-based positions, as from a BED file
+        ref = seq[pos0]
+        lines.append(f"chr17\t{pos0}\t{ref}\t{'A' if ref != 'A' else 'C'}")
+    panel.write_text("\n".join(lines) + "\n")
+    config = _config(tmp_path, tmp_path / "m", panel=panel)
+    result = _snakemake(tmp_path, config)
+    assert result.returncode != 0
+    log = (tmp_path / "logs/results/demo_centered/check_panel.log").read_text()
+    assert "add 1 to POS" in log and "shifted.tsv" in log
+    assert not (tmp_path / "results/demo_centered/checked.parquet").exists()
+    assert not list(tmp_path.glob("results/*/demo/shard_scores/*.parquet"))

@@ -1,0 +1,18 @@
+rule check_panel:
+    input:
+        panel=lambda wc: config["datasets"][wc.dataset]["panel"],
+        reference=lambda wc: config["datasets"][wc.dataset]["reference"],
+    output:
+        checked=f"{OUTDIR}/{{dataset}}/checked.parquet",
+        summary=f"{OUTDIR}/{{dataset}}/checked_summary.json",
+    log:
+        f"logs/{OUTDIR}/{{dataset}}/check_panel.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        panel_args=panel_args,
+        min_concordance=config["min_ref_concordance"],
+    shell:
+        "carbon-vep check-panel --panel {input.panel} --reference {input.reference}"
+        " {params.panel_args} --min-ref-concordance {params.min_concordance}"
+        " --out {output.checked} --summary {output.summary} > {log} 2>&1"

@@ -1,0 +1,13 @@
+rule merge_scores:
+    input:
+        checked=rules.check_panel.output.checked,
+        scores=shard_scores,
+    output:
+        f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
+    log:
+        f"logs/{OUTDIR}/{{dataset}}/{{model}}/merge_scores.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    shell:
+        "carbon-vep merge --checked {input.checked} --scores {input.scores}"
+        " --out {output} > {log} 2>&1"
