@@ -23,6 +23,9 @@ demo: setup
 	@for d in results/*/*/scores.parquet; do \
 		echo "  $$(dirname $$d)/ scores.parquet (one row per input variant), metrics.json, report.md"; \
 	done
+	@echo "  results/scans/*/*/: positions.parquet, snvs.parquet, snvs.tsv.gz (every SNV of a region)"
+	@echo "  results/results_table.md: the suite table (tasks x models)"
+	@echo "  results/report.html: the self-contained HTML report"
 	@echo "Read one: cat results/demo_centered/demo/report.md"
 
 test: setup lint
@@ -33,6 +36,9 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
+
+bench: setup
+	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json
 
 clean:
 	rm -rf results logs .snakemake resources/demo_model

@@ -11,9 +11,13 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/ingest.smk"
 include: "workflow/rules/shards.smk"
 include: "workflow/rules/scoring.smk"
+include: "workflow/rules/scan.smk"
 include: "workflow/rules/merge.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/suite.smk"
+include: "workflow/rules/export.smk"
+include: "workflow/rules/datasets.smk"
 
 
 rule all:

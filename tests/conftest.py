@@ -39,3 +39,23 @@ def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from carbon_vep.demo_model import build_demo_model
 
     return build_demo_model(tmp_path_factory.mktemp("models") / "demo_model")
+
+
+DEMO_FASTA = Path(__file__).resolve().parents[1] / "resources/demo/chr17.hg19.part.fa"
+
+
+@pytest.fixture(scope="session")
+def loaded(demo_model_dir: Path):
+    """The demo model loaded through the real path (AutoTokenizer/AutoModel + adapter)."""
+    from carbon_vep.model import ModelSpec, load_model
+
+    return load_model(ModelSpec(str(demo_model_dir)))
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """The shipped 40 kbp chr17 fragment."""
+    from carbon_vep.reference import open_reference
+
+    with open_reference(DEMO_FASTA) as ref:
+        yield ref

@@ -7,61 +7,32 @@ The references below do what the published scripts do: one window per variant, f
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 import torch
 
+from carbon_vep import naive
 from carbon_vep.engine import Engine, verify_output_layer
-from carbon_vep.model import ModelSpec, load_model
 from carbon_vep.recipes import Recipe, score_shard
-from carbon_vep.reference import Reference
+from carbon_vep.reference import open_reference
 from carbon_vep.windows import add_windows, reverse_complement
 
-DEMO_FASTA = Path(__file__).resolve().parents[1] / "resources/demo/chr17.hg19.part.fa"
 KMERS = ["".join(p) for p in itertools.product("ACGT", repeat=6)]
-
-
-@pytest.fixture(scope="module")
-def loaded(demo_model_dir):
-    return load_model(ModelSpec(str(demo_model_dir)))
-
-
-@pytest.fixture(scope="module")
-def reference():
-    with Reference(DEMO_FASTA) as ref:
-        yield ref
 
 
 def engine_for(loaded, batch_size=8, **kwargs) -> Engine:
     return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=batch_size, **kwargs)
 
 
-# ---- straightforward references ------------------------------------------------------------
+# ---- straightforward references (carbon_vep.naive: full logits, one window per variant) ----
 def full_log_probs(loaded, seq: str) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = loaded.tokenizer("<dna>" + seq, add_special_tokens=False, return_tensors="pt").input_ids
-    with torch.no_grad():
-        logits = loaded.model(ids).logits[0].float()
-    return torch.log_softmax(logits, dim=-1), ids[0]
+    return naive.full_log_probs(loaded.model, loaded.tokenizer, "<dna>", seq)
 
 
 def naive_mean_ll(loaded, seq: str) -> float:
-    seq = seq[: len(seq) - len(seq) % 6]
-    log_probs, ids = full_log_probs(loaded, seq)
-    return log_probs[:-1].gather(-1, ids[1:, None]).mean().item()
-
-
-def naive_nexttoken(loaded, context: str, ref: str, alt: str) -> float:
-    """GENERator/Carbon ClinVar recipe: full softmax summed over pure-ACGT vocabulary strings."""
-    log_probs, _ = full_log_probs(loaded, context)
-    probs = log_probs[-1].exp()
-    mass = dict.fromkeys("ACGT", 0.0)
-    for string, idx in loaded.tokenizer.get_vocab().items():
-        if string and set(string) <= set("ACGT"):
-            mass[string[0]] += probs[idx].item()
-    return float(np.log(mass[ref] / mass[alt]))
+    return naive.window_mean_ll(loaded.model, loaded.tokenizer, "<dna>", seq)
 
 
 def naive_bp_ll(loaded, seq: str) -> float:
@@ -84,12 +55,16 @@ def shard_of(reference, rows, recipe, window_bp):
     return add_windows(frame, reference.lengths, recipe, window_bp)
 
 
-def snvs(reference, positions):
+def snvs_on(reference, chrom, positions):
     rows = []
     for pos in positions:
-        ref = reference.fetch("chr17", pos - 1, pos)
-        rows += [("chr17", pos, ref, alt) for alt in "ACGT" if alt != ref]
+        ref = reference.fetch(chrom, pos - 1, pos)
+        rows += [(chrom, pos, ref, alt) for alt in "ACGT" if alt != ref]
     return rows
+
+
+def snvs(reference, positions):
+    return snvs_on(reference, "chr17", positions)
 
 
 # ---- tests ---------------------------------------------------------------------------------
@@ -145,9 +120,10 @@ def test_nexttoken_recipe_matches_published_normaliser(loaded, reference):
     shard = shard_of(reference, snvs(reference, [6000, 6001]), "nexttoken", 100)
     scores = score_shard(shard, reference, engine_for(loaded), Recipe("nexttoken"))
     for row in scores.iter_rows(named=True):
-        raw = reference.fetch("chr17", row["pos"] - 1 - 100, row["pos"] - 1)
-        context = raw[len(raw) % 6 :]
-        expected = naive_nexttoken(loaded, context, row["ref"], row["alt"])
+        variant = ("chr17", row["pos"], row["ref"], row["alt"])
+        (expected,) = naive.nexttoken_scores(
+            loaded.model, loaded.tokenizer, "<dna>", reference, [variant], 100
+        )
         assert row["score"] == pytest.approx(expected, abs=1e-5)
         assert row["normalization"] == "acgt_strings"
 
@@ -199,3 +175,124 @@ def test_variant_in_trimmed_tail_is_skipped_not_dropped(loaded, reference):
     assert scores.height == 3
     assert set(scores["score_status"]) == {"skipped"}
     assert scores["score"].is_null().all()
+
+
+def test_prefix_sharing_equals_separate_windows(loaded, reference):
+    rows = snvs(reference, [5000, 5007])
+    for recipe_name in ("centered", "fns"):
+        shard = shard_of(reference, rows, recipe_name, 240)
+        engine = engine_for(loaded)
+        shared = score_shard(shard, reference, engine, Recipe(recipe_name, rc_average=True))
+        separate = score_shard(
+            shard, reference, engine, Recipe(recipe_name, rc_average=True, share_prefix=False)
+        )
+        for column in ("ref_ll", "alt_ll", "delta", "delta_rc", "score"):
+            assert np.allclose(shared[column].to_numpy(), separate[column].to_numpy(), atol=1e-5)
+
+
+def test_block_normalised_centered_differs_from_full_vocab(loaded, reference):
+    shard = shard_of(reference, snvs(reference, [5000])[:1], "centered", 120)
+    engine = engine_for(loaded)
+    full = score_shard(shard, reference, engine, Recipe("centered")).row(0, named=True)
+    block = score_shard(shard, reference, engine, Recipe("centered", "dna_block")).row(
+        0, named=True
+    )
+    # the block normaliser drops the model's mass on non-DNA tokens: log-probs are higher
+    assert block["ref_ll"] > full["ref_ll"] and block["normalization"] == "dna_block"
+
+
+def test_window_with_n_is_scored_and_counted(loaded, tmp_path):
+    from conftest import random_dna, write_fasta
+
+    seq = random_dna(600, 5)
+    seq = seq[:200] + "N" * 12 + seq[212:]
+    path = write_fasta(tmp_path / "n.fa", {"chrN": seq})
+    with open_reference(path) as ref:
+        shard = shard_of(
+            ref, [("chrN", 300, seq[299], "A" if seq[299] != "A" else "C")], "centered", 240
+        )
+        row = score_shard(shard, ref, engine_for(loaded), Recipe("centered")).row(0, named=True)
+    assert row["score_status"] == "scored" and row["window_non_acgt"] == 12
+    assert np.isfinite(row["score"])
+
+
+def test_out_of_memory_marks_the_item_not_the_shard(loaded, reference, monkeypatch):
+    engine = engine_for(loaded, batch_size=4)
+    shard = shard_of(reference, snvs(reference, [6000, 6100]), "nexttoken", 60)
+    original = engine.hidden_states
+    poisoned = engine.vocab.encode(reference.fetch("chr17", 6099 - 60, 6099)).tolist()
+
+    def flaky(batch):
+        if any(list(ids) == poisoned for ids in batch):
+            raise torch.OutOfMemoryError("simulated")
+        return original(batch)
+
+    monkeypatch.setattr(engine, "hidden_states", flaky)
+    scores = score_shard(shard, reference, engine, Recipe("nexttoken"))
+    status = dict(zip(scores["pos"].to_list(), scores["score_status"].to_list(), strict=False))
+    assert status == {6000: "scored", 6100: "failed"}
+    assert scores.filter(pl.col("pos") == 6100)["score_reason"][0].startswith("out of memory")
+
+
+def test_encode_adds_exactly_one_prefix(loaded):
+    ids = loaded.vocab.encode("ACGTAC" * 3)
+    assert ids[0] == loaded.vocab.prefix_id and list(ids).count(loaded.vocab.prefix_id) == 1
+    with pytest.raises(ValueError, match="multiple of k"):
+        loaded.vocab.encode("ACGTA")
+
+
+class _WrongKmerMap:
+    """A tokenizer whose advertised k-mer map assumes alphabetical (ACGT) order."""
+
+    def __init__(self, tok):
+        self._tok = tok
+        self.dna_token_to_id = {k: tok.first_kmer_id + i for i, k in enumerate(sorted(KMERS))}
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._tok(*args, **kwargs)
+
+    def __len__(self):
+        return len(self._tok)
+
+
+def test_self_check_catches_a_wrong_kmer_map(loaded):
+    from carbon_vep.errors import TokenizerMismatchError
+    from carbon_vep.tokens import dna_vocab
+
+    with pytest.raises(TokenizerMismatchError, match="k-mer order"):
+        dna_vocab(_WrongKmerMap(loaded.tokenizer))
+
+
+def test_window_longer_than_model_context_is_refused(loaded, tmp_path):
+    from conftest import random_dna, write_fasta
+
+    from carbon_vep.engine import ContextTooLongError
+
+    limit = loaded.model.config.max_position_embeddings  # 8,192 tokens for the demo model
+    path = write_fasta(tmp_path / "long.fa", {"chrL": random_dna(6 * limit + 600, 3)})
+    with open_reference(path) as ref:
+        shard = shard_of(ref, snvs_on(ref, "chrL", [6 * limit + 300])[:1], "nexttoken", 6 * limit)
+        with pytest.raises(ContextTooLongError, match=f"supports {limit}"):
+            score_shard(shard, ref, engine_for(loaded), Recipe("nexttoken"))
+
+
+class _NoKmerAttribute(_WrongKmerMap):
+    """The demo tokenizer without `dna_token_to_id`: the map must come from dna_config.json."""
+
+    def __init__(self, tok):
+        self._tok = tok
+
+    def __getattr__(self, name):
+        if name == "dna_token_to_id":
+            raise AttributeError(name)
+        return getattr(self._tok, name)
+
+
+def test_kmer_map_from_dna_config_json(loaded):
+    from carbon_vep.tokens import dna_vocab
+
+    vocab = dna_vocab(_NoKmerAttribute(loaded.tokenizer))
+    assert np.array_equal(vocab.kmer_ids, loaded.vocab.kmer_ids)

@@ -24,14 +24,28 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _absolute(node):
+    """The shipped config's repository-relative resource paths, made absolute."""
+    if isinstance(node, dict):
+        return {key: _absolute(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_absolute(value) for value in node]
+    if isinstance(node, str) and node.startswith("resources/demo/"):
+        return str(ROOT / node)
+    return node
+
+
 def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
     """The demo config with short windows so the test runs in seconds."""
-    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config = _absolute(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
     config["shard_size"] = 10
+    config["bootstrap"] = 0  # intervals are tested in test_metrics; keep this run short
     config["models"]["demo"]["path"] = str(model_dir)
-    for name, window in (("demo_centered", 240), ("demo_nexttoken", 600)):
+    config["scans"]["demo_scan"].update(tile_bp=600, min_context=240)
+    windows = {"demo_centered": 240, "demo_nexttoken": 600, "demo_scan_lookup": 240}
+    for name, window in windows.items():
         ds = config["datasets"][name]
-        ds.update(panel=str(panel), reference=str(DEMO / "chr17.hg19.part.fa"), window_bp=window)
+        ds.update(panel=str(panel), window_bp=window, tile_bp=600, min_context=240)
         if panel.suffix != ".vcf":
             ds.update(format="auto", info_fields=[])
     path = workdir / "config.yaml"
@@ -62,7 +76,7 @@ def test_dry_run_lists_every_stage(tmp_path):
         assert rule in result.stdout
 
 
-@pytest.mark.parametrize("dataset", ["demo_centered", "demo_nexttoken"])
+@pytest.mark.parametrize("dataset", ["demo_centered", "demo_nexttoken", "demo_scan_lookup"])
 def test_scores_have_one_row_per_input_variant(demo_run, dataset):
     scores = pl.read_parquet(demo_run / f"results/{dataset}/demo/scores.parquet")
     assert scores.height == PANEL_ROWS
@@ -99,13 +113,35 @@ def test_nexttoken_probabilities_and_centered_deltas_are_consistent(demo_run):
     assert last.height == 0  # the contig's last base falls in the trimmed tail: skipped
 
 
+def test_scan_outputs_and_panel_lookup_agree(demo_run):
+    base = demo_run / "results/scans/demo_scan/demo"
+    positions = pl.read_parquet(base / "region_00000.positions.parquet")
+    snvs = pl.read_parquet(base / "region_00000.snvs.parquet")
+    assert positions["pos"].to_list() == list(range(30_001, 32_001))
+    assert (positions["context_bp"] >= 240).all()
+    assert snvs.height == 3 * 2_000
+    probs = positions.select([f"fns_{b}" for b in "ACGT"]).sum_horizontal()
+    assert (probs - 1).abs().max() < 1e-4
+    lookup = pl.read_parquet(demo_run / "results/demo_scan_lookup/demo/scores.parquet")
+    inside = lookup.filter(
+        (pl.col("status") == "scored") & pl.col("pos").is_between(30_001, 32_000)
+    )
+    joined = inside.join(snvs, on=["pos", "alt"], suffix="_scan")
+    assert joined.height == inside.height > 0
+    # the same base may sit at another offset in its tile: same model, different context
+    assert (joined["context_bp"] >= 240).all()
+
+
 def test_metrics_and_report(demo_run):
     metrics = json.loads((demo_run / "results/demo_centered/demo/metrics.json").read_text())
     assert sum(metrics["status_counts"].values()) == PANEL_ROWS
     for name in ("auroc", "auprc_trapezoid", "average_precision"):
         assert 0.0 <= metrics["metrics"][name] <= 1.0
         assert name in metrics["definitions"]
-    assert metrics["n_labelled"] == metrics["status_counts"]["scored"]
+    # the two rows of the conflicting duplicate are kept but left out of the metrics
+    excluded = metrics["n_excluded_label_conflict"]
+    assert excluded == 2
+    assert metrics["n_labelled"] + excluded == metrics["status_counts"]["scored"]
     assert metrics["provenance"]["build"] == "hg19"
     report = (demo_run / "results/demo_centered/demo/report.md").read_text()
     assert "## Input status counts" in report and "REF A but reference has C" in report
@@ -139,7 +175,8 @@ def test_unusable_panel_stops_before_scoring(tmp_path):
         lines.append(f"chr17\t{pos0}\t{ref}\t{'A' if ref != 'A' else 'C'}")
     panel.write_text("\n".join(lines) + "\n")
     config = _config(tmp_path, tmp_path / "m", panel=panel)
-    result = _snakemake(tmp_path, config)
+    # --keep-going: another dataset's check_panel (same bad panel) may fail first
+    result = _snakemake(tmp_path, config, "--keep-going")
     assert result.returncode != 0
     log = (tmp_path / "logs/results/demo_centered/check_panel.log").read_text()
     assert "add 1 to POS" in log and "shifted.tsv" in log

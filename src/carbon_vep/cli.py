@@ -37,45 +37,102 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_recipe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recipe", required=True, choices=["centered", "fns", "nexttoken"])
+    p.add_argument("--recipe", required=True, choices=["centered", "fns", "nexttoken", "scan"])
     p.add_argument(
         "--normalization",
         default="published",
         choices=["published", "full_vocab", "dna_block", "acgt_strings"],
+        help="published = full_vocab (centered), acgt_strings (nexttoken), dna_block (fns, scan)",
     )
     p.add_argument("--rc-average", action="store_true")
+    p.add_argument(
+        "--no-share-prefix",
+        dest="share_prefix",
+        action="store_false",
+        help="score reference and alternate windows separately (no KV-cache prefix sharing)",
+    )
+    p.add_argument("--tile-bp", type=int, default=49_146, help="scan: tile length")
+    p.add_argument("--min-context", type=int, default=24_000, help="scan: guaranteed left context")
+
+
+def _recipe(args: argparse.Namespace):
+    from .recipes import Recipe
+
+    return Recipe(
+        args.recipe,
+        args.normalization,
+        args.rc_average,
+        share_prefix=args.share_prefix,
+        tile_bp=args.tile_bp,
+        min_context=args.min_context,
+    )
 
 
 def _add_panel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--panel", required=True)
     p.add_argument("--format", default="auto", choices=["auto", "vcf", "parquet", "tsv", "csv"])
     p.add_argument("--column", action="append", default=[], help="STANDARD=SOURCE column map")
-    p.add_argument("--info-field", action="append", default=[], help="VCF INFO field to carry")
+    p.add_argument(
+        "--info-field", action="append", default=[], help="VCF INFO field to carry ('*': all)"
+    )
     p.add_argument("--min-ref-concordance", type=float, default=0.9)
+    p.add_argument("--indel-policy", default="skip", choices=["skip"])
+    p.add_argument("--build", default=None, help="the dataset's genome build (for messages)")
+    p.add_argument("--label-column", default=None, help="flags duplicates with different labels")
+    p.add_argument("--label-source", default="column", choices=["column", "clinvar_clnsig"])
+    p.add_argument("--clnsig-field", default="CLNSIG")
+    p.add_argument(
+        "--clnsig-label",
+        action="append",
+        default=[],
+        help="TERM=0|1 (repeat; default: Pathogenic, Likely_pathogenic ... Benign -> 0)",
+    )
+
+
+def _ingest_options(args: argparse.Namespace):
+    from .check import CheckPolicy
+    from .ingest import IngestOptions
+    from .labels import DEFAULT_CLNSIG_LABELS
+
+    clnsig = {term: int(label) for term, label in _key_values(args.clnsig_label).items()}
+    policy = CheckPolicy(
+        min_ref_concordance=args.min_ref_concordance,
+        indel_policy=args.indel_policy,
+        label_column=args.label_column,
+        build=args.build,
+    )
+    return IngestOptions(
+        fmt=args.format,
+        columns=_key_values(args.column),
+        info_fields=args.info_field,
+        label_source=args.label_source,
+        clnsig_field=args.clnsig_field,
+        clnsig_labels=clnsig or DEFAULT_CLNSIG_LABELS,
+        policy=policy,
+    )
 
 
 # ---- stage commands ----------------------------------------------------------------------
 def cmd_check_panel(args: argparse.Namespace) -> None:
-    from .check import CheckPolicy, check_panel, summarize
-    from .panel import read_panel
-    from .reference import Reference
+    from .ingest import ingest_panel
+    from .reference import open_reference
 
-    panel = read_panel(args.panel, args.format, _key_values(args.column), args.info_field)
-    with Reference(args.reference) as reference:
-        checked = check_panel(panel, reference, CheckPolicy(args.min_ref_concordance))
-    summary = summarize(checked, args.panel)
+    with open_reference(args.reference) as reference:
+        checked, summary = ingest_panel(args.panel, reference, _ingest_options(args))
     atomic.write_parquet(checked, args.out)
     atomic.write_json(summary, args.summary)
     log.info("checked %d rows: %s", checked.height, summary["status_counts"])
+    for note in summary["notes"]:
+        log.warning("%s: %s", args.panel, note)
 
 
 def cmd_make_shards(args: argparse.Namespace) -> None:
-    from .reference import Reference
+    from .reference import open_reference
     from .windows import DEFAULT_WINDOW_BP, add_windows, assign_shards, unique_variants
 
     checked = pl.read_parquet(args.checked)
     window_bp = args.window_bp or DEFAULT_WINDOW_BP[args.recipe]
-    with Reference(args.reference) as reference:
+    with open_reference(args.reference) as reference:
         variants = add_windows(unique_variants(checked), reference.lengths, args.recipe, window_bp)
     sharded = assign_shards(variants, args.shard_size)
     outdir = Path(args.outdir)
@@ -91,10 +148,22 @@ def cmd_make_shards(args: argparse.Namespace) -> None:
     log.info("%d variants in %d shards", sharded.height, n_shards)
 
 
-def _load_engine(args: argparse.Namespace):
-    from .engine import Engine, verify_output_layer
-    from .model import ModelSpec, load_model
+def _require_model_here(args: argparse.Namespace) -> None:
+    """Fail in seconds, before torch is imported, when an offline job lacks its Hub model."""
+    from huggingface_hub import constants
 
+    from .hub import is_local_model, require_cached
+
+    if constants.HF_HUB_OFFLINE and not is_local_model(args.model):
+        require_cached(args.model, args.revision)
+
+
+def _load_engine(args: argparse.Namespace):
+    _require_model_here(args)
+    from .engine import Engine, verify_output_layer
+    from .model import ModelSpec, load_model, resolve_device
+
+    resolve_device(args.device, job=getattr(args, "shard", None) or getattr(args, "command", None))
     spec = ModelSpec(args.model, args.revision, args.dtype, args.device, args.trust_remote_code)
     loaded = load_model(spec)
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=args.batch_size)
@@ -103,13 +172,13 @@ def _load_engine(args: argparse.Namespace):
 
 
 def cmd_score_shard(args: argparse.Namespace) -> None:
-    from .recipes import Recipe, score_shard
-    from .reference import Reference
-
     shard = pl.read_parquet(args.shard)
-    engine = _load_engine(args)
-    recipe = Recipe(args.recipe, args.normalization, args.rc_average)
-    with Reference(args.reference) as reference:
+    engine = _load_engine(args)  # first: a missing model cache or GPU fails before heavy work
+    from .recipes import score_shard
+    from .reference import open_reference
+
+    recipe = _recipe(args)
+    with open_reference(args.reference) as reference:
         scores = score_shard(shard, reference, engine, recipe)
     atomic.write_parquet(scores, args.out)
     log.info("scored %d variants of %s", scores.height, args.shard)
@@ -124,20 +193,115 @@ def cmd_merge(args: argparse.Namespace) -> None:
     log.info("merged %d rows", merged.height)
 
 
-def cmd_metrics(args: argparse.Namespace) -> None:
-    from .metrics import vep_metrics
-
-    merged = pl.read_parquet(args.merged)
-    kwargs = {}
-    if args.positive:
-        kwargs["positive"] = args.positive
-    if args.negative:
-        kwargs["negative"] = args.negative
-    result = vep_metrics(merged, args.label_column, **kwargs)
-    result["provenance"] = _key_values(args.provenance)
-    atomic.write_json(result, args.out)
+def _write_task_result(result: dict, args: argparse.Namespace) -> None:
+    """Name the result (task, model key, headline metrics, provenance), write it, log warnings."""
+    result.update(
+        task=args.task,
+        model_key=args.model_key,
+        headline_metrics=args.headline,
+        provenance=_key_values(args.provenance),
+    )
+    atomic.write_json(result, args.metrics_out)
     for warning in result["warnings"]:
         log.warning(warning)
+
+
+def _add_result_args(p: argparse.ArgumentParser, headline: list[str]) -> None:
+    p.add_argument("--task", required=True, help="task / dataset name in the results table")
+    p.add_argument("--model-key", required=True, help="model name in the results table")
+    p.add_argument("--headline", nargs="+", default=headline, help="headline metric names")
+    p.add_argument("--bootstrap", type=int, default=1000, help="resamples for 95%% intervals")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE")
+
+
+def cmd_metrics(args: argparse.Namespace) -> None:
+    from .metrics import DEFAULT_NEGATIVE, DEFAULT_POSITIVE, MetricOptions, vep_metrics
+
+    options = MetricOptions(
+        positive=args.positive or DEFAULT_POSITIVE,
+        negative=args.negative or DEFAULT_NEGATIVE,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        breakdown_columns=args.breakdown,
+        spearman_column=args.spearman_column,
+    )
+    _write_task_result(vep_metrics(pl.read_parquet(args.merged), args.label_column, options), args)
+
+
+def cmd_score_recovery(args: argparse.Namespace) -> None:
+    from .model import ModelSpec, load_model
+    from .recovery import RecoverySettings, recover, recovery_metrics
+    from .suite import read_task_table
+
+    table = read_task_table(args.tasks_file, ["sequence", "label"])
+    settings = RecoverySettings(
+        args.decoder, args.max_prompt_bp, args.new_tokens, args.score_bp, args.batch_size
+    )
+    spec = ModelSpec(args.model, args.revision, args.dtype, args.device, args.trust_remote_code)
+    predictions = recover(table, load_model(spec), settings)
+    atomic.write_parquet(predictions, args.out)
+    _write_task_result(recovery_metrics(predictions, settings, args.bootstrap, args.seed), args)
+
+
+def cmd_score_perturbation(args: argparse.Namespace) -> None:
+    from .perturbation import PerturbationSettings, perturbation_metrics, score_pairs
+    from .suite import read_task_table
+
+    table = read_task_table(args.tasks_file, ["original_sequence", "sequence"])
+    settings = PerturbationSettings(args.scoring, args.normalization)
+    pairs = score_pairs(table, _load_engine(args), settings)
+    atomic.write_parquet(pairs, args.out)
+    _write_task_result(perturbation_metrics(pairs, settings, args.bootstrap, args.seed), args)
+
+
+def cmd_results_table(args: argparse.Namespace) -> None:
+    from .suite import load_results, results_markdown, results_table
+
+    results = load_results(args.metrics)
+    table = results_table(results)
+    atomic.write_parquet(table, args.out_parquet)
+    with atomic.atomic_path(args.out_tsv) as tmp:
+        table.write_csv(tmp, separator="\t")
+    atomic.write_text(results_markdown(results), args.out_md)
+
+
+def cmd_html_report(args: argparse.Namespace) -> None:
+    from .report import load_run, render_html, render_summary
+
+    run = load_run(args.metrics)
+    atomic.write_text(render_html(run, args.title), args.out_html)
+    atomic.write_text(render_summary(run, args.title), args.out_md)
+
+
+def cmd_export_vcf(args: argparse.Namespace) -> None:
+    from .exports import default_fields, write_results_vcf
+    from .reference import open_reference
+
+    with open_reference(args.reference) as reference:
+        lengths = dict(reference.lengths)
+    merged = pl.read_parquet(args.merged)
+    fields = {**default_fields(merged), **_key_values(args.field)}
+    unwritten = write_results_vcf(merged, lengths, args.out, fields)
+    if unwritten:
+        log.warning("%d rows without CHROM/POS/REF are not VCF records (see Parquet)", unwritten)
+
+
+def cmd_export_tabix(args: argparse.Namespace) -> None:
+    from .exports import write_tabix_tsv
+    from .reference import open_reference
+
+    order = None
+    if args.reference:
+        with open_reference(args.reference) as reference:
+            order = list(reference.lengths)
+    write_tabix_tsv(pl.read_parquet(args.scores), args.out, args.column, order)
+
+
+def cmd_fetch_hub(args: argparse.Namespace) -> None:
+    from .suite import fetch_hub_file
+
+    fetch_hub_file(args.repo_id, args.filename, args.out, args.revision, args.repo_type)
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -150,22 +314,59 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 def cmd_score(args: argparse.Namespace) -> None:
     """Every stage in one process, for use outside Snakemake."""
-    from .check import CheckPolicy, check_panel
+    from .ingest import ingest_panel
     from .merge import merge_scores
-    from .panel import read_panel
-    from .recipes import Recipe, score_shard
-    from .reference import Reference
+    from .recipes import score_shard
+    from .reference import open_reference
     from .windows import DEFAULT_WINDOW_BP, add_windows, unique_variants
 
-    panel = read_panel(args.panel, args.format, _key_values(args.column), args.info_field)
-    engine = _load_engine(args)
-    recipe = Recipe(args.recipe, args.normalization, args.rc_average)
+    recipe = _recipe(args)
     window_bp = args.context or DEFAULT_WINDOW_BP[args.recipe]
-    with Reference(args.reference) as reference:
-        checked = check_panel(panel, reference, CheckPolicy(args.min_ref_concordance))
+    with open_reference(args.reference) as reference:
+        checked, _ = ingest_panel(args.panel, reference, _ingest_options(args))
+        engine = _load_engine(args)  # after the panel checks, so bad input fails fast
         variants = add_windows(unique_variants(checked), reference.lengths, args.recipe, window_bp)
         scores = score_shard(variants, reference, engine, recipe)
     atomic.write_parquet(merge_scores(checked, [scores]), args.out)
+
+
+def cmd_scan(args: argparse.Namespace) -> None:
+    """Every possible SNV of a region: per-position probabilities and per-SNV scores."""
+    from .reference import open_reference
+    from .scan import parse_region, scan_region, snv_scores
+
+    chrom, start, end = parse_region(args.region)
+    engine = _load_engine(args)
+    with open_reference(args.reference) as reference:
+        if chrom not in reference.lengths:
+            raise InputError(args.reference, f"contig {chrom!r} of --region not in the reference")
+        positions = scan_region(
+            engine, reference, chrom, start, end, args.tile_bp, args.min_context
+        )
+    atomic.write_parquet(positions, args.out)
+    if args.snv_out:
+        atomic.write_parquet(snv_scores(positions), args.snv_out)
+    missing = (end - start) - positions.height
+    log.info("scanned %d positions of %s", positions.height, args.region)
+    if missing:
+        log.warning("%d bases at the contig end fit no whole 6-mer tile: not scored", missing)
+
+
+def cmd_fetch_model(args: argparse.Namespace) -> None:
+    from .hub import fetch_snapshot, is_local_model
+
+    if is_local_model(args.model):
+        fetched = {"model": args.model, "local_directory": True}
+    else:
+        fetched = fetch_snapshot(args.model, args.revision)
+        if args.revision is None:
+            log.warning(
+                "%s: no revision pinned, fetched commit %s of main; set `revision: %s` in the "
+                "config so every run scores with the same weights",
+                args.model, fetched["commit"], fetched["commit"],
+            )  # fmt: skip
+    atomic.write_json(fetched, args.out)
+    log.info("model ready for offline jobs: %s", fetched)
 
 
 def cmd_build_demo_model(args: argparse.Namespace) -> None:
@@ -189,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("make-shards", help="build windows and group variants into shards")
     p.add_argument("--checked", required=True)
     p.add_argument("--reference", required=True)
-    p.add_argument("--recipe", required=True, choices=["centered", "fns", "nexttoken"])
+    p.add_argument("--recipe", required=True, choices=["centered", "fns", "nexttoken", "scan"])
     p.add_argument("--window-bp", type=int, default=None, help="default: the recipe's published")
     p.add_argument("--shard-size", type=int, required=True)
     p.add_argument("--outdir", required=True)
@@ -209,14 +410,76 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_merge)
 
-    p = sub.add_parser("metrics", help="AUROC / AUPRC and status counts as JSON")
+    p = sub.add_parser("metrics", help="VEP metrics, intervals and status counts as JSON")
     p.add_argument("--merged", required=True)
     p.add_argument("--label-column", default=None)
     p.add_argument("--positive", nargs="*", default=None)
     p.add_argument("--negative", nargs="*", default=None)
-    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE")
-    p.add_argument("--out", required=True)
+    p.add_argument("--breakdown", nargs="*", default=["region", "variant_type", "consequence"])
+    p.add_argument("--spearman-column", default=None, help="continuous score column (BRCA2 DMS)")
+    _add_result_args(p, ["auroc"])
+    p.add_argument("--out", dest="metrics_out", required=True)
     p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("score-recovery", help="sequence recovery (greedy generation) of a task")
+    p.add_argument("--tasks-file", required=True, help="Parquet/TSV/CSV: sequence, label, type")
+    _add_model_args(p)
+    p.add_argument(
+        "--decoder", default="token", choices=["token", "fns_marginal", "fns_conditional"]
+    )
+    p.add_argument("--max-prompt-bp", type=int, default=6144)
+    p.add_argument("--new-tokens", type=int, default=5)
+    p.add_argument("--score-bp", type=int, default=30)
+    _add_result_args(p, ["accuracy"])
+    p.add_argument("--out", required=True, help="per-row predictions Parquet")
+    p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
+    p.set_defaults(func=cmd_score_recovery)
+
+    p = sub.add_parser("score-perturbation", help="perturbation pairs: S(original) > S(perturbed)")
+    p.add_argument("--tasks-file", required=True, help="Parquet/TSV/CSV: original_sequence,...")
+    _add_model_args(p)
+    p.add_argument("--scoring", default="token", choices=["token", "bp"])
+    p.add_argument("--normalization", default="full_vocab", choices=["full_vocab", "dna_block"])
+    _add_result_args(p, ["accuracy"])
+    p.add_argument("--out", required=True, help="per-pair Parquet")
+    p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
+    p.set_defaults(func=cmd_score_perturbation)
+
+    p = sub.add_parser("results-table", help="tasks x headline metrics by model")
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
+    p.add_argument("--out-parquet", required=True)
+    p.add_argument("--out-tsv", required=True)
+    p.add_argument("--out-md", required=True)
+    p.set_defaults(func=cmd_results_table)
+
+    p = sub.add_parser("html-report", help="one self-contained HTML page for a run")
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
+    p.add_argument("--title", default="carbon-vep run report")
+    p.add_argument("--out-html", required=True)
+    p.add_argument("--out-md", required=True)
+    p.set_defaults(func=cmd_html_report)
+
+    p = sub.add_parser("export-vcf", help="a panel's results as a VCF, scores in INFO")
+    p.add_argument("--merged", required=True)
+    p.add_argument("--reference", required=True)
+    p.add_argument("--field", action="append", default=[], help="extra COLUMN=DESCRIPTION")
+    p.add_argument("--out", required=True, help=".vcf, or .vcf.gz (bgzipped + tabix index)")
+    p.set_defaults(func=cmd_export_vcf)
+
+    p = sub.add_parser("export-tabix", help="per-SNV scores as a bgzipped, tabix-indexed TSV")
+    p.add_argument("--scores", required=True, help="Parquet with chrom, pos, ref, alt, ...")
+    p.add_argument("--column", action="append", required=True, help="value column to export")
+    p.add_argument("--reference", default=None, help="FASTA whose contig order to follow")
+    p.add_argument("--out", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.set_defaults(func=cmd_export_tabix)
+
+    p = sub.add_parser("fetch-hub", help="download a public dataset file from the Hub")
+    p.add_argument("--repo-id", required=True)
+    p.add_argument("--filename", required=True, help="file in the repo, or a glob of Parquets")
+    p.add_argument("--revision", default=None)
+    p.add_argument("--repo-type", default="dataset")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_fetch_hub)
 
     p = sub.add_parser("report", help="Markdown report")
     p.add_argument("--merged", required=True)
@@ -233,6 +496,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=None, help="window (centered) or context bp")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("scan", help="score every possible SNV of a region in one pass per tile")
+    p.add_argument("--reference", required=True)
+    p.add_argument("--region", required=True, help="CHROM:START-END, 1-based inclusive")
+    _add_model_args(p)
+    p.add_argument("--tile-bp", type=int, default=49_146)
+    p.add_argument("--min-context", type=int, default=24_000)
+    p.add_argument("--out", required=True, help="per-position Parquet")
+    p.add_argument("--snv-out", default=None, help="per-SNV Parquet (3 rows per base)")
+    p.set_defaults(func=cmd_scan)
+
+    p = sub.add_parser(
+        "fetch-model", help="download a Hub model and its remote code into the local Hub cache"
+    )
+    p.add_argument("--model", required=True, help="Hub id (a local directory is left as is)")
+    p.add_argument("--revision", default=None, help="commit, tag or branch (default: main)")
+    p.add_argument("--out", required=True, help="JSON record of what was fetched")
+    p.set_defaults(func=cmd_fetch_model)
 
     p = sub.add_parser("build-demo-model", help="build the tiny Carbon-shaped demo model")
     p.add_argument("--out", required=True)

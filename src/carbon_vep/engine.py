@@ -1,24 +1,44 @@
 """Forward passes and the quantities the recipes need, without full-vocabulary logit tensors.
 
 The model body gives hidden states; the output layer is applied only where needed:
-- the 4,096 k-mer rows give FNS marginals and block-normalised log-probs;
+- the 4**k k-mer rows give FNS marginals and block-normalised log-probs;
 - a full-vocabulary normaliser, where a published recipe needs one, is a log-sum-exp computed
   in vocabulary chunks and never stored as [batch, length, vocabulary].
 Batches are right-padded with an attention mask; results do not depend on the batch size.
+Reference/alternate windows that differ only from one token on share the prefix's forward pass
+through the KV cache (`window_group_log_likelihoods`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from .tokens import DnaVocab
+from .tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
 NORMALIZATIONS = ("full_vocab", "dna_block", "acgt_strings")
+
+
+class ContextTooLongError(ValueError):
+    """A window needs more positions than the model was built for."""
+
+
+@dataclass(frozen=True)
+class SequenceScore:
+    """Sum and count of per-target log-likelihood terms (tokens, or bases for `bp`)."""
+
+    total: float
+    count: int
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else float("nan")
 
 
 class Engine:
@@ -41,8 +61,28 @@ class Engine:
         self.dna_weight = self.out_weight[kmer_ids]  # [4**k, H]
         self.dna_bias = None if self.out_bias is None else self.out_bias[kmer_ids]
         self.k = vocab.k
+        self.body = model.get_decoder() if hasattr(model, "get_decoder") else model
+
+    def check_window_bp(self, window_bp: int, what: str) -> None:
+        """Raise before any forward pass when `window_bp` bases (+ the prefix) exceed the model."""
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        tokens = window_bp // self.k + 1
+        if limit is not None and tokens > limit:
+            raise ContextTooLongError(
+                f"{what} of {window_bp} bp need {tokens} tokens but the model supports {limit} "
+                f"({(limit - 1) * self.k} bp); lower window_bp / tile_bp"
+            )
 
     # ---- forward -------------------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None, cache: Any = None):
+        out = self.body(
+            input_ids=ids.to(self.device),
+            attention_mask=None if mask is None else mask.to(self.device),
+            past_key_values=cache,
+            use_cache=cache is not None,
+        )
+        return out[0], getattr(out, "past_key_values", None)
+
     @torch.inference_mode()
     def hidden_states(self, batch: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
         """Final hidden states [B, T, H] of right-padded id sequences, and their lengths."""
@@ -53,9 +93,8 @@ class Engine:
         for row, seq in enumerate(batch):
             ids[row, : len(seq)] = torch.as_tensor(seq)
             mask[row, : len(seq)] = 1
-        body = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model
-        out = body(input_ids=ids.to(self.device), attention_mask=mask.to(self.device))
-        return out[0], lengths
+        hidden, _ = self._forward(ids, mask)
+        return hidden, lengths
 
     def _logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
         logits = (hidden @ weight.T).float()  # matmul in model dtype, softmax maths in fp32
@@ -88,13 +127,43 @@ class Engine:
             dim=1,
         )
 
+    def within_token_conditionals(
+        self, kmer_log_probs: torch.Tensor, codes: torch.Tensor
+    ) -> torch.Tensor:
+        """Exact log P(b_j = b | preceding tokens, b_0..b_{j-1}) for each position: [N, k, 4].
+
+        `codes` [N, k] are the true bases (ATCG codes, -1 for non-ACGT); after a non-ACGT base
+        the rest of that token's conditionals are NaN (the condition is undefined).
+        """
+        n = kmer_log_probs.shape[0]
+        current = kmer_log_probs.reshape(n, 4, -1)
+        rows = torch.arange(n, device=kmer_log_probs.device)
+        valid = torch.ones(n, dtype=torch.bool, device=kmer_log_probs.device)
+        out = []
+        for j in range(self.k):
+            joint = torch.logsumexp(current, dim=-1)  # [N, 4] joint with the prefix bases
+            conditional = joint - torch.logsumexp(joint, dim=-1, keepdim=True)
+            out.append(torch.where(valid[:, None], conditional, torch.nan))
+            if j + 1 < self.k:
+                code = codes[:, j]
+                valid = valid & (code >= 0)
+                current = current[rows, code.clamp(min=0)].reshape(n, 4, -1)
+        return torch.stack(out, dim=1)
+
     # ---- batching ------------------------------------------------------------------------
-    def run_batched(self, items: Sequence[T], work: Callable[[Sequence[T]], list]) -> list:
+    def run_batched(
+        self,
+        items: Sequence[T],
+        work: Callable[[Sequence[T]], list],
+        lengths: Sequence[int] | None = None,
+    ) -> list:
         """Apply `work` to batches of items sorted by length; an OOM halves the batch and retries.
 
-        Results come back in the input order. An item that fails alone raises.
+        Results come back in the input order. An item that still runs out of memory alone gets
+        `None` (the caller marks it failed) instead of failing the whole shard.
         """
-        order = sorted(range(len(items)), key=lambda i: len(items[i]))  # type: ignore[arg-type]
+        sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
+        order = sorted(range(len(items)), key=sizes.__getitem__)
         results: list = [None] * len(items)
         start, size = 0, self.batch_size
         while start < len(order):
@@ -102,20 +171,71 @@ class Engine:
             try:
                 values = work([items[i] for i in chunk])
             except torch.OutOfMemoryError:
-                if size == 1:
-                    raise
-                size = max(1, size // 2)
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                continue
+                self._release_memory()
+                if size > 1:
+                    size = max(1, size // 2)
+                    continue
+                values = [None]
             for i, value in zip(chunk, values, strict=True):
                 results[i] = value
             start += len(chunk)
         return results
 
-    def _target_rows(self, hidden: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
-        """Hidden states that predict tokens 1..n-1 of each sequence (padding excluded)."""
-        return [hidden[row, : n - 1] for row, n in enumerate(lengths)]
+    def _release_memory(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # ---- per-target values ---------------------------------------------------------------
+    def _token_terms(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
+        """log p(target) for each row (hidden state predicting `target`): [N]."""
+        pieces = []
+        for lo in range(0, rows.shape[0], self.position_chunk):
+            h = rows[lo : lo + self.position_chunk]
+            t = targets[lo : lo + self.position_chunk]
+            target_logit = (h * self.out_weight[t]).sum(-1).float()
+            if self.out_bias is not None:
+                target_logit = target_logit + self.out_bias[t].float()
+            if normalization == "dna_block":
+                norm = torch.logsumexp(self._logits(h, self.dna_weight, self.dna_bias), dim=-1)
+            else:
+                norm = self.full_logsumexp(h)
+            pieces.append(target_logit - norm)
+        return torch.cat(pieces)
+
+    def _marginal_terms(self, rows: torch.Tensor) -> torch.Tensor:
+        """FNS marginals (6-mer block softmax) [N, k, 4] for each row."""
+        parts = [
+            self.kmer_base_marginals(
+                self.dna_log_probs(rows[lo : lo + self.position_chunk], "dna_block")
+            )
+            for lo in range(0, rows.shape[0], self.position_chunk)
+        ]
+        return torch.cat(parts)
+
+    def _score_targets(
+        self, rows: torch.Tensor, target_ids: np.ndarray, target_codes: np.ndarray, kind: str,
+        normalization: str,
+    ) -> SequenceScore:  # fmt: skip
+        """Sum/count of log-likelihood terms for hidden `rows` predicting the given targets.
+
+        kind "token": log p(token), <oov> targets left out under the block normaliser (their
+        block-normalised probability is meaningless). kind "bp": log FNS marginal of each
+        ACGT base of the target tokens.
+        """
+        if rows.shape[0] == 0:
+            return SequenceScore(0.0, 0)
+        if kind == "bp":
+            marginals = self._marginal_terms(rows)
+            codes = torch.as_tensor(target_codes, device=rows.device)
+            picked = marginals.gather(2, codes.clamp(min=0)[..., None])[..., 0]
+            keep = codes >= 0
+            return SequenceScore(float(picked[keep].sum()), int(keep.sum()))
+        targets = torch.as_tensor(target_ids, device=rows.device)
+        terms = self._token_terms(rows, targets, normalization)
+        if normalization == "dna_block" and self.vocab.oov_id is not None:
+            keep = targets != self.vocab.oov_id
+            return SequenceScore(float(terms[keep].sum()), int(keep.sum()))
+        return SequenceScore(float(terms.sum()), int(terms.numel()))
 
     # ---- quantities used by the recipes ---------------------------------------------------
     @torch.inference_mode()
@@ -127,54 +247,86 @@ class Engine:
         def work(batch: Sequence[np.ndarray]) -> list[np.ndarray]:
             hidden, lengths = self.hidden_states(batch)
             out = []
-            for rows, ids in zip(self._target_rows(hidden, lengths), batch, strict=True):
+            for row, (n, ids) in enumerate(zip(lengths, batch, strict=True)):
                 targets = torch.as_tensor(ids[1:], device=self.device)
-                out.append(self._target_log_probs(rows, targets, normalization).cpu().numpy())
+                terms = self._token_terms(hidden[row, : n - 1], targets, normalization)
+                out.append(terms.cpu().numpy())
             return out
 
         return self.run_batched(sequences, work)
-
-    def _target_log_probs(
-        self, rows: torch.Tensor, targets: torch.Tensor, normalization: str
-    ) -> torch.Tensor:
-        pieces = []
-        for lo in range(0, rows.shape[0], self.position_chunk):
-            h = rows[lo : lo + self.position_chunk]
-            t = targets[lo : lo + self.position_chunk]
-            bias = None if self.out_bias is None else self.out_bias[t]
-            target_logit = (h * self.out_weight[t]).sum(-1).float()
-            if bias is not None:
-                target_logit = target_logit + bias.float()
-            if normalization == "dna_block":
-                norm = torch.logsumexp(self._logits(h, self.dna_weight, self.dna_bias), dim=-1)
-            else:
-                norm = self.full_logsumexp(h)
-            pieces.append(target_logit - norm)
-        return torch.cat(pieces)
 
     @torch.inference_mode()
-    def base_log_marginals(self, sequences: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """FNS marginals [n_tokens-1, k, 4] (6-mer block softmax) at every target position."""
+    def sequence_scores(
+        self, sequences: Sequence[str], kind: str, normalization: str
+    ) -> list[SequenceScore | None]:
+        """Score whole sequences (batched, no prefix sharing): token or bp log-likelihood."""
+        encoded = [self.vocab.encode(s) for s in sequences]
+        codes = [base_codes(s, self.k) for s in sequences]
 
-        def work(batch: Sequence[np.ndarray]) -> list[np.ndarray]:
-            hidden, lengths = self.hidden_states(batch)
-            out = []
-            for rows in self._target_rows(hidden, lengths):
-                parts = [
-                    self.kmer_base_marginals(
-                        self.dna_log_probs(rows[lo : lo + self.position_chunk], "dna_block")
-                    )
-                    for lo in range(0, rows.shape[0], self.position_chunk)
-                ]
-                out.append(torch.cat(parts).cpu().numpy())
-            return out
+        def work(batch_index: Sequence[int]) -> list[SequenceScore]:
+            hidden, lengths = self.hidden_states([encoded[i] for i in batch_index])
+            return [
+                self._score_targets(
+                    hidden[row, : n - 1], encoded[i][1:], codes[i], kind, normalization
+                )
+                for row, (n, i) in enumerate(zip(lengths, batch_index, strict=True))
+            ]
 
-        return self.run_batched(sequences, work)
+        return self.run_batched(range(len(sequences)), work, [len(e) for e in encoded])
+
+    @torch.inference_mode()
+    def window_group_scores(
+        self, ref: str, alts: Sequence[str], kind: str, normalization: str
+    ) -> tuple[SequenceScore | None, list[SequenceScore | None]]:
+        """Score a reference window and its alternates, sharing the common prefix.
+
+        The prefix up to the first token where an alternate differs runs once; its KV cache
+        feeds the reference suffix and every alternate suffix. Targets predicted from inside
+        the shared prefix use the prefix's hidden states (identical under causal attention).
+        """
+        try:
+            return self._window_group(ref, alts, kind, normalization)
+        except torch.OutOfMemoryError:
+            self._release_memory()
+            return None, [None] * len(alts)
+
+    def _window_group(self, ref, alts, kind, normalization):
+        ref_ids = self.vocab.encode(ref)
+        alt_ids = np.stack([self.vocab.encode(a) for a in alts])
+        ref_codes = base_codes(ref, self.k)
+        differs = (alt_ids != ref_ids[None, :]).any(axis=0)
+        split = int(np.argmax(differs)) if differs.any() else len(ref_ids) - 1
+        prefix_hidden, cache = self._forward(
+            torch.as_tensor(ref_ids[None, :split]), cache=_new_cache(self.model)
+        )
+        prefix_hidden = prefix_hidden[0]
+        # targets 1..split-1 are predicted inside the prefix: identical for all alleles
+        shared = self._score_targets(
+            prefix_hidden[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
+        )
+        ref_suffix, _ = self._forward(
+            torch.as_tensor(ref_ids[None, split:]), cache=copy.deepcopy(cache)
+        )
+        rows = torch.cat([prefix_hidden[-1:], ref_suffix[0, :-1]])
+        ref_score = _add(shared, self._score_targets(
+            rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization
+        ))  # fmt: skip
+        cache.batch_repeat_interleave(len(alts))
+        alt_suffix, _ = self._forward(torch.as_tensor(alt_ids[:, split:]), cache=cache)
+        alt_scores = []
+        for row, alt in enumerate(alts):
+            rows = torch.cat([prefix_hidden[-1:], alt_suffix[row, :-1]])
+            own = self._score_targets(
+                rows, alt_ids[row, split:], base_codes(alt, self.k)[split - 1 :], kind,
+                normalization,
+            )  # fmt: skip
+            alt_scores.append(_add(shared, own))
+        return ref_score, alt_scores
 
     @torch.inference_mode()
     def next_base_log_probs(
         self, sequences: Sequence[np.ndarray], normalization: str
-    ) -> list[np.ndarray]:
+    ) -> list[np.ndarray | None]:
         """log P(first base of the next token = b), b in ATCG order, after each sequence: [4]."""
 
         def work(batch: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -198,6 +350,16 @@ class Engine:
             logits = self._logits(last, self.out_weight[ids], bias)
             columns.append(torch.logsumexp(logits, dim=-1) - log_z)
         return torch.stack(columns, dim=1)
+
+
+def _add(a: SequenceScore, b: SequenceScore) -> SequenceScore:
+    return SequenceScore(a.total + b.total, a.count + b.count)
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
 
 
 def verify_output_layer(engine: Engine, ids: np.ndarray, atol: float = 1e-3) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .errors import InputError
 from .tokens import DnaVocab, dna_vocab
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -31,13 +33,26 @@ class LoadedModel:
     spec: ModelSpec
 
 
-def resolve_device(requested: str) -> torch.device:
-    """`cuda` must really be there: a GPU job on a CPU node fails now, not after days on CPU."""
+class DeviceUnavailableError(InputError):
+    """The job asked for a device this node does not have (a GPU rule on a CPU node)."""
+
+
+def resolve_device(requested: str, job: str | None = None) -> torch.device:
+    """`cuda` must really be there: a GPU job on a CPU node fails now, not after days on CPU.
+
+    `job` names what was to be computed (e.g. the shard file) so the message says which job
+    landed where.
+    """
     if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"device {requested!r} requested but no CUDA device is visible "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}); "
-            "set the model's device to 'cpu' to score on CPU"
+        slurm_job = os.environ.get("SLURM_JOB_ID")
+        raise DeviceUnavailableError(
+            job or f"--device {requested}",
+            f"device {requested!r} requested but no CUDA device is visible on node "
+            f"{socket.gethostname()}{f' (SLURM job {slurm_job})' if slurm_job else ''}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}. "
+            "The GPU rule ran without a GPU: check that the profile gives it one "
+            "(gpu, gpu_model, a GPU partition), or set the model's device to 'cpu' to score "
+            "on CPU",
         )
     return torch.device(requested)
 

@@ -17,14 +17,16 @@ import polars as pl
 
 from .engine import Engine
 from .reference import Reference
+from .scan import scan_tiles, snv_scores, tiles_for_positions
 from .tokens import BASES
 from .windows import SCORE_KEY, prepare_right_context, rc_index, reverse_complement, substitute
 
-RECIPES = ("centered", "fns", "nexttoken")
+RECIPES = ("centered", "fns", "nexttoken", "scan")
 PUBLISHED_NORMALIZATION = {
     "centered": "full_vocab",
     "nexttoken": "acgt_strings",
     "fns": "dna_block",
+    "scan": "dna_block",
 }
 _BASE_CODE = {b: i for i, b in enumerate(BASES)}
 _COMP = str.maketrans("ACGT", "TGCA")
@@ -35,6 +37,9 @@ class Recipe:
     name: str
     normalization: str = "published"
     rc_average: bool = False
+    share_prefix: bool = True  # reuse the reference prefix's KV cache for alternates
+    tile_bp: int = 49_146  # scan: tile length (8,191 tokens + the prefix = 8,192)
+    min_context: int = 24_000  # scan: left context every scored base is guaranteed
 
     @property
     def resolved_normalization(self) -> str:
@@ -75,87 +80,103 @@ def _non_acgt(seq: str) -> int:
     return len(seq) - sum(seq.count(b) for b in BASES)
 
 
+def check_context(shard: pl.DataFrame, engine: Engine, recipe: Recipe) -> None:
+    """Refuse windows longer than the model's positional range before any forward pass."""
+    if shard.height == 0:
+        return
+    if recipe.name == "scan":
+        engine.check_window_bp(recipe.tile_bp, "scan tiles")
+    else:
+        longest = int((shard["window_end"] - shard["window_start"]).max())
+        engine.check_window_bp(longest, f"{recipe.name} windows")
+
+
 def score_shard(
     shard: pl.DataFrame, reference: Reference, engine: Engine, recipe: Recipe
 ) -> pl.DataFrame:
     """Score the variants of one shard; every input key comes back exactly once."""
+    check_context(shard, engine, recipe)
     if recipe.name == "nexttoken":
         rows = _score_nexttoken(shard, reference, engine, recipe)
+    elif recipe.name == "scan":
+        rows = _score_from_scan(shard, reference, engine, recipe)
     else:
         rows = _score_windows(shard, reference, engine, recipe)
     return pl.from_dicts(rows, schema=SCORE_SCHEMA) if rows else pl.DataFrame(schema=SCORE_SCHEMA)
 
 
 # ---- centered / fns ----------------------------------------------------------------------
-def _sequence_scores(seqs: list[str], engine: Engine, recipe: Recipe) -> list[float]:
-    """Mean log-likelihood of each sequence under the recipe (token-level or bp-level)."""
-    ids = [engine.vocab.encode(s) for s in seqs]
-    if recipe.name == "fns":
-        marginals = engine.base_log_marginals(ids)
-        return [_mean_bp_ll(s, m) for s, m in zip(seqs, marginals, strict=True)]
+_FAILED = "out of memory even at batch size 1"
+
+
+def _group_scores(
+    groups: dict[str, list[str]], engine: Engine, recipe: Recipe
+) -> dict[str, float | None]:
+    """Mean log-likelihood of every reference and alternate sequence (None = failed)."""
+    kind = "bp" if recipe.name == "fns" else "token"
     norm = recipe.resolved_normalization
-    lls = engine.token_log_likelihoods(ids, norm)
-    if norm == "dna_block" and engine.vocab.oov_id is not None:
-        # a block-normalised log-prob of <oov> is meaningless: such targets are left out
-        return [
-            float(ll[i[1:] != engine.vocab.oov_id].mean()) for ll, i in zip(lls, ids, strict=True)
-        ]
-    return [float(ll.mean()) for ll in lls]
+    means: dict[str, float | None] = {}
+    if recipe.share_prefix:
+        for ref, alts in groups.items():
+            ref_score, alt_scores = engine.window_group_scores(ref, alts, kind, norm)
+            for seq, score in zip([ref, *alts], [ref_score, *alt_scores], strict=True):
+                means[seq] = None if score is None else score.mean
+        return means
+    sequences = list(dict.fromkeys([s for ref, alts in groups.items() for s in (ref, *alts)]))
+    scores = engine.sequence_scores(sequences, kind, norm)
+    return {s: None if sc is None else sc.mean for s, sc in zip(sequences, scores, strict=True)}
 
 
-def _mean_bp_ll(seq: str, marginals: np.ndarray) -> float:
-    """Mean over ACGT bases of log m_j(base); marginals [n_tokens, k, 4] for seq's tokens."""
-    k = marginals.shape[1]
-    codes = np.array([_BASE_CODE.get(b, -1) for b in seq]).reshape(-1, k)
-    picked = np.take_along_axis(marginals, np.clip(codes, 0, 3)[..., None], axis=2)[..., 0]
-    return float(picked[codes >= 0].mean())
+def _window_views(row: dict, window: str, rc_average: bool) -> list[tuple[str, int, str, str]]:
+    """(window, variant index, ref, alt) forward, plus the reverse complement (index W-1-i)."""
+    idx = row["variant_index"]
+    views = [(window, idx, row["ref"], row["alt"])]
+    if rc_average:
+        rc = reverse_complement(window)
+        views.append((rc, rc_index(len(window), idx), row["ref"].translate(_COMP),
+                      row["alt"].translate(_COMP)))  # fmt: skip
+    return views
 
 
 def _score_windows(
     shard: pl.DataFrame, reference: Reference, engine: Engine, recipe: Recipe
 ) -> list[dict[str, Any]]:
     k = engine.k
-    plans, slots = [], {}
+    plans, groups = [], {}
     for row in shard.iter_rows(named=True):
         key = tuple(row[c] for c in SCORE_KEY)
         window = reference.fetch(row["ref_chrom"], row["window_start"], row["window_end"])
         usable = len(window) - len(window) % k
-        idx = row["variant_index"]
-        views = [(window, idx, row["ref"], row["alt"])]
-        if recipe.rc_average:
-            rc = (reverse_complement(window), rc_index(len(window), idx))
-            views.append((*rc, row["ref"].translate(_COMP), row["alt"].translate(_COMP)))
+        views = _window_views(row, window, recipe.rc_average)
         if any(i >= usable for _, i, _, _ in views):
             reason = f"variant falls in the last {len(window) % k} bp trimmed to whole {k}-mers"
             plans.append((key, None, reason, len(window), _non_acgt(window)))
             continue
         pairs = []
         for seq, i, ref, alt in views:
-            pair = (seq[:usable], substitute(seq, i, ref, alt)[:usable])
-            pairs.append(tuple(slots.setdefault(s, len(slots)) for s in pair))
+            ref_seq, alt_seq = seq[:usable], substitute(seq, i, ref, alt)[:usable]
+            groups.setdefault(ref_seq, [])
+            if alt_seq not in groups[ref_seq]:  # identical windows are scored once
+                groups[ref_seq].append(alt_seq)
+            pairs.append((ref_seq, alt_seq))
         plans.append((key, pairs, "", usable, _non_acgt(window[:usable])))
-    scores = _sequence_scores(list(slots), engine, recipe)
+    means = _group_scores(groups, engine, recipe)
     rows = []
     for key, pairs, reason, bp, non_acgt in plans:
+        common = {"window_bp": bp, "window_non_acgt": non_acgt}
         if pairs is None:
-            rows.append(
-                _row(
-                    key,
-                    recipe,
-                    score_status="skipped",
-                    score_reason=reason,
-                    window_bp=bp,
-                    window_non_acgt=non_acgt,
-                )
-            )
+            rows.append(_row(key, recipe, score_status="skipped", score_reason=reason, **common))
             continue
-        deltas = [scores[alt] - scores[ref] for ref, alt in pairs]
+        values = [(means[ref], means[alt]) for ref, alt in pairs]
+        if any(v is None for pair in values for v in pair):
+            rows.append(_row(key, recipe, score_status="failed", score_reason=_FAILED, **common))
+            continue
+        deltas = [alt - ref for ref, alt in values]
         delta = float(np.mean(deltas))
         rows.append(_row(
             key, recipe, score_status="scored", score_reason="", score=-delta,
-            ref_ll=scores[pairs[0][0]], alt_ll=scores[pairs[0][1]], delta=delta,
-            delta_rc=deltas[1] if len(deltas) > 1 else None,
-            window_bp=bp, window_non_acgt=non_acgt,
+            ref_ll=values[0][0], alt_ll=values[0][1], delta=delta,
+            delta_rc=deltas[1] if len(deltas) > 1 else None, **common,
         ))  # fmt: skip
     return rows
 
@@ -176,10 +197,43 @@ def _score_nexttoken(
     rows = []
     for key, slot, bp, non_acgt in plans:
         lp = log_probs[slot]
+        if lp is None:
+            rows.append(_row(key, recipe, score_status="failed", score_reason=_FAILED,
+                             window_bp=bp, window_non_acgt=non_acgt))  # fmt: skip
+            continue
         lp_ref, lp_alt = float(lp[_BASE_CODE[key[2]]]), float(lp[_BASE_CODE[key[3]]])
         rows.append(_row(
             key, recipe, score_status="scored", score_reason="", score=lp_ref - lp_alt,
             p_ref=float(np.exp(lp_ref)), p_alt=float(np.exp(lp_alt)),
             ref_ll=lp_ref, alt_ll=lp_alt, window_bp=bp, window_non_acgt=non_acgt,
         ))  # fmt: skip
+    return rows
+
+
+# ---- scan lookup -------------------------------------------------------------------------
+def _score_from_scan(
+    shard: pl.DataFrame, reference: Reference, engine: Engine, recipe: Recipe
+) -> list[dict[str, Any]]:
+    """Scan tiles covering the shard's sites, then look each variant up (FNS marginal LLR)."""
+    rows = []
+    for chrom, part in shard.partition_by("ref_chrom", as_dict=True).items():
+        contig = chrom[0]
+        positions = [p - 1 for p in part["pos"].to_list()]
+        tiles = tiles_for_positions(
+            positions, reference.lengths[contig], recipe.tile_bp, recipe.min_context, engine.k
+        )
+        snvs = snv_scores(scan_tiles(engine, reference, contig, tiles))
+        found = {(r["pos"], r["alt"]): r for r in snvs.iter_rows(named=True)}
+        for row in part.iter_rows(named=True):
+            key = tuple(row[c] for c in SCORE_KEY)
+            hit = found.get((row["pos"], row["alt"]))
+            if hit is None:
+                reason = "base not covered by a whole-6-mer scan tile (contig end)"
+                rows.append(_row(key, recipe, score_status="skipped", score_reason=reason))
+                continue
+            rows.append(_row(
+                key, recipe, score_status="scored", score_reason="", score=hit["score"],
+                p_ref=hit["p_ref"], p_alt=hit["p_alt"], ref_ll=float(np.log(hit["p_ref"])),
+                alt_ll=float(np.log(hit["p_alt"])), window_bp=hit["context_bp"],
+            ))  # fmt: skip
     return rows

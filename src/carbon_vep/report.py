@@ -1,13 +1,40 @@
-"""A short human-readable Markdown report of one dataset scored by one model."""
+"""Reports: a Markdown page per (dataset, model), and one self-contained HTML page per run.
+
+The HTML page holds the comparison table, ROC and PR curves, per-chromosome bars, score
+distributions by class, the recovery and perturbation figures, the status counts of every
+input and the run's provenance; figures are embedded as base64 PNG, so the file stands alone.
+"""
 
 from __future__ import annotations
 
+import html
 import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 import polars as pl
 
-_PACKAGES = ("carbon-vep", "torch", "transformers", "snakemake", "pysam", "polars")
+from . import plots
+from .metrics import labelled_rows
+from .suite import load_results, results_markdown, results_table
+
+_PACKAGES = (
+    "carbon-vep",
+    "torch",
+    "transformers",
+    "snakemake",
+    "pysam",
+    "polars",
+    "scikit-learn",
+    "matplotlib",
+)
+ROW_FILES = {
+    "vep": "scores.parquet",
+    "sequence_recovery": "predictions.parquet",
+    "perturbation": "predictions.parquet",
+}
 
 
 def package_versions() -> dict[str, str]:
@@ -20,14 +47,26 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def _fmt(value: object, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _with_interval(metrics: dict, name: str, digits: int = 4) -> str:
+    value = metrics.get("metrics", {}).get(name)
+    ci = metrics.get("confidence_intervals", {}).get(name)
+    text = _fmt(value, digits)
+    if ci and value is not None:
+        text += f" [{ci['low']:.{digits - 1}f}, {ci['high']:.{digits - 1}f}]"
+    return text
+
+
+# ---- Markdown, one dataset x model ---------------------------------------------------------
 def _table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def _fmt(value: object) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
@@ -46,13 +85,27 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
     ]
     if metrics.get("metrics"):
         definitions = metrics.get("definitions", {})
-        rows = [[k, _fmt(v), definitions.get(k, "")] for k, v in metrics["metrics"].items()]
+        rows = [
+            [name, _with_interval(metrics, name), definitions.get(name, "")]
+            for name in ordered_metrics(list(metrics["metrics"]))
+        ]
+        excluded = metrics.get("n_excluded_label_conflict", 0)
         parts += [
             "## Metrics",
             f"{metrics.get('n_labelled', 0)} labelled scored rows, "
-            f"{metrics.get('n_positive', 0)} positive.",
+            f"{metrics.get('n_positive', 0)} positive"
+            + (f"; {excluded} rows with conflicting labels excluded" if excluded else "")
+            + ". Brackets: 95% bootstrap interval.",
             _table(["metric", "value", "definition"], rows),
         ]
+    for metric, conventions in metrics.get("by_chromosome", {}).items():
+        detail = conventions.get("drop_single_class", {})
+        if detail.get("dropped"):
+            dropped = ", ".join(
+                f"{d['chrom']} (n={d['n']}, weight {d['weight_of_all']:.3f})"
+                for d in detail["dropped"]
+            )
+            parts.append(f"By-chromosome {metric}: dropped one-class chromosomes {dropped}.")
     if metrics.get("warnings"):
         parts += ["## Warnings", "\n".join(f"- {w}" for w in metrics["warnings"])]
     if scored.height:
@@ -62,7 +115,7 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
             _table(
                 ["chrom", "pos", "ref", "alt", "score"],
                 [
-                    [r["chrom"], r["pos"], r["ref"], r["alt"], _fmt(r["score"])]
+                    [r["chrom"], r["pos"], r["ref"], r["alt"], f"{r['score']:.4g}"]
                     for r in top.to_dicts()
                 ],
             ),
@@ -76,4 +129,436 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
         ]
     prov_rows = [[k, v] for k, v in {**provenance, **package_versions()}.items()]
     parts += ["## Provenance", _table(["item", "value"], prov_rows)]
+    return "\n\n".join(parts) + "\n"
+
+
+# ---- the run: results and their row-level files ------------------------------------------
+@dataclass(frozen=True)
+class TaskResult:
+    metrics: dict
+    rows: pl.DataFrame
+
+    @property
+    def task(self) -> str:
+        return self.metrics["task"]
+
+    @property
+    def model(self) -> str:
+        return self.metrics["model_key"]
+
+
+def load_run(metrics_paths: Sequence[str | Path]) -> list[TaskResult]:
+    """Metrics JSONs and, next to each, its row-level file (scores or predictions)."""
+    results = load_results(metrics_paths)
+    return [
+        TaskResult(m, pl.read_parquet(Path(p).parent / ROW_FILES[m["kind"]]))
+        for m, p in zip(results, metrics_paths, strict=True)
+    ]
+
+
+def _by_task(run: Sequence[TaskResult], kind: str) -> dict[str, list[TaskResult]]:
+    out: dict[str, list[TaskResult]] = {}
+    for result in run:
+        if result.metrics["kind"] == kind:
+            out.setdefault(result.task, []).append(result)
+    return out
+
+
+# ---- HTML building blocks --------------------------------------------------------------------
+CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #1d2330;
+  max-width: 1180px; margin: 2em auto; padding: 0 1.2em; line-height: 1.45 }
+h1 { font-size: 1.7em; margin-bottom: .1em }
+h2 { border-bottom: 2px solid #e3e7ee; padding-bottom: .2em; margin-top: 2.2em }
+h3 { margin: 1em 0 .3em; color: #34405a; font-size: 1.02em }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em }
+th, td { border: 1px solid #dfe3ea; padding: .3em .65em; text-align: left; vertical-align: top }
+th { background: #f3f5f9 }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap }
+.sub { color: #5b6475; font-size: .92em }
+.warn { background: #fff6e0; border-left: 4px solid #f0a500; padding: .5em .9em; margin: .6em 0 }
+.warn ul { margin: .2em 0 }
+.row { display: flex; flex-wrap: wrap; gap: 0 2.2em; align-items: flex-start }
+img { max-width: 100%; margin: .3em 0 }
+details { margin: .3em 0 1em }
+summary { cursor: pointer; color: #34405a }
+code { background: #f3f5f9; padding: 0 .25em; border-radius: 3px }
+nav a { margin-right: 1em }
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric_from: int = 1):
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{_e(c)}</td>' if i >= numeric_from else f"<td>{_e(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(fig, alt: str) -> str:
+    return f'<img alt="{_e(alt)}" src="{plots.to_data_uri(fig)}">'
+
+
+def _warnings(items: Sequence[str]) -> str:
+    if not items:
+        return ""
+    return (
+        '<div class="warn"><b>Warnings</b><ul>'
+        + "".join(f"<li>{_e(w)}</li>" for w in items)
+        + "</ul></div>"
+    )
+
+
+def _definitions(results: Sequence[TaskResult]) -> str:
+    definitions: dict[str, str] = {}
+    for result in results:
+        definitions.update(result.metrics.get("definitions", {}))
+    items = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in definitions.items())
+    return f"<details><summary>Definitions</summary><ul>{items}</ul></details>"
+
+
+def _status_table(results: Sequence[TaskResult]) -> str:
+    statuses = sorted({s for r in results for s in r.metrics.get("status_counts", {})})
+    rows = [[s, *(r.metrics["status_counts"].get(s, 0) for r in results)] for s in statuses]
+    rows.append(["total rows", *(r.metrics.get("n_rows", 0) for r in results)])
+    return _html_table(["status", *(r.model for r in results)], rows)
+
+
+def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
+    rows = [[n, *(_with_interval(r.metrics, n, 3) for r in results)] for n in names]
+    return _html_table(["metric (95% bootstrap interval)", *(r.model for r in results)], rows)
+
+
+# ---- HTML sections -------------------------------------------------------------------------
+def _comparison_section(run: Sequence[TaskResult]) -> str:
+    metrics = [r.metrics for r in run]
+    long = results_table(metrics)
+    if long.height == 0:
+        return "<h2 id='results'>Results</h2><p>No results.</p>"
+    models = [c for c in long.columns if c not in ("task", "metric")]
+    lookup = {(r.task, r.model): r.metrics for r in run}
+    rows = []
+    for record in long.to_dicts():
+        cells = []
+        for model in models:
+            m = lookup.get((record["task"], model))
+            value = record[model]
+            if m is None or value is None:
+                cells.append("—")
+                continue
+            ci = m.get("confidence_intervals", {}).get(record["metric"])
+            text = f"{100 * value:.2f}"
+            cells.append(text + (f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""))
+        rows.append([record["task"], record["metric"], *cells])
+    warnings = [f"{r.task} / {r.model}: {w}" for r in run for w in r.metrics.get("warnings", [])]
+    return (
+        "<h2 id='results'>Results</h2>"
+        "<p class='sub'>Headline metrics ×100; brackets: 95% percentile bootstrap interval over "
+        "rows. Rows: tasks and their headline metrics; columns: models.</p>"
+        + _html_table(["task", "metric", *models], rows, numeric_from=2)
+        + _warnings(warnings)
+        + _definitions(run)
+    )
+
+
+def _block(title: str, *content: str) -> str:
+    return f"<div><h3>{_e(title)}</h3>{''.join(content)}</div>"
+
+
+def _row(*blocks: str) -> str:
+    return f"<div class='row'>{''.join(b for b in blocks if b)}</div>"
+
+
+def ordered_metrics(names: Sequence[str]) -> list[str]:
+    """Global metrics first (AUROC, both AUPRCs), then by-chromosome ones, then the rest."""
+    first = {"auroc": 0, "auprc_trapezoid": 1, "average_precision": 2}
+    return sorted(names, key=lambda n: (first.get(n, 3 if "_by_chrom_" in n else 4), n))
+
+
+def _labelled_curves(results: Sequence[TaskResult]) -> dict[str, tuple]:
+    curves = {}
+    for r in results:
+        p = r.metrics.get("parameters", {})
+        if r.metrics.get("metrics", {}).get("auroc") is None or not p.get("label_column"):
+            continue
+        rows = labelled_rows(r.rows, p["label_column"], p["positive_labels"], p["negative_labels"])
+        curves[r.model] = (rows["label01"].to_numpy(), rows["score"].to_numpy())
+    return curves
+
+
+def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
+    summary = []
+    for r in results:
+        scored = r.rows.filter(pl.col("status") == "scored")
+        m = r.metrics
+        summary.append(
+            [
+                r.model,
+                scored["recipe"][0] if scored.height else "n/a",
+                scored["normalization"][0] if scored.height else "n/a",
+                m.get("n_labelled", 0),
+                m.get("n_positive", 0),
+                m.get("n_excluded_label_conflict", 0),
+            ]
+        )
+    header = [
+        "model",
+        "recipe",
+        "normalisation",
+        "labelled scored rows",
+        "positives",
+        "excluded: label conflict",
+    ]
+    names = ordered_metrics(list(dict.fromkeys(n for r in results for n in r.metrics["metrics"])))
+    parts = [
+        f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(variant effect)</span></h2>",
+        _html_table(header, summary, numeric_from=3),
+        _row(
+            _block("Input status counts", _status_table(results)),
+            _block("Metrics", _metric_table(results, names)) if names else "",
+        ),
+    ]
+    curves = _labelled_curves(results)
+    if curves:
+        parts.append(_figure(plots.roc_pr_figure(curves, colours), f"ROC and PR, {task}"))
+    by_chrom = {
+        r.model: r.metrics["by_chromosome"]["auroc"]["drop_single_class"]
+        for r in results
+        if r.metrics.get("by_chromosome", {}).get("auroc")
+    }
+    parts.append(
+        _row(
+            _block(
+                "Score distributions by class",
+                _figure(
+                    plots.score_distributions(curves, ("negative", "positive")), f"scores, {task}"
+                ),
+            )
+            if curves
+            else "",
+            _block(
+                "AUROC by chromosome",
+                _figure(
+                    plots.chromosome_bars(by_chrom, "auroc", colours),
+                    f"AUROC by chromosome, {task}",
+                ),
+            )
+            if by_chrom
+            else "",
+        )
+    )
+    if by_chrom:
+        parts.append(
+            "<details><summary>By-chromosome averages under both conventions</summary>"
+            + _chromosome_table(results)
+            + "</details>"
+        )
+    parts += [
+        _breakdown_tables(results),
+        _warnings([f"{r.model}: {w}" for r in results for w in r.metrics.get("warnings", [])]),
+    ]
+    return "".join(parts)
+
+
+def _chromosome_table(results: Sequence[TaskResult]) -> str:
+    rows = []
+    for r in results:
+        for metric, conventions in r.metrics.get("by_chromosome", {}).items():
+            for convention, detail in conventions.items():
+                dropped = ", ".join(
+                    f"{d['chrom']} ({d['weight_of_all']:.1%})" for d in detail["dropped"]
+                )
+                rows.append(
+                    [
+                        r.model,
+                        metric,
+                        convention,
+                        _fmt(detail["value"], 3),
+                        len(detail["chromosomes"]),
+                        dropped or "none",
+                    ]
+                )
+    return _html_table(
+        [
+            "model",
+            "metric",
+            "convention",
+            "weighted value",
+            "chromosomes averaged",
+            "dropped (weight of all rows)",
+        ],
+        rows,
+        numeric_from=3,
+    )
+
+
+def _breakdown_tables(results: Sequence[TaskResult]) -> str:
+    parts = []
+    columns = list(dict.fromkeys(c for r in results for c in r.metrics.get("breakdowns", {})))
+    for column in columns:
+        groups = {g["group"] for r in results for g in r.metrics["breakdowns"].get(column, [])}
+        if len(groups) < 2:
+            continue  # one group: the same numbers as the whole dataset
+        rows = []
+        for r in results:
+            for g in r.metrics.get("breakdowns", {}).get(column, []):
+                rows.append(
+                    [
+                        r.model,
+                        g["group"],
+                        g["n"],
+                        g["n_positive"],
+                        _fmt(g["auroc"], 3),
+                        _fmt(g["auprc_trapezoid"], 3),
+                        _fmt(g["average_precision"], 3),
+                    ]
+                )
+        parts += [
+            f"<h3>By {_e(column)}</h3>",
+            _html_table(
+                [
+                    "model",
+                    column,
+                    "n",
+                    "positives",
+                    "auroc",
+                    "auprc_trapezoid",
+                    "average_precision",
+                ],
+                rows,
+                numeric_from=2,
+            ),
+        ]
+    return "".join(parts)
+
+
+def _recovery_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
+    types = sorted({t for r in results for t in r.metrics.get("by_type", {})})
+    per_model = {
+        r.model: {t: v["accuracy"] for t, v in r.metrics.get("by_type", {}).items()}
+        for r in results
+    }
+    rows = [["all rows", *(_with_interval(r.metrics, "accuracy", 3) for r in results)]]
+    rows += [[t, *(_fmt(per_model[r.model].get(t), 3) for r in results)] for t in types]
+    decoders = ", ".join(f"{r.model}: {r.metrics['parameters']['decoder']}" for r in results)
+    figure = ""
+    if types:
+        fig = plots.grouped_bars(
+            types, per_model, colours, "accuracy", "accuracy by type", reference=(0.25, "chance")
+        )
+        figure = _block("Accuracy by type", _figure(fig, f"recovery accuracy by type, {task}"))
+    return "".join(
+        [
+            f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(sequence recovery)</span></h2>",
+            f"<p class='sub'>Greedy decoder — {_e(decoders)}; accuracy over the first "
+            f"{results[0].metrics['parameters']['score_bp']} bp; chance = 0.25 per base.</p>",
+            _row(
+                _block("Input status counts", _status_table(results)),
+                _block("Accuracy", _html_table(["type", *(r.model for r in results)], rows)),
+                figure,
+            ),
+            _warnings([f"{r.model}: {w}" for r in results for w in r.metrics["warnings"]]),
+        ]
+    )
+
+
+def _perturbation_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
+    rows = [
+        ["accuracy (ties wrong)", *(_with_interval(r.metrics, "accuracy", 3) for r in results)],
+        ["pairs scored", *(r.metrics["n_scored"] for r in results)],
+        ["correct", *(r.metrics["n_correct"] for r in results)],
+        ["ties", *(r.metrics["n_ties"] for r in results)],
+        ["mean margin", *(_fmt(r.metrics["metrics"]["mean_margin"], 4) for r in results)],
+    ]
+    margins = {
+        r.model: r.rows.filter(pl.col("status") == "scored")["margin"].to_numpy() for r in results
+    }
+    figure = ""
+    if any(len(m) for m in margins.values()):
+        fig = plots.margin_histograms(margins, colours)
+        figure = _block("S(original) − S(perturbed)", _figure(fig, f"margins, {task}"))
+    settings = [r.metrics["parameters"] for r in results]
+    scoring = ", ".join(
+        f"{r.model}: {s['scoring']} ({s['normalization']})"
+        for r, s in zip(results, settings, strict=True)
+    )
+    return "".join(
+        [
+            f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(perturbation pairs)</span></h2>",
+            "<p class='sub'>Correct iff S(original) &gt; S(perturbed), ties wrong; scoring — "
+            f"{_e(scoring)}.</p>",
+            _row(
+                _block("Input status counts", _status_table(results)),
+                _block("Pair accuracy", _html_table(["", *(r.model for r in results)], rows)),
+                figure,
+            ),
+            _warnings([f"{r.model}: {w}" for r in results for w in r.metrics["warnings"]]),
+        ]
+    )
+
+
+def _provenance_section(run: Sequence[TaskResult]) -> str:
+    models: dict[str, dict] = {}
+    for r in run:
+        models.setdefault(r.model, r.metrics.get("provenance", {}))
+    keys = ("model", "revision", "dtype", "config_sha256")
+    rows = [[m, *(p.get(k, "n/a") for k in keys)] for m, p in models.items()]
+    versions = [[k, v] for k, v in package_versions().items()]
+    return (
+        "<h2 id='provenance'>Provenance</h2>"
+        + _html_table(
+            ["model key", "model id / path", "revision", "dtype", "config sha256"],
+            rows,
+            numeric_from=99,
+        )
+        + _html_table(["package", "version"], versions, numeric_from=99)
+    )
+
+
+def render_html(run: Sequence[TaskResult], title: str = "carbon-vep run report") -> str:
+    """The whole run as one self-contained HTML page."""
+    colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
+    sections = {
+        "vep": _vep_section,
+        "sequence_recovery": _recovery_section,
+        "perturbation": _perturbation_section,
+    }
+    body, nav = [_comparison_section(run)], ["<a href='#results'>Results</a>"]
+    for kind, section in sections.items():
+        for task, results in _by_task(run, kind).items():
+            body.append(section(task, results, colours))
+            nav.append(f"<a href='#{_e(task)}'>{_e(task)}</a>")
+    body.append(_provenance_section(run))
+    nav.append("<a href='#provenance'>Provenance</a>")
+    models = ", ".join(colours)
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"
+        f"<p class='sub'>Models: {_e(models)}. Scores are oriented larger = more damaging.</p>"
+        f"<nav>{''.join(nav)}</nav>{''.join(body)}</body></html>\n"
+    )
+
+
+def render_summary(run: Sequence[TaskResult], title: str = "carbon-vep run summary") -> str:
+    """Markdown companion of the HTML page: results table, status counts, warnings."""
+    parts = [f"# {title}", "## Results", results_markdown([r.metrics for r in run])]
+    status_lines = [
+        f"- {r.task} / {r.model}: "
+        + ", ".join(f"{k}: {v}" for k, v in r.metrics.get("status_counts", {}).items())
+        for r in run
+    ]
+    parts += ["## Input status counts", "\n".join(status_lines)]
+    warnings = [f"- {r.task} / {r.model}: {w}" for r in run for w in r.metrics.get("warnings", [])]
+    if warnings:
+        parts += ["## Warnings", "\n".join(warnings)]
     return "\n\n".join(parts) + "\n"

@@ -25,6 +25,11 @@ for _i, _b in enumerate(BASES):
     _CODE[ord(_b.lower())] = _i
 
 
+def base_codes(seq: str, k: int) -> np.ndarray:
+    """ATCG codes of `seq` as [len/k, k] (non-ACGT = -1); len must be a multiple of k."""
+    return _CODE[np.frombuffer(seq.encode("ascii"), dtype=np.uint8)].reshape(-1, k)
+
+
 def kmer_strings(k: int) -> list[str]:
     return ["".join(p) for p in itertools.product(BASES, repeat=k)]
 
@@ -46,7 +51,7 @@ class DnaVocab:
         """Prefix + k-mer ids of `seq` (length must be a multiple of k; N/IUPAC -> <oov>)."""
         if len(seq) % self.k:
             raise ValueError(f"sequence length {len(seq)} is not a multiple of k={self.k}")
-        codes = _CODE[np.frombuffer(seq.encode("ascii"), dtype=np.uint8)].reshape(-1, self.k)
+        codes = base_codes(seq, self.k)
         weights = 4 ** np.arange(self.k - 1, -1, -1, dtype=np.int64)
         index = (np.clip(codes, 0, 3) * weights).sum(axis=1)
         ids = self.kmer_ids[index]

@@ -68,7 +68,7 @@ def substitute(seq: str, index: int, ref: str, alt: str) -> str:
     return seq[:index] + alt + seq[index + len(ref) :]
 
 
-DEFAULT_WINDOW_BP = {"centered": 8192, "fns": 8192, "nexttoken": 24000}
+DEFAULT_WINDOW_BP = {"centered": 8192, "fns": 8192, "nexttoken": 24000, "scan": 24000}
 
 
 def add_windows(
@@ -76,12 +76,12 @@ def add_windows(
 ) -> pl.DataFrame:
     """Attach window_start / window_end / variant_index for the recipe.
 
-    `window_bp` is the whole centered window (flank = window_bp // 2) or, for `nexttoken`,
-    the left context length.
+    `window_bp` is the whole centered window (flank = window_bp // 2) or, for `nexttoken` and
+    `scan`, the left context length.
     """
     windows = []
     for chrom, pos in variants.select("ref_chrom", "pos").iter_rows():
-        if recipe == "nexttoken":
+        if recipe in ("nexttoken", "scan"):
             windows.append(right_end_window(pos, window_bp))
         else:
             windows.append(centered_window(pos, lengths[chrom], window_bp // 2))

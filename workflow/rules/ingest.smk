@@ -1,3 +1,6 @@
+# Every panel row gets a status and a reason before any scoring job; an unusable panel (wrong
+# build, 0-based positions, no matching contig, nothing scoreable) fails here, with the message
+# in the log and on stderr.
 rule check_panel:
     input:
         panel=lambda wc: config["datasets"][wc.dataset]["panel"],
@@ -16,3 +19,4 @@ rule check_panel:
         "carbon-vep check-panel --panel {input.panel} --reference {input.reference}"
         " {params.panel_args} --min-ref-concordance {params.min_concordance}"
         " --out {output.checked} --summary {output.summary} > {log} 2>&1"
+        " || {{ tail -n 1 {log} >&2; exit 1; }}"

@@ -9,7 +9,8 @@ rule compute_metrics:
         "../../envs/carbon-vep.yaml"
     params:
         label_args=label_args,
+        metric_args=metric_args,
         provenance_args=provenance_args,
     shell:
-        "carbon-vep metrics --merged {input} {params.label_args} {params.provenance_args}"
-        " --out {output} > {log} 2>&1"
+        "carbon-vep metrics --merged {input} {params.label_args} {params.metric_args}"
+        " {params.provenance_args} --out {output} > {log} 2>&1"

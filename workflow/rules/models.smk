@@ -12,3 +12,21 @@ for demo_name, demo_path in DEMO_MODEL_PATHS.items():
             "../../envs/carbon-vep.yaml"
         shell:
             "carbon-vep build-demo-model --out {output} > {log} 2>&1"
+
+
+# A model given as a Hub id is fetched (weights, tokenizer, remote code) into the local Hub
+# cache on the head node, the one machine with internet; scoring jobs then run offline.
+rule fetch_model:
+    output:
+        HUB_MODEL_RECORD,
+    log:
+        f"logs/{HUB_MODEL_RECORD}.log",
+    localrule: True
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        path=lambda wc: HUB_MODELS[wc.model],
+        revision=lambda wc: revision_arg(config["models"][wc.model]["revision"]),
+    shell:
+        "carbon-vep fetch-model --model {params.path} {params.revision}"
+        " --out {output} > {log} 2>&1"

@@ -9,9 +9,18 @@ rule score_shard:
         f"logs/{OUTDIR}/{{dataset}}/{{model}}/score_shard_{{shard}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
+    # portable defaults; a cluster profile sets the GPU class, partition, memory and time
+    resources:
+        gpu=gpu_count,
+        batch_size=attempt_batch_size,
+        mem_mb=16000,
+        runtime=120,
     params:
-        model_args=model_args,
+        model_args=model_load_args,
         recipe_args=recipe_args,
     shell:
+        # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
+        "export HF_HUB_OFFLINE=1; "
         "carbon-vep score-shard --shard {input.shard} --reference {input.reference}"
-        " {params.model_args} {params.recipe_args} --out {output} > {log} 2>&1"
+        " {params.model_args} --batch-size {resources.batch_size}"
+        " {params.recipe_args} --out {output} > {log} 2>&1"

@@ -1,0 +1,283 @@
+"""Benchmark: our engine vs a straightforward implementation of the published approach.
+
+Runs both in one process, alternating (ours, reference, ours, reference, ...), on the same model
+and inputs, and prints a Markdown table with variants/s, bp/s, peak memory and the ratios.
+
+CPU (always): the demo model — a 2-layer body with Carbon's full 155,776-entry vocabulary, so the
+output layer weighs what Carbon's does. Peak memory is the process's peak RSS above its RSS at the
+start of each run (Linux VmHWM, reset through /proc/self/clear_refs before every run).
+GPU (when CUDA is available): random-weight bf16 models with the exact Carbon-500M and Carbon-3B
+shapes; tokens/s, bp/s and the fraction of the bf16 matmul peak measured in the same run.
+
+Usage: python scripts/bench.py [--reps 2] [--quick] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from carbon_vep import naive
+from carbon_vep.demo_model import build_demo_model
+from carbon_vep.engine import Engine
+from carbon_vep.model import ModelSpec, load_model
+from carbon_vep.recipes import Recipe, score_shard
+from carbon_vep.reference import open_reference
+from carbon_vep.scan import scan_region
+from carbon_vep.windows import add_windows
+
+ROOT = Path(__file__).resolve().parents[1]
+FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"
+CHROM = "chr17"
+
+
+# ---- measurement ---------------------------------------------------------------------------
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1])
+    return 0
+
+
+def measure(run: Callable[[], object]) -> tuple[float, float]:
+    """(seconds, peak MB above the RSS at start) of one call."""
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    before = _status_kb("VmRSS")
+    start = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - start
+    return seconds, (_status_kb("VmHWM") - before) / 1024
+
+
+@dataclass
+class Row:
+    workload: str
+    approach: str
+    n_variants: int
+    bp: int
+    seconds: float
+    peak_mb: float
+
+    @property
+    def variants_per_s(self) -> float:
+        return self.n_variants / self.seconds
+
+    @property
+    def bp_per_s(self) -> float:
+        return self.bp / self.seconds
+
+
+def alternate(workload: str, runs: dict[str, Callable[[], object]], n: int, bp: int, reps: int):
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            timings[name].append(measure(run))
+            print(f"  {workload} / {name}: {timings[name][-1][0]:.2f} s", file=sys.stderr)
+    return [
+        Row(workload, name, n, bp, statistics.median(t for t, _ in values),
+            max(m for _, m in values))
+        for name, values in timings.items()
+    ]  # fmt: skip
+
+
+# ---- workloads -----------------------------------------------------------------------------
+def snvs(reference, start: int, n_bases: int) -> list[tuple[str, int, str, str]]:
+    out = []
+    for pos in range(start, start + n_bases):
+        ref = reference.fetch(CHROM, pos - 1, pos)
+        out += [(CHROM, pos, ref, alt) for alt in "ACGT" if alt != ref]
+    return out
+
+
+def shard(reference, variants, recipe: str, window_bp: int) -> pl.DataFrame:
+    frame = pl.DataFrame(variants, schema=["ref_chrom", "pos", "ref", "alt"], orient="row")
+    return add_windows(frame, reference.lengths, recipe, window_bp)
+
+
+def cpu_rows(reps: int, quick: bool) -> list[Row]:
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    model_dir = build_demo_model(ROOT / "resources/demo_model")
+    loaded = load_model(ModelSpec(str(model_dir)))
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
+    model, tok, prefix = loaded.model, loaded.tokenizer, loaded.vocab.prefix_token
+    rows: list[Row] = []
+    with open_reference(FASTA) as ref:
+        # dense saturation mutagenesis, centered 8 kbp (BRCA2-like: 3 alts per site)
+        dense = snvs(ref, 20_001, 4 if quick else 8)
+        dense_shard = shard(ref, dense, "centered", 8192)
+        rows += alternate(
+            "dense saturation, centered 8 kbp", {
+                "ours (published semantics: full_vocab)":
+                    lambda: score_shard(dense_shard, ref, engine, Recipe("centered")),
+                "reference (published approach)":
+                    lambda: naive.centered_scores(model, tok, prefix, ref, dense, 8192),
+                "ours, 6-mer block normalised (dna_block)":
+                    lambda: score_shard(dense_shard, ref, engine, Recipe("centered", "dna_block")),
+            }, len(dense), len(dense) * 8192, reps,
+        )  # fmt: skip
+        # sparse ClinVar-like, right-end next token with 24 kbp of context
+        sparse = [v for v in snvs(ref, 25_000, 40)[::20]][: 3 if quick else 6]
+        sparse_shard = shard(ref, sparse, "nexttoken", 24_000)
+        block_nexttoken = Recipe("nexttoken", "dna_block")
+        rows += alternate(
+            "sparse ClinVar-like, right-end 24 kbp", {
+                "ours (published semantics: acgt_strings)":
+                    lambda: score_shard(sparse_shard, ref, engine, Recipe("nexttoken")),
+                "reference (published approach)":
+                    lambda: naive.nexttoken_scores(model, tok, prefix, ref, sparse, 24_000),
+                "ours, 6-mer block normalised (dna_block)":
+                    lambda: score_shard(sparse_shard, ref, engine, block_nexttoken),
+            }, len(sparse), len(sparse) * 24_000, reps,
+        )  # fmt: skip
+        # every SNV of a region: one pass per tile vs one full forward per base
+        n_bases, context = (24 if quick else 48), 2_400
+        positions = list(range(30_001, 30_001 + n_bases))
+        kmer_ids = loaded.vocab.kmer_ids.tolist()
+        rows += alternate(
+            f"scan of every SNV, {n_bases} bp, >= {context} bp context", {
+                "ours (scan: one pass per tile)":
+                    lambda: scan_region(engine, ref, CHROM, 30_000, 30_000 + n_bases,
+                                        context + 600, context),
+                "reference (one window per base)":
+                    lambda: naive.per_base_marginals(model, tok, prefix, kmer_ids, ref, CHROM,
+                                                     positions, context),
+            }, 3 * n_bases, n_bases, reps,
+        )  # fmt: skip
+    return rows
+
+
+def window_memory_rows(reps: int) -> list[Row]:
+    """One centered window (8,190 bp = 1,366 tokens): the output layer's memory, three ways."""
+    loaded = load_model(ModelSpec(str(build_demo_model(ROOT / "resources/demo_model"))))
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=1)
+    with open_reference(FASTA) as ref:
+        seq = ref.fetch(CHROM, 10_000, 18_190)
+    ids = loaded.vocab.encode(seq)
+    hidden, _ = engine.hidden_states([ids])
+    rows_h = hidden[0]
+    return alternate(
+        "one 8,190 bp window: output layer only", {
+            "ours: 4,096 DNA rows (FNS marginals)":
+                lambda: engine.kmer_base_marginals(engine.dna_log_probs(rows_h, "dna_block")),
+            "ours: chunked full-vocabulary normaliser":
+                lambda: engine.full_logsumexp(rows_h),
+            "reference: full logits + log-softmax":
+                lambda: torch.log_softmax(loaded.model.lm_head(rows_h).float(), dim=-1),
+        }, 1, len(seq), reps,
+    )  # fmt: skip
+
+
+# ---- GPU -------------------------------------------------------------------------------------
+CARBON_SHAPES = {
+    "Carbon-500M": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                        num_attention_heads=16, num_key_value_heads=8),
+    "Carbon-3B": dict(hidden_size=3072, intermediate_size=8448, num_hidden_layers=30,
+                      num_attention_heads=32, num_key_value_heads=4, head_dim=96),
+}  # fmt: skip
+
+
+def bf16_peak_tflops(n: int = 8192, iters: int = 20) -> float:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n**3 * iters / (time.perf_counter() - start) / 1e12
+
+
+def gpu_rows() -> list[dict]:
+    """Centered windows (1,366 tokens) through Carbon-shaped random bf16 models."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from carbon_vep.tokens import DnaVocab
+
+    peak = bf16_peak_tflops()
+    results = []
+    for name, shape in CARBON_SHAPES.items():
+        config = LlamaConfig(vocab_size=155_776, max_position_embeddings=32_768,
+                             tie_word_embeddings=True, **shape)  # fmt: skip
+        model = LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
+        vocab = DnaVocab(k=6, prefix_id=151_669, prefix_token="<dna>",
+                         kmer_ids=torch.arange(151_672, 151_672 + 4096).numpy(), oov_id=151_671,
+                         pad_id=0, vocab_size=155_776)  # fmt: skip
+        engine = Engine(model, vocab, torch.device("cuda"), batch_size=8)
+        ids = [torch.randint(151_672, 151_672 + 4096, (1366,)).numpy() for _ in range(32)]
+        for normalization in ("full_vocab", "dna_block"):
+            engine.token_log_likelihoods(ids[:8], normalization)  # warm-up
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                engine.token_log_likelihoods(ids, normalization)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            seconds = statistics.median(times)
+            tokens = 32 * 1366
+            n_body = sum(p.numel() for n_, p in model.named_parameters() if "embed" not in n_)
+            head_rows = 155_776 if normalization == "full_vocab" else 4096
+            flops = tokens * 2 * (n_body + head_rows * shape["hidden_size"])
+            results.append({
+                "model": name, "normalization": normalization, "tokens_per_s": tokens / seconds,
+                "bp_per_s": 6 * tokens / seconds, "windows_per_s": 32 / seconds,
+                "fraction_of_bf16_peak": flops / seconds / 1e12 / peak, "bf16_peak_tflops": peak,
+                "peak_allocated_gb": torch.cuda.max_memory_allocated() / 1e9,
+            })  # fmt: skip
+        del model, engine
+        torch.cuda.empty_cache()
+    return results
+
+
+# ---- report ----------------------------------------------------------------------------------
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| workload | approach | variants | s | variants/s | bp/s | peak MB | speed vs ref | "
+        "memory vs ref |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ref = next(r for r in rows if r.workload == row.workload and r.approach.startswith("ref"))
+        speed = row.variants_per_s / ref.variants_per_s
+        memory = ref.peak_mb / max(row.peak_mb, 1.0)
+        ratios = "—  | —" if row is ref else f"{speed:.2f}x | {memory:.1f}x less"
+        lines.append(
+            f"| {row.workload} | {row.approach} | {row.n_variants} | {row.seconds:.2f} | "
+            f"{row.variants_per_s:.2f} | {row.bp_per_s:,.0f} | {row.peak_mb:,.0f} | {ratios} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
+    parser.add_argument("--json", default=None, help="also write the raw numbers here")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
+    rows = window_memory_rows(args.reps) + cpu_rows(args.reps, args.quick)
+    print(table(rows))
+    payload: dict = {"cpu": [r.__dict__ | {"variants_per_s": r.variants_per_s} for r in rows]}
+    if torch.cuda.is_available():
+        payload["gpu"] = gpu_rows()
+        for r in payload["gpu"]:
+            print(json.dumps(r))
+    else:
+        print("\nNo CUDA device: GPU rows not measured.")
+    if args.json:
+        Path(args.json).write_text(json.dumps(payload, indent=2))
+
+
+if __name__ == "__main__":
+    main()

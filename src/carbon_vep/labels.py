@@ -1,0 +1,76 @@
+"""Binary labels from ClinVar's clinical significance (INFO `CLNSIG`).
+
+A CLNSIG value lists terms joined by `|` or `,` (e.g. `Pathogenic/Likely_pathogenic|risk_factor`,
+`Likely_pathogenic,_low_penetrance`). Each term is looked up in the mapping as a whole, then as
+its `/`-separated parts; terms the mapping does not name (risk_factor, drug_response, ...) are
+ignored. The label is the one value the named terms agree on, null when none is named
+(Uncertain_significance, not_provided, ...), and null with `label_conflict = true` when the terms
+disagree or ClinVar itself says `Conflicting_...`. Conflicted rows are kept and left out of
+metrics (metrics.py reads `label_conflict`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import polars as pl
+
+from .errors import InputError
+
+# The default mapping; workflow/schemas/config.schema.yaml repeats it as the `clnsig_labels`
+# default (tests/test_ingest_labels.py keeps the two equal).
+DEFAULT_CLNSIG_LABELS: dict[str, int] = {
+    "Pathogenic": 1,
+    "Likely_pathogenic": 1,
+    "Pathogenic/Likely_pathogenic": 1,
+    "Benign": 0,
+    "Likely_benign": 0,
+    "Benign/Likely_benign": 0,
+}
+LABEL_COLUMN = "label"
+CONFLICT_COLUMN = "label_conflict"
+_TERM_SEPARATORS = re.compile(r"[|,]")
+
+
+def clnsig_label(value: str | None, mapping: Mapping[str, int]) -> tuple[int | None, bool]:
+    """(label or None, conflict) for one CLNSIG value."""
+    if value is None:
+        return None, False
+    lookup = {term.lower(): label for term, label in mapping.items()}
+    terms = [t.strip(" _") for t in _TERM_SEPARATORS.split(str(value)) if t.strip(" _.")]
+    if any(term.lower().startswith("conflicting") for term in terms):
+        return None, True
+    labels: set[int] = set()
+    for term in terms:
+        if term.lower() in lookup:
+            labels.add(lookup[term.lower()])
+        else:
+            labels.update(lookup[p.lower()] for p in term.split("/") if p.lower() in lookup)
+    if len(labels) > 1:
+        return None, True
+    return (labels.pop() if labels else None), False
+
+
+def add_clnsig_labels(
+    panel: pl.DataFrame, field: str, mapping: Mapping[str, int], source: str
+) -> pl.DataFrame:
+    """Add `label` (1 / 0 / null) and `label_conflict` from the CLNSIG column `field`."""
+    if field not in panel.columns:
+        raise InputError(
+            source, f"label_source clinvar_clnsig needs the INFO field {field!r}, which the "
+            "panel does not carry"
+        )  # fmt: skip
+    if LABEL_COLUMN in panel.columns:
+        raise InputError(
+            source, f"the panel already has a {LABEL_COLUMN!r} column; with label_source "
+            "clinvar_clnsig the label is derived from CLNSIG, so remove or rename it"
+        )  # fmt: skip
+    values = panel[field].cast(pl.Utf8).to_list()
+    by_value = {v: clnsig_label(v, mapping) for v in set(values)}  # ClinVar has few distinct
+    labels = [by_value[v][0] for v in values]
+    conflicts = [by_value[v][1] for v in values]
+    return panel.with_columns(
+        pl.Series(LABEL_COLUMN, labels, dtype=pl.Int8),
+        pl.Series(CONFLICT_COLUMN, conflicts, dtype=pl.Boolean),
+    )

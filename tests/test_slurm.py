@@ -1,0 +1,136 @@
+"""Proof on a real SLURM: the workflow runs through snakemake-executor-plugin-slurm on the
+single-node cluster of scripts/start_local_slurm.sh (.ci/run starts it) and gives the local
+run's Parquet; a GPU job lands on the GPU partition and its guard stops it at once, as there is
+no CUDA device behind the GRES. Skipped where no SLURM controller answers."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import cluster_support
+import polars as pl
+import pytest
+import yaml
+from cluster_support import (
+    ROOT,
+    SCORES,
+    copy_run,
+    demo_config,
+    run_snakemake,
+    shard_scores,
+)
+
+uninterrupted_run = cluster_support.uninterrupted_run  # session fixture (tests/cluster_support)
+START = "scripts/start_local_slurm.sh"
+
+
+def _slurm_unavailable() -> str | None:
+    """Why the real-SLURM tests cannot run here, or None."""
+    missing = [cmd for cmd in ("sbatch", "squeue", "sinfo", "slurmctld") if not shutil.which(cmd)]
+    if missing:
+        return f"SLURM is not installed ({', '.join(missing)} missing); as root, run {START}"
+    try:
+        result = subprocess.run(
+            ["sinfo", "--noheader", "--format=%R %T"], capture_output=True, text=True, timeout=20
+        )
+    except subprocess.TimeoutExpired:
+        return f"sinfo timed out: no SLURM controller answers; run {START}"
+    states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
+    if result.returncode != 0 or not {"cpu", "gpu"} <= states.keys():
+        problem = result.stderr.strip() or f"partitions: {sorted(states)}"
+        return f"no local SLURM cluster with partitions cpu and gpu ({problem}); run {START}"
+    if not all(state.rstrip("*") in ("idle", "mixed", "allocated") for state in states.values()):
+        return f"the local SLURM node is not up ({states}); run {START}"
+    return None
+
+
+REASON = _slurm_unavailable()
+pytestmark = [pytest.mark.workflow, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+THROUGH_CPU_PARTITION = [
+    "--profile", str(ROOT / "profiles/slurm-a10"),
+    "--profile", str(ROOT / "profiles/slurm-local"),
+    "--workflow-profile", "none",
+]  # fmt: skip
+
+
+def _slurm_jobs(output: str) -> list[tuple[str, str, str]]:
+    """(job id, partition, state) of every SLURM job of the run, from squeue by the run's ID
+    (MinJobAge keeps finished jobs listed)."""
+    run_id = re.search(r"SLURM run ID: (\S+)", output).group(1)
+    result = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--name", run_id, "--format=%i %P %T"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return [tuple(line.split()) for line in result.stdout.splitlines()]
+
+
+def test_workflow_through_slurm_equals_local_run(uninterrupted_run, demo_model_dir, tmp_path):
+    """Every job, score_shard included (routed to the cpu partition by profiles/slurm-local),
+    is an sbatch job; the merged Parquet equals the local run's, frame for frame."""
+    workdir = tmp_path / "wf"
+    workdir.mkdir()
+    config = demo_config(workdir, demo_model_dir)
+    result = run_snakemake(workdir, config, *THROUGH_CPU_PARTITION, SCORES, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    n_shards = len(list((uninterrupted_run / shard_scores(0)).parent.glob("shard_*.parquet")))
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
+    assert len(submitted) == 3 + n_shards  # check_panel, make_shards, the shards, merge_scores
+    jobs = _slurm_jobs(output)
+    assert sorted(job[0] for job in jobs) == sorted(submitted)
+    assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
+    scores = pl.read_parquet(workdir / SCORES)
+    assert scores.equals(pl.read_parquet(uninterrupted_run / SCORES))
+
+
+def test_gpu_job_without_cuda_fails_at_once_on_the_gpu_partition(
+    uninterrupted_run, demo_model_dir, tmp_path
+):
+    """The H100 profile's GPU request (--gpus=h100:1, gpu partition) is accepted and scheduled by
+    a real slurmctld; on this node without CUDA the job's guard stops it with a message naming
+    the shard, the node and the SLURM job."""
+    workdir = copy_run(uninterrupted_run, tmp_path / "wf")
+    (workdir / shard_scores(0)).unlink()
+    config = demo_config(workdir, demo_model_dir, device="cuda")
+    site = yaml.safe_load((ROOT / "profiles/slurm-local/config.yaml").read_text())
+    gpu_rule = yaml.safe_load((ROOT / "profiles/slurm-h100/config.yaml").read_text())
+    gpu_rule = gpu_rule["set-resources"]["score_shard"]
+    site["set-resources"]["score_shard"] = {
+        **gpu_rule, "slurm_partition": "gpu", "cpus_per_gpu": 1, "mem_mb": 2000, "runtime": 10,
+    }  # fmt: skip
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site/config.yaml").write_text(yaml.safe_dump(site))
+    profiles = ["--profile", str(ROOT / "profiles/slurm-h100"), "--profile", str(tmp_path / "site")]
+    result = run_snakemake(
+        workdir, config, *profiles, "--workflow-profile", "none", "--retries", "0",
+        shard_scores(0), timeout=600,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-4000:]
+    [(job_id, partition, state)] = _slurm_jobs(output)
+    assert partition == "gpu" and state == "FAILED"
+    log = (workdir / "logs/results/demo_centered/demo/score_shard_00000.log").read_text()
+    assert (
+        "results/demo_centered/shards/shard_00000.parquet: device 'cuda' requested but no CUDA "
+        "device is visible on node"
+    ) in log
+    assert f"(SLURM job {job_id})" in log and "Traceback" not in log
+    assert not (workdir / shard_scores(0)).exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason=f"{START} needs root")
+def test_start_script_is_idempotent():
+    """Running the start script on a cluster that is up restarts nothing and reports it ready."""
+    pids = [Path(f"/run/{daemon}.pid") for daemon in ("slurmctld", "slurmd")]
+    before = [p.read_text() for p in pids if p.exists()]
+    result = subprocess.run(
+        ["bash", str(ROOT / START)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "local SLURM ready" in result.stdout
+    assert [p.read_text() for p in pids if p.exists()] == before
+    assert Path("/etc/slurm/slurm.conf").read_text().count("PartitionName=") == 2

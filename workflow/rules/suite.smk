@@ -1,0 +1,75 @@
+# Zero-shot suite tasks beyond variant panels, and the results table of the whole run.
+rule score_recovery:
+    input:
+        tasks=lambda wc: config["tasks"][wc.task]["path"],
+        model=model_files,
+    output:
+        predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
+        metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
+    log:
+        f"logs/{OUTDIR}/suite/{{task}}/{{model}}/score_recovery.log",
+    wildcard_constraints:
+        task=task_pattern("sequence_recovery"),
+    conda:
+        "../../envs/carbon-vep.yaml"
+    # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
+    resources:
+        gpu=gpu_count,
+        batch_size=attempt_batch_size,
+        mem_mb=16000,
+        runtime=120,
+    params:
+        model_args=model_load_args,
+        task_args=task_args,
+    shell:
+        # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
+        "export HF_HUB_OFFLINE=1; "
+        "carbon-vep score-recovery --tasks-file {input.tasks} {params.model_args}"
+        " --batch-size {resources.batch_size}"
+        " {params.task_args} --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
+
+
+rule score_perturbation:
+    input:
+        tasks=lambda wc: config["tasks"][wc.task]["path"],
+        model=model_files,
+    output:
+        predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
+        metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
+    log:
+        f"logs/{OUTDIR}/suite/{{task}}/{{model}}/score_perturbation.log",
+    wildcard_constraints:
+        task=task_pattern("perturbation"),
+    conda:
+        "../../envs/carbon-vep.yaml"
+    # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
+    resources:
+        gpu=gpu_count,
+        batch_size=attempt_batch_size,
+        mem_mb=16000,
+        runtime=120,
+    params:
+        model_args=model_load_args,
+        task_args=task_args,
+    shell:
+        # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
+        "export HF_HUB_OFFLINE=1; "
+        "carbon-vep score-perturbation --tasks-file {input.tasks} {params.model_args}"
+        " --batch-size {resources.batch_size}"
+        " {params.task_args} --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
+
+
+rule make_results_table:
+    input:
+        run_metrics(),
+    output:
+        parquet=f"{OUTDIR}/results_table.parquet",
+        tsv=f"{OUTDIR}/results_table.tsv",
+        md=f"{OUTDIR}/results_table.md",
+    log:
+        f"logs/{OUTDIR}/make_results_table.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    shell:
+        "carbon-vep results-table --metrics {input} --out-parquet {output.parquet}"
+        " --out-tsv {output.tsv} --out-md {output.md} > {log} 2>&1"
