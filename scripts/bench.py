@@ -4,8 +4,9 @@ Runs both in one process, alternating (ours, reference, ours, reference, ...), o
 and inputs, and prints a Markdown table with variants/s, bp/s, peak memory and the ratios.
 
 CPU (always): the demo model — a 2-layer body with Carbon's full 155,776-entry vocabulary, so the
-output layer weighs what Carbon's does. Peak memory is the process's peak RSS above its RSS at the
-start of each run (Linux VmHWM, reset through /proc/self/clear_refs before every run).
+output layer weighs what Carbon's does. Times are medians of the interleaved runs. Peak memory is
+measured once per approach in a fresh spawned process: its peak RSS (Linux VmHWM) above its RSS
+with the model loaded, so memory one approach freed cannot hide another's.
 GPU (when CUDA is available): random-weight bf16 models with the exact Carbon-500M and Carbon-3B
 shapes; tokens/s, bp/s and the fraction of the bf16 matmul peak measured in the same run.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import sys
 import time
@@ -48,14 +50,24 @@ def _status_kb(field: str) -> int:
     return 0
 
 
-def measure(run: Callable[[], object]) -> tuple[float, float]:
-    """(seconds, peak MB above the RSS at start) of one call."""
-    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+def peak_mb(run: Callable[[], object]) -> float:
+    """Peak RSS above the RSS at the start of `run` (VmHWM reset through /proc/self/clear_refs).
+
+    Call it in a fresh process: memory an earlier run freed but the allocator kept would
+    otherwise be reused without raising RSS, and the peak would read too low.
+    """
+    Path("/proc/self/clear_refs").write_text("5")
     before = _status_kb("VmRSS")
-    start = time.perf_counter()
     run()
-    seconds = time.perf_counter() - start
-    return seconds, (_status_kb("VmHWM") - before) / 1024
+    return (_status_kb("VmHWM") - before) / 1024
+
+
+@dataclass
+class Workload:
+    name: str
+    n_variants: int
+    bp: int
+    approaches: dict[str, Callable[[], object]]
 
 
 @dataclass
@@ -76,17 +88,33 @@ class Row:
         return self.bp / self.seconds
 
 
-def alternate(workload: str, runs: dict[str, Callable[[], object]], n: int, bp: int, reps: int):
-    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+def alternate(workload: Workload, reps: int) -> dict[str, float]:
+    """Median seconds per approach, runs interleaved (ours, reference, ours, reference, ...)."""
+    timings: dict[str, list[float]] = {name: [] for name in workload.approaches}
     for _ in range(reps):
-        for name, run in runs.items():
-            timings[name].append(measure(run))
-            print(f"  {workload} / {name}: {timings[name][-1][0]:.2f} s", file=sys.stderr)
-    return [
-        Row(workload, name, n, bp, statistics.median(t for t, _ in values),
-            max(m for _, m in values))
-        for name, values in timings.items()
-    ]  # fmt: skip
+        for name, run in workload.approaches.items():
+            start = time.perf_counter()
+            run()
+            timings[name].append(time.perf_counter() - start)
+            print(f"  {workload.name} / {name}: {timings[name][-1]:.2f} s", file=sys.stderr)
+    return {name: statistics.median(values) for name, values in timings.items()}
+
+
+def _child_peak(quick: bool, workload_index: int, approach: str, queue) -> None:
+    with torch.inference_mode(), open_reference(FASTA) as ref:
+        workload = build_workloads(ref, quick)[workload_index]
+        queue.put(peak_mb(workload.approaches[approach]))
+
+
+def child_peak_mb(quick: bool, workload_index: int, approach: str) -> float:
+    """Peak memory of one approach, measured alone in a fresh (spawned) process."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_child_peak, args=(quick, workload_index, approach, queue))
+    process.start()
+    value = queue.get()
+    process.join()
+    return value
 
 
 # ---- workloads -----------------------------------------------------------------------------
@@ -103,77 +131,67 @@ def shard(reference, variants, recipe: str, window_bp: int) -> pl.DataFrame:
     return add_windows(frame, reference.lengths, recipe, window_bp)
 
 
-def cpu_rows(reps: int, quick: bool) -> list[Row]:
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    model_dir = build_demo_model(ROOT / "resources/demo_model")
-    loaded = load_model(ModelSpec(str(model_dir)))
+def build_workloads(ref, quick: bool) -> list[Workload]:
+    """The same model and inputs for every approach (the demo model: Carbon's vocabulary)."""
+    loaded = load_model(ModelSpec(str(build_demo_model(ROOT / "resources/demo_model"))))
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
     model, tok, prefix = loaded.model, loaded.tokenizer, loaded.vocab.prefix_token
-    rows: list[Row] = []
-    with open_reference(FASTA) as ref:
-        # dense saturation mutagenesis, centered 8 kbp (BRCA2-like: 3 alts per site)
-        dense = snvs(ref, 20_001, 4 if quick else 8)
-        dense_shard = shard(ref, dense, "centered", 8192)
-        rows += alternate(
-            "dense saturation, centered 8 kbp", {
-                "ours (published semantics: full_vocab)":
-                    lambda: score_shard(dense_shard, ref, engine, Recipe("centered")),
-                "reference (published approach)":
-                    lambda: naive.centered_scores(model, tok, prefix, ref, dense, 8192),
-                "ours, 6-mer block normalised (dna_block)":
-                    lambda: score_shard(dense_shard, ref, engine, Recipe("centered", "dna_block")),
-            }, len(dense), len(dense) * 8192, reps,
-        )  # fmt: skip
-        # sparse ClinVar-like, right-end next token with 24 kbp of context
-        sparse = [v for v in snvs(ref, 25_000, 40)[::20]][: 3 if quick else 6]
-        sparse_shard = shard(ref, sparse, "nexttoken", 24_000)
-        block_nexttoken = Recipe("nexttoken", "dna_block")
-        rows += alternate(
-            "sparse ClinVar-like, right-end 24 kbp", {
-                "ours (published semantics: acgt_strings)":
-                    lambda: score_shard(sparse_shard, ref, engine, Recipe("nexttoken")),
-                "reference (published approach)":
-                    lambda: naive.nexttoken_scores(model, tok, prefix, ref, sparse, 24_000),
-                "ours, 6-mer block normalised (dna_block)":
-                    lambda: score_shard(sparse_shard, ref, engine, block_nexttoken),
-            }, len(sparse), len(sparse) * 24_000, reps,
-        )  # fmt: skip
-        # every SNV of a region: one pass per tile vs one full forward per base
-        n_bases, context = (24 if quick else 48), 2_400
-        positions = list(range(30_001, 30_001 + n_bases))
-        kmer_ids = loaded.vocab.kmer_ids.tolist()
-        rows += alternate(
-            f"scan of every SNV, {n_bases} bp, >= {context} bp context", {
-                "ours (scan: one pass per tile)":
-                    lambda: scan_region(engine, ref, CHROM, 30_000, 30_000 + n_bases,
-                                        context + 600, context),
-                "reference (one window per base)":
-                    lambda: naive.per_base_marginals(model, tok, prefix, kmer_ids, ref, CHROM,
-                                                     positions, context),
-            }, 3 * n_bases, n_bases, reps,
-        )  # fmt: skip
-    return rows
-
-
-def window_memory_rows(reps: int) -> list[Row]:
-    """One centered window (8,190 bp = 1,366 tokens): the output layer's memory, three ways."""
-    loaded = load_model(ModelSpec(str(build_demo_model(ROOT / "resources/demo_model"))))
-    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=1)
-    with open_reference(FASTA) as ref:
-        seq = ref.fetch(CHROM, 10_000, 18_190)
-    ids = loaded.vocab.encode(seq)
-    hidden, _ = engine.hidden_states([ids])
-    rows_h = hidden[0]
-    return alternate(
-        "one 8,190 bp window: output layer only", {
+    window = ref.fetch(CHROM, 10_000, 18_190)  # one centered window: 1,366 tokens
+    rows_h = engine.hidden_states([loaded.vocab.encode(window)])[0][0]
+    dense = snvs(ref, 20_001, 4 if quick else 8)  # saturation mutagenesis: 3 alts per site
+    dense_shard = shard(ref, dense, "centered", 8192)
+    sparse = snvs(ref, 25_000, 40)[::20][: 3 if quick else 6]  # ClinVar-like: far apart
+    sparse_shard = shard(ref, sparse, "nexttoken", 24_000)
+    n_bases, context = (24 if quick else 48), 2_400
+    positions = list(range(30_001, 30_001 + n_bases))
+    kmer_ids = loaded.vocab.kmer_ids.tolist()
+    return [
+        Workload("one 8,190 bp window: output layer only", 1, len(window), {
             "ours: 4,096 DNA rows (FNS marginals)":
                 lambda: engine.kmer_base_marginals(engine.dna_log_probs(rows_h, "dna_block")),
-            "ours: chunked full-vocabulary normaliser":
-                lambda: engine.full_logsumexp(rows_h),
+            "ours: chunked full-vocabulary normaliser": lambda: engine.full_logsumexp(rows_h),
             "reference: full logits + log-softmax":
-                lambda: torch.log_softmax(loaded.model.lm_head(rows_h).float(), dim=-1),
-        }, 1, len(seq), reps,
-    )  # fmt: skip
+                lambda: torch.log_softmax(model.lm_head(rows_h).float(), dim=-1),
+        }),
+        Workload("dense saturation, centered 8 kbp", len(dense), len(dense) * 8192, {
+            "ours (published semantics: full_vocab)":
+                lambda: score_shard(dense_shard, ref, engine, Recipe("centered")),
+            "reference (published approach)":
+                lambda: naive.centered_scores(model, tok, prefix, ref, dense, 8192),
+            "ours, 6-mer block normalised (dna_block)":
+                lambda: score_shard(dense_shard, ref, engine, Recipe("centered", "dna_block")),
+        }),
+        Workload("sparse ClinVar-like, right-end 24 kbp", len(sparse), len(sparse) * 24_000, {
+            "ours (published semantics: acgt_strings)":
+                lambda: score_shard(sparse_shard, ref, engine, Recipe("nexttoken")),
+            "reference (published approach)":
+                lambda: naive.nexttoken_scores(model, tok, prefix, ref, sparse, 24_000),
+            "ours, 6-mer block normalised (dna_block)":
+                lambda: score_shard(sparse_shard, ref, engine, Recipe("nexttoken", "dna_block")),
+        }),
+        Workload(f"scan of every SNV, {n_bases} bp, >= {context} bp context", 3 * n_bases,
+                 n_bases, {
+            "ours (scan: one pass per tile)":
+                lambda: scan_region(engine, ref, CHROM, 30_000, 30_000 + n_bases, context + 600,
+                                    context),
+            "reference (one window per base)":
+                lambda: naive.per_base_marginals(model, tok, prefix, kmer_ids, ref, CHROM,
+                                                 positions, context),
+        }),
+    ]  # fmt: skip
+
+
+def cpu_rows(reps: int, quick: bool) -> list[Row]:
+    rows = []
+    with torch.inference_mode(), open_reference(FASTA) as ref:
+        workloads = build_workloads(ref, quick)
+        for index, workload in enumerate(workloads):
+            seconds = alternate(workload, reps)
+            for approach, secs in seconds.items():
+                memory = child_peak_mb(quick, index, approach)
+                rows.append(Row(workload.name, approach, workload.n_variants, workload.bp, secs,
+                                memory))  # fmt: skip
+    return rows
 
 
 # ---- GPU -------------------------------------------------------------------------------------
@@ -266,7 +284,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the raw numbers here")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
-    rows = window_memory_rows(args.reps) + cpu_rows(args.reps, args.quick)
+    rows = cpu_rows(args.reps, args.quick)
     print(table(rows))
     payload: dict = {"cpu": [r.__dict__ | {"variants_per_s": r.variants_per_s} for r in rows]}
     if torch.cuda.is_available():
