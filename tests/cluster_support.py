@@ -1,5 +1,6 @@
-"""Helpers shared by the cluster tests (profiles, resume, real SLURM, Hub cache): a one-dataset
-demo config with short windows, and snakemake run from the repository root in a subprocess."""
+"""Helpers shared by the tests that run the real Snakefile (workflow, ingest, profiles, resume,
+real SLURM, Hub cache): a one-dataset demo config with short windows, and snakemake run from
+the repository root in a subprocess."""
 
 from __future__ import annotations
 

@@ -4,15 +4,14 @@ the right status, scored rows are right, counts add up; unusable panels and conf
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
+from cluster_support import run_snakemake
 
 from carbon_vep.reference import open_reference
 
@@ -25,18 +24,8 @@ with open_reference(FASTA) as _ref:
 RAW = "".join(FASTA.read_text().split("\n")[1:])  # as in the file, lowercase repeats included
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    return env
-
-
 def _snakemake(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-        "--directory", str(workdir), "--configfile", str(config), "--cores", "2", *extra,
-    ]  # fmt: skip
-    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900)
+    return run_snakemake(workdir, config, "--cores", "2", *extra, timeout=900)
 
 
 def _config(workdir: Path, model: Path, datasets: dict[str, dict]) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +10,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
+from cluster_support import run_snakemake, workflow_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "resources/demo"
 PANEL_ROWS = 56  # 44 VCF records, multi-allelic ones split into one row per ALT
 pytestmark = pytest.mark.workflow
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    return env
 
 
 def _absolute(node):
@@ -54,11 +48,7 @@ def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf
 
 
 def _snakemake(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-        "--directory", str(workdir), "--configfile", str(config), "--cores", "2", *extra,
-    ]  # fmt: skip
-    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=900)
+    return run_snakemake(workdir, config, "--cores", "2", *extra, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +146,7 @@ def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
         "--model", str(demo_run / "resources/demo_model"), "--recipe", "centered",
         "--rc-average", "--context", "240", "--out", str(out),
     ]  # fmt: skip
-    subprocess.run(cmd, env=_env(), check=True, capture_output=True, timeout=600)
+    subprocess.run(cmd, env=workflow_env(), check=True, capture_output=True, timeout=600)
     wf = pl.read_parquet(demo_run / "results/demo_centered/demo/scores.parquet")
     cli = pl.read_parquet(out)
     assert wf.select("row_id", "status").equals(cli.select("row_id", "status"))
