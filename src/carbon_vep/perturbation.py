@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 import polars as pl
 
 from .engine import Engine
-from .suite import bootstrap_mean_interval, non_acgt_count
+from .suite import bootstrap_mean_interval
+from .tokens import non_acgt_count
 
 SCORINGS = ("token", "bp")
 ACCURACY_DEFINITION = (

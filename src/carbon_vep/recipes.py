@@ -18,7 +18,7 @@ import polars as pl
 from .engine import Engine
 from .reference import Reference
 from .scan import scan_tiles, snv_scores, tiles_for_positions
-from .tokens import BASES
+from .tokens import BASES, non_acgt_count
 from .windows import SCORE_KEY, prepare_right_context, rc_index, reverse_complement, substitute
 
 RECIPES = ("centered", "fns", "nexttoken", "scan")
@@ -74,10 +74,6 @@ def _row(key: tuple, recipe: Recipe, **values: Any) -> dict[str, Any]:
     row.update(zip(SCORE_KEY, key, strict=True))
     row.update(recipe=recipe.name, normalization=recipe.resolved_normalization, **values)
     return row
-
-
-def _non_acgt(seq: str) -> int:
-    return len(seq) - sum(seq.count(b) for b in BASES)
 
 
 def check_context(shard: pl.DataFrame, engine: Engine, recipe: Recipe) -> None:
@@ -150,7 +146,7 @@ def _score_windows(
         views = _window_views(row, window, recipe.rc_average)
         if any(i >= usable for _, i, _, _ in views):
             reason = f"variant falls in the last {len(window) % k} bp trimmed to whole {k}-mers"
-            plans.append((key, None, reason, len(window), _non_acgt(window)))
+            plans.append((key, None, reason, len(window), non_acgt_count(window)))
             continue
         pairs = []
         for seq, i, ref, alt in views:
@@ -159,7 +155,7 @@ def _score_windows(
             if alt_seq not in groups[ref_seq]:  # identical windows are scored once
                 groups[ref_seq].append(alt_seq)
             pairs.append((ref_seq, alt_seq))
-        plans.append((key, pairs, "", usable, _non_acgt(window[:usable])))
+        plans.append((key, pairs, "", usable, non_acgt_count(window[:usable])))
     means = _group_scores(groups, engine, recipe)
     rows = []
     for key, pairs, reason, bp, non_acgt in plans:
@@ -191,7 +187,7 @@ def _score_nexttoken(
         raw = reference.fetch(row["ref_chrom"], row["window_start"], row["window_end"])
         context = prepare_right_context(raw, engine.k)
         plans.append((tuple(row[c] for c in SCORE_KEY), contexts.setdefault(context, len(contexts)),
-                      len(context), _non_acgt(context)))  # fmt: skip
+                      len(context), non_acgt_count(context)))  # fmt: skip
     ids = [engine.vocab.encode(c) for c in contexts]
     log_probs = engine.next_base_log_probs(ids, recipe.resolved_normalization)
     rows = []

@@ -32,7 +32,8 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from .model import LoadedModel
-from .suite import bootstrap_mean_interval, non_acgt_count
+from .suite import bootstrap_mean_interval
+from .tokens import non_acgt_count
 
 DECODERS = ("token", "fns_marginal", "fns_conditional")
 CHANCE_ACCURACY = 0.25

@@ -19,7 +19,6 @@ import polars as pl
 from . import atomic
 from .errors import InputError
 from .metrics import bootstrap_intervals
-from .tokens import BASES
 
 TABLE_SUFFIXES = {".parquet": "parquet", ".tsv": "\t", ".txt": "\t", ".csv": ","}
 
@@ -55,12 +54,6 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
             "{}:{} {}", pl.lit(str(path)), pl.lit(unit), pl.int_range(pl.len()) + first
         ).alias("source"),
     )
-
-
-def non_acgt_count(seq: str) -> int:
-    """Bases other than A, C, G, T (upper case) in a task sequence; they reach the model as
-    `<oov>` tokens, as in the published scripts, and are counted in the outputs."""
-    return len(seq) - sum(seq.count(b) for b in BASES)
 
 
 def bootstrap_mean_interval(values: np.ndarray, n_resamples: int, seed: int) -> dict | None:

@@ -25,6 +25,11 @@ for _i, _b in enumerate(BASES):
     _CODE[ord(_b.lower())] = _i
 
 
+def non_acgt_count(seq: str) -> int:
+    """Bases other than upper-case A, C, G, T: they reach the model as `<oov>` tokens."""
+    return len(seq) - sum(seq.count(b) for b in BASES)
+
+
 def base_codes(seq: str, k: int) -> np.ndarray:
     """ATCG codes of `seq` as [len/k, k] (non-ACGT = -1); len must be a multiple of k."""
     return _CODE[np.frombuffer(seq.encode("ascii"), dtype=np.uint8)].reshape(-1, k)
