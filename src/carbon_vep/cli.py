@@ -13,8 +13,10 @@ import polars as pl
 
 from . import atomic
 from .errors import InputError
+from .windows import DEFAULT_WINDOW_BP
 
 log = logging.getLogger("carbon_vep")
+RECIPE_NAMES = tuple(DEFAULT_WINDOW_BP)  # centered, fns, nexttoken, scan
 
 
 def _key_values(pairs: list[str]) -> dict[str, str]:
@@ -37,7 +39,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_recipe_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--recipe", required=True, choices=["centered", "fns", "nexttoken", "scan"])
+    p.add_argument("--recipe", required=True, choices=RECIPE_NAMES)
     p.add_argument(
         "--normalization",
         default="published",
@@ -128,7 +130,7 @@ def cmd_check_panel(args: argparse.Namespace) -> None:
 
 def cmd_make_shards(args: argparse.Namespace) -> None:
     from .reference import open_reference
-    from .windows import DEFAULT_WINDOW_BP, add_windows, assign_shards, unique_variants
+    from .windows import add_windows, assign_shards, unique_variants
 
     checked = pl.read_parquet(args.checked)
     window_bp = args.window_bp or DEFAULT_WINDOW_BP[args.recipe]
@@ -318,7 +320,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     from .merge import merge_scores
     from .recipes import score_shard
     from .reference import open_reference
-    from .windows import DEFAULT_WINDOW_BP, add_windows, unique_variants
+    from .windows import add_windows, unique_variants
 
     recipe = _recipe(args)
     window_bp = args.context or DEFAULT_WINDOW_BP[args.recipe]
@@ -390,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("make-shards", help="build windows and group variants into shards")
     p.add_argument("--checked", required=True)
     p.add_argument("--reference", required=True)
-    p.add_argument("--recipe", required=True, choices=["centered", "fns", "nexttoken", "scan"])
+    p.add_argument("--recipe", required=True, choices=RECIPE_NAMES)
     p.add_argument("--window-bp", type=int, default=None, help="default: the recipe's published")
     p.add_argument("--shard-size", type=int, required=True)
     p.add_argument("--outdir", required=True)

@@ -22,7 +22,6 @@ import torch
 from .tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
-NORMALIZATIONS = ("full_vocab", "dna_block", "acgt_strings")
 
 
 class ContextTooLongError(ValueError):

@@ -21,7 +21,6 @@ from .scan import scan_tiles, snv_scores, tiles_for_positions
 from .tokens import BASES, non_acgt_count
 from .windows import SCORE_KEY, prepare_right_context, rc_index, reverse_complement, substitute
 
-RECIPES = ("centered", "fns", "nexttoken", "scan")
 PUBLISHED_NORMALIZATION = {
     "centered": "full_vocab",
     "nexttoken": "acgt_strings",
