@@ -28,16 +28,21 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from carbon_vep import naive
+from carbon_vep.config import ModelSettings, RecipeSettings, TileSettings
 from carbon_vep.demo_model import build_demo_model
 from carbon_vep.engine import Engine
-from carbon_vep.model import ModelSpec, load_model
-from carbon_vep.recipes import Recipe, score_shard
+from carbon_vep.model import load_model
+from carbon_vep.recipes import RECIPES
 from carbon_vep.reference import open_reference
 from carbon_vep.scan import scan_region
-from carbon_vep.windows import add_windows
+from carbon_vep.scoring import score_shard
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the reference implementations live with the tests
+import naive  # noqa: E402
+
+BLOCK = {name: RecipeSettings(name, "dna_block") for name in ("centered", "nexttoken")}
+
 FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"
 CHROM = "chr17"
 
@@ -128,12 +133,12 @@ def snvs(reference, start: int, n_bases: int) -> list[tuple[str, int, str, str]]
 
 def shard(reference, variants, recipe: str, window_bp: int) -> pl.DataFrame:
     frame = pl.DataFrame(variants, schema=["ref_chrom", "pos", "ref", "alt"], orient="row")
-    return add_windows(frame, reference.lengths, recipe, window_bp)
+    return RECIPES[recipe].add_windows(frame, reference.lengths, window_bp)
 
 
 def build_workloads(ref, quick: bool) -> list[Workload]:
     """The same model and inputs for every approach (the demo model: Carbon's vocabulary)."""
-    loaded = load_model(ModelSpec(str(build_demo_model(ROOT / "resources/demo_model"))))
+    loaded = load_model(ModelSettings(str(build_demo_model(ROOT / "resources/demo_model"))))
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
     model, tok, prefix = loaded.model, loaded.tokenizer, loaded.vocab.prefix_token
     window = ref.fetch(CHROM, 10_000, 18_190)  # one centered window: 1,366 tokens
@@ -155,25 +160,25 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
         }),
         Workload("dense saturation, centered 8 kbp", len(dense), len(dense) * 8192, {
             "ours (published semantics: full_vocab)":
-                lambda: score_shard(dense_shard, ref, engine, Recipe("centered")),
+                lambda: score_shard(dense_shard, ref, engine, RecipeSettings("centered")),
             "reference (published approach)":
                 lambda: naive.centered_scores(model, tok, prefix, ref, dense, 8192),
             "ours, 6-mer block normalised (dna_block)":
-                lambda: score_shard(dense_shard, ref, engine, Recipe("centered", "dna_block")),
+                lambda: score_shard(dense_shard, ref, engine, BLOCK["centered"]),
         }),
         Workload("sparse ClinVar-like, right-end 24 kbp", len(sparse), len(sparse) * 24_000, {
             "ours (published semantics: acgt_strings)":
-                lambda: score_shard(sparse_shard, ref, engine, Recipe("nexttoken")),
+                lambda: score_shard(sparse_shard, ref, engine, RecipeSettings("nexttoken")),
             "reference (published approach)":
                 lambda: naive.nexttoken_scores(model, tok, prefix, ref, sparse, 24_000),
             "ours, 6-mer block normalised (dna_block)":
-                lambda: score_shard(sparse_shard, ref, engine, Recipe("nexttoken", "dna_block")),
+                lambda: score_shard(sparse_shard, ref, engine, BLOCK["nexttoken"]),
         }),
         Workload(f"scan of every SNV, {n_bases} bp, >= {context} bp context", 3 * n_bases,
                  n_bases, {
             "ours (scan: one pass per tile)":
-                lambda: scan_region(engine, ref, CHROM, 30_000, 30_000 + n_bases, context + 600,
-                                    context),
+                lambda: scan_region(engine, ref, CHROM, 30_000, 30_000 + n_bases,
+                                    TileSettings(context + 600, context)),
             "reference (one window per base)":
                 lambda: naive.per_base_marginals(model, tok, prefix, kmer_ids, ref, CHROM,
                                                  positions, context),
@@ -248,12 +253,12 @@ def model_rows(
         ids = [torch.randint(151_672, 151_672 + 4096, (tokens,)).numpy() for _ in range(n_windows)]
         n_body = sum(p.numel() for n_, p in model.named_parameters() if "embed" not in n_)
         for normalization in ("full_vocab", "dna_block"):
-            engine.token_log_likelihoods(ids[:8], normalization)  # warm-up
+            naive.token_log_likelihoods(engine, ids[:8], normalization)  # warm-up
             _sync(device)
             times = []
             for _ in range(3):
                 start = time.perf_counter()
-                engine.token_log_likelihoods(ids, normalization)
+                naive.token_log_likelihoods(engine, ids, normalization)
                 _sync(device)
                 times.append(time.perf_counter() - start)
             seconds = statistics.median(times)

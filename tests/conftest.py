@@ -47,9 +47,10 @@ DEMO_FASTA = Path(__file__).resolve().parents[1] / "resources/demo/chr17.hg19.pa
 @pytest.fixture(scope="session")
 def loaded(demo_model_dir: Path):
     """The demo model loaded through the real path (AutoTokenizer/AutoModel + adapter)."""
-    from carbon_vep.model import ModelSpec, load_model
+    from carbon_vep.config import ModelSettings
+    from carbon_vep.model import load_model
 
-    return load_model(ModelSpec(str(demo_model_dir)))
+    return load_model(ModelSettings(str(demo_model_dir)))
 
 
 @pytest.fixture(scope="session")

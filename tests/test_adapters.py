@@ -16,11 +16,12 @@ import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from carbon_vep.config import ModelSettings, RecipeSettings
 from carbon_vep.engine import Engine
-from carbon_vep.model import ModelSpec, load_model
-from carbon_vep.recipes import Recipe, score_shard
+from carbon_vep.model import load_model
+from carbon_vep.recipes import RECIPES
 from carbon_vep.reference import open_reference
-from carbon_vep.windows import add_windows
+from carbon_vep.scoring import score_shard
 
 DEMO_FASTA = Path(__file__).resolve().parents[1] / "resources/demo/chr17.hg19.part.fa"
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"] + [f"<reserved_{i}>" for i in range(28)]
@@ -50,7 +51,7 @@ def build_kmer_model(out: Path, k: int) -> Path:
 @pytest.fixture(scope="module", params=[6, 3], ids=["k6", "k3"])
 def kmer_model(request, tmp_path_factory):
     path = build_kmer_model(tmp_path_factory.mktemp(f"kmer{request.param}"), request.param)
-    return request.param, load_model(ModelSpec(str(path), trust_remote_code=False))
+    return request.param, load_model(ModelSettings(str(path), trust_remote_code=False))
 
 
 def test_adapter_finds_block_and_bos_prefix(kmer_model):
@@ -72,8 +73,8 @@ def test_centered_recipe_matches_full_logits(kmer_model):
         alt = "A" if base != "A" else "C"
         frame = pl.DataFrame([("chr17", pos, base, alt)], schema=["ref_chrom", "pos", "ref", "alt"],
                              orient="row")  # fmt: skip
-        shard = add_windows(frame, ref.lengths, "centered", 120)
-        row = score_shard(shard, ref, engine, Recipe("centered")).row(0, named=True)
+        shard = RECIPES["centered"].add_windows(frame, ref.lengths, 120)
+        row = score_shard(shard, ref, engine, RecipeSettings("centered")).row(0, named=True)
         window = ref.fetch("chr17", pos - 1 - 60, pos - 1 + 60)
     variant = window[:60] + alt + window[61:]
 

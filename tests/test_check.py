@@ -10,8 +10,9 @@ from carbon_vep.check import (
     summarize,
     trim_alleles,
 )
+from carbon_vep.contigs import resolve_contigs
 from carbon_vep.errors import PanelUnusableError
-from carbon_vep.reference import open_reference, resolve_contigs
+from carbon_vep.reference import open_reference
 
 
 def _panel(rows):
@@ -241,3 +242,23 @@ def test_header_contig_lengths_catch_a_small_wrong_build_panel(genome):
         # enough matching REF alleles vouch for the panel despite a sloppy header
         many = _snv_rows(contigs["chr1"].upper(), "chr1", range(100, 140))
         assert (check_panel(_panel(many), ref, CheckPolicy(), mismatches)["status"] == "ok").all()
+
+
+def test_copies_of_a_variant_are_counted_on_the_aliased_contig(genome):
+    """`chr1` and `1` are one variant: n_copies_in_panel and duplicate_of agree (they once
+    grouped on different spellings, so a mixed panel got counts that contradicted each other)."""
+    path, contigs = genome
+    c1 = contigs["chr1"].upper()
+    rows = _snv_rows(c1, "chr1", range(100, 130))
+    rows += [("1", *rows[0][1:]), ("chr1", *rows[0][1:]), ("1", *rows[5][1:])]
+    rows += [(None, 7, "A", "C"), (None, 7, "A", "C")]  # no usable key: not copies of anything
+    checked = check_panel(_panel(rows), open_reference(path))
+    copies = checked["n_copies_in_panel"].to_list()
+    assert copies[0] == copies[30] == copies[31] == 3
+    assert copies[5] == copies[32] == 2
+    assert copies[33:] == [1, 1] and copies[1] == 1
+    duplicates = checked["duplicate_of"].to_list()
+    assert duplicates[30:33] == [0, 0, 5]
+    # every row that points at a first row is counted with it, and vice versa
+    for row in checked.filter(pl.col("duplicate_of").is_not_null()).iter_rows(named=True):
+        assert copies[row["duplicate_of"]] == row["n_copies_in_panel"] > 1

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import itertools
 
+import naive
 import numpy as np
 import polars as pl
 import pytest
 import torch
 
-from carbon_vep import naive
+from carbon_vep.config import RecipeSettings
 from carbon_vep.engine import Engine, verify_output_layer
-from carbon_vep.recipes import Recipe, score_shard
+from carbon_vep.recipes import RECIPES
 from carbon_vep.reference import open_reference
-from carbon_vep.windows import add_windows, reverse_complement
+from carbon_vep.scoring import score_shard
+from carbon_vep.windows import reverse_complement
 
 KMERS = ["".join(p) for p in itertools.product("ACGT", repeat=6)]
 
@@ -26,7 +28,7 @@ def engine_for(loaded, batch_size=8, **kwargs) -> Engine:
     return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=batch_size, **kwargs)
 
 
-# ---- straightforward references (carbon_vep.naive: full logits, one window per variant) ----
+# ---- straightforward references (tests/naive.py: full logits, one window per variant) ----
 def full_log_probs(loaded, seq: str) -> tuple[torch.Tensor, torch.Tensor]:
     return naive.full_log_probs(loaded.model, loaded.tokenizer, "<dna>", seq)
 
@@ -52,7 +54,7 @@ def naive_bp_ll(loaded, seq: str) -> float:
 
 def shard_of(reference, rows, recipe, window_bp):
     frame = pl.DataFrame(rows, schema=["ref_chrom", "pos", "ref", "alt"], orient="row")
-    return add_windows(frame, reference.lengths, recipe, window_bp)
+    return RECIPES[recipe].add_windows(frame, reference.lengths, window_bp)
 
 
 def snvs_on(reference, chrom, positions):
@@ -83,7 +85,7 @@ def test_output_layer_probe(loaded):
 
 def test_centered_recipe_matches_full_logits(loaded, reference):
     shard = shard_of(reference, snvs(reference, [5000, 5003]), "centered", 124)
-    scores = score_shard(shard, reference, engine_for(loaded), Recipe("centered"))
+    scores = score_shard(shard, reference, engine_for(loaded), RecipeSettings("centered"))
     for row in scores.iter_rows(named=True):
         window_row = shard.filter(
             (pl.col("pos") == row["pos"]) & (pl.col("alt") == row["alt"])
@@ -102,7 +104,7 @@ def test_centered_recipe_matches_full_logits(loaded, reference):
 def test_rc_average_uses_mirrored_variant_index(loaded, reference):
     shard = shard_of(reference, snvs(reference, [7001])[:1], "centered", 120)
     row = score_shard(
-        shard, reference, engine_for(loaded), Recipe("centered", rc_average=True)
+        shard, reference, engine_for(loaded), RecipeSettings("centered", rc_average=True)
     ).row(0, named=True)
     w = shard.row(0, named=True)
     window = reference.fetch("chr17", w["window_start"], w["window_end"])
@@ -118,7 +120,7 @@ def test_rc_average_uses_mirrored_variant_index(loaded, reference):
 
 def test_nexttoken_recipe_matches_published_normaliser(loaded, reference):
     shard = shard_of(reference, snvs(reference, [6000, 6001]), "nexttoken", 100)
-    scores = score_shard(shard, reference, engine_for(loaded), Recipe("nexttoken"))
+    scores = score_shard(shard, reference, engine_for(loaded), RecipeSettings("nexttoken"))
     for row in scores.iter_rows(named=True):
         variant = ("chr17", row["pos"], row["ref"], row["alt"])
         (expected,) = naive.nexttoken_scores(
@@ -141,7 +143,9 @@ def test_nexttoken_dna_block_is_first_base_marginal(loaded, reference):
 
 def test_fns_recipe_matches_bp_level_reference(loaded, reference):
     shard = shard_of(reference, snvs(reference, [9000])[:1], "fns", 48)
-    row = score_shard(shard, reference, engine_for(loaded), Recipe("fns")).row(0, named=True)
+    row = score_shard(shard, reference, engine_for(loaded), RecipeSettings("fns")).row(
+        0, named=True
+    )
     window = reference.fetch("chr17", 9000 - 1 - 24, 9000 - 1 + 24)
     assert row["ref_ll"] == pytest.approx(naive_bp_ll(loaded, window), abs=1e-5)
 
@@ -150,19 +154,27 @@ def test_batch_size_does_not_change_scores(loaded, reference):
     # windows of different lengths (clipped at the contig start) in one batch
     rows = snvs(reference, [30, 200, 5000]) + snvs(reference, [7000])
     shard = shard_of(reference, rows, "centered", 600)
-    one = score_shard(shard, reference, engine_for(loaded, batch_size=1), Recipe("centered"))
-    eight = score_shard(shard, reference, engine_for(loaded, batch_size=8), Recipe("centered"))
+    one = score_shard(
+        shard, reference, engine_for(loaded, batch_size=1), RecipeSettings("centered")
+    )
+    eight = score_shard(
+        shard, reference, engine_for(loaded, batch_size=8), RecipeSettings("centered")
+    )
     assert np.allclose(one["score"].to_numpy(), eight["score"].to_numpy(), atol=1e-5)
     shard = shard_of(reference, rows, "nexttoken", 600)
-    one = score_shard(shard, reference, engine_for(loaded, batch_size=1), Recipe("nexttoken"))
-    eight = score_shard(shard, reference, engine_for(loaded, batch_size=8), Recipe("nexttoken"))
+    one = score_shard(
+        shard, reference, engine_for(loaded, batch_size=1), RecipeSettings("nexttoken")
+    )
+    eight = score_shard(
+        shard, reference, engine_for(loaded, batch_size=8), RecipeSettings("nexttoken")
+    )
     assert np.allclose(one["score"].to_numpy(), eight["score"].to_numpy(), atol=1e-5)
 
 
 def test_chunked_normaliser_equals_unchunked(loaded):
     engine = engine_for(loaded, vocab_chunk=1000, position_chunk=7)
     ids = loaded.vocab.encode("ACGTACGGATCCATGCAT" * 4)
-    ours = engine.token_log_likelihoods([ids], "full_vocab")[0]
+    ours = naive.token_log_likelihoods(engine, [ids], "full_vocab")[0]
     log_probs, tok_ids = full_log_probs(loaded, "ACGTACGGATCCATGCAT" * 4)
     expected = log_probs[:-1].gather(-1, tok_ids[1:, None])[:, 0].numpy()
     assert np.allclose(ours, expected, atol=1e-5)
@@ -171,9 +183,9 @@ def test_chunked_normaliser_equals_unchunked(loaded):
 def test_variant_in_trimmed_tail_is_skipped_not_dropped(loaded, reference):
     last = reference.lengths["chr17"]
     shard = shard_of(reference, snvs(reference, [last]), "centered", 64)
-    scores = score_shard(shard, reference, engine_for(loaded), Recipe("centered"))
+    scores = score_shard(shard, reference, engine_for(loaded), RecipeSettings("centered"))
     assert scores.height == 3
-    assert set(scores["score_status"]) == {"skipped"}
+    assert set(scores["score_status"]) == {"contig_end"}
     assert scores["score"].is_null().all()
 
 
@@ -182,9 +194,12 @@ def test_prefix_sharing_equals_separate_windows(loaded, reference):
     for recipe_name in ("centered", "fns"):
         shard = shard_of(reference, rows, recipe_name, 240)
         engine = engine_for(loaded)
-        shared = score_shard(shard, reference, engine, Recipe(recipe_name, rc_average=True))
+        shared = score_shard(shard, reference, engine, RecipeSettings(recipe_name, rc_average=True))
         separate = score_shard(
-            shard, reference, engine, Recipe(recipe_name, rc_average=True, share_prefix=False)
+            shard,
+            reference,
+            engine,
+            RecipeSettings(recipe_name, rc_average=True, share_prefix=False),
         )
         for column in ("ref_ll", "alt_ll", "delta", "delta_rc", "score"):
             assert np.allclose(shared[column].to_numpy(), separate[column].to_numpy(), atol=1e-5)
@@ -193,8 +208,8 @@ def test_prefix_sharing_equals_separate_windows(loaded, reference):
 def test_block_normalised_centered_differs_from_full_vocab(loaded, reference):
     shard = shard_of(reference, snvs(reference, [5000])[:1], "centered", 120)
     engine = engine_for(loaded)
-    full = score_shard(shard, reference, engine, Recipe("centered")).row(0, named=True)
-    block = score_shard(shard, reference, engine, Recipe("centered", "dna_block")).row(
+    full = score_shard(shard, reference, engine, RecipeSettings("centered")).row(0, named=True)
+    block = score_shard(shard, reference, engine, RecipeSettings("centered", "dna_block")).row(
         0, named=True
     )
     # the block normaliser drops the model's mass on non-DNA tokens: log-probs are higher
@@ -211,7 +226,9 @@ def test_window_with_n_is_scored_and_counted(loaded, tmp_path):
         shard = shard_of(
             ref, [("chrN", 300, seq[299], "A" if seq[299] != "A" else "C")], "centered", 240
         )
-        row = score_shard(shard, ref, engine_for(loaded), Recipe("centered")).row(0, named=True)
+        row = score_shard(shard, ref, engine_for(loaded), RecipeSettings("centered")).row(
+            0, named=True
+        )
     assert row["score_status"] == "scored" and row["window_non_acgt"] == 12
     assert np.isfinite(row["score"])
 
@@ -228,7 +245,7 @@ def test_out_of_memory_marks_the_item_not_the_shard(loaded, reference, monkeypat
         return original(batch)
 
     monkeypatch.setattr(engine, "hidden_states", flaky)
-    scores = score_shard(shard, reference, engine, Recipe("nexttoken"))
+    scores = score_shard(shard, reference, engine, RecipeSettings("nexttoken"))
     status = dict(zip(scores["pos"].to_list(), scores["score_status"].to_list(), strict=False))
     assert status == {6000: "scored", 6100: "failed"}
     assert scores.filter(pl.col("pos") == 6100)["score_reason"][0].startswith("out of memory")
@@ -276,7 +293,7 @@ def test_window_longer_than_model_context_is_refused(loaded, tmp_path):
     with open_reference(path) as ref:
         shard = shard_of(ref, snvs_on(ref, "chrL", [6 * limit + 300])[:1], "nexttoken", 6 * limit)
         with pytest.raises(ContextTooLongError, match=f"supports {limit}"):
-            score_shard(shard, ref, engine_for(loaded), Recipe("nexttoken"))
+            score_shard(shard, ref, engine_for(loaded), RecipeSettings("nexttoken"))
 
 
 class _NoKmerAttribute(_WrongKmerMap):

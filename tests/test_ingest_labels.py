@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import random_dna, write_fasta
 
+from carbon_vep.config import DEFAULT_CLNSIG_LABELS, LabelSettings, PanelSettings
 from carbon_vep.errors import InputError
-from carbon_vep.ingest import IngestOptions, ingest_panel
-from carbon_vep.labels import DEFAULT_CLNSIG_LABELS, clnsig_label
+from carbon_vep.ingest import ingest_panel
+from carbon_vep.labels import clnsig_label
 from carbon_vep.reference import open_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,12 +46,6 @@ def test_custom_mapping_and_case():
     mapping = {**DEFAULT_CLNSIG_LABELS, "Uncertain_significance": 0}
     assert clnsig_label("uncertain_significance", mapping) == (0, False)
     assert clnsig_label("Pathogenic", {"Benign": 0}) == (None, False)
-
-
-def test_schema_default_mapping_is_the_package_default():
-    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
-    dataset = schema["properties"]["datasets"]["additionalProperties"]["properties"]
-    assert dataset["clnsig_labels"]["default"] == DEFAULT_CLNSIG_LABELS
 
 
 CLINVAR_HEADER = """##fileformat=VCFv4.1
@@ -102,9 +96,9 @@ def _clinvar_vcf(tmp_path: Path) -> tuple[Path, Path, list[str]]:
 
 def test_clinvar_vcf_labels_conflicts_and_duplicates(tmp_path):
     path, reference, sig = _clinvar_vcf(tmp_path)
-    options = IngestOptions(label_source="clinvar_clnsig", info_fields=["GENEINFO"])
+    panel = PanelSettings("hg38", info_fields=("GENEINFO",))
     with open_reference(reference) as ref:
-        checked, summary = ingest_panel(path, ref, options)
+        checked, summary = ingest_panel(path, ref, panel, LabelSettings("clinvar_clnsig"))
     assert checked.height == 32 and summary["n_rows"] == 32
     assert sum(summary["status_counts"].values()) == 32
     assert checked["CLNSIG"][0] == "Pathogenic" and checked["GENEINFO"][0] == "BRCA2:675"
@@ -126,6 +120,5 @@ def test_clnsig_source_needs_the_field(tmp_path):
     path, reference, _ = _clinvar_vcf(tmp_path)
     text = path.read_text().replace("CLNSIG", "CLINSIG")
     path.write_text(text)
-    options = IngestOptions(label_source="clinvar_clnsig")
     with open_reference(reference) as ref, pytest.raises(InputError, match=r"CLNSIG"):
-        ingest_panel(path, ref, options)
+        ingest_panel(path, ref, PanelSettings("hg38"), LabelSettings("clinvar_clnsig"))

@@ -12,14 +12,9 @@ import pytest
 from conftest import random_dna, write_fasta
 
 from carbon_vep.check import check_panel
+from carbon_vep.contigs import canonical_contig, resolve_contigs
 from carbon_vep.errors import InputError
-from carbon_vep.reference import (
-    FastaReference,
-    ParquetReference,
-    canonical_contig,
-    open_reference,
-    resolve_contigs,
-)
+from carbon_vep.reference import FastaReference, ParquetReference, open_reference
 
 CONTIGS = {"chr1": random_dna(700, 11)[:300] + random_dna(400, 12).lower(), "chrM": "GATC" * 40}
 

@@ -10,7 +10,8 @@ import pysam
 import pytest
 from conftest import random_dna, write_fasta
 
-from carbon_vep.ingest import IngestOptions, ingest_panel
+from carbon_vep.config import PanelSettings
+from carbon_vep.ingest import ingest_panel
 from carbon_vep.reference import open_reference
 
 SEQ = random_dna(5000, 31)
@@ -203,7 +204,7 @@ def test_caller_vcfs_every_alt_gets_its_status(tmp_path, caller, compression):
     text, expected = CALLERS[caller]()
     path = _write(tmp_path, text, compression)
     with open_reference(_genome(tmp_path)) as ref:
-        checked, summary = ingest_panel(path, ref, IngestOptions(info_fields=["*"]))
+        checked, summary = ingest_panel(path, ref, PanelSettings("hg38", info_fields=("*",)))
     got: dict[str, list[str]] = {}
     for row in checked.iter_rows(named=True):
         got.setdefault(row["input_pos"], []).append(row["status"])
@@ -217,7 +218,9 @@ def test_gatk_per_alt_info_and_trimmed_snv(tmp_path):
     text, _ = _gatk_vcf()
     with open_reference(_genome(tmp_path)) as ref:
         checked, _ = ingest_panel(
-            _write(tmp_path, text, "bgzip"), ref, IngestOptions(info_fields=["AC", "AF", "DP"])
+            _write(tmp_path, text, "bgzip"),
+            ref,
+            PanelSettings("hg38", info_fields=("AC", "AF", "DP")),
         )
     site = checked.filter(pl.col("input_pos") == "301")
     assert site["AC"].to_list() == [2, 1] and site["DP"].to_list() == [87, 87]
@@ -234,7 +237,7 @@ def test_gatk_per_alt_info_and_trimmed_snv(tmp_path):
 def test_freebayes_complex_allele_is_the_snv_it_contains(tmp_path):
     text, _ = _freebayes_vcf()
     with open_reference(_genome(tmp_path)) as ref:
-        options = IngestOptions(info_fields=["TYPE"])
+        options = PanelSettings("hg38", info_fields=("TYPE",))
         checked, _ = ingest_panel(_write(tmp_path, text, "vcf"), ref, options)
     row = checked.row(0, named=True)
     assert (row["pos"], row["ref"], row["alt"], row["TYPE"]) == (2002, SEQ[2001], _alt(2002),

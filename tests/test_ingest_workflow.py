@@ -102,7 +102,7 @@ def pitfall_panel(path: Path) -> list[tuple[str, str, str]]:
     add("spans_end", 39_999, s[39_998:40_000] + "A", "A", ["out_of_bounds"])
     add("first_base", 1, s[0], _other(1), ["scored"])
     add("near_start", 50, s[49], _other(50), ["scored"])
-    add("last_base", 40_000, s[39_999], _other(40_000), [("skipped", "scored")])  # 6-mer tail
+    add("last_base", 40_000, s[39_999], _other(40_000), [("contig_end", "scored")])  # 6-mer tail
     add("dup_a", 30_000, s[29_999], _other(30_000), ["scored"], "Pathogenic")
     add("dup_b", 30_000, s[29_999], _other(30_000), ["scored"], "Benign")
     add("conflicting", 30_500, s[30_499], _other(30_500), ["scored"],

@@ -31,24 +31,36 @@ from conftest import write_fasta
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from carbon_vep.assets.tokenization_hybrid_dna import HybridDNATokenizer
+from carbon_vep.config import (
+    EvaluationSettings,
+    LabelSettings,
+    MetricSettings,
+    ModelSettings,
+    PanelSettings,
+    PerturbationSettings,
+    RecipeSettings,
+    RecoverySettings,
+)
 from carbon_vep.engine import Engine
-from carbon_vep.ingest import IngestOptions, ingest_panel
+from carbon_vep.ingest import ingest_panel
 from carbon_vep.merge import merge_scores
-from carbon_vep.metrics import MetricOptions, auroc, vep_metrics
-from carbon_vep.model import ModelSpec, load_model
-from carbon_vep.perturbation import PerturbationSettings, score_pairs
-from carbon_vep.recipes import Recipe, score_shard
-from carbon_vep.recovery import RecoverySettings, recover
+from carbon_vep.metrics import auroc, vep_metrics
+from carbon_vep.model import load_model
+from carbon_vep.perturbation import score_pairs
+from carbon_vep.recipes import RECIPES
+from carbon_vep.recovery import recover
 from carbon_vep.reference import open_reference
+from carbon_vep.scoring import score_shard
 from carbon_vep.tokens import dna_vocab
-from carbon_vep.windows import add_windows, unique_variants
+from carbon_vep.windows import unique_variants
 
 MOTIF_BP = 48
 GENOME_BP = 20_000
 MIN_LEFT_MOTIF = 12  # positives have at least this many motif bases to their left,
 MIN_RIGHT_MOTIF = 6  # and this many from them to the motif's end: their 6-mer is all motif
 WINDOW_BP = {"centered": 96, "fns": 96, "nexttoken": 60}
-OPTIONS = MetricOptions(bootstrap=0)
+OPTIONS = MetricSettings(evaluation=EvaluationSettings(bootstrap=0))
+LABELS = LabelSettings(label_column="label")
 
 
 def _plant_motifs(rng: random.Random) -> tuple[str, str, list[int]]:
@@ -129,7 +141,7 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(world):
-    return load_model(ModelSpec(str(world["model"])))
+    return load_model(ModelSettings(str(world["model"])))
 
 
 def _background_positions(starts: list[int], margin: int) -> list[int]:
@@ -164,12 +176,12 @@ def _score(world, panel_path, loaded, recipe: str, shift: int = 0) -> pl.DataFra
     """The real path; `shift` moves every window right by that many bases (a deliberate bug)."""
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=8)
     with open_reference(world["fasta"]) as reference:
-        checked, _ = ingest_panel(panel_path, reference, IngestOptions())
-        variants = add_windows(
-            unique_variants(checked), reference.lengths, recipe, WINDOW_BP[recipe]
+        checked, _ = ingest_panel(panel_path, reference, PanelSettings(build="synthetic"))
+        variants = RECIPES[recipe].add_windows(
+            unique_variants(checked), reference.lengths, WINDOW_BP[recipe]
         )
         variants = variants.with_columns(pl.col("window_start", "window_end") + shift)
-        scores = score_shard(variants, reference, engine, Recipe(recipe))
+        scores = score_shard(variants, reference, engine, RecipeSettings(recipe))
     return merge_scores(checked, [scores])
 
 
@@ -182,7 +194,7 @@ def scored(world, panel, loaded):
 def test_motif_breaking_variants_score_as_damaging(scored, recipe):
     merged = scored[recipe]
     assert merged.height == 60 and (merged["status"] == "scored").all()
-    result = vep_metrics(merged, "label", OPTIONS)
+    result = vep_metrics(merged, LABELS, OPTIONS)
     assert result["n_labelled"] == 60 and result["n_positive"] == 30
     assert result["metrics"]["auroc"] >= 0.9, result["metrics"]
     by_label = merged.group_by("label").agg(pl.col("score").mean()).sort("label")
@@ -194,7 +206,7 @@ def test_motif_breaking_variants_score_as_damaging(scored, recipe):
 @pytest.mark.parametrize("recipe", ["centered", "nexttoken"])
 def test_flipped_sign_is_caught(scored, recipe):
     flipped = scored[recipe].with_columns(-pl.col("score"))
-    result = vep_metrics(flipped, "label", OPTIONS)
+    result = vep_metrics(flipped, LABELS, OPTIONS)
     assert result["metrics"]["auroc"] <= 0.1
     assert any("sign flipped" in w for w in result["warnings"])
 
@@ -212,8 +224,8 @@ def test_context_shifted_by_one_base_loses_the_signal(world, panel, loaded, scor
     """With the variant's own base in its context the next-token score is about the next base:
     the AUROC falls far below the correct window's, so an off-by-one window cannot pass."""
     shifted = _score(world, panel, loaded, "nexttoken", shift=1)
-    right = vep_metrics(scored["nexttoken"], "label", OPTIONS)["metrics"]["auroc"]
-    wrong = vep_metrics(shifted, "label", OPTIONS)["metrics"]["auroc"]
+    right = vep_metrics(scored["nexttoken"], LABELS, OPTIONS)["metrics"]["auroc"]
+    wrong = vep_metrics(shifted, LABELS, OPTIONS)["metrics"]["auroc"]
     assert right >= 0.9 and wrong < 0.75
 
 
@@ -238,8 +250,8 @@ def _recovery_rows(world, inside: bool, rng: random.Random) -> pl.DataFrame:
 def test_recovery_beats_chance_inside_motifs_only(world, loaded, decoder):
     rng = random.Random(3)
     settings = RecoverySettings(decoder=decoder)
-    inside = recover(_recovery_rows(world, True, rng), loaded, settings)
-    outside = recover(_recovery_rows(world, False, rng), loaded, settings)
+    inside = recover(_recovery_rows(world, True, rng), loaded, settings, 8)
+    outside = recover(_recovery_rows(world, False, rng), loaded, settings, 8)
     assert inside["accuracy"].mean() >= 0.8
     assert outside["accuracy"].mean() < 0.45
 

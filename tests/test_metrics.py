@@ -4,8 +4,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from carbon_vep.config import EvaluationSettings, LabelSettings, MetricSettings
 from carbon_vep.metrics import (
-    MetricOptions,
     auprc_trapezoid,
     auroc,
     average_precision,
@@ -17,7 +17,8 @@ from carbon_vep.metrics import (
 
 LABELS = np.array([0, 0, 1, 1])
 SCORES = np.array([0.1, 0.4, 0.35, 0.8])
-NO_BOOTSTRAP = MetricOptions(bootstrap=0)
+NO_BOOTSTRAP = MetricSettings(evaluation=EvaluationSettings(bootstrap=0))
+LABEL = LabelSettings(label_column="LABEL")
 
 # Three chromosomes: A (both classes, AUROC 1), B (AUROC 3/4), C (negatives only).
 CHROMS = np.array(["A"] * 3 + ["B"] * 4 + ["C"] * 3)
@@ -103,7 +104,7 @@ def test_vep_metrics_uses_only_scored_labelled_rows_and_counts_statuses():
         ["0", "0", "1", "1", None, "1"],
         ["scored"] * 5 + ["ref_mismatch"],
     )
-    result = vep_metrics(merged, "LABEL", NO_BOOTSTRAP)
+    result = vep_metrics(merged, LABEL, NO_BOOTSTRAP)
     assert result["n_labelled"] == 4 and result["n_scored_without_label"] == 1
     assert result["metrics"]["auroc"] == pytest.approx(0.75)
     assert result["status_counts"] == {"ref_mismatch": 1, "scored": 5}
@@ -117,7 +118,7 @@ def test_label_conflicts_are_excluded_and_counted():
         ["0", "0", "1", "1", "0", "1"],
         label_conflict=[False, False, False, False, True, True],
     )
-    result = vep_metrics(merged, "LABEL", NO_BOOTSTRAP)
+    result = vep_metrics(merged, LABEL, NO_BOOTSTRAP)
     assert result["n_excluded_label_conflict"] == 2 and result["n_labelled"] == 4
     assert result["metrics"]["auroc"] == pytest.approx(0.75)  # the two conflicts left out
     assert any("conflicting labels" in w for w in result["warnings"])
@@ -131,8 +132,8 @@ def test_vep_metrics_by_chromosome_breakdowns_spearman_and_intervals():
         region=["coding"] * 5 + ["intron"] * 5,
         dms=[1.0, 2.0, 3.0, 4.0, 5.0, None, 6.0, 7.0, 8.0, 9.0],
     )
-    options = MetricOptions(bootstrap=50, spearman_column="dms")
-    result = vep_metrics(merged, "LABEL", options)
+    options = MetricSettings(spearman_column="dms", evaluation=EvaluationSettings(bootstrap=50))
+    result = vep_metrics(merged, LABEL, options)
     metrics = result["metrics"]
     assert metrics["auroc_by_chrom_weighted_drop_single_class"] == pytest.approx(6 / 7)
     assert metrics["auroc_by_chrom_weighted_keep_all"] is None
@@ -157,14 +158,37 @@ def test_vep_metrics_by_chromosome_breakdowns_spearman_and_intervals():
 
 
 def test_sign_flip_warning():
-    result = vep_metrics(
-        _merged(list(-SCORES * 10), [str(v) for v in LABELS]), "LABEL", NO_BOOTSTRAP
-    )
+    result = vep_metrics(_merged(list(-SCORES * 10), [str(v) for v in LABELS]), LABEL, NO_BOOTSTRAP)
     assert result["metrics"]["auroc"] == pytest.approx(0.25)
     assert any("sign flipped" in w for w in result["warnings"])
 
 
 def test_one_class_gives_no_metrics_but_a_warning():
-    result = vep_metrics(_merged([0.1, 0.2], ["1", "1"]), "LABEL", NO_BOOTSTRAP)
+    result = vep_metrics(_merged([0.1, 0.2], ["1", "1"]), LABEL, NO_BOOTSTRAP)
     assert result["metrics"] == {} and result["n_labelled"] == 2
     assert any("fewer than two classes" in w for w in result["warnings"])
+
+
+def test_clinvar_labels_need_no_second_setting(tmp_path):
+    """label_source clinvar_clnsig derives `label` at ingest; metrics read it without a
+    `label_column` (it once had to be set again, or no metric was computed)."""
+    import json
+
+    from carbon_vep import cli
+
+    merged = _merged(list(SCORES), ["x"] * len(SCORES)).with_columns(
+        pl.Series("label", LABELS, dtype=pl.Int8)
+    )
+    clinvar = LabelSettings(label_source="clinvar_clnsig")
+    assert clinvar.column == "label"
+    result = vep_metrics(merged, clinvar, NO_BOOTSTRAP)
+    assert result["parameters"]["label_column"] == "label"
+    assert result["metrics"]["auroc"] == pytest.approx(0.75)
+    path = tmp_path / "scores.parquet"
+    merged.write_parquet(path)
+    settings = json.dumps({"label_source": "clinvar_clnsig", "bootstrap": 0})
+    out = tmp_path / "metrics.json"
+    argv = ["metrics", "--merged", str(path), "--settings", settings, "--task", "clinvar",
+            "--model-key", "m", "--out", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert json.loads(out.read_text())["metrics"]["auroc"] == pytest.approx(0.75)

@@ -256,7 +256,7 @@ def test_trailing_blank_lines_are_harmless_but_a_non_vcf_is_named(tmp_path):
 
 
 def test_reserved_names_cover_every_column_the_pipeline_adds():
-    from carbon_vep.recipes import SCORE_SCHEMA
+    from carbon_vep.scoring import SCORE_SCHEMA
 
     added = set(SCORE_SCHEMA) - set(KEY) | {"n_copies_in_panel", "window_start", "shard"}
     assert added <= RESERVED_COLUMNS

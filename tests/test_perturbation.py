@@ -1,14 +1,15 @@
 """Perturbation pairs: scores as in the centered recipe, strict comparison, ties counted."""
 
+import naive
 import numpy as np
 import polars as pl
 import pytest
 import torch
 
+from carbon_vep.config import EvaluationSettings, ModelSettings, PerturbationSettings
 from carbon_vep.engine import Engine
-from carbon_vep.model import ModelSpec, load_model
+from carbon_vep.model import load_model
 from carbon_vep.perturbation import (
-    PerturbationSettings,
     perturbation_metrics,
     score_pairs,
     whole_kmers,
@@ -18,7 +19,7 @@ from carbon_vep.tokens import BASES
 
 @pytest.fixture(scope="module")
 def engine(demo_model_dir):
-    loaded = load_model(ModelSpec(str(demo_model_dir)))
+    loaded = load_model(ModelSettings(str(demo_model_dir)))
     return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
 
 
@@ -37,7 +38,7 @@ def _centered_score(engine, seq, scoring):
     """Mean log-likelihood of `<dna>` + seq cut to whole 6-mers, computed independently."""
     ids = engine.vocab.encode(whole_kmers(seq, 6))
     if scoring == "token":  # mean token log-prob, full-vocabulary normaliser
-        return float(engine.token_log_likelihoods([ids], "full_vocab")[0].mean())
+        return float(naive.token_log_likelihoods(engine, [ids], "full_vocab")[0].mean())
     hidden, _ = engine.hidden_states([ids])  # mean log FNS marginal of each base
     with torch.inference_mode():
         marginals = engine.kmer_base_marginals(engine.dna_log_probs(hidden[0, :-1], "dna_block"))
@@ -89,7 +90,7 @@ def test_accuracy_counts_ties_as_wrong_by_hand():
             "non_acgt": [0, 0, 0, 0, None],
         }
     )
-    result = perturbation_metrics(pairs, PerturbationSettings(), bootstrap=50)
+    result = perturbation_metrics(pairs, PerturbationSettings(), EvaluationSettings(bootstrap=50))
     assert result["metrics"]["accuracy"] == pytest.approx(2 / 4)
     assert result["n_ties"] == 1 and result["n_correct"] == 2 and result["n_scored"] == 4
     assert result["metrics"]["mean_margin"] == pytest.approx(0.1)

@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 import torch
 
-from carbon_vep.model import ModelSpec, load_model
+from carbon_vep.config import EvaluationSettings, ModelSettings, RecoverySettings
+from carbon_vep.model import load_model
 from carbon_vep.recovery import (
-    RecoverySettings,
     base_matches,
     fns_conditional_choice,
     fns_marginal_choice,
@@ -81,7 +81,7 @@ def test_fns_conditional_choice_matches_brute_force_for_6mers():
 
 @pytest.fixture(scope="module")
 def loaded(demo_model_dir):
-    return load_model(ModelSpec(str(demo_model_dir)))
+    return load_model(ModelSettings(str(demo_model_dir)))
 
 
 def test_special_tokens_and_dna_tags_are_suppressed(loaded):
@@ -96,9 +96,9 @@ def test_special_tokens_and_dna_tags_are_suppressed(loaded):
 def test_generation_is_the_same_alone_and_in_a_batch(loaded, decoder):
     rng = np.random.default_rng(2)
     prompts = ["".join(rng.choice(list(BASES), n)) for n in (36, 36, 60, 36, 12)]
-    settings = RecoverySettings(decoder=decoder, batch_size=3)
-    together = generate_continuations(loaded, prompts, settings)
-    alone = [generate_continuations(loaded, [p], settings)[0] for p in prompts]
+    settings = RecoverySettings(decoder=decoder)
+    together = generate_continuations(loaded, prompts, settings, batch_size=3)
+    alone = [generate_continuations(loaded, [p], settings, 1)[0] for p in prompts]
     assert together == alone
     if decoder != "token":  # FNS decoders emit k-mers only: 5 tokens = 30 bases
         assert all(len(c) == 30 and set(c) <= set(BASES) for c in together)
@@ -117,7 +117,7 @@ def test_recover_keeps_every_row_and_scores_against_the_label(loaded):
         pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"), pl.lit("f").alias("source")
     )
     settings = RecoverySettings(decoder="fns_marginal")
-    out = recover(table, loaded, settings)
+    out = recover(table, loaded, settings, 8)
     assert out["row_id"].to_list() == [0, 1, 2, 3]
     assert out["status"].to_list() == ["scored", "scored", "scored", "invalid"]
     assert out["label"][0] == "A" * 30 and out["label"][1] == "C" * 30  # cut, upper-cased
@@ -137,7 +137,7 @@ def test_recovery_metrics_are_row_means_with_per_type_means():
             "prompt_non_acgt": [0, 0, 1, None],
         }
     )
-    result = recovery_metrics(predictions, RecoverySettings(), bootstrap=100)
+    result = recovery_metrics(predictions, RecoverySettings(), EvaluationSettings(bootstrap=100))
     assert result["metrics"]["accuracy"] == pytest.approx(0.5)
     assert result["by_type"] == {"a": {"n": 2, "accuracy": 0.75}, "b": {"n": 1, "accuracy": 0.0}}
     assert result["status_counts"] == {"invalid": 1, "scored": 3}

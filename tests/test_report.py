@@ -8,9 +8,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from carbon_vep.metrics import MetricOptions, vep_metrics
-from carbon_vep.perturbation import PerturbationSettings, perturbation_metrics
-from carbon_vep.recovery import RecoverySettings, recovery_metrics
+from carbon_vep.config import (
+    EvaluationSettings,
+    LabelSettings,
+    MetricSettings,
+    PerturbationSettings,
+    RecoverySettings,
+)
+from carbon_vep.metrics import vep_metrics
+from carbon_vep.perturbation import perturbation_metrics
+from carbon_vep.recovery import recovery_metrics
 from carbon_vep.report import load_run, render_html, render_report, render_summary
 
 PROVENANCE = {
@@ -82,11 +89,11 @@ def _write(folder, name: str, result: dict, rows: pl.DataFrame, rows_name: str):
 def run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("run")
     paths = []
-    options = MetricOptions(bootstrap=30)
+    options = MetricSettings(evaluation=EvaluationSettings(bootstrap=30))
     for i, model in enumerate(("m1", "m2")):
         scores = _scores(i)
         result = _named(
-            vep_metrics(scores, "label", options),
+            vep_metrics(scores, LabelSettings(label_column="label"), options),
             "ds",
             model,
             ["auroc", "average_precision_by_chrom_weighted_drop_single_class"],
@@ -101,7 +108,7 @@ def run(tmp_path_factory):
             "prompt_non_acgt": [0] * 4,
         }
     )
-    result = recovery_metrics(predictions, RecoverySettings(), bootstrap=30)
+    result = recovery_metrics(predictions, RecoverySettings(), EvaluationSettings(bootstrap=30))
     result = _named(result, "rec", "m1", ["accuracy"])
     paths.append(
         _write(tmp_path / "suite/rec/m1", "rec", result, predictions, "predictions.parquet")
@@ -115,7 +122,7 @@ def run(tmp_path_factory):
             "non_acgt": [0, 0, 0],
         }
     )
-    result = perturbation_metrics(pairs, PerturbationSettings(), bootstrap=30)
+    result = perturbation_metrics(pairs, PerturbationSettings(), EvaluationSettings(bootstrap=30))
     result = _named(result, "cag", "m2", ["accuracy"])
     result["warnings"].append("<b>not bold</b>")
     paths.append(_write(tmp_path / "suite/cag/m2", "cag", result, pairs, "predictions.parquet"))

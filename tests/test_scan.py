@@ -9,10 +9,12 @@ import polars as pl
 import pytest
 import torch
 
+from carbon_vep.config import RecipeSettings, TileSettings
 from carbon_vep.engine import Engine
-from carbon_vep.recipes import Recipe, score_shard
-from carbon_vep.scan import parse_region, scan_region, snv_scores, tile_region, tiles_for_positions
-from carbon_vep.windows import add_windows
+from carbon_vep.recipes import RECIPES
+from carbon_vep.scan import scan_region, snv_scores
+from carbon_vep.scoring import score_shard
+from carbon_vep.tiling import parse_region, tile_region, tiles_for_positions
 
 ATCG = ["".join(p) for p in itertools.product("ATCG", repeat=6)]
 
@@ -59,7 +61,7 @@ def test_parse_region_is_one_based_inclusive():
 
 
 def test_scan_agrees_with_nexttoken_at_phase_zero(engine, reference):
-    positions = scan_region(engine, reference, "chr17", 2_000, 2_300, 300, 120)
+    positions = scan_region(engine, reference, "chr17", 2_000, 2_300, TileSettings(300, 120))
     phase0 = positions.filter(pl.col("phase") == 0)
     assert phase0.height > 10
     for row in phase0.head(12).iter_rows(named=True):
@@ -79,7 +81,7 @@ def test_conditionals_multiply_to_token_probability(engine, reference, loaded):
         logits = loaded.model(ids).logits[0, :-1].float()
     dna_ids = [loaded.tokenizer.dna_token_to_id[k] for k in ATCG]
     block = torch.log_softmax(logits[:, dna_ids], dim=-1)  # [10 tokens, 4096]
-    positions = scan_region(engine, reference, "chr17", 3_000, 3_060, 60, 0)
+    positions = scan_region(engine, reference, "chr17", 3_000, 3_060, TileSettings(60, 0))
     cond = positions.select([f"cond_{b}" for b in "ACGT"]).to_numpy()
     fns = positions.select([f"fns_{b}" for b in "ACGT"]).to_numpy()
     column = {b: i for i, b in enumerate("ACGT")}
@@ -97,7 +99,7 @@ def test_conditionals_multiply_to_token_probability(engine, reference, loaded):
 
 
 def test_snv_scores_three_per_base_and_orientation(engine, reference):
-    positions = scan_region(engine, reference, "chr17", 2_000, 2_030, 120, 60)
+    positions = scan_region(engine, reference, "chr17", 2_000, 2_030, TileSettings(120, 60))
     snvs = snv_scores(positions)
     assert snvs.height == 3 * positions.height
     row = snvs.row(0, named=True)
@@ -109,16 +111,16 @@ def test_scan_recipe_looks_up_panel_variants(engine, reference):
     rows = [("chr17", 2_010, reference.fetch("chr17", 2_009, 2_010), "A"),
             ("chr17", last, reference.fetch("chr17", last - 1, last), "A")]  # fmt: skip
     rows = [r if r[2] != "A" else (*r[:3], "C") for r in rows]
-    shard = add_windows(
+    shard = RECIPES["scan"].add_windows(
         pl.DataFrame(rows, schema=["ref_chrom", "pos", "ref", "alt"], orient="row"),
-        reference.lengths, "scan", 60,
+        reference.lengths, 60,
     )  # fmt: skip
-    recipe = Recipe("scan", tile_bp=120, min_context=60)
+    recipe = RecipeSettings("scan", tiles=TileSettings(120, 60))
     scores = score_shard(shard, reference, engine, recipe)
     # the contig's last base is scored too: its tile slides left to end on the contig end
     assert scores["score_status"].to_list() == ["scored", "scored"]
     assert scores["window_bp"][1] >= 60
-    positions = scan_region(engine, reference, "chr17", 2_009, 2_010, 120, 60)
+    positions = scan_region(engine, reference, "chr17", 2_009, 2_010, TileSettings(120, 60))
     expected = snv_scores(positions).filter(pl.col("alt") == rows[0][3])["score"][0]
     assert scores["score"][0] == pytest.approx(expected, abs=1e-6)
     assert scores["normalization"][0] == "dna_block"

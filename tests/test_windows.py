@@ -1,8 +1,8 @@
 import polars as pl
 import pytest
 
+from carbon_vep.recipes import RECIPES
 from carbon_vep.windows import (
-    add_windows,
     assign_shards,
     centered_window,
     kmer_usable_length,
@@ -15,19 +15,19 @@ from carbon_vep.windows import (
 
 
 def test_centered_window_puts_variant_at_flank_index():
-    w = centered_window(pos=10_000, contig_length=50_000, flank=4096)
+    w = centered_window(pos=10_000, contig_length=50_000, window_bp=8192)
     assert (w.start, w.end, w.variant_index) == (9_999 - 4096, 9_999 + 4096, 4096)
     assert w.length == 8192
 
 
 def test_centered_window_clipped_at_contig_start_keeps_variant_at_p():
-    w = centered_window(pos=50, contig_length=50_000, flank=4096)
+    w = centered_window(pos=50, contig_length=50_000, window_bp=8192)
     assert (w.start, w.variant_index) == (0, 49)
     assert w.end == 49 + 4096
 
 
 def test_centered_window_clipped_at_contig_end():
-    w = centered_window(pos=3_000, contig_length=3_000, flank=4096)
+    w = centered_window(pos=3_000, contig_length=3_000, window_bp=8192)
     assert w.end == 3_000 and w.start == 0 and w.variant_index == 2_999
 
 
@@ -38,7 +38,7 @@ def test_kmer_usable_length_trims_right_end():
 
 
 def test_right_end_context_is_strictly_before_the_variant():
-    w = right_end_window(pos=30_001, context=24_000)
+    w = right_end_window(pos=30_001, contig_length=50_000, window_bp=24_000)
     assert (w.start, w.end) == (6_000, 30_000)
     assert w.end == 30_001 - 1  # 0-based index of the variant base: the context stops before it
     assert w.variant_index == w.length
@@ -81,7 +81,7 @@ def test_assign_shards_keeps_sites_together_and_is_deterministic():
 
 def test_add_windows_uses_recipe():
     variants = _variants([("chr1", 100, "A", "C")])
-    centered = add_windows(variants, {"chr1": 1000}, "centered", 64)
+    centered = RECIPES["centered"].add_windows(variants, {"chr1": 1000}, 64)
     assert centered.row(0, named=True)["window_start"] == 99 - 32
-    nexttoken = add_windows(variants, {"chr1": 1000}, "nexttoken", 60)
+    nexttoken = RECIPES["nexttoken"].add_windows(variants, {"chr1": 1000}, 60)
     assert nexttoken.row(0, named=True)["window_end"] == 99

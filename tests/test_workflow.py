@@ -144,7 +144,7 @@ def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
         "--info-field", "LABEL", "--info-field", "NOTE",
         "--reference", str(DEMO / "chr17.hg19.part.fa"),
         "--model", str(demo_run / "resources/demo_model"), "--recipe", "centered",
-        "--rc-average", "--context", "240", "--out", str(out),
+        "--rc-average", "--window-bp", "240", "--build", "hg19", "--out", str(out),
     ]  # fmt: skip
     subprocess.run(cmd, env=workflow_env(), check=True, capture_output=True, timeout=600)
     wf = pl.read_parquet(demo_run / "results/demo_centered/demo/scores.parquet")

@@ -25,8 +25,9 @@ from typing import NamedTuple
 
 import polars as pl
 
+from .contigs import alias_candidates, resolve_contigs
 from .errors import PanelUnusableError
-from .reference import Reference, alias_candidates, resolve_contigs
+from .reference import Reference
 
 ACGT = frozenset("ACGT")
 STATUSES = ("ok", "invalid", "unknown_contig", "out_of_bounds", "skipped", "ref_mismatch")
@@ -287,10 +288,12 @@ def _with_input_columns(panel: pl.DataFrame) -> pl.DataFrame:
 
 def flag_duplicates(checked: pl.DataFrame, label_column: str | None) -> pl.DataFrame:
     """`duplicate_of`: row_id of the key's first row (null on that row and on unique keys);
+    `n_copies_in_panel`: rows of the same variant (1 for a row without a usable key);
     `label_conflict`: the key's rows carry different labels (or a label was conflicted already).
 
-    Duplicates are kept and, when scoreable, scored once; conflicted rows are left out of
-    metrics.
+    One key for all three: the contig as aliased to the reference (`chr1` and `1` are one
+    variant), else as written. Duplicates are kept and, when scoreable, scored once;
+    conflicted rows are left out of metrics.
     """
     key = [pl.coalesce("ref_chrom", "chrom"), pl.col("pos"), pl.col("ref"), pl.col("alt")]
     has_key = pl.col("chrom").is_not_null() & pl.col("pos").is_not_null()
@@ -302,9 +305,11 @@ def flag_duplicates(checked: pl.DataFrame, label_column: str | None) -> pl.DataF
         conflict = has_key & (n_labels > 1)
     if "label_conflict" in checked.columns:
         conflict = conflict | pl.col("label_conflict").fill_null(False)
+    copies = pl.when(has_key).then(pl.len().over(key)).otherwise(1)
     return checked.with_columns(
         duplicate_of.otherwise(None).cast(pl.Int64).alias("duplicate_of"),
         conflict.alias("label_conflict"),
+        copies.cast(pl.UInt32).alias("n_copies_in_panel"),
     )
 
 

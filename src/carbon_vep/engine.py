@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from .batching import release_memory, run_sorted
 from .tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
@@ -149,40 +150,16 @@ class Engine:
                 current = current[rows, code.clamp(min=0)].reshape(n, 4, -1)
         return torch.stack(out, dim=1)
 
-    # ---- batching ------------------------------------------------------------------------
     def run_batched(
         self,
         items: Sequence[T],
         work: Callable[[Sequence[T]], list],
         lengths: Sequence[int] | None = None,
     ) -> list:
-        """Apply `work` to batches of items sorted by length; an OOM halves the batch and retries.
-
-        Results come back in the input order. An item that still runs out of memory alone gets
-        `None` (the caller marks it failed) instead of failing the whole shard.
-        """
+        """`work` over length-sorted batches, results in input order; an OOM halves the batch
+        and an item that fails alone gets `None` (batching.py)."""
         sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
-        order = sorted(range(len(items)), key=sizes.__getitem__)
-        results: list = [None] * len(items)
-        start, size = 0, self.batch_size
-        while start < len(order):
-            chunk = order[start : start + size]
-            try:
-                values = work([items[i] for i in chunk])
-            except torch.OutOfMemoryError:
-                self._release_memory()
-                if size > 1:
-                    size = max(1, size // 2)
-                    continue
-                values = [None]
-            for i, value in zip(chunk, values, strict=True):
-                results[i] = value
-            start += len(chunk)
-        return results
-
-    def _release_memory(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        return run_sorted(items, work, self.batch_size, sizes, self.device)
 
     # ---- per-target values ---------------------------------------------------------------
     def _token_terms(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
@@ -238,23 +215,6 @@ class Engine:
 
     # ---- quantities used by the recipes ---------------------------------------------------
     @torch.inference_mode()
-    def token_log_likelihoods(
-        self, sequences: Sequence[np.ndarray], normalization: str
-    ) -> list[np.ndarray]:
-        """Per-token log p(token_t | tokens_<t) for t = 1..n-1 of each id sequence."""
-
-        def work(batch: Sequence[np.ndarray]) -> list[np.ndarray]:
-            hidden, lengths = self.hidden_states(batch)
-            out = []
-            for row, (n, ids) in enumerate(zip(lengths, batch, strict=True)):
-                targets = torch.as_tensor(ids[1:], device=self.device)
-                terms = self._token_terms(hidden[row, : n - 1], targets, normalization)
-                out.append(terms.cpu().numpy())
-            return out
-
-        return self.run_batched(sequences, work)
-
-    @torch.inference_mode()
     def sequence_scores(
         self, sequences: Sequence[str], kind: str, normalization: str
     ) -> list[SequenceScore | None]:
@@ -286,7 +246,7 @@ class Engine:
         try:
             return self._window_group(ref, alts, kind, normalization)
         except torch.OutOfMemoryError:
-            self._release_memory()
+            release_memory(self.device)
             return None, [None] * len(alts)
 
     def _window_group(self, ref, alts, kind, normalization):

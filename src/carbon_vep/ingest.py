@@ -6,52 +6,44 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
+from .builds import check_reference_build
 from .check import CheckPolicy, check_panel, contig_length_mismatches, summarize
-from .labels import DEFAULT_CLNSIG_LABELS, LABEL_COLUMN, add_clnsig_labels
+from .config import LabelSettings, PanelSettings
+from .contigs import resolve_contigs
+from .labels import add_clnsig_labels
 from .panel import ALL_INFO, load_panel
-from .reference import Reference, resolve_contigs
-
-LABEL_SOURCES = ("column", "clinvar_clnsig")
-
-
-@dataclass(frozen=True)
-class IngestOptions:
-    fmt: str = "auto"
-    columns: Mapping[str, str] = field(default_factory=dict)
-    info_fields: Sequence[str] = ()
-    label_source: str = "column"  # or clinvar_clnsig: `label` derived from INFO CLNSIG
-    clnsig_field: str = "CLNSIG"
-    clnsig_labels: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLNSIG_LABELS))
-    policy: CheckPolicy = field(default_factory=CheckPolicy)
+from .reference import Reference
 
 
 def ingest_panel(
-    panel_path: str | Path, reference: Reference, options: IngestOptions | None = None
+    panel_path: str | Path,
+    reference: Reference,
+    panel: PanelSettings,
+    labels: LabelSettings | None = None,
 ) -> tuple[pl.DataFrame, dict]:
     """(checked table with every input row, summary) for a panel file against a reference."""
-    options = options or IngestOptions()
-    if options.label_source not in LABEL_SOURCES:
-        raise ValueError(f"label_source must be one of {LABEL_SOURCES}")
-    from_clnsig = options.label_source == "clinvar_clnsig"
-    info_fields = list(options.info_fields)
-    if from_clnsig and options.clnsig_field not in info_fields and ALL_INFO not in info_fields:
-        info_fields.append(options.clnsig_field)
-    panel = load_panel(panel_path, options.fmt, options.columns, info_fields)
-    frame, policy = panel.frame, options.policy
+    labels = labels or LabelSettings()
+    check_reference_build(panel.build, reference.lengths, reference.path)
+    from_clnsig = labels.label_source == "clinvar_clnsig"
+    info_fields = list(panel.info_fields)
+    if from_clnsig and labels.clnsig_field not in info_fields and ALL_INFO not in info_fields:
+        info_fields.append(labels.clnsig_field)
+    loaded = load_panel(panel_path, panel.format, panel.columns, info_fields)
+    frame = loaded.frame
     if from_clnsig:
-        frame = add_clnsig_labels(
-            frame, options.clnsig_field, options.clnsig_labels, str(panel_path)
-        )
-        policy = dataclasses.replace(policy, label_column=policy.label_column or LABEL_COLUMN)
+        frame = add_clnsig_labels(frame, labels.clnsig_field, labels.clnsig_labels, str(panel_path))
+    policy = CheckPolicy(
+        min_ref_concordance=panel.min_ref_concordance,
+        indel_policy=panel.indel_policy,
+        label_column=labels.column,
+        build=panel.build,
+    )
     mapping = resolve_contigs(frame["chrom"].drop_nulls().unique().to_list(), reference.contigs)
-    mismatches = contig_length_mismatches(panel.declared_lengths, mapping, reference)
+    mismatches = contig_length_mismatches(loaded.declared_lengths, mapping, reference)
     checked = check_panel(frame, reference, policy, mismatches)
-    notes = panel.notes + [f"panel header: {m}" for m in mismatches]
+    notes = loaded.notes + [f"panel header: {m}" for m in mismatches]
     return checked, summarize(checked, panel_path, notes)

@@ -16,19 +16,9 @@ from collections.abc import Mapping
 
 import polars as pl
 
+from .config import CLNSIG_LABEL_COLUMN
 from .errors import InputError
 
-# The default mapping; workflow/schemas/config.schema.yaml repeats it as the `clnsig_labels`
-# default (tests/test_ingest_labels.py keeps the two equal).
-DEFAULT_CLNSIG_LABELS: dict[str, int] = {
-    "Pathogenic": 1,
-    "Likely_pathogenic": 1,
-    "Pathogenic/Likely_pathogenic": 1,
-    "Benign": 0,
-    "Likely_benign": 0,
-    "Benign/Likely_benign": 0,
-}
-LABEL_COLUMN = "label"
 CONFLICT_COLUMN = "label_conflict"
 _TERM_SEPARATORS = re.compile(r"[|,]")
 
@@ -61,9 +51,9 @@ def add_clnsig_labels(
             source, f"label_source clinvar_clnsig needs the INFO field {field!r}, which the "
             "panel does not carry"
         )  # fmt: skip
-    if LABEL_COLUMN in panel.columns:
+    if CLNSIG_LABEL_COLUMN in panel.columns:
         raise InputError(
-            source, f"the panel already has a {LABEL_COLUMN!r} column; with label_source "
+            source, f"the panel already has a {CLNSIG_LABEL_COLUMN!r} column; with label_source "
             "clinvar_clnsig the label is derived from CLNSIG, so remove or rename it"
         )  # fmt: skip
     values = panel[field].cast(pl.Utf8).to_list()
@@ -71,6 +61,6 @@ def add_clnsig_labels(
     labels = [by_value[v][0] for v in values]
     conflicts = [by_value[v][1] for v in values]
     return panel.with_columns(
-        pl.Series(LABEL_COLUMN, labels, dtype=pl.Int8),
+        pl.Series(CLNSIG_LABEL_COLUMN, labels, dtype=pl.Int8),
         pl.Series(CONFLICT_COLUMN, conflicts, dtype=pl.Boolean),
     )

@@ -10,18 +10,19 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 from sklearn.metrics import auc, average_precision_score, precision_recall_curve, roc_auc_score
 
+from .columns import Status
+from .config import LabelSettings, MetricSettings
+
 SIGN_FLIP_AUROC = 0.35
 CI_LEVEL = 0.95
 CONVENTIONS = ("drop_single_class", "keep_all")
 BY_CHROM_METRICS = ("auroc", "average_precision")
-DEFAULT_POSITIVE = ("1", "1.0", "True", "true")
-DEFAULT_NEGATIVE = ("0", "0.0", "False", "false")
+CHROM_COLUMN = "chrom"  # by-chromosome metrics group on the panel's contig
 
 DEFINITIONS = {
     "auroc": "sklearn roc_auc_score(label, score) over labelled scored rows; "
@@ -68,17 +69,6 @@ def spearman_name(column: str) -> str:
     return f"spearman_delta_vs_{column}"
 
 
-@dataclass(frozen=True)
-class MetricOptions:
-    positive: Sequence[str] = DEFAULT_POSITIVE
-    negative: Sequence[str] = DEFAULT_NEGATIVE
-    bootstrap: int = 1000  # resamples for the 95% intervals; 0 = none
-    seed: int = 0
-    breakdown_columns: Sequence[str] = ("region", "variant_type", "consequence")
-    spearman_column: str | None = None
-    chrom_column: str = "chrom"
-
-
 def binary_labels(values: pl.Series, positive: Sequence[str], negative: Sequence[str]) -> pl.Series:
     """1 / 0 / null from the raw label column, matching its string form against the lists."""
     frame = pl.DataFrame({"value": values.cast(pl.Utf8)})
@@ -98,7 +88,7 @@ def labelled_rows(
 ) -> pl.DataFrame:
     """Scored rows with a 0/1 `label01`, label conflicts excluded (the rows metrics use)."""
     frame = merged.with_columns(binary_labels(merged[label_column], positive, negative))
-    keep = (pl.col("status") == "scored") & pl.col("label01").is_not_null()
+    keep = (pl.col("status") == Status.SCORED) & pl.col("label01").is_not_null()
     if "label_conflict" in frame.columns:
         keep = keep & ~pl.col("label_conflict").fill_null(False)
     return frame.filter(keep)
@@ -241,11 +231,16 @@ def breakdowns(labelled: pl.DataFrame, columns: Sequence[str]) -> dict[str, list
 
 # ---- the whole dataset ---------------------------------------------------------------------
 def vep_metrics(
-    merged: pl.DataFrame, label_column: str | None, options: MetricOptions | None = None
+    merged: pl.DataFrame, labels: LabelSettings, options: MetricSettings | None = None
 ) -> dict:
     """Status counts, global metrics, by-chromosome averages, Spearman, breakdowns and
-    bootstrap intervals on the scored, labelled rows; every number named and defined."""
-    options = options or MetricOptions()
+    bootstrap intervals on the scored, labelled rows; every number named and defined.
+
+    The label column is `labels.column`: the configured one, or the `label` column that
+    ingest derives from ClinVar's CLNSIG (so a ClinVar dataset needs no second setting)."""
+    options = options or MetricSettings()
+    evaluation = options.evaluation
+    label_column = labels.column
     result: dict = {
         "kind": "vep",
         "n_rows": merged.height,
@@ -258,11 +253,11 @@ def vep_metrics(
         "definitions": dict(DEFINITIONS),
         "parameters": {
             "label_column": label_column,
-            "positive_labels": list(options.positive),
-            "negative_labels": list(options.negative),
-            "bootstrap_resamples": options.bootstrap,
-            "seed": options.seed,
-            "chrom_column": options.chrom_column,
+            "positive_labels": list(labels.positive_labels),
+            "negative_labels": list(labels.negative_labels),
+            "bootstrap_resamples": evaluation.bootstrap,
+            "seed": evaluation.seed,
+            "chrom_column": CHROM_COLUMN,
         },
     }
     if options.spearman_column:
@@ -272,31 +267,34 @@ def vep_metrics(
         return result
     if "label_conflict" in merged.columns:
         conflicted = merged.filter(
-            (pl.col("status") == "scored") & pl.col("label_conflict").fill_null(False)
+            (pl.col("status") == Status.SCORED) & pl.col("label_conflict").fill_null(False)
         )
         result["n_excluded_label_conflict"] = conflicted.height
         if conflicted.height:
             result["warnings"].append(
                 f"{conflicted.height} scored rows with conflicting labels excluded from metrics"
             )
-    labelled = labelled_rows(merged, label_column, options.positive, options.negative)
-    labels = labelled["label01"].to_numpy()
+    positive, negative = labels.positive_labels, labels.negative_labels
+    labelled = labelled_rows(merged, label_column, positive, negative)
+    labels01 = labelled["label01"].to_numpy()
     scores = labelled["score"].to_numpy()
-    unlabelled = binary_labels(merged[label_column], options.positive, options.negative)
+    unlabelled = binary_labels(merged[label_column], positive, negative)
     result.update(
-        n_labelled=int(len(labels)),
-        n_positive=int(labels.sum()) if len(labels) else 0,
-        n_scored_without_label=int(((merged["status"] == "scored") & unlabelled.is_null()).sum()),
+        n_labelled=int(len(labels01)),
+        n_positive=int(labels01.sum()) if len(labels01) else 0,
+        n_scored_without_label=int(
+            ((merged["status"] == Status.SCORED) & unlabelled.is_null()).sum()
+        ),
     )
-    if len(set(labels.tolist())) < 2:
+    if len(set(labels01.tolist())) < 2:
         result["warnings"].append("labelled scored rows hold fewer than two classes")
         return result
 
-    evaluate = _label_statistics(labelled, labels, scores, options, result)
-    result["metrics"].update(evaluate(np.arange(len(labels))))
-    if options.bootstrap > 0:
+    evaluate = _label_statistics(labelled, labels01, scores, result)
+    result["metrics"].update(evaluate(np.arange(len(labels01))))
+    if evaluation.bootstrap > 0:
         result["confidence_intervals"].update(
-            bootstrap_intervals(len(labels), evaluate, options.bootstrap, options.seed)
+            bootstrap_intervals(len(labels01), evaluate, evaluation.bootstrap, evaluation.seed)
         )
     result["breakdowns"] = breakdowns(labelled, options.breakdown_columns)
     value = result["metrics"]["auroc"]
@@ -312,14 +310,13 @@ def _label_statistics(
     labelled: pl.DataFrame,
     labels: np.ndarray,
     scores: np.ndarray,
-    options: MetricOptions,
     result: dict,
 ) -> Callable[[np.ndarray], dict[str, float | None]]:
     """Every label metric as one function of a row index (all rows, or a bootstrap draw);
     records the by-chromosome details and their definitions in `result`."""
     chroms = None
-    if options.chrom_column in labelled.columns:
-        chroms = labelled[options.chrom_column].cast(pl.Utf8).fill_null("").to_numpy()
+    if CHROM_COLUMN in labelled.columns:
+        chroms = labelled[CHROM_COLUMN].cast(pl.Utf8).fill_null("").to_numpy()
         for metric in BY_CHROM_METRICS:
             entries = chromosome_values(labels, scores, chroms, metric)
             result["by_chromosome"][metric] = {c: weighted_average(entries, c) for c in CONVENTIONS}
@@ -347,14 +344,14 @@ def _label_statistics(
     return evaluate
 
 
-def _add_spearman(merged: pl.DataFrame, options: MetricOptions, result: dict) -> None:
+def _add_spearman(merged: pl.DataFrame, options: MetricSettings, result: dict) -> None:
     """Spearman ρ(column, delta) on every scored row with a value, labelled or not (as
     published), with its own bootstrap interval."""
     column = options.spearman_column
     if column not in merged.columns:
         result["warnings"].append(f"spearman column {column!r} not in the scores")
         return
-    rows = merged.filter(pl.col("status") == "scored").select(
+    rows = merged.filter(pl.col("status") == Status.SCORED).select(
         pl.col(column).cast(pl.Float64, strict=False).alias("value"), "score"
     )
     rows = rows.filter(pl.col("value").is_not_null() & pl.col("value").is_not_nan())
@@ -366,12 +363,13 @@ def _add_spearman(merged: pl.DataFrame, options: MetricOptions, result: dict) ->
         "convention: delta, not score)"
     )
     result["metrics"][name] = spearman(values, delta)
-    if options.bootstrap > 0 and rows.height >= 3:
+    evaluation = options.evaluation
+    if evaluation.bootstrap > 0 and rows.height >= 3:
         result["confidence_intervals"].update(
             bootstrap_intervals(
                 rows.height,
                 lambda i: {name: spearman(values[i], delta[i])},
-                options.bootstrap,
-                options.seed,
+                evaluation.bootstrap,
+                evaluation.seed,
             )
         )

@@ -9,19 +9,11 @@ from typing import Any
 
 import torch
 
+from .config import ModelSettings
 from .errors import InputError
 from .tokens import DnaVocab, dna_vocab
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    path: str  # local directory or Hub id
-    revision: str | None = None
-    dtype: str = "float32"
-    device: str = "cpu"
-    trust_remote_code: bool = True
 
 
 @dataclass
@@ -30,7 +22,7 @@ class LoadedModel:
     tokenizer: Any
     vocab: DnaVocab
     device: torch.device
-    spec: ModelSpec
+    settings: ModelSettings
 
 
 class DeviceUnavailableError(InputError):
@@ -57,7 +49,7 @@ def resolve_device(requested: str, job: str | None = None) -> torch.device:
     return torch.device(requested)
 
 
-def load_model(spec: ModelSpec) -> LoadedModel:
+def load_model(spec: ModelSettings) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = resolve_device(spec.device)
@@ -74,4 +66,4 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     vocab = dna_vocab(tokenizer)
     if model.get_output_embeddings().weight.shape[0] < int(vocab.kmer_ids.max()) + 1:
         raise RuntimeError(f"{spec.path}: output layer smaller than the tokenizer's k-mer ids")
-    return LoadedModel(model=model, tokenizer=tokenizer, vocab=vocab, device=device, spec=spec)
+    return LoadedModel(model=model, tokenizer=tokenizer, vocab=vocab, device=device, settings=spec)

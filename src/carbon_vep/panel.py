@@ -22,20 +22,12 @@ from typing import Any
 import polars as pl
 import pysam
 
+from .columns import PANEL_KEY as KEY
+from .columns import RESERVED as RESERVED_COLUMNS
 from .errors import InputError
 from .htslib import captured_messages
 
-KEY = ("chrom", "pos", "ref", "alt")
 INPUT_COLUMNS = ("input_pos", "input_ref", "input_alt")
-# Columns the pipeline adds (check, windows, scores, merge, metrics): a panel column with one
-# of these names is renamed `panel_<name>` so that it is carried instead of overwritten.
-RESERVED_COLUMNS = frozenset(
-    {"row_id", "source", *INPUT_COLUMNS, "ref_chrom", "variant_type", "status", "reason"}
-    | {"duplicate_of", "label_conflict", "n_copies_in_panel", "label01"}
-    | {"window_start", "window_end", "variant_index", "shard", "score_status", "score_reason"}
-    | {"score", "ref_ll", "alt_ll", "delta", "delta_rc", "p_ref", "p_alt", "window_bp"}
-    | {"window_non_acgt", "recipe", "normalization"}
-)
 # Header spellings accepted for the key columns of a table (compared case-insensitively,
 # without a leading '#'); anything else is mapped with `columns` in the config.
 KEY_ALIASES = {

@@ -10,15 +10,17 @@ S(original) > S(perturbed), strictly: ties count as wrong and are counted on the
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import polars as pl
 
+from .batching import FAILED_ALONE
+from .columns import Status
+from .config import EvaluationSettings, PerturbationSettings
 from .engine import Engine
 from .suite import bootstrap_mean_interval
 from .tokens import non_acgt_count
 
-SCORINGS = ("token", "bp")
 ACCURACY_DEFINITION = (
     "share of scored pairs with S(original_sequence) > S(sequence), strictly (ties count as "
     "wrong); S = mean log-likelihood of the sequence cut to whole k-mers ({scoring})"
@@ -27,25 +29,6 @@ SCORING_TEXT = {
     "token": "per 6-mer token, normaliser {normalization}",
     "bp": "per base, FNS marginals over the 6-mer block",
 }
-
-
-@dataclass(frozen=True)
-class PerturbationSettings:
-    scoring: str = "token"
-    normalization: str = "full_vocab"
-
-    def __post_init__(self) -> None:
-        if self.scoring not in SCORINGS:
-            raise ValueError(f"unknown scoring {self.scoring!r}; choose from {SCORINGS}")
-
-    @property
-    def resolved_normalization(self) -> str:
-        """FNS marginals are always over the 6-mer block; token scores use `normalization`."""
-        return self.normalization if self.scoring == "token" else "dna_block"
-
-    @property
-    def description(self) -> str:
-        return SCORING_TEXT[self.scoring].format(normalization=self.normalization)
 
 
 def whole_kmers(seq: str, k: int) -> str:
@@ -94,7 +77,7 @@ def score_pairs(
         record = {
             "row_id": r["row_id"],
             "source": r["source"],
-            "status": "invalid",
+            "status": Status.INVALID.value,
             "reason": problem,
             "length_bp": len(r["original_sequence"] or ""),
             "non_acgt": None,
@@ -109,11 +92,11 @@ def score_pairs(
             pert = scores[whole_kmers(r["sequence"], k)]
             record["non_acgt"] = sum(map(non_acgt_count, (r["original_sequence"], r["sequence"])))
             if orig is None or pert is None:
-                record.update(status="failed", reason="out of memory even at batch size 1")
+                record.update(status=Status.FAILED.value, reason=FAILED_ALONE)
             else:
                 s_orig, s_pert = orig.mean, pert.mean
                 record.update(
-                    status="scored",
+                    status=Status.SCORED.value,
                     reason="",
                     score_original=s_orig,
                     score_perturbed=s_pert,
@@ -129,10 +112,13 @@ def score_pairs(
 
 
 def perturbation_metrics(
-    pairs: pl.DataFrame, settings: PerturbationSettings, bootstrap: int = 1000, seed: int = 0
+    pairs: pl.DataFrame,
+    settings: PerturbationSettings,
+    evaluation: EvaluationSettings | None = None,
 ) -> dict:
     """Accuracy (ties wrong), tie count, interval, counts, parameters and definitions."""
-    scored = pairs.filter(pl.col("status") == "scored")
+    evaluation = evaluation or EvaluationSettings()
+    scored = pairs.filter(pl.col("status") == Status.SCORED)
     correct = scored["correct"].cast(pl.Float64).to_numpy()
     n_ties = int(scored["tie"].sum()) if scored.height else 0
     result: dict = {
@@ -148,14 +134,16 @@ def perturbation_metrics(
         },
         "confidence_intervals": {},
         "definitions": {
-            "accuracy": ACCURACY_DEFINITION.format(scoring=settings.description),
+            "accuracy": ACCURACY_DEFINITION.format(
+                scoring=SCORING_TEXT[settings.scoring].format(normalization=settings.normalization)
+            ),
             "mean_margin": "mean over scored pairs of S(original_sequence) − S(sequence)",
             "n_ties": "scored pairs with S(original_sequence) == S(sequence) (counted wrong)",
         },
         "parameters": {**asdict(settings), "normalization": settings.resolved_normalization},
         "warnings": [],
     }
-    interval = bootstrap_mean_interval(correct, bootstrap, seed)
+    interval = bootstrap_mean_interval(correct, evaluation.bootstrap, evaluation.seed)
     if interval:
         result["confidence_intervals"]["accuracy"] = interval
     if n_ties:

@@ -23,7 +23,7 @@ token length are batched together, so no padding is ever involved. Three greedy 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -31,29 +31,18 @@ import polars as pl
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from .batching import FAILED_ALONE, in_batches
+from .columns import Status
+from .config import EvaluationSettings, RecoverySettings
 from .model import LoadedModel
 from .suite import bootstrap_mean_interval
 from .tokens import non_acgt_count
 
-DECODERS = ("token", "fns_marginal", "fns_conditional")
 CHANCE_ACCURACY = 0.25
 ACCURACY_DEFINITION = (
     "mean over rows of (bases equal to the label among the first {bp} of prediction and label) "
     "/ {bp}; a prediction shorter than {bp} bp counts its missing bases as wrong"
 )
-
-
-@dataclass(frozen=True)
-class RecoverySettings:
-    decoder: str = "token"
-    max_prompt_bp: int = 6144
-    new_tokens: int = 5
-    score_bp: int = 30
-    batch_size: int = 8
-
-    def __post_init__(self) -> None:
-        if self.decoder not in DECODERS:
-            raise ValueError(f"unknown decoder {self.decoder!r}; choose from {DECODERS}")
 
 
 def prompt_bases(sequence: str, max_bp: int, k: int) -> str:
@@ -144,33 +133,40 @@ def _processors(loaded: LoadedModel, settings: RecoverySettings) -> LogitsProces
 
 @torch.inference_mode()
 def generate_continuations(
-    loaded: LoadedModel, prompts: list[str], settings: RecoverySettings
-) -> list[str]:
-    """Greedy continuation text of each prompt (bases only, prefix added here)."""
+    loaded: LoadedModel, prompts: list[str], settings: RecoverySettings, batch_size: int
+) -> list[str | None]:
+    """Greedy continuation text of each prompt (bases only, prefix added here); None where a
+    prompt ran out of memory even alone."""
     encoded = [loaded.vocab.encode(p) for p in prompts]
     config = _generation_config(loaded, settings)
     processors = _processors(loaded, settings)
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(encoded):
         by_length.setdefault(len(ids), []).append(i)
-    out: list[str] = [""] * len(prompts)
-    for length, members in sorted(by_length.items()):
-        for lo in range(0, len(members), settings.batch_size):
-            batch = members[lo : lo + settings.batch_size]
-            ids = torch.as_tensor(np.stack([encoded[i] for i in batch]), device=loaded.device)
-            generated = loaded.model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                generation_config=config,
-                logits_processor=processors,
-            )
-            for row, i in enumerate(batch):
-                out[i] = loaded.tokenizer.decode(generated[row, length:].tolist())
+    out: list[str | None] = [None] * len(prompts)
+
+    def work(batch: list[int]) -> list[str]:
+        ids = torch.as_tensor(np.stack([encoded[i] for i in batch]), device=loaded.device)
+        generated = loaded.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=config,
+            logits_processor=processors,
+        )
+        width = ids.shape[1]
+        return [loaded.tokenizer.decode(row[width:].tolist()) for row in generated]
+
+    for _, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
+        for index, values in in_batches(members, work, batch_size, loaded.device):
+            for i, value in zip(index, values, strict=True):
+                out[members[i]] = value
     return out
 
 
 # ---- the task ----------------------------------------------------------------------------
-def recover(table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings) -> pl.DataFrame:
+def recover(
+    table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings, batch_size: int
+) -> pl.DataFrame:
     """One output row per input row: prompt size, prediction, matches, accuracy, status.
 
     Rows without a sequence or label are kept with status `invalid` and no accuracy. Bases
@@ -192,18 +188,20 @@ def recover(table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings
         for r in rows
         if r["sequence"] and r["label"]
     }
-    generated = generate_continuations(loaded, list(prompt_of.values()), settings)
+    generated = generate_continuations(loaded, list(prompt_of.values()), settings, batch_size)
     predictions = dict(zip(prompt_of, generated, strict=True))
     out = []
     for r in rows:
-        record = {**r, "status": "invalid", "reason": "missing sequence or label"}
+        record = {**r, "status": Status.INVALID.value, "reason": "missing sequence or label"}
         record.update(dict.fromkeys(("prompt_bp", "prompt_non_acgt", "n_match", "accuracy")))
         record.update(prediction=None)
-        if r["row_id"] in predictions:
+        if r["row_id"] in predictions and predictions[r["row_id"]] is None:
+            record.update(status=Status.FAILED.value, reason=FAILED_ALONE)
+        elif r["row_id"] in predictions:
             pred, prompt = predictions[r["row_id"]], prompt_of[r["row_id"]]
             matches = base_matches(pred, r["label"], settings.score_bp)
             record.update(
-                status="scored",
+                status=Status.SCORED.value,
                 reason="",
                 prompt_bp=len(prompt),
                 prompt_non_acgt=non_acgt_count(prompt),
@@ -223,10 +221,13 @@ def recover(table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings
 
 
 def recovery_metrics(
-    predictions: pl.DataFrame, settings: RecoverySettings, bootstrap: int = 1000, seed: int = 0
+    predictions: pl.DataFrame,
+    settings: RecoverySettings,
+    evaluation: EvaluationSettings | None = None,
 ) -> dict:
     """Headline accuracy, per-type means, interval, counts, parameters and definitions."""
-    scored = predictions.filter(pl.col("status") == "scored")
+    evaluation = evaluation or EvaluationSettings()
+    scored = predictions.filter(pl.col("status") == Status.SCORED)
     accuracy = scored["accuracy"].to_numpy()
     by_type = {
         str(t): {"n": part.height, "accuracy": float(part["accuracy"].mean())}
@@ -250,7 +251,7 @@ def recovery_metrics(
         "parameters": asdict(settings),
         "warnings": [],
     }
-    interval = bootstrap_mean_interval(accuracy, bootstrap, seed)
+    interval = bootstrap_mean_interval(accuracy, evaluation.bootstrap, evaluation.seed)
     if interval:
         result["confidence_intervals"]["accuracy"] = interval
     short = scored.filter(pl.col("label").str.len_chars() < settings.score_bp).height

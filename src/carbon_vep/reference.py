@@ -3,14 +3,13 @@
 Every implementation offers the same interface: `path`, `lengths`, `contigs`, and
 `fetch(contig, start, end)` returning upper-cased bases of a 0-based half-open range clipped to
 the contig. `open_reference(path)` picks the implementation from the file name. Contig names
-are matched to a panel's by `resolve_contigs` (UCSC `chr1`, Ensembl `1`, NCBI `NC_000001.11`).
+are matched to a panel's by `contigs.resolve_contigs`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,52 +24,7 @@ from .htslib import captured_messages
 
 log = logging.getLogger("carbon_vep")
 
-# Human RefSeq chromosome accessions: NC_000001 .. NC_000024 are chr1 .. chr22, X, Y (any
-# version: the version encodes the assembly, which the REF check verifies); NC_012920 is the
-# rCRS mitochondrion (GRCh37 and GRCh38 MT) and NC_001807 the older one of UCSC hg19's chrM.
-_REFSEQ_CHROMOSOME = re.compile(r"NC_0000(0[1-9]|1[0-9]|2[0-4])\.\d+")
-_REFSEQ_MITO = re.compile(r"NC_(012920|001807)\.\d+")
-_SEX_CHROMOSOMES = {23: "X", 24: "Y"}
 PARQUET_COLUMNS = ("ID", "Sequence")  # GENERator's hg38.parquet: one row per contig
-
-
-def canonical_contig(name: str) -> str:
-    """One spelling per chromosome across UCSC / Ensembl / NCBI names (`chr1`, `1`, `NC_000001.11`
-    → `1`; `chrM`, `MT`, `M` → `MT`); other names are returned without a `chr` prefix."""
-    if match := _REFSEQ_CHROMOSOME.fullmatch(name):
-        number = int(match[1])
-        return _SEX_CHROMOSOMES.get(number, str(number))
-    if _REFSEQ_MITO.fullmatch(name):
-        return "MT"
-    bare = name[3:] if name[:3].lower() == "chr" else name
-    return "MT" if bare.upper() in ("M", "MT") else bare
-
-
-def resolve_contigs(
-    panel_contigs: Iterable[str], reference_contigs: Iterable[str]
-) -> dict[str, str]:
-    """Map each panel contig to a reference contig: exact name first, then one unambiguous alias.
-
-    Contigs with no (or an ambiguous) match are left out of the mapping; callers decide whether
-    that is a per-row status or a fatal error (`alias_candidates` tells which).
-    """
-    reference_contigs = list(reference_contigs)
-    known = set(reference_contigs)
-    mapping: dict[str, str] = {}
-    for contig in panel_contigs:
-        if contig in known:
-            mapping[contig] = contig
-            continue
-        hits = alias_candidates(contig, reference_contigs)
-        if len(hits) == 1:
-            mapping[contig] = hits[0]
-    return mapping
-
-
-def alias_candidates(contig: str, reference_contigs: Iterable[str]) -> list[str]:
-    """Reference contigs that spell the same chromosome as `contig` in another convention."""
-    canonical = canonical_contig(contig)
-    return [name for name in reference_contigs if canonical_contig(name) == canonical]
 
 
 class Reference(ABC):

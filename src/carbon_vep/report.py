@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from . import plots
+from .columns import Status
 from .metrics import labelled_rows
 from .suite import load_results, results_markdown, results_table
 
@@ -72,7 +73,7 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
 def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
     """Markdown: provenance, status counts, metrics with definitions, top-scoring variants."""
     provenance = metrics.get("provenance", {})
-    scored = merged.filter(pl.col("status") == "scored")
+    scored = merged.filter(pl.col("status") == Status.SCORED)
     recipe = scored["recipe"][0] if scored.height else "n/a"
     normalization = scored["normalization"][0] if scored.height else "n/a"
     parts = [
@@ -120,7 +121,7 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
                 ],
             ),
         ]
-    unscored = merged.filter(pl.col("status") != "scored")
+    unscored = merged.filter(pl.col("status") != Status.SCORED)
     if unscored.height:
         reasons = unscored.group_by("status", "reason").len().sort("len", descending=True)
         parts += [
@@ -299,7 +300,7 @@ def _labelled_curves(results: Sequence[TaskResult]) -> dict[str, tuple]:
 def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
     summary = []
     for r in results:
-        scored = r.rows.filter(pl.col("status") == "scored")
+        scored = r.rows.filter(pl.col("status") == Status.SCORED)
         m = r.metrics
         summary.append(
             [
@@ -481,7 +482,8 @@ def _perturbation_section(task: str, results: list[TaskResult], colours: dict[st
         ["mean margin", *(_fmt(r.metrics["metrics"]["mean_margin"], 4) for r in results)],
     ]
     margins = {
-        r.model: r.rows.filter(pl.col("status") == "scored")["margin"].to_numpy() for r in results
+        r.model: r.rows.filter(pl.col("status") == Status.SCORED)["margin"].to_numpy()
+        for r in results
     }
     figure = ""
     if any(len(m) for m in margins.values()):

@@ -6,13 +6,14 @@ contig; `variant_index` is the 0-based offset of the variant base inside the win
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-_COMPLEMENT = str.maketrans("ACGTNacgtn", "TGCANtgcan")
+from .columns import VARIANT_KEY, Status
 
-SCORE_KEY = ("ref_chrom", "pos", "ref", "alt")
+_COMPLEMENT = str.maketrans("ACGTNacgtn", "TGCANtgcan")
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,19 @@ class Window:
         return self.end - self.start
 
 
-def centered_window(pos: int, contig_length: int, flank: int) -> Window:
-    """The published centered window: genome[max(0,p-flank) : min(len,p+flank)], p = pos-1."""
-    p = pos - 1
+def centered_window(pos: int, contig_length: int, window_bp: int) -> Window:
+    """The published centered window: genome[max(0,p-flank) : min(len,p+flank)], p = pos-1,
+    flank = window_bp // 2."""
+    p, flank = pos - 1, window_bp // 2
     start = max(0, p - flank)
     return Window(start, min(contig_length, p + flank), p - start)
 
 
-def right_end_window(pos: int, context: int) -> Window:
-    """The bases strictly before the variant: genome[max(0,p-context) : p]; variant comes next."""
+def right_end_window(pos: int, contig_length: int, window_bp: int) -> Window:
+    """The bases strictly before the variant: genome[max(0,p-window_bp) : p]; the variant comes
+    next (`contig_length` is not needed: the window ends before the variant)."""
     p = pos - 1
-    start = max(0, p - context)
+    start = max(0, p - window_bp)
     return Window(start, p, p - start)
 
 
@@ -68,23 +71,17 @@ def substitute(seq: str, index: int, ref: str, alt: str) -> str:
     return seq[:index] + alt + seq[index + len(ref) :]
 
 
-DEFAULT_WINDOW_BP = {"centered": 8192, "fns": 8192, "nexttoken": 24000, "scan": 24000}
-
-
 def add_windows(
-    variants: pl.DataFrame, lengths: dict[str, int], recipe: str, window_bp: int
+    variants: pl.DataFrame,
+    lengths: dict[str, int],
+    window: Callable[[int, int, int], Window],
+    window_bp: int,
 ) -> pl.DataFrame:
-    """Attach window_start / window_end / variant_index for the recipe.
-
-    `window_bp` is the whole centered window (flank = window_bp // 2) or, for `nexttoken` and
-    `scan`, the left context length.
-    """
-    windows = []
-    for chrom, pos in variants.select("ref_chrom", "pos").iter_rows():
-        if recipe in ("nexttoken", "scan"):
-            windows.append(right_end_window(pos, window_bp))
-        else:
-            windows.append(centered_window(pos, lengths[chrom], window_bp // 2))
+    """Attach window_start / window_end / variant_index, cut by a recipe's `window` function."""
+    windows = [
+        window(pos, lengths[chrom], window_bp)
+        for chrom, pos in variants.select("ref_chrom", "pos").iter_rows()
+    ]
     return variants.with_columns(
         pl.Series("window_start", [w.start for w in windows], dtype=pl.Int64),
         pl.Series("window_end", [w.end for w in windows], dtype=pl.Int64),
@@ -94,7 +91,8 @@ def add_windows(
 
 def unique_variants(checked: pl.DataFrame) -> pl.DataFrame:
     """The scoreable variants, one row per key (duplicates in the panel are scored once)."""
-    return checked.filter(pl.col("status") == "ok").select(SCORE_KEY).unique().sort(SCORE_KEY)
+    scoreable = checked.filter(pl.col("status") == Status.OK)
+    return scoreable.select(VARIANT_KEY).unique().sort(VARIANT_KEY)
 
 
 def assign_shards(variants: pl.DataFrame, shard_size: int) -> pl.DataFrame:
@@ -104,7 +102,7 @@ def assign_shards(variants: pl.DataFrame, shard_size: int) -> pl.DataFrame:
     """
     if shard_size < 1:
         raise ValueError("shard_size must be >= 1")
-    ordered = variants.sort(SCORE_KEY)
+    ordered = variants.sort(VARIANT_KEY)
     shard_ids: list[int] = []
     shard, filled, last_site = 0, 0, None
     for site in ordered.select("ref_chrom", "pos").iter_rows():

@@ -3,8 +3,8 @@
 # in the log and on stderr.
 rule check_panel:
     input:
-        panel=lambda wc: config["datasets"][wc.dataset]["panel"],
-        reference=lambda wc: config["datasets"][wc.dataset]["reference"],
+        panel=dataset_file("panel"),
+        reference=dataset_file("reference"),
     output:
         checked=f"{OUTDIR}/{{dataset}}/checked.parquet",
         summary=f"{OUTDIR}/{{dataset}}/checked_summary.json",
@@ -13,10 +13,8 @@ rule check_panel:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        panel_args=panel_args,
-        min_concordance=config["min_ref_concordance"],
+        settings=dataset_settings("checks", "labels"),
     shell:
         "carbon-vep check-panel --panel {input.panel} --reference {input.reference}"
-        " {params.panel_args} --min-ref-concordance {params.min_concordance}"
-        " --out {output.checked} --summary {output.summary} > {log} 2>&1"
-        " || {{ tail -n 1 {log} >&2; exit 1; }}"
+        " --settings {params.settings} --out {output.checked} --summary {output.summary}"
+        " > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"

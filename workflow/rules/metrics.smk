@@ -8,9 +8,9 @@ rule compute_metrics:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        label_args=label_args,
-        metric_args=metric_args,
-        provenance_args=provenance_args,
+        settings=dataset_settings("labels", "metrics"),
+        provenance=dataset_provenance,
     shell:
-        "carbon-vep metrics --merged {input} {params.label_args} {params.metric_args}"
-        " {params.provenance_args} --out {output} > {log} 2>&1"
+        "carbon-vep metrics --merged {input} --settings {params.settings}"
+        " --task {wildcards.dataset} --model-key {wildcards.model}"
+        " --provenance {params.provenance} --out {output} > {log} 2>&1"

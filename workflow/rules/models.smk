@@ -25,8 +25,6 @@ rule fetch_model:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        path=lambda wc: HUB_MODELS[wc.model],
-        revision=lambda wc: revision_arg(config["models"][wc.model]["revision"]),
+        settings=lambda wc: spec_json(HUB_MODELS[wc.model]),
     shell:
-        "carbon-vep fetch-model --model {params.path} {params.revision}"
-        " --out {output} > {log} 2>&1"
+        "carbon-vep fetch-model --settings {params.settings} --out {output} > {log} 2>&1"

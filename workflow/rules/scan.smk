@@ -1,6 +1,6 @@
 rule scan_region:
     input:
-        reference=lambda wc: config["scans"][wc.scan]["reference"],
+        reference=lambda wc: RUN.scans[wc.scan].reference,
         model=model_files,
     output:
         positions=f"{OUTDIR}/scans/{{scan}}/{{model}}/region_{{region}}.positions.parquet",
@@ -16,22 +16,19 @@ rule scan_region:
         mem_mb=16000,
         runtime=120,
     params:
-        model_args=model_load_args,
-        region=lambda wc: config["scans"][wc.scan]["regions"][int(wc.region)],
-        tile_bp=lambda wc: config["scans"][wc.scan]["tile_bp"],
-        min_context=lambda wc: config["scans"][wc.scan]["min_context"],
+        settings=scan_settings,
+        region=lambda wc: RUN.scans[wc.scan].regions[int(wc.region)],
     shell:
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep scan --reference {input.reference} --region {params.region}"
-        " {params.model_args} --batch-size {resources.batch_size}"
-        " --tile-bp {params.tile_bp} --min-context {params.min_context}"
+        " --settings {params.settings} --batch-size {resources.batch_size}"
         " --out {output.positions} --snv-out {output.snvs} > {log} 2>&1"
 
 
 rule export_scan_tabix:
     input:
         snvs=rules.scan_region.output.snvs,
-        reference=lambda wc: config["scans"][wc.scan]["reference"],
+        reference=lambda wc: RUN.scans[wc.scan].reference,
     output:
         tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/region_{{region}}.snvs.tsv.gz",
         tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/region_{{region}}.snvs.tsv.gz.tbi",

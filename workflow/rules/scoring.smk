@@ -1,7 +1,7 @@
 rule score_shard:
     input:
         shard=f"{OUTDIR}/{{dataset}}/shards/shard_{{shard}}.parquet",
-        reference=lambda wc: config["datasets"][wc.dataset]["reference"],
+        reference=dataset_file("reference"),
         model=model_files,
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/shard_scores/shard_{{shard}}.parquet",
@@ -16,11 +16,10 @@ rule score_shard:
         mem_mb=16000,
         runtime=120,
     params:
-        model_args=model_load_args,
-        recipe_args=recipe_args,
+        settings=scoring_settings,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep score-shard --shard {input.shard} --reference {input.reference}"
-        " {params.model_args} --batch-size {resources.batch_size}"
-        " {params.recipe_args} --out {output} > {log} 2>&1"
+        " --settings {params.settings} --batch-size {resources.batch_size}"
+        " --out {output} > {log} 2>&1"

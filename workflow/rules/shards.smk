@@ -1,7 +1,7 @@
 checkpoint make_shards:
     input:
         checked=rules.check_panel.output.checked,
-        reference=lambda wc: config["datasets"][wc.dataset]["reference"],
+        reference=dataset_file("reference"),
     output:
         shards=directory(f"{OUTDIR}/{{dataset}}/shards"),
     log:
@@ -9,10 +9,7 @@ checkpoint make_shards:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        recipe=lambda wc: config["datasets"][wc.dataset]["recipe"],
-        window_args=window_args,
-        shard_size=config["shard_size"],
+        settings=dataset_settings("scoring", "shards"),
     shell:
         "carbon-vep make-shards --checked {input.checked} --reference {input.reference}"
-        " --recipe {params.recipe} {params.window_args}"
-        " --shard-size {params.shard_size} --outdir {output.shards} > {log} 2>&1"
+        " --settings {params.settings} --outdir {output.shards} > {log} 2>&1"

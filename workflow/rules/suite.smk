@@ -1,7 +1,7 @@
 # Zero-shot suite tasks beyond variant panels, and the results table of the whole run.
 rule score_recovery:
     input:
-        tasks=lambda wc: config["tasks"][wc.task]["path"],
+        tasks=lambda wc: RUN.tasks[wc.task].path,
         model=model_files,
     output:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
@@ -19,19 +19,20 @@ rule score_recovery:
         mem_mb=16000,
         runtime=120,
     params:
-        model_args=model_load_args,
-        task_args=task_args,
+        settings=task_settings,
+        provenance=task_provenance,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep score-recovery --tasks-file {input.tasks} {params.model_args}"
-        " --batch-size {resources.batch_size}"
-        " {params.task_args} --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
+        "carbon-vep score-recovery --tasks-file {input.tasks} --settings {params.settings}"
+        " --batch-size {resources.batch_size} --task {wildcards.task}"
+        " --model-key {wildcards.model} --provenance {params.provenance}"
+        " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
 
 
 rule score_perturbation:
     input:
-        tasks=lambda wc: config["tasks"][wc.task]["path"],
+        tasks=lambda wc: RUN.tasks[wc.task].path,
         model=model_files,
     output:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
@@ -49,14 +50,15 @@ rule score_perturbation:
         mem_mb=16000,
         runtime=120,
     params:
-        model_args=model_load_args,
-        task_args=task_args,
+        settings=task_settings,
+        provenance=task_provenance,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep score-perturbation --tasks-file {input.tasks} {params.model_args}"
-        " --batch-size {resources.batch_size}"
-        " {params.task_args} --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
+        "carbon-vep score-perturbation --tasks-file {input.tasks} --settings {params.settings}"
+        " --batch-size {resources.batch_size} --task {wildcards.task}"
+        " --model-key {wildcards.model} --provenance {params.provenance}"
+        " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
 
 
 rule make_results_table:

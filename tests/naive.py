@@ -1,8 +1,10 @@
-"""Straightforward implementations of the published approaches, for tests and benchmarks only.
+"""Scoring code that is not part of the pipeline, for tests and `make bench` only.
 
-One window per variant, full [length, vocabulary] logits from `model(ids).logits`, a
-log-softmax over everything, no sharing or deduplication: what the published scripts do. The
-pipeline never calls these; they are the yardstick its engine is checked and timed against.
+Mostly straightforward implementations of the published approaches: one window per variant,
+full [length, vocabulary] logits from `model(ids).logits`, a log-softmax over everything, no
+sharing or deduplication. The pipeline never calls these; they are the yardstick its engine
+is checked and timed against. `token_log_likelihoods` runs the engine itself, per token (what
+the benchmark's model-throughput rows time). scripts/bench.py imports this file from tests/.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .reference import Reference
+from carbon_vep.reference import Reference
 
 
 def full_log_probs(
@@ -86,3 +88,22 @@ def per_base_marginals(
         block = torch.softmax(log_probs[-1, kmer_ids], dim=-1).reshape(4, -1).sum(-1)
         out.append(block.cpu().numpy())  # ATCG order
     return out
+
+
+@torch.inference_mode()
+def token_log_likelihoods(
+    engine: Any, sequences: list[np.ndarray], normalization: str
+) -> list[np.ndarray]:
+    """Per-token log p(token_t | tokens_<t), t = 1..n-1, of each id sequence, through the
+    engine's batching and chunked normaliser."""
+
+    def work(batch: list[np.ndarray]) -> list[np.ndarray]:
+        hidden, lengths = engine.hidden_states(batch)
+        out = []
+        for row, (n, ids) in enumerate(zip(lengths, batch, strict=True)):
+            targets = torch.as_tensor(ids[1:], device=engine.device)
+            terms = engine._token_terms(hidden[row, : n - 1], targets, normalization)
+            out.append(terms.cpu().numpy())
+        return out
+
+    return engine.run_batched(sequences, work)

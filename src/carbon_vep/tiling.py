@@ -1,0 +1,67 @@
+"""Scan tiles: how a region is cut into windows so that one forward pass per tile scores every
+base, each with at least `min_context` bp of left context. Geometry only (no torch), so plans
+and tests need no model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tile:
+    start: int  # window [start, end) on the contig, end - start a multiple of k
+    end: int
+    score_start: int  # bases [score_start, score_end) are scored from this tile
+    score_end: int
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+def tile_region(
+    contig_length: int, start: int, end: int, window_bp: int, min_context: int, k: int = 6
+) -> list[Tile]:
+    """Tiles covering [start, end) (0-based) so each scored base has >= min_context bp before it
+    (or everything back to the contig start)."""
+    window_bp -= window_bp % k
+    stride = window_bp - min_context
+    if stride < k:
+        raise ValueError(f"window_bp {window_bp} leaves no room after min_context {min_context}")
+    tiles = []
+    for score_start in range(start, end, stride):
+        score_end = min(score_start + stride, end)
+        tile_start = max(0, score_start - min_context)
+        tile_end = tile_start + _round_up(score_end - tile_start, k)
+        if tile_end > contig_length:  # slide left so the window stays on the contig
+            shift = min(tile_end - contig_length, tile_start)
+            tile_start -= shift
+            tile_end = min(tile_end - shift, tile_start + (contig_length - tile_start) // k * k)
+        tiles.append(Tile(tile_start, tile_end, score_start, min(score_end, tile_end)))
+    return tiles
+
+
+def tiles_for_positions(
+    positions: list[int], contig_length: int, window_bp: int, min_context: int, k: int = 6
+) -> list[Tile]:
+    """Tiles for sparse 0-based positions: each tile starts at the first uncovered position."""
+    tiles: list[Tile] = []
+    for pos in sorted(set(positions)):
+        if tiles and tiles[-1].score_start <= pos < tiles[-1].score_end:
+            continue
+        end = min(pos + window_bp - min_context, contig_length)
+        tiles += tile_region(contig_length, pos, end, window_bp, min_context, k)[:1]
+    return tiles
+
+
+def parse_region(region: str) -> tuple[str, int, int]:
+    """'chr1:1,001-2,000' (1-based, inclusive) -> ('chr1', 1000, 2000) (0-based half-open)."""
+    chrom, _, span = region.rpartition(":")
+    if not chrom:
+        raise ValueError(f"region {region!r} is not CHROM:START-END")
+    first, _, last = span.replace(",", "").partition("-")
+    start, end = int(first) - 1, int(last)
+    if start < 0 or end <= start:
+        raise ValueError(f"region {region!r} is empty or starts before 1")
+    return chrom, start, end
