@@ -66,7 +66,7 @@ def test_adapter_finds_block_and_bos_prefix(kmer_model):
 
 def test_centered_recipe_matches_full_logits(kmer_model):
     k, loaded = kmer_model
-    engine = Engine(loaded.model, loaded.vocab, loaded.device)
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=8)
     with open_reference(DEMO_FASTA) as ref:
         pos = 5000
         base = ref.fetch("chr17", pos - 1, pos)
@@ -92,7 +92,7 @@ def test_centered_recipe_matches_full_logits(kmer_model):
 
 def test_nexttoken_marginal_sums_first_base(kmer_model):
     k, loaded = kmer_model
-    engine = Engine(loaded.model, loaded.vocab, loaded.device)
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=8)
     context = "ACGTTGCA" * k
     ids = loaded.tokenizer("<s>" + context, add_special_tokens=False, return_tensors="pt").input_ids
     with torch.no_grad():

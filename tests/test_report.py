@@ -15,10 +15,14 @@ from carbon_vep.config import (
     PerturbationSettings,
     RecoverySettings,
 )
-from carbon_vep.metrics import vep_metrics
+from carbon_vep.metrics import evaluated_rows, vep_metrics
 from carbon_vep.perturbation import perturbation_metrics
 from carbon_vep.recovery import recovery_metrics
-from carbon_vep.report import load_run, render_html, render_report, render_summary
+from carbon_vep.report_html import load_run, render_html
+from carbon_vep.report_markdown import render_report, render_summary
+from carbon_vep.suite import results_markdown, results_table
+
+LABELS = LabelSettings(label_column="label")
 
 PROVENANCE = {
     "model": "org/model-{m}",
@@ -64,7 +68,8 @@ def _scores(seed: int) -> pl.DataFrame:
             "region": ["coding", "coding"],
         }
     )
-    return pl.concat([frame, extra], how="vertical_relaxed")
+    merged = pl.concat([frame, extra], how="vertical_relaxed")
+    return merged.with_row_index("row_id").with_columns(pl.col("row_id").cast(pl.Int64))
 
 
 def _named(result: dict, task: str, model: str, headline: list[str]) -> dict:
@@ -79,10 +84,14 @@ def _named(result: dict, task: str, model: str, headline: list[str]) -> dict:
 
 
 def _write(folder, name: str, result: dict, rows: pl.DataFrame, rows_name: str):
+    """The metrics JSON in `folder`, its row file in a folder of its own: the report pairs the
+    files it is given, it does not look for them by name."""
     folder.mkdir(parents=True)
-    rows.write_parquet(folder / rows_name)
+    rows_path = folder.parent / f"{folder.name}_rows" / rows_name
+    rows_path.parent.mkdir()
+    rows.write_parquet(rows_path)
     (folder / "metrics.json").write_text(json.dumps(result))
-    return folder / "metrics.json"
+    return folder / "metrics.json", rows_path
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +102,13 @@ def run(tmp_path_factory):
     for i, model in enumerate(("m1", "m2")):
         scores = _scores(i)
         result = _named(
-            vep_metrics(scores, LabelSettings(label_column="label"), options),
+            vep_metrics(scores, LABELS, options),
             "ds",
             model,
             ["auroc", "average_precision_by_chrom_weighted_drop_single_class"],
         )
-        paths.append(_write(tmp_path / "ds" / model, "ds", result, scores, "scores.parquet"))
+        evaluated = evaluated_rows(scores, LABELS)
+        paths.append(_write(tmp_path / "ds" / model, "ds", result, evaluated, "evaluated.parquet"))
     predictions = pl.DataFrame(
         {
             "status": ["scored"] * 4,
@@ -126,12 +136,12 @@ def run(tmp_path_factory):
     result = _named(result, "cag", "m2", ["accuracy"])
     result["warnings"].append("<b>not bold</b>")
     paths.append(_write(tmp_path / "suite/cag/m2", "cag", result, pairs, "predictions.parquet"))
-    return load_run(paths)
+    return load_run([m for m, _ in paths], [r for _, r in paths])
 
 
 @pytest.fixture(scope="module")
 def page(run):
-    return render_html(run)
+    return render_html(run, results_table([r.metrics for r in run]))
 
 
 def test_html_is_one_self_contained_page_with_every_section(page):
@@ -166,16 +176,27 @@ def test_html_comparison_table_status_counts_and_provenance(run, page):
 
 
 def test_summary_markdown_has_the_results_table(run):
-    summary = render_summary(run)
+    metrics = [r.metrics for r in run]
+    summary = render_summary(metrics, results_markdown(metrics))
     assert "| task | metric (×100) | m1 | m2 |" in summary
     assert "| rec | accuracy | 62.50" in summary and " — |" in summary  # m2 did not run rec
     assert "- ds / m1: ref_mismatch: 1, scored: 40, unknown_contig: 1" in summary
 
 
 def test_markdown_report_per_dataset(run):
-    result = run[0]
-    page = render_report(result.rows, result.metrics, "ds scored by m1")
+    page = render_report(_scores(0), run[0].metrics, "ds scored by m1")
     assert "## Input status counts" in page and "| ref_mismatch | 1 |" in page
     assert "dropped one-class chromosomes chr3 (n=8, weight 0.200)" in page
     assert "average_precision_by_chrom_weighted_keep_all" in page
     assert "REF A but reference has C" in page
+
+
+def test_the_report_plots_the_rows_the_metrics_used(run):
+    """The curves come from the evaluated rows compute_metrics wrote (labels as 0/1, conflicts
+    and unscored rows already left out), not from labels recomputed by the report."""
+    rows = run[0].rows
+    assert rows.columns == ["row_id", "chrom", "label01", "score"]
+    assert rows.height == run[0].metrics["n_labelled"] == 40
+    assert run[0].metrics["parameters"]["recipe"] == "centered"
+    with pytest.raises(ValueError, match="2 metrics files but 1 row files"):
+        load_run(["a.json", "b.json"], ["a.parquet"])

@@ -172,3 +172,42 @@ def test_unusable_panel_stops_before_scoring(tmp_path):
     assert "add 1 to POS" in log and "shifted.tsv" in log
     assert not (tmp_path / "results/demo_centered/checked.parquet").exists()
     assert not list(tmp_path.glob("results/*/demo/shard_scores/*.parquet"))
+
+
+def test_snakemake_report_bundles_the_reports(demo_run, tmp_path):
+    """`snakemake --report report.zip` bundles the run report, the results table and every
+    dataset's report (marked with report() in the rules) with the rule graph."""
+    import zipfile
+
+    bundle = tmp_path / "report.zip"
+    config = demo_run / "config.yaml"
+    result = _snakemake(demo_run, config, "--report", str(bundle))
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = zipfile.ZipFile(bundle).namelist()
+    assert any(n.endswith("report/report.html") for n in names)  # Snakemake's own page
+    assert sum(n.endswith("/report.md") for n in names) == 3  # one per dataset x model
+    assert any(n.endswith("/results_table.tsv") for n in names)
+    assert sum(n.endswith("/report.html") for n in names) == 2  # ours, inside the bundle
+
+
+def test_every_written_column_and_status_is_defined(demo_run):
+    from carbon_vep import columns
+
+    defined = columns.by_name(
+        columns.PANEL, columns.VCF_RECORD, columns.LABEL, columns.CHECK, columns.SCORE
+    )
+    carried = {"LABEL", "NOTE"}  # the panel's INFO fields asked for in the config
+    statuses = {s.value for s in columns.OUTPUT_STATUSES}
+    for dataset in ("demo_centered", "demo_nexttoken", "demo_scan_lookup"):
+        scores = pl.read_parquet(demo_run / f"results/{dataset}/demo/scores.parquet")
+        assert set(scores.columns) <= set(defined) | carried
+        for name in set(scores.columns) - carried - {"status", "reason"}:
+            assert scores[name].dtype == defined[name].dtype, name
+        assert set(scores["status"]) <= statuses
+    scan = demo_run / "results/scans/demo_scan/demo/region_00000"
+    assert pl.read_parquet(f"{scan}.positions.parquet").schema == pl.Schema(
+        columns.schema(columns.SCAN_POSITION)
+    )
+    assert pl.read_parquet(f"{scan}.snvs.parquet").schema == pl.Schema(
+        columns.schema(columns.SCAN_SNV)
+    )

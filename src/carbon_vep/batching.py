@@ -13,6 +13,8 @@ from typing import TypeVar
 
 import torch
 
+from .progress import Progress
+
 FAILED_ALONE = "out of memory even at batch size 1"  # the reason of a row that failed alone
 T = TypeVar("T")
 R = TypeVar("R")
@@ -23,10 +25,12 @@ def in_batches(
     work: Callable[[Sequence[T]], list[R]],
     batch_size: int,
     device: torch.device | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[tuple[list[int], list[R | None]]]:
     """(indices, results) for consecutive batches of `items`, in order, halving on OOM.
 
     The halved size is kept for the rest of the items (memory that ran out once will again).
+    `progress` counts the items done.
     """
     start, size = 0, max(1, batch_size)
     while start < len(items):
@@ -39,6 +43,8 @@ def in_batches(
                 size = max(1, size // 2)
                 continue
             values = [None]
+        if progress is not None:
+            progress.update(len(index))
         yield index, values
         start += len(index)
 
@@ -49,13 +55,17 @@ def run_sorted(
     batch_size: int,
     lengths: Sequence[int],
     device: torch.device | None = None,
+    unit: str = "items",
 ) -> list[R | None]:
-    """`work` over batches of items of similar length (sorted), results in the input order."""
+    """`work` over batches of items of similar length (sorted), results in the input order;
+    progress is logged in `unit`s."""
     order = sorted(range(len(items)), key=lengths.__getitem__)
     results: list[R | None] = [None] * len(items)
-    for index, values in in_batches([items[i] for i in order], work, batch_size, device):
+    progress = Progress(len(items), unit, "scoring")
+    for index, values in in_batches([items[i] for i in order], work, batch_size, device, progress):
         for i, value in zip(index, values, strict=True):
             results[order[i]] = value
+    progress.close()
     return results
 
 

@@ -159,11 +159,14 @@ def cmd_merge(args: argparse.Namespace) -> None:
 
 
 def cmd_metrics(args: argparse.Namespace) -> None:
-    from .metrics import vep_metrics
+    from .metrics import evaluated_rows, vep_metrics
 
     labels, metrics = from_args(args, LabelSettings, MetricSettings)
-    result = vep_metrics(pl.read_parquet(args.merged), labels, metrics)
+    merged = pl.read_parquet(args.merged)
+    result = vep_metrics(merged, labels, metrics)
     _write_task_result(result, args, list(metrics.headline_metrics))
+    if args.rows_out:
+        atomic.write_parquet(evaluated_rows(merged, labels), args.rows_out)
 
 
 def cmd_score_recovery(args: argparse.Namespace) -> None:
@@ -205,11 +208,15 @@ def cmd_results_table(args: argparse.Namespace) -> None:
 
 
 def cmd_html_report(args: argparse.Namespace) -> None:
-    from .report import load_run, render_html, render_summary
+    from .report_html import load_run, render_html
+    from .report_markdown import render_summary
 
-    run = load_run(args.metrics)
-    atomic.write_text(render_html(run, args.title), args.out_html)
-    atomic.write_text(render_summary(run, args.title), args.out_md)
+    run = load_run(args.metrics, args.rows)
+    table = pl.read_parquet(args.results_table)
+    atomic.write_text(render_html(run, table, args.title), args.out_html)
+    table_markdown = Path(args.results_table_md).read_text()
+    summary = render_summary([r.metrics for r in run], table_markdown, args.title)
+    atomic.write_text(summary, args.out_md)
 
 
 def cmd_export_vcf(args: argparse.Namespace) -> None:
@@ -244,7 +251,7 @@ def cmd_fetch_hub(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from .report import render_report
+    from .report_markdown import render_report
 
     merged = pl.read_parquet(args.merged)
     metrics = json.loads(Path(args.metrics).read_text())
@@ -373,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(p, LabelSettings, MetricSettings)
     _add_result_args(p)
     p.add_argument("--out", dest="metrics_out", required=True)
+    p.add_argument(
+        "--rows-out", default=None, help="Parquet of the rows the metrics used (for the report)"
+    )
     p.set_defaults(func=cmd_metrics)
 
     for name, settings, func, columns in (
@@ -397,6 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("html-report", help="one self-contained HTML page for a run")
     p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
+    p.add_argument(
+        "--rows", nargs="+", required=True, help="each metrics file's row file, in the same order"
+    )
+    p.add_argument("--results-table", required=True, help="results_table.parquet of the run")
+    p.add_argument("--results-table-md", required=True, help="results_table.md of the run")
     p.add_argument("--title", default="carbon-vep run report")
     p.add_argument("--out-html", required=True)
     p.add_argument("--out-md", required=True)

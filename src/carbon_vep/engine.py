@@ -47,7 +47,7 @@ class Engine:
         model: Any,
         vocab: DnaVocab,
         device: torch.device,
-        batch_size: int = 8,
+        batch_size: int,  # ModelSettings.batch_size: windows per forward pass
         vocab_chunk: int = 16384,
         position_chunk: int = 2048,
     ) -> None:
@@ -155,11 +155,12 @@ class Engine:
         items: Sequence[T],
         work: Callable[[Sequence[T]], list],
         lengths: Sequence[int] | None = None,
+        unit: str = "windows",
     ) -> list:
         """`work` over length-sorted batches, results in input order; an OOM halves the batch
-        and an item that fails alone gets `None` (batching.py)."""
+        and an item that fails alone gets `None` (batching.py); progress logged in `unit`s."""
         sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
-        return run_sorted(items, work, self.batch_size, sizes, self.device)
+        return run_sorted(items, work, self.batch_size, sizes, self.device, unit)
 
     # ---- per-target values ---------------------------------------------------------------
     def _token_terms(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
@@ -296,7 +297,7 @@ class Engine:
             first = self.kmer_base_marginals(self.dna_log_probs(last, normalization))[:, 0]
             return list(first.cpu().numpy())
 
-        return self.run_batched(sequences, work)
+        return self.run_batched(sequences, work, unit="contexts")
 
     def _acgt_string_first_base(self, last: torch.Tensor) -> torch.Tensor:
         """The published right-end normaliser: full-vocabulary softmax summed over every pure-ACGT

@@ -94,6 +94,18 @@ def labelled_rows(
     return frame.filter(keep)
 
 
+def evaluated_rows(merged: pl.DataFrame, labels: LabelSettings) -> pl.DataFrame:
+    """The rows the label metrics use, as the report plots them: row_id, chrom, label01, score
+    (empty when the dataset has no label column)."""
+    columns = ["row_id", CHROM_COLUMN, "label01", "score"]
+    column = labels.column
+    if not column or column not in merged.columns:
+        return pl.DataFrame(schema={"row_id": pl.Int64, CHROM_COLUMN: pl.Utf8,
+                                    "label01": pl.Int32, "score": pl.Float64})  # fmt: skip
+    rows = labelled_rows(merged, column, labels.positive_labels, labels.negative_labels)
+    return rows.select(columns)
+
+
 # ---- by chromosome -----------------------------------------------------------------------
 def _quiet(metric: Callable, labels: np.ndarray, scores: np.ndarray) -> float | None:
     """The metric as sklearn gives it, None where sklearn calls it undefined (NaN)."""
@@ -258,6 +270,7 @@ def vep_metrics(
             "bootstrap_resamples": evaluation.bootstrap,
             "seed": evaluation.seed,
             "chrom_column": CHROM_COLUMN,
+            **_scoring_parameters(merged),
         },
     }
     if options.spearman_column:
@@ -304,6 +317,15 @@ def vep_metrics(
             "(scores must be oriented larger = more damaging)"
         )
     return result
+
+
+def _scoring_parameters(merged: pl.DataFrame) -> dict[str, str | None]:
+    """The recipe and normalisation the scored rows were scored with (recorded per row)."""
+    scored = merged.filter(pl.col("status") == Status.SCORED)
+    return {
+        name: scored[name][0] if scored.height and name in scored.columns else None
+        for name in ("recipe", "normalization")
+    }
 
 
 def _label_statistics(

@@ -35,6 +35,7 @@ from .batching import FAILED_ALONE, in_batches
 from .columns import Status
 from .config import EvaluationSettings, RecoverySettings
 from .model import LoadedModel
+from .progress import Progress
 from .suite import bootstrap_mean_interval
 from .tokens import non_acgt_count
 
@@ -156,10 +157,12 @@ def generate_continuations(
         width = ids.shape[1]
         return [loaded.tokenizer.decode(row[width:].tolist()) for row in generated]
 
+    progress = Progress(len(prompts), "prompts", "sequence recovery")
     for _, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
-        for index, values in in_batches(members, work, batch_size, loaded.device):
+        for index, values in in_batches(members, work, batch_size, loaded.device, progress):
             for i, value in zip(index, values, strict=True):
                 out[members[i]] = value
+    progress.close()
     return out
 
 

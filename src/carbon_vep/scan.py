@@ -25,6 +25,7 @@ from .batching import in_batches
 from .columns import SCAN_BASES
 from .config import TileSettings
 from .engine import Engine
+from .progress import Progress
 from .reference import Reference
 from .tiling import Tile, tile_region
 from .tokens import BASES, base_codes
@@ -47,7 +48,8 @@ def scan_tiles(engine: Engine, reference: Reference, chrom: str, tiles: list[Til
         ]
 
     frames = []
-    for index, values in in_batches(tiles, work, engine.batch_size, engine.device):
+    progress = Progress(len(tiles), "tiles", f"scan of {chrom}")
+    for index, values in in_batches(tiles, work, engine.batch_size, engine.device, progress):
         if values[0] is None:  # a tile has no per-row status to fail with: stop the job
             tile = tiles[index[0]]
             raise torch.OutOfMemoryError(
@@ -55,6 +57,7 @@ def scan_tiles(engine: Engine, reference: Reference, chrom: str, tiles: list[Til
                 "out of memory even alone; lower tile_bp"
             )
         frames += values
+    progress.close()
     if not frames:
         return pl.DataFrame(schema=columns.schema(columns.SCAN_POSITION))
     return pl.concat(frames)

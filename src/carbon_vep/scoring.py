@@ -21,6 +21,7 @@ from .batching import FAILED_ALONE
 from .columns import VARIANT_KEY, Status
 from .config import RecipeSettings
 from .engine import Engine
+from .progress import Progress
 from .reference import Reference
 from .scan import scan_tiles, snv_scores
 from .tiling import tiles_for_positions
@@ -64,10 +65,13 @@ def _group_scores(
     norm = recipe.resolved_normalization
     means: dict[str, float | None] = {}
     if recipe.share_prefix:
+        progress = Progress(len(groups), "reference windows", "scoring")
         for ref, alts in groups.items():
             ref_score, alt_scores = engine.window_group_scores(ref, alts, kind, norm)
             for seq, score in zip([ref, *alts], [ref_score, *alt_scores], strict=True):
                 means[seq] = None if score is None else score.mean
+            progress.update(1)
+        progress.close()
         return means
     sequences = list(dict.fromkeys([s for ref, alts in groups.items() for s in (ref, *alts)]))
     scores = engine.sequence_scores(sequences, kind, norm)

@@ -90,7 +90,7 @@ def vcf_exports():
 def run_results():
     """(directory, row-level file) of every result: variant panels, then suite tasks."""
     panels = [
-        (f"{OUTDIR}/{dataset}/{model}", "scores.parquet")
+        (f"{OUTDIR}/{dataset}/{model}", "evaluated.parquet")
         for dataset in RUN.datasets
         for model in dataset_models(dataset)
     ]
@@ -107,7 +107,8 @@ def run_metrics():
 
 
 def run_rows():
-    """The row-level file next to each metrics JSON (the HTML report plots from them)."""
+    """The row file of each metrics JSON, in the same order (the HTML report plots them):
+    the rows a dataset's metrics used, or a task's predictions."""
     return [f"{folder}/{rows}" for folder, rows in run_results()]
 
 

@@ -2,7 +2,8 @@ rule compute_metrics:
     input:
         rules.merge_scores.output,
     output:
-        f"{OUTDIR}/{{dataset}}/{{model}}/metrics.json",
+        metrics=f"{OUTDIR}/{{dataset}}/{{model}}/metrics.json",
+        evaluated=f"{OUTDIR}/{{dataset}}/{{model}}/evaluated.parquet",
     log:
         f"logs/{OUTDIR}/{{dataset}}/{{model}}/compute_metrics.log",
     conda:
@@ -13,4 +14,5 @@ rule compute_metrics:
     shell:
         "carbon-vep metrics --merged {input} --settings {params.settings}"
         " --task {wildcards.dataset} --model-key {wildcards.model}"
-        " --provenance {params.provenance} --out {output} > {log} 2>&1"
+        " --provenance {params.provenance} --out {output.metrics}"
+        " --rows-out {output.evaluated} > {log} 2>&1"

@@ -1,9 +1,14 @@
 rule write_report:
     input:
         merged=rules.merge_scores.output,
-        metrics=rules.compute_metrics.output,
+        metrics=rules.compute_metrics.output.metrics,
     output:
-        f"{OUTDIR}/{{dataset}}/{{model}}/report.md",
+        report(
+            f"{OUTDIR}/{{dataset}}/{{model}}/report.md",
+            caption="../report/dataset_report.rst",
+            category="Datasets",
+            labels={"dataset": "{dataset}", "model": "{model}"},
+        ),
     log:
         f"logs/{OUTDIR}/{{dataset}}/{{model}}/write_report.log",
     conda:
@@ -15,18 +20,27 @@ rule write_report:
         " --title '{params.title}' --out {output} > {log} 2>&1"
 
 
-# One self-contained HTML page (and a Markdown summary) for the whole run.
+# One self-contained HTML page (and a Markdown summary) for the whole run, from what the
+# earlier stages wrote: each result's metrics with its row file, and the results table.
 rule write_run_report:
     input:
         metrics=run_metrics(),
         rows=run_rows(),
+        table=rules.make_results_table.output.parquet,
+        table_md=rules.make_results_table.output.md,
     output:
-        html=f"{OUTDIR}/report.html",
+        html=report(
+            f"{OUTDIR}/report.html",
+            caption="../report/run_report.rst",
+            category="Run",
+            labels={"file": "report.html"},
+        ),
         summary=f"{OUTDIR}/summary.md",
     log:
         f"logs/{OUTDIR}/write_run_report.log",
     conda:
         "../../envs/carbon-vep.yaml"
     shell:
-        "carbon-vep html-report --metrics {input.metrics}"
+        "carbon-vep html-report --metrics {input.metrics} --rows {input.rows}"
+        " --results-table {input.table} --results-table-md {input.table_md}"
         " --out-html {output.html} --out-md {output.summary} > {log} 2>&1"

@@ -66,7 +66,12 @@ rule make_results_table:
         run_metrics(),
     output:
         parquet=f"{OUTDIR}/results_table.parquet",
-        tsv=f"{OUTDIR}/results_table.tsv",
+        tsv=report(
+            f"{OUTDIR}/results_table.tsv",
+            caption="../report/results_table.rst",
+            category="Run",
+            labels={"file": "results_table.tsv"},
+        ),
         md=f"{OUTDIR}/results_table.md",
     log:
         f"logs/{OUTDIR}/make_results_table.log",

@@ -1,141 +1,39 @@
-"""Reports: a Markdown page per (dataset, model), and one self-contained HTML page per run.
+"""The run's report: one self-contained HTML page.
 
-The HTML page holds the comparison table, ROC and PR curves, per-chromosome bars, score
-distributions by class, the recovery and perturbation figures, the status counts of every
-input and the run's provenance; figures are embedded as base64 PNG, so the file stands alone.
+It holds the comparison table, ROC and PR curves, per-chromosome bars, score distributions by
+class, the recovery and perturbation figures, the status counts of every input and the run's
+provenance; figures are embedded as base64 PNG and the stylesheet (assets/report.css) inline,
+so the file stands alone. It reads what the earlier stages wrote and the rule passes: each
+result's metrics JSON with its row file (the rows a VEP dataset's metrics used, or a task's
+predictions), and the results table; it recomputes nothing.
 """
 
 from __future__ import annotations
 
 import html
-import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
+from importlib import resources
 from pathlib import Path
 
 import polars as pl
 
 from . import plots
 from .columns import Status
-from .metrics import labelled_rows
-from .suite import load_results, results_markdown, results_table
+from .provenance import package_versions
+from .report_markdown import _fmt, _with_interval, ordered_metrics
+from .suite import load_results
 
-_PACKAGES = (
-    "carbon-vep",
-    "torch",
-    "transformers",
-    "snakemake",
-    "pysam",
-    "polars",
-    "scikit-learn",
-    "matplotlib",
-)
-ROW_FILES = {
-    "vep": "scores.parquet",
-    "sequence_recovery": "predictions.parquet",
-    "perturbation": "predictions.parquet",
-}
-
-
-def package_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
-def _fmt(value: object, digits: int = 4) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def _with_interval(metrics: dict, name: str, digits: int = 4) -> str:
-    value = metrics.get("metrics", {}).get(name)
-    ci = metrics.get("confidence_intervals", {}).get(name)
-    text = _fmt(value, digits)
-    if ci and value is not None:
-        text += f" [{ci['low']:.{digits - 1}f}, {ci['high']:.{digits - 1}f}]"
-    return text
-
-
-# ---- Markdown, one dataset x model ---------------------------------------------------------
-def _table(header: list[str], rows: list[list[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
-    """Markdown: provenance, status counts, metrics with definitions, top-scoring variants."""
-    provenance = metrics.get("provenance", {})
-    scored = merged.filter(pl.col("status") == Status.SCORED)
-    recipe = scored["recipe"][0] if scored.height else "n/a"
-    normalization = scored["normalization"][0] if scored.height else "n/a"
-    parts = [
-        f"# {title}",
-        f"Recipe **{recipe}**, normalisation **{normalization}**; "
-        f"{merged.height} input rows, {scored.height} scored. "
-        "Score orientation: larger = more damaging.",
-        "## Input status counts",
-        _table(["status", "rows"], [[k, v] for k, v in metrics["status_counts"].items()]),
-    ]
-    if metrics.get("metrics"):
-        definitions = metrics.get("definitions", {})
-        rows = [
-            [name, _with_interval(metrics, name), definitions.get(name, "")]
-            for name in ordered_metrics(list(metrics["metrics"]))
-        ]
-        excluded = metrics.get("n_excluded_label_conflict", 0)
-        parts += [
-            "## Metrics",
-            f"{metrics.get('n_labelled', 0)} labelled scored rows, "
-            f"{metrics.get('n_positive', 0)} positive"
-            + (f"; {excluded} rows with conflicting labels excluded" if excluded else "")
-            + ". Brackets: 95% bootstrap interval.",
-            _table(["metric", "value", "definition"], rows),
-        ]
-    for metric, conventions in metrics.get("by_chromosome", {}).items():
-        detail = conventions.get("drop_single_class", {})
-        if detail.get("dropped"):
-            dropped = ", ".join(
-                f"{d['chrom']} (n={d['n']}, weight {d['weight_of_all']:.3f})"
-                for d in detail["dropped"]
-            )
-            parts.append(f"By-chromosome {metric}: dropped one-class chromosomes {dropped}.")
-    if metrics.get("warnings"):
-        parts += ["## Warnings", "\n".join(f"- {w}" for w in metrics["warnings"])]
-    if scored.height:
-        top = scored.sort("score", descending=True).head(10)
-        parts += [
-            "## Highest-scoring variants",
-            _table(
-                ["chrom", "pos", "ref", "alt", "score"],
-                [
-                    [r["chrom"], r["pos"], r["ref"], r["alt"], f"{r['score']:.4g}"]
-                    for r in top.to_dicts()
-                ],
-            ),
-        ]
-    unscored = merged.filter(pl.col("status") != Status.SCORED)
-    if unscored.height:
-        reasons = unscored.group_by("status", "reason").len().sort("len", descending=True)
-        parts += [
-            "## Rows not scored, by reason",
-            _table(["status", "reason", "rows"], [list(r) for r in reasons.head(20).iter_rows()]),
-        ]
-    prov_rows = [[k, v] for k, v in {**provenance, **package_versions()}.items()]
-    parts += ["## Provenance", _table(["item", "value"], prov_rows)]
-    return "\n\n".join(parts) + "\n"
+CSS = (resources.files("carbon_vep") / "assets" / "report.css").read_text()
 
 
 # ---- the run: results and their row-level files ------------------------------------------
 @dataclass(frozen=True)
 class TaskResult:
+    """One (task, model) result: its metrics JSON and the row file the rule passed with it:
+    the labelled rows a VEP dataset's metrics used (`label01`, `score`), or a task's
+    predictions."""
+
     metrics: dict
     rows: pl.DataFrame
 
@@ -148,12 +46,15 @@ class TaskResult:
         return self.metrics["model_key"]
 
 
-def load_run(metrics_paths: Sequence[str | Path]) -> list[TaskResult]:
-    """Metrics JSONs and, next to each, its row-level file (scores or predictions)."""
+def load_run(
+    metrics_paths: Sequence[str | Path], rows_paths: Sequence[str | Path]
+) -> list[TaskResult]:
+    """Each metrics JSON with its row file, paired in the order given."""
+    if len(metrics_paths) != len(rows_paths):
+        raise ValueError(f"{len(metrics_paths)} metrics files but {len(rows_paths)} row files")
     results = load_results(metrics_paths)
     return [
-        TaskResult(m, pl.read_parquet(Path(p).parent / ROW_FILES[m["kind"]]))
-        for m, p in zip(results, metrics_paths, strict=True)
+        TaskResult(m, pl.read_parquet(rows)) for m, rows in zip(results, rows_paths, strict=True)
     ]
 
 
@@ -163,29 +64,6 @@ def _by_task(run: Sequence[TaskResult], kind: str) -> dict[str, list[TaskResult]
         if result.metrics["kind"] == kind:
             out.setdefault(result.task, []).append(result)
     return out
-
-
-# ---- HTML building blocks --------------------------------------------------------------------
-CSS = """
-body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; color: #1d2330;
-  max-width: 1180px; margin: 2em auto; padding: 0 1.2em; line-height: 1.45 }
-h1 { font-size: 1.7em; margin-bottom: .1em }
-h2 { border-bottom: 2px solid #e3e7ee; padding-bottom: .2em; margin-top: 2.2em }
-h3 { margin: 1em 0 .3em; color: #34405a; font-size: 1.02em }
-table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em }
-th, td { border: 1px solid #dfe3ea; padding: .3em .65em; text-align: left; vertical-align: top }
-th { background: #f3f5f9 }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap }
-.sub { color: #5b6475; font-size: .92em }
-.warn { background: #fff6e0; border-left: 4px solid #f0a500; padding: .5em .9em; margin: .6em 0 }
-.warn ul { margin: .2em 0 }
-.row { display: flex; flex-wrap: wrap; gap: 0 2.2em; align-items: flex-start }
-img { max-width: 100%; margin: .3em 0 }
-details { margin: .3em 0 1em }
-summary { cursor: pointer; color: #34405a }
-code { background: #f3f5f9; padding: 0 .25em; border-radius: 3px }
-nav a { margin-right: 1em }
-"""
 
 
 def _e(value: object) -> str:
@@ -241,15 +119,14 @@ def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
 
 
 # ---- HTML sections -------------------------------------------------------------------------
-def _comparison_section(run: Sequence[TaskResult]) -> str:
-    metrics = [r.metrics for r in run]
-    long = results_table(metrics)
-    if long.height == 0:
+def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame) -> str:
+    """The results table as make_results_table wrote it, with each value's interval."""
+    if table.height == 0:
         return "<h2 id='results'>Results</h2><p>No results.</p>"
-    models = [c for c in long.columns if c not in ("task", "metric")]
+    models = [c for c in table.columns if c not in ("task", "metric")]
     lookup = {(r.task, r.model): r.metrics for r in run}
     rows = []
-    for record in long.to_dicts():
+    for record in table.to_dicts():
         cells = []
         for model in models:
             m = lookup.get((record["task"], model))
@@ -280,33 +157,24 @@ def _row(*blocks: str) -> str:
     return f"<div class='row'>{''.join(b for b in blocks if b)}</div>"
 
 
-def ordered_metrics(names: Sequence[str]) -> list[str]:
-    """Global metrics first (AUROC, both AUPRCs), then by-chromosome ones, then the rest."""
-    first = {"auroc": 0, "auprc_trapezoid": 1, "average_precision": 2}
-    return sorted(names, key=lambda n: (first.get(n, 3 if "_by_chrom_" in n else 4), n))
-
-
 def _labelled_curves(results: Sequence[TaskResult]) -> dict[str, tuple]:
-    curves = {}
-    for r in results:
-        p = r.metrics.get("parameters", {})
-        if r.metrics.get("metrics", {}).get("auroc") is None or not p.get("label_column"):
-            continue
-        rows = labelled_rows(r.rows, p["label_column"], p["positive_labels"], p["negative_labels"])
-        curves[r.model] = (rows["label01"].to_numpy(), rows["score"].to_numpy())
-    return curves
+    """(labels, scores) of the rows each model's metrics used, as compute_metrics wrote them."""
+    return {
+        r.model: (r.rows["label01"].to_numpy(), r.rows["score"].to_numpy())
+        for r in results
+        if r.metrics.get("metrics", {}).get("auroc") is not None
+    }
 
 
 def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
     summary = []
     for r in results:
-        scored = r.rows.filter(pl.col("status") == Status.SCORED)
         m = r.metrics
         summary.append(
             [
                 r.model,
-                scored["recipe"][0] if scored.height else "n/a",
-                scored["normalization"][0] if scored.height else "n/a",
+                m["parameters"].get("recipe") or "n/a",
+                m["parameters"].get("normalization") or "n/a",
                 m.get("n_labelled", 0),
                 m.get("n_positive", 0),
                 m.get("n_excluded_label_conflict", 0),
@@ -527,15 +395,17 @@ def _provenance_section(run: Sequence[TaskResult]) -> str:
     )
 
 
-def render_html(run: Sequence[TaskResult], title: str = "carbon-vep run report") -> str:
-    """The whole run as one self-contained HTML page."""
+def render_html(
+    run: Sequence[TaskResult], table: pl.DataFrame, title: str = "carbon-vep run report"
+) -> str:
+    """The whole run as one self-contained HTML page (`table`: the run's results table)."""
     colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
     sections = {
         "vep": _vep_section,
         "sequence_recovery": _recovery_section,
         "perturbation": _perturbation_section,
     }
-    body, nav = [_comparison_section(run)], ["<a href='#results'>Results</a>"]
+    body, nav = [_comparison_section(run, table)], ["<a href='#results'>Results</a>"]
     for kind, section in sections.items():
         for task, results in _by_task(run, kind).items():
             body.append(section(task, results, colours))
@@ -549,18 +419,3 @@ def render_html(run: Sequence[TaskResult], title: str = "carbon-vep run report")
         f"<p class='sub'>Models: {_e(models)}. Scores are oriented larger = more damaging.</p>"
         f"<nav>{''.join(nav)}</nav>{''.join(body)}</body></html>\n"
     )
-
-
-def render_summary(run: Sequence[TaskResult], title: str = "carbon-vep run summary") -> str:
-    """Markdown companion of the HTML page: results table, status counts, warnings."""
-    parts = [f"# {title}", "## Results", results_markdown([r.metrics for r in run])]
-    status_lines = [
-        f"- {r.task} / {r.model}: "
-        + ", ".join(f"{k}: {v}" for k, v in r.metrics.get("status_counts", {}).items())
-        for r in run
-    ]
-    parts += ["## Input status counts", "\n".join(status_lines)]
-    warnings = [f"- {r.task} / {r.model}: {w}" for r in run for w in r.metrics.get("warnings", [])]
-    if warnings:
-        parts += ["## Warnings", "\n".join(warnings)]
-    return "\n\n".join(parts) + "\n"
