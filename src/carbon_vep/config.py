@@ -369,7 +369,6 @@ class RunConfig:
     scans: dict[str, ScanConfig]
     tasks: dict[str, TaskConfig]
     hub_files: dict[str, HubFileConfig]
-    run_settings: dict[str, Any]  # the run-scope keys, as given or defaulted
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> RunConfig:
@@ -388,11 +387,7 @@ class RunConfig:
             }
             for name, (entry_cls, _, _) in SECTIONS.items()
         }
-        run_config = cls(
-            outdir=config.get("outdir", OUTDIR_DEFAULT),
-            run_settings={name: run.get(name, spec.default) for name, spec in run_fields().items()},
-            **sections,
-        )
+        run_config = cls(outdir=config.get("outdir", OUTDIR_DEFAULT), **sections)
         run_config.check()
         return run_config
 
@@ -455,13 +450,14 @@ def check_gpu_profile(
 
 
 # ---- run-level settings, names, the JSON schema ---------------------------------------------
-def run_fields() -> dict[str, dataclasses.Field]:
-    """Settings whose config key is at the top level (one value for every entry)."""
-    out: dict[str, dataclasses.Field] = {}
+def run_fields() -> dict[str, tuple[dataclasses.Field, Any]]:
+    """Settings whose config key is at the top level (one value for every entry), with their
+    type annotation."""
+    out: dict[str, tuple[dataclasses.Field, Any]] = {}
     for entry_cls, _, _ in SECTIONS.values():
-        for f, _ in flat_fields(entry_cls):
+        for f, hint in flat_fields(entry_cls):
             if f.metadata["scope"] == "run":
-                out.setdefault(f.name, f)
+                out.setdefault(f.name, (f, hint))
     return out
 
 
@@ -479,8 +475,8 @@ def json_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "outdir": {"type": "string", "default": OUTDIR_DEFAULT, "description": "output folder"}
     }
-    for name, f in run_fields().items():
-        properties[name] = schema_property(f, _run_hint(f))
+    for name, (f, hint) in run_fields().items():
+        properties[name] = schema_property(f, hint)
     for name, (entry_cls, required, description) in SECTIONS.items():
         section: dict[str, Any] = {
             "type": "object",
@@ -502,14 +498,6 @@ def json_schema() -> dict[str, Any]:
         "required": [name for name, (_, required, _) in SECTIONS.items() if required],
         "additionalProperties": False,
     }
-
-
-def _run_hint(f: dataclasses.Field) -> Any:
-    for entry_cls, _, _ in SECTIONS.values():
-        for g, hint in flat_fields(entry_cls):
-            if g is f:
-                return hint
-    raise KeyError(f.name)
 
 
 def schema_yaml() -> str:
