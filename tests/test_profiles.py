@@ -22,7 +22,7 @@ from cluster_support import (
 )
 
 pytestmark = pytest.mark.workflow
-MODEL_RULES = ("score_shard", "scan_region", "score_recovery", "score_perturbation")
+MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
 
 SITE = {
     "FILL_IN_ACCOUNT": "lab42",

@@ -28,6 +28,7 @@ from .config import (
     PerturbationSettings,
     RecipeSettings,
     RecoverySettings,
+    ScanChunkSettings,
     ShardSettings,
     TileSettings,
 )
@@ -299,6 +300,83 @@ def cmd_scan(args: argparse.Namespace) -> None:
         log.warning("%d bases at the contig end fit no whole 6-mer tile: not scored", missing)
 
 
+def cmd_plan_scan(args: argparse.Namespace) -> None:
+    """Targets -> chunks (one job each), with counts and estimates printed before any model job."""
+    from .reference import open_reference
+    from .scan_plan import describe_plan, plan_scan, resolve_targets
+
+    tiles, chunks = from_args(args, TileSettings, ScanChunkSettings)
+    with open_reference(args.reference) as reference:
+        targets = resolve_targets(args.regions, reference.lengths)
+        plan = plan_scan(reference, targets, tiles, chunks, _pairs(args.model))
+    atomic.write_json(plan, args.out)
+    text = describe_plan(plan, f"scan plan: {args.title}")
+    if args.report:
+        atomic.write_text(text, args.report)
+    print(text, end="")
+
+
+def cmd_scan_chunk(args: argparse.Namespace) -> None:
+    """One chunk of a scan plan, streamed to Parquet row groups."""
+    from .scan_merge import BaseWriter, read_json
+    from .scan_plan import chunk_pieces
+
+    (model,) = from_args(args, ModelSettings)
+    plan = read_json(args.plan)
+    tiles = TileSettings(plan["tile_bp"], plan["min_context"])
+    pieces = chunk_pieces(plan, args.chunk)
+    engine = _load_engine(model, f"{args.plan} chunk {args.chunk}")
+    from .reference import open_reference
+    from .scan import scan_chunk
+
+    writer = BaseWriter(args.out)
+    try:
+        with open_reference(args.reference) as reference:
+            stats = scan_chunk(engine, reference, pieces, tiles, writer, f"chunk {args.chunk}")
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    atomic.write_json({"chunk": args.chunk, **stats}, args.stats)
+    log.info("chunk %d: %d bases in %.1f s", args.chunk, stats["bases"], stats["wall_s"])
+
+
+def cmd_merge_scan(args: argparse.Namespace) -> None:
+    """One contig's rows of the chunks -> its Parquet partition and tabix TSV."""
+    from .scan_merge import merge_contig
+
+    (chunks,) = from_args(args, ScanChunkSettings)
+    stats = merge_contig(args.chunks, args.contig, args.out_parquet, args.out_tsv,
+                         _pairs(args.provenance), chunks.tsv_decimals)  # fmt: skip
+    log.info("merged %s: %s", args.contig, stats)
+
+
+def cmd_summarize_scan(args: argparse.Namespace) -> None:
+    from .scan_merge import read_json, summarize, summary_markdown
+    from .scan_plan import describe_plan
+
+    plan = read_json(args.plan)
+    stats = [read_json(p) for p in args.chunk_stats]
+    summary = summarize(plan, stats, args.parquet, args.tsv)
+    atomic.write_json(summary, args.out_json)
+    atomic.write_text(summary_markdown(summary, describe_plan(plan, args.title)), args.out_md)
+
+
+def cmd_annotate(args: argparse.Namespace) -> None:
+    """A panel scored by lookup in a scan's outputs: no model."""
+    from .annotate import annotate_panel
+    from .ingest import ingest_panel
+    from .reference import open_reference
+
+    panel, labels = from_args(args, PanelSettings, LabelSettings)
+    with open_reference(args.reference) as reference:
+        checked, _ = ingest_panel(args.panel, reference, panel, labels)
+    annotated = annotate_panel(checked, args.scan)
+    atomic.write_parquet(annotated, args.out)
+    log.info("annotated %d rows: %s", annotated.height,
+             dict(annotated.group_by("status").len().sort("status").iter_rows()))  # fmt: skip
+
+
 def cmd_fetch_model(args: argparse.Namespace) -> None:
     from .hub import fetch_snapshot, is_local_model
 
@@ -456,6 +534,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="per-position Parquet")
     p.add_argument("--snv-out", default=None, help="per-SNV Parquet (3 rows per base)")
     p.set_defaults(func=cmd_scan)
+
+    p = sub.add_parser("plan-scan", help="split a scan's regions into chunks (one job each)")
+    p.add_argument("--reference", required=True)
+    p.add_argument(
+        "--regions", nargs="+", required=True,
+        help="`all`, contig names, CHROM:START-END (1-based inclusive) or BED files",
+    )  # fmt: skip
+    add_flags(p, TileSettings, ScanChunkSettings)
+    p.add_argument("--model", action="append", default=[], help="KEY=PATH, for the estimates")
+    p.add_argument("--title", default="scan")
+    p.add_argument("--out", required=True, help="plan JSON")
+    p.add_argument("--report", default=None, help="the plan as Markdown")
+    p.set_defaults(func=cmd_plan_scan)
+
+    p = sub.add_parser("scan-chunk", help="score one chunk of a scan plan (streamed Parquet)")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--chunk", type=int, required=True)
+    p.add_argument("--reference", required=True)
+    add_flags(p, ModelSettings)
+    p.add_argument("--out", required=True, help="per-base Parquet of the chunk")
+    p.add_argument("--stats", required=True, help="JSON: bases, wall and forward-pass seconds")
+    p.set_defaults(func=cmd_scan_chunk)
+
+    p = sub.add_parser("merge-scan", help="one contig of a scan: Parquet partition + tabix TSV")
+    p.add_argument("--contig", required=True)
+    p.add_argument("--chunks", nargs="+", required=True, help="chunk Parquet files, in order")
+    add_flags(p, ScanChunkSettings)
+    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
+    p.add_argument("--out-parquet", required=True)
+    p.add_argument("--out-tsv", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.set_defaults(func=cmd_merge_scan)
+
+    p = sub.add_parser("summarize-scan", help="a scan's final summary (JSON and Markdown)")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--chunk-stats", nargs="+", required=True)
+    p.add_argument("--parquet", nargs="+", required=True)
+    p.add_argument("--tsv", nargs="+", required=True)
+    p.add_argument("--title", default="scan")
+    p.add_argument("--out-json", required=True)
+    p.add_argument("--out-md", required=True)
+    p.set_defaults(func=cmd_summarize_scan)
+
+    p = sub.add_parser("annotate", help="score a panel by lookup in a scan's outputs, no model")
+    p.add_argument("--scan", required=True, help="a scan's output folder (holds positions/)")
+    p.add_argument("--panel", required=True)
+    p.add_argument("--reference", required=True)
+    add_flags(p, PanelSettings, LabelSettings)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_annotate)
 
     p = sub.add_parser(
         "fetch-model", help="download a Hub model and its remote code into the local Hub cache"

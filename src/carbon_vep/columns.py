@@ -49,6 +49,12 @@ class Status(StrEnum):
         "(trimmed from the window, or outside every scan tile)",
     )
     FAILED = "failed", "scoring failed for this row alone (out of memory at batch size 1)"
+    # annotate from a scan (annotate.py): a lookup, no model
+    NOT_SCANNED = (
+        "not_scanned",
+        "the variant's position is not in the scan (outside its regions, a non-ACGT base such "
+        "as an assembly gap, or a run of ACGT shorter than one 6-mer)",
+    )
 
 
 # The statuses each table can hold (a row of scores.parquet carries a check status when it was
@@ -61,7 +67,7 @@ CHECK_STATUSES = (
     Status.SKIPPED,
     Status.REF_MISMATCH,
 )
-SCORING_STATUSES = (Status.SCORED, Status.CONTIG_END, Status.FAILED)
+SCORING_STATUSES = (Status.SCORED, Status.CONTIG_END, Status.FAILED, Status.NOT_SCANNED)
 OUTPUT_STATUSES = (*SCORING_STATUSES, *(s for s in CHECK_STATUSES if s is not Status.OK))
 
 
@@ -174,6 +180,48 @@ SCAN_SNV = _columns(
     ("context_bp", pl.Int64, "bases of left context the model saw"),
 )
 
+# whole-genome scans (scan_plan.py, scan_merge.py): one row per scored base, log-marginals as
+# float16 (every score within 0.008 of float32 for marginals above e^-16, no underflow; half
+# the bytes), chrom and ref dictionary-encoded, pos and context_bp delta-encoded
+SCAN_BASE = _columns(
+    ("chrom", pl.Utf8, "contig (the hive partition key `chrom=` of the dataset)"),
+    ("pos", pl.Int64, "1-based position"),
+    ("ref", pl.Utf8, "reference base"),
+    ("context_bp", pl.Int32, "bases of left context the model saw"),
+    ("phase", pl.UInt8, "position of the base inside its 6-mer token (0-5)"),
+    *(
+        (f"log_fns_{b}", pl.Float16, f"log FNS marginal log P({b}) given the preceding tokens")
+        for b in "ACGT"
+    ),
+    *(
+        (
+            f"log_cond_{b}",
+            pl.Float16,
+            f"log P({b}) given the preceding tokens and the bases of its token before it",
+        )
+        for b in "ACGT"
+    ),
+)
+SCAN_TSV = _columns(
+    ("chrom", pl.Utf8, "contig (`#chrom` in the header line)"),
+    ("pos", pl.Int64, "1-based position"),
+    ("ref", pl.Utf8, "reference base"),
+    ("alt", pl.Utf8, "alternate base (3 rows per position)"),
+    (
+        "score",
+        pl.Float32,
+        "log m(ref) − log m(alt), FNS marginals (larger = more damaging), rounded to "
+        "`tsv_decimals`",
+    ),
+)
+ANNOTATION = _columns(
+    ("score", pl.Float32, "log m(ref) − log m(alt) looked up in the scan (larger = more damaging)"),
+    ("score_conditional", pl.Float32, "the same with the within-token conditionals"),
+    ("p_ref", pl.Float32, "FNS marginal of the reference base"),
+    ("p_alt", pl.Float32, "FNS marginal of the alternate base"),
+    ("window_bp", pl.Int64, "bases of left context the model saw (the scan's context_bp)"),
+)
+
 # Names the pipeline gives columns itself: a panel column with one of these names is carried
 # as `panel_<name>` instead of being overwritten.
 RESERVED = frozenset(
@@ -221,5 +269,8 @@ def _dtype_name(dtype: pl.DataType | type[pl.DataType]) -> str:
         pl.UInt32: "uint32",
         pl.Float64: "float64",
         pl.Float32: "float32",
+        pl.Float16: "float16",
+        pl.Int32: "int32",
+        pl.UInt8: "uint8",
         pl.Boolean: "bool",
     }.get(dtype, str(dtype))  # type: ignore[call-overload]

@@ -291,15 +291,39 @@ class DatasetConfig:
 
 
 @dataclass(frozen=True)
+class ScanChunkSettings:
+    """How a scan's targets are cut into jobs (plan-scan) and written (scan-chunk, merge-scan)."""
+
+    chunk_bp: int = setting(
+        50_000_000,
+        scope="run",
+        minimum=1_000,
+        help="scored bases per scan job: 50 Mbp is ~18 min of Carbon-3B on one A100 at 50% of "
+        "bf16 peak (estimate; profiles/slurm-a10 and slurm-h100 set 30 and 150 Mbp)",
+    )
+    tsv_decimals: int = setting(
+        2,
+        minimum=1,
+        maximum=6,
+        help="decimals of the score in the per-chromosome tabix TSV (the Parquet dataset keeps "
+        "every marginal)",
+    )
+
+
+@dataclass(frozen=True)
 class ScanConfig:
     reference: str = setting(help="genome FASTA (or GENERator Parquet)")
     build: str = setting(help="genome build of the reference (e.g. hg38)")
     regions: tuple[str, ...] = setting(
-        item_pattern=r"^[^:]+:[0-9,]+-[0-9,]+$",
-        help="CHROM:START-END, 1-based inclusive, contig names as in the reference",
+        single=True,
+        help="what to scan: `all` (every contig of the reference), a list of contig names and "
+        "CHROM:START-END (1-based inclusive), or the path of a BED file (overlapping and "
+        "adjacent intervals merged); contig names are matched through the panel aliases "
+        "(chr1 = 1 = NC_000001.11)",
     )
     models: tuple[str, ...] | None = setting(None, help="model keys to scan with (default all)")
     tiles: TileSettings = group(TileSettings)
+    chunks: ScanChunkSettings = group(ScanChunkSettings)
 
 
 TASK_KINDS = ("sequence_recovery", "perturbation")
@@ -426,7 +450,7 @@ def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
 
 # ---- checks the workflow runs while it parses ------------------------------------------------
 # the rules that run a model (a GPU profile gives each of them a GPU)
-MODEL_RULES = ("score_shard", "scan_region", "score_recovery", "score_perturbation")
+MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
 
 
 def check_gpu_profile(

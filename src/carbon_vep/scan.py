@@ -16,6 +16,8 @@ damaging); `score_conditional` is the same with the conditional.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import polars as pl
 import torch
@@ -125,3 +127,82 @@ def scan_region(
     length = reference.lengths[chrom]
     cut = tile_region(length, start, end, tiles.tile_bp, tiles.min_context, engine.k)
     return scan_tiles(engine, reference, chrom, cut)
+
+
+# ---- whole-genome chunks: streamed, bounded memory ------------------------------------------
+def _equal_length_runs(tiles: list[tuple[str, Tile]]) -> list[list[tuple[str, Tile]]]:
+    """Consecutive tiles of equal length grouped (a batch never pads; order is kept)."""
+    runs: list[list[tuple[str, Tile]]] = []
+    for item in tiles:
+        _, tile = item
+        if runs and runs[-1][0][1].end - runs[-1][0][1].start == tile.end - tile.start:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k) -> pl.DataFrame:
+    m = marginal[lo:hi].cpu().numpy()[:, _TO_ATCG]
+    c = conditional[lo:hi].cpu().numpy()[:, _TO_ATCG]
+    offsets = np.arange(lo, hi)
+    values = {
+        "chrom": [chrom] * (hi - lo),
+        "pos": tile.start + offsets + 1,
+        "ref": list(seq[lo:hi]),
+        "context_bp": offsets,
+        "phase": offsets % k,
+    }
+    values |= {f"log_fns_{b}": m[:, i] for i, b in enumerate(SCAN_BASES)}
+    values |= {f"log_cond_{b}": c[:, i] for i, b in enumerate(SCAN_BASES)}
+    return pl.DataFrame(values, schema=columns.schema(columns.SCAN_BASE))
+
+
+@torch.inference_mode()
+def scan_chunk(
+    engine: Engine, reference: Reference, pieces, tiles: TileSettings, writer, what: str
+) -> dict[str, float]:
+    """Score every base of `pieces` (scan_plan.Piece) and hand each batch's rows to
+    `writer.write` as soon as it is done: memory holds one batch of tiles, whatever the chunk's
+    size. Returns timings (wall, model forward passes) and the bases written."""
+    cut = [(p.chrom, t) for p in pieces for t in p.tiles(tiles)]
+    if cut:
+        engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
+    total = sum(t.score_end - t.score_start for _, t in cut)
+    progress = Progress(total, "bases", what)
+    start, forward = time.monotonic(), 0.0
+
+    def work(batch: list[tuple[str, Tile]]) -> list[pl.DataFrame]:
+        nonlocal forward
+        seqs = [reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
+        ids = [engine.vocab.encode(s) for s in seqs]
+        began = time.monotonic()
+        hidden, _ = engine.hidden_states(ids)
+        if hidden.device.type == "cuda":
+            torch.cuda.synchronize(hidden.device)
+        forward += time.monotonic() - began
+        frames = []
+        for row, ((chrom, tile), seq) in enumerate(zip(batch, seqs, strict=True)):
+            kmer_lp = engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
+            codes = torch.as_tensor(base_codes(seq, engine.k), device=kmer_lp.device)
+            marginal = engine.kmer_base_marginals(kmer_lp).reshape(-1, 4)
+            conditional = engine.within_token_conditionals(kmer_lp, codes).reshape(-1, 4)
+            lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
+            frames.append(_base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k))
+        return frames
+
+    written = 0
+    for run in _equal_length_runs(cut):
+        for index, values in in_batches(run, work, engine.batch_size, engine.device):
+            if values[0] is None:
+                chrom, tile = run[index[0]]
+                raise torch.OutOfMemoryError(
+                    f"scan tile {chrom}:{tile.start + 1}-{tile.end} runs out of memory even "
+                    "alone; lower tile_bp"
+                )
+            frame = pl.concat(values)
+            writer.write(frame)
+            written += frame.height
+            progress.update(frame.height)
+    progress.close()
+    return {"bases": written, "wall_s": time.monotonic() - start, "forward_s": forward}

@@ -44,6 +44,7 @@ def setting(
     pattern: str | None = None,
     item_pattern: str | None = None,
     value_choices: tuple[Any, ...] | None = None,
+    single: bool = False,
 ) -> Any:
     """A dataclass field carrying what the schema and the CLI need to know about a setting."""
     metadata = {
@@ -57,6 +58,7 @@ def setting(
         "pattern": pattern,
         "item_pattern": item_pattern,
         "value_choices": value_choices,
+        "single": single,  # a list setting that also takes one bare string (`regions: all`)
     }
     if isinstance(default, dict | list):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
@@ -153,7 +155,7 @@ def _coerce(value: Any, hint: Any, f: dataclasses.Field, where: str) -> Any:
         return None
     kind, _, _ = _type_info(hint)
     if kind == "list":
-        value = tuple(value)
+        value = (value,) if isinstance(value, str) and f.metadata.get("single") else tuple(value)
     elif kind == "map":
         value = dict(value)
     choices = choices_of(f, hint)
@@ -281,6 +283,8 @@ def schema_property(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
         prop: dict[str, Any] = {"type": "array", "items": items}
         if is_required(f):
             prop["minItems"] = 1
+        if meta.get("single"):
+            prop = {"anyOf": [prop, {"type": _JSON[inner]}]}
     elif kind == "map":
         value: dict[str, Any] = {"type": _JSON[inner]}
         if meta["value_choices"]:

@@ -42,6 +42,38 @@ def tile_region(
     return tiles
 
 
+def tile_segment(
+    segment: tuple[int, int], start: int, end: int, window_bp: int, min_context: int, k: int = 6
+) -> list[Tile]:
+    """Tiles scoring [start, end) inside a run of ACGT bases `segment` = [seg_start, seg_end)
+    (a contig, or the bases between two assembly gaps): context reaches back to the segment's
+    start at most, as at a contig start, so no tile holds an N. Each tile starts `min_context`
+    bp before its first scored base (or at the segment start) and is `window_bp` long, cut to
+    whole k-mers; unlike `tile_region`, the last bases of the segment that fit no whole k-mer
+    from there are scored by a tile that ends on the segment's end. Only a segment shorter than
+    k bases is left unscored."""
+    seg_start, seg_end = segment
+    if not seg_start <= start <= end <= seg_end:
+        raise ValueError(f"[{start}, {end}) is not inside the segment [{seg_start}, {seg_end})")
+    window_bp -= window_bp % k
+    if window_bp - min_context < k:
+        raise ValueError(f"window_bp {window_bp} leaves no room after min_context {min_context}")
+    if seg_end - seg_start < k:
+        return []
+    tiles = []
+    pos = start
+    while pos < end:
+        tile_start = max(seg_start, pos - min_context)
+        span = min(window_bp, (seg_end - tile_start) // k * k)
+        if tile_start + span <= pos:  # the segment's last bases: a tile ending on its end
+            span = min(window_bp, (seg_end - seg_start) // k * k)
+            tile_start = seg_end - span
+        score_end = min(end, tile_start + span)
+        tiles.append(Tile(tile_start, tile_start + span, pos, score_end))
+        pos = score_end
+    return tiles
+
+
 def tiles_for_positions(
     positions: list[int], contig_length: int, window_bp: int, min_context: int, k: int = 6
 ) -> list[Tile]:
