@@ -362,7 +362,11 @@ class HubFileConfig:
 # top-level sections: name -> (entry class, at least one entry required, description)
 SECTIONS: dict[str, tuple[type, bool, str]] = {
     "models": (ModelSettings, True, "models by key (keys are used in output paths)"),
-    "datasets": (DatasetConfig, True, "variant panels, each scored with a recipe"),
+    "datasets": (
+        DatasetConfig,
+        False,
+        "variant panels, each scored with a recipe (a config needs datasets, scans or tasks)",
+    ),
     "scans": (
         ScanConfig,
         False,
@@ -416,9 +420,10 @@ class RunConfig:
         return run_config
 
     def check(self) -> None:
-        for name in ("models", "datasets"):
-            if not getattr(self, name):
-                raise ConfigError(f"the config defines no {name}")
+        if not self.models:
+            raise ConfigError("the config defines no models")
+        if not (self.datasets or self.scans or self.tasks):
+            raise ConfigError("the config defines no datasets, scans or tasks: nothing to do")
         if "suite" in self.datasets:
             raise ConfigError("dataset name 'suite' is reserved: OUTDIR/suite holds suite tasks")
         for section in ("datasets", "scans", "tasks"):

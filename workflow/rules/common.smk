@@ -2,6 +2,7 @@ import hashlib
 import json
 import os
 import shlex
+import sys
 
 from snakemake.utils import validate
 
@@ -36,7 +37,8 @@ wildcard_constraints:
     model="|".join(RUN.models),
     shard=r"\d{5}",
     scan="|".join(RUN.scans) or "^$",
-    region=r"\d{5}",
+    chunk=r"\d{5}",
+    contig=r"[^/]+",
 
 
 # ---- what the run produces -------------------------------------------------------------------
@@ -67,14 +69,13 @@ def final_outputs():
 
 
 def scan_outputs():
-    """Per-position and per-SNV tables of every configured scan region and model, and the
-    per-SNV scores as a tabix-indexed TSV (vcfanno)."""
+    """The summary of every scan and model; it needs the per-contig Parquet dataset and tabix
+    TSVs, which need every chunk of the scan's plan."""
     return [
-        f"{OUTDIR}/scans/{scan}/{model}/region_{index:05d}.{table}"
-        for scan, spec in RUN.scans.items()
+        f"{OUTDIR}/scans/{scan}/{model}/summary.{ext}"
+        for scan in RUN.scans
         for model in scan_models(scan)
-        for index in range(len(spec.regions))
-        for table in ("positions.parquet", "snvs.parquet", "snvs.tsv.gz")
+        for ext in ("json", "md")
     ]
 
 
@@ -116,6 +117,8 @@ def suite_outputs():
     """VCF exports of the panels, the results table and the run's HTML report."""
     names = ("results_table.parquet", "results_table.tsv", "results_table.md")
     run = [f"{OUTDIR}/{name}" for name in (*names, "report.html", "summary.md")]
+    if not run_results():  # a scan-only config: no metrics to tabulate
+        run = []
     return vcf_exports() + run
 
 
@@ -184,8 +187,82 @@ def task_settings(wildcards):
     return model_settings(wildcards, task.settings, task.evaluation)
 
 
-def scan_settings(wildcards):
-    return model_settings(wildcards, RUN.scans[wildcards.scan].tiles)
+# ---- scans (plan_scan is a checkpoint: chunks and contigs come from its plan) ---------------
+def scan_regions(wildcards):
+    return " ".join(shlex.quote(r) for r in RUN.scans[wildcards.scan].regions)
+
+
+def scan_bed_files(wildcards):
+    """BED files among the scan's regions (inputs of the plan)."""
+    return [r for r in RUN.scans[wildcards.scan].regions if os.path.isfile(r)]
+
+
+def plan_settings(wildcards):
+    scan = RUN.scans[wildcards.scan]
+    return spec_json(scan.tiles, scan.chunks)
+
+
+def scan_model_paths(wildcards):
+    """--model KEY=PATH of the scan's models: the plan estimates GPU-hours for each."""
+    models = scan_models(wildcards.scan)
+    return " ".join(shlex.quote(f"--model={k}={RUN.models[k].path}") for k in models)
+
+
+def _scan_plan(wildcards):
+    path = checkpoints.plan_scan.get(scan=wildcards.scan).output.plan
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def _chunk_file(wildcards, index, ext):
+    return f"{OUTDIR}/scans/{wildcards.scan}/{wildcards.model}/chunks/chunk_{index:05d}.{ext}"
+
+
+def contig_chunks(wildcards):
+    """The chunks holding bases of this contig, in plan (= reference) order."""
+    contigs = _scan_plan(wildcards)["contigs"]
+    return [
+        _chunk_file(wildcards, i, "parquet")
+        for i in contigs[wildcards.contig]["chunks"]
+    ]
+
+
+def scan_chunk_stats(wildcards):
+    chunks = _scan_plan(wildcards)["chunks"]
+    return [_chunk_file(wildcards, i, "json") for i in range(len(chunks))]
+
+
+def scan_contig_files(wildcards, kind):
+    """The per-contig Parquet partitions or tabix TSVs of every contig with scored bases."""
+    plan = _scan_plan(wildcards)
+    base = f"{OUTDIR}/scans/{wildcards.scan}/{wildcards.model}"
+    contigs = [c for c, n in plan["contigs"].items() if n["scored_bp"]]
+    if kind == "parquet":
+        return [f"{base}/positions/chrom={c}/part-0.parquet" for c in contigs]
+    return [f"{base}/snvs/{c}.tsv.gz" for c in contigs]
+
+
+def scan_provenance(wildcards):
+    scan = RUN.scans[wildcards.scan]
+    items = {"scan": wildcards.scan, "build": scan.build, "tile_bp": scan.tiles.tile_bp}
+    items["min_context"] = scan.tiles.min_context
+    return shlex.quote(json.dumps(items | model_provenance(wildcards.model)))
+
+
+def print_scan_plans():
+    """At parse time, the plan (bases, SNVs, jobs, N skipped, GPU-hours, bytes) of every scan
+    whose plan_scan has run: `snakemake -n` shows it before any model job."""
+    for scan in RUN.scans:
+        path = f"{OUTDIR}/scans/{scan}/plan.md"
+        if os.path.isfile(path):
+            with open(path) as handle:
+                print(handle.read(), file=sys.stderr)
+        else:
+            print(
+                f"scan {scan}: not planned yet (plan_scan runs first, no model; or run "
+                f"`snakemake --until plan_scan` (no model job), then `-n` shows the plan)",
+                file=sys.stderr,
+            )
 
 
 def model_provenance(model_key):

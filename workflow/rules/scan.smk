@@ -1,12 +1,38 @@
-rule scan_region:
+# Whole-genome (or any regions') scans: plan -> chunk jobs -> per-contig merge -> summary.
+print_scan_plans()  # dry runs show the plan of every scan already planned
+
+
+checkpoint plan_scan:
     input:
+        reference=lambda wc: RUN.scans[wc.scan].reference,
+        beds=scan_bed_files,
+    output:
+        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
+        report=f"{OUTDIR}/scans/{{scan}}/plan.md",
+    log:
+        f"logs/{OUTDIR}/scans/{{scan}}/plan_scan.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=plan_settings,
+        regions=scan_regions,
+        models=scan_model_paths,
+    shell:
+        "carbon-vep plan-scan --reference {input.reference} --regions {params.regions}"
+        " --settings {params.settings} {params.models} --title {wildcards.scan}"
+        " --out {output.plan} --report {output.report} > {log} 2>&1"
+
+
+rule scan_chunk:
+    input:
+        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         reference=lambda wc: RUN.scans[wc.scan].reference,
         model=model_files,
     output:
-        positions=f"{OUTDIR}/scans/{{scan}}/{{model}}/region_{{region}}.positions.parquet",
-        snvs=f"{OUTDIR}/scans/{{scan}}/{{model}}/region_{{region}}.snvs.parquet",
+        chunk=temp(f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.parquet"),
+        stats=f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.json",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/scan_region_{{region}}.log",
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/scan_chunk_{{chunk}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
@@ -16,27 +42,53 @@ rule scan_region:
         mem_mb=16000,
         runtime=120,
     params:
-        settings=scan_settings,
-        region=lambda wc: RUN.scans[wc.scan].regions[int(wc.region)],
+        settings=model_settings,
     shell:
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep scan --reference {input.reference} --region {params.region}"
-        " --settings {params.settings} --batch-size {resources.batch_size}"
-        " --out {output.positions} --snv-out {output.snvs} > {log} 2>&1"
+        "carbon-vep scan-chunk --plan {input.plan} --chunk {wildcards.chunk}"
+        " --reference {input.reference} --settings {params.settings}"
+        " --batch-size {resources.batch_size} --out {output.chunk} --stats {output.stats}"
+        " > {log} 2>&1"
 
 
-rule export_scan_tabix:
+rule merge_scan_contig:
     input:
-        snvs=rules.scan_region.output.snvs,
-        reference=lambda wc: RUN.scans[wc.scan].reference,
+        chunks=contig_chunks,
     output:
-        tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/region_{{region}}.snvs.tsv.gz",
-        tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/region_{{region}}.snvs.tsv.gz.tbi",
+        parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/chrom={{contig}}/part-0.parquet",
+        tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{contig}}.tsv.gz",
+        tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{contig}}.tsv.gz.tbi",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/export_scan_tabix_{{region}}.log",
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/merge_scan_contig_{{contig}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=lambda wc: spec_json(RUN.scans[wc.scan].chunks),
+        provenance=scan_provenance,
+    shell:
+        "carbon-vep merge-scan --contig {wildcards.contig:q} --chunks {input.chunks}"
+        " --settings {params.settings} --provenance {params.provenance}"
+        " --out-parquet {output.parquet:q} --out-tsv {output.tsv:q} > {log:q} 2>&1"
+
+
+rule summarize_scan:
+    input:
+        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
+        stats=scan_chunk_stats,
+        parquet=lambda wc: scan_contig_files(wc, "parquet"),
+        tsv=lambda wc: scan_contig_files(wc, "tsv"),
+    output:
+        json=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
+        md=report(
+            f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.md",
+            category="Scans",
+            labels={"scan": "{scan}", "model": "{model}"},
+        ),
+    log:
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/summarize_scan.log",
     conda:
         "../../envs/carbon-vep.yaml"
     shell:
-        "carbon-vep export-tabix --scores {input.snvs} --reference {input.reference}"
-        " --column score --column score_conditional --column p_ref --column p_alt"
-        " --out {output.tsv} > {log} 2>&1"
+        "carbon-vep summarize-scan --plan {input.plan} --chunk-stats {input.stats}"
+        " --parquet {input.parquet:q} --tsv {input.tsv:q} --title '{wildcards.scan} / {wildcards.model}'"
+        " --out-json {output.json} --out-md {output.md} > {log} 2>&1"
