@@ -370,7 +370,9 @@ def cmd_summarize_scan(args: argparse.Namespace) -> None:
     stats = [read_json(p) for p in args.chunk_stats]
     summary = summarize(plan, stats, args.parquet, args.tsv)
     atomic.write_json(summary, args.out_json)
-    atomic.write_text(summary_markdown(summary, describe_plan(plan, args.title)), args.out_md)
+    atomic.write_text(
+        summary_markdown(summary, describe_plan(plan, f"scan plan: {args.title}")), args.out_md
+    )
 
 
 def cmd_annotate(args: argparse.Namespace) -> None:

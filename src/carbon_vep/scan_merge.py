@@ -60,6 +60,8 @@ class BaseWriter:
         self.drop = tuple(drop)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in self.path.parent.glob(f".{self.path.name}.tmp-*"):  # of a killed job
+            stale.unlink(missing_ok=True)
         names = [c for c in BASE_SCHEMA if c not in self.drop]
         empty = pl.DataFrame(schema={c: BASE_SCHEMA[c] for c in names})
         self.schema = _arrow(empty).schema
