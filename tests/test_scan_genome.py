@@ -264,3 +264,45 @@ def test_plan_scan_command_prints_estimates(shared, tmp_path):
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["totals"]["skipped_non_acgt_bp"] == 100 + 2
     assert all(sum(p["end"] - p["start"] for p in c) <= 1000 for c in plan["chunks"])
+
+
+def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_path):
+    genome = _genome()
+    moved = dict(genome)  # the panel's reference differs from the scanned one at chrA:200
+    other = "A" if genome["chrA"][199] != "A" else "C"
+    moved["chrA"] = genome["chrA"][:199] + other + genome["chrA"][200:]
+    reference = write_fasta(tmp_path / "other.fa", moved)
+    alt_of = {b: "G" if b != "G" else "T" for b in "ACGT"}
+    short = 2 + 1200 + 4 + 1  # chrB's 3 ACGT bases between gaps (1-based)
+    records = [
+        ("chrA", 100, genome["chrA"][99], alt_of[genome["chrA"][99]]),  # scored
+        ("chrB", 1500, genome["chrB"][1499].upper(), "A" if genome["chrB"][1499] != "a" else "C"),
+        ("chrB", short, genome["chrB"][short - 1], alt_of[genome["chrB"][short - 1]]),
+        ("chrA", 200, other, alt_of[other]),  # the scan's base here is another
+        ("chrA", 300, genome["chrA"][299:301], genome["chrA"][299]),  # a deletion: skipped
+    ]
+    vcf = tmp_path / "panel.vcf"
+    lines = ["##fileformat=VCFv4.2", "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
+    lines += [f"{c}\t{p}\t.\t{r}\t{a}\t.\t.\t." for c, p, r, a in records]
+    vcf.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "annotated.parquet"
+    subprocess.run(
+        ["carbon-vep", "annotate", "--scan", str(genome_run / SCAN), "--panel", str(vcf),
+         "--reference", str(reference), "--build", "lambda_test", "--out", str(out)],
+        check=True, env=workflow_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    rows = pl.read_parquet(out).sort("row_id")
+    assert rows["status"].to_list() == [
+        "scored", "scored", "not_scanned", "ref_mismatch", "skipped"
+    ]  # fmt: skip
+    positions = _positions(genome_run)
+    for i in (0, 1):
+        chrom, pos, ref, alt = records[i]
+        base = positions.filter((pl.col("chrom") == chrom) & (pl.col("pos") == pos)).row(
+            0, named=True
+        )
+        expected = base[f"log_fns_{ref}"] - base[f"log_fns_{alt}"]
+        assert rows["score"][i] == pytest.approx(expected, abs=1e-6)
+        assert rows["window_bp"][i] == base["context_bp"]
+    assert rows.filter(pl.col("status") != "scored")["score"].null_count() == 3
+    assert "the scan's base here is" in rows["reason"][3]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pysam
 import pytest
 import yaml
 from cluster_support import run_snakemake, workflow_env
@@ -105,21 +106,27 @@ def test_nexttoken_probabilities_and_centered_deltas_are_consistent(demo_run):
 
 def test_scan_outputs_and_panel_lookup_agree(demo_run):
     base = demo_run / "results/scans/demo_scan/demo"
-    positions = pl.read_parquet(base / "region_00000.positions.parquet")
-    snvs = pl.read_parquet(base / "region_00000.snvs.parquet")
+    positions = pl.read_parquet(base / "positions", hive_partitioning=True)
+    assert positions["chrom"].cast(pl.Utf8).unique().to_list() == ["chr17"]
     assert positions["pos"].to_list() == list(range(30_001, 32_001))
     assert (positions["context_bp"] >= 240).all()
-    assert snvs.height == 3 * 2_000
-    probs = positions.select([f"fns_{b}" for b in "ACGT"]).sum_horizontal()
-    assert (probs - 1).abs().max() < 1e-4
+    logs = positions.select(pl.col(f"log_fns_{b}").cast(pl.Float64) for b in "ACGT")
+    assert (logs.select(pl.all().exp()).sum_horizontal() - 1).abs().max() < 2e-3
+    with pysam.TabixFile(str(base / "snvs/chr17.tsv.gz")) as tabix:
+        snvs = [line.split("\t") for line in tabix.fetch("chr17", 30_000, 32_000)]
+    assert len(snvs) == 3 * 2_000
+    snvs = pl.DataFrame(
+        {"pos": [int(r[1]) for r in snvs], "alt": [r[3] for r in snvs],
+         "score_tsv": [float(r[4]) for r in snvs]}
+    )  # fmt: skip
     lookup = pl.read_parquet(demo_run / "results/demo_scan_lookup/demo/scores.parquet")
     inside = lookup.filter(
         (pl.col("status") == "scored") & pl.col("pos").is_between(30_001, 32_000)
     )
-    joined = inside.join(snvs, on=["pos", "alt"], suffix="_scan")
+    joined = inside.join(snvs, on=["pos", "alt"])
     assert joined.height == inside.height > 0
     # the same base may sit at another offset in its tile: same model, different context
-    assert (joined["context_bp"] >= 240).all()
+    assert (joined["window_bp"] >= 240).all()
 
 
 def test_metrics_and_report(demo_run):
@@ -204,10 +211,7 @@ def test_every_written_column_and_status_is_defined(demo_run):
         for name in set(scores.columns) - carried - {"status", "reason"}:
             assert scores[name].dtype == defined[name].dtype, name
         assert set(scores["status"]) <= statuses
-    scan = demo_run / "results/scans/demo_scan/demo/region_00000"
-    assert pl.read_parquet(f"{scan}.positions.parquet").schema == pl.Schema(
-        columns.schema(columns.SCAN_POSITION)
-    )
-    assert pl.read_parquet(f"{scan}.snvs.parquet").schema == pl.Schema(
-        columns.schema(columns.SCAN_SNV)
-    )
+    part = demo_run / "results/scans/demo_scan/demo/positions/chrom=chr17/part-0.parquet"
+    expected = columns.schema(columns.SCAN_BASE)
+    del expected["chrom"]  # the hive partition key, in the folder name
+    assert pl.read_parquet(part).schema == pl.Schema(expected)
