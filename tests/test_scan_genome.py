@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = ROOT / "resources/genome/lambda_phage.fa"
 TILE_BP, MIN_CONTEXT, CHUNK_BP = 600, 240, 1500
 SCAN = "results/scans/genome/demo"
+LOOKUP = "results/lookup/demo/scores.parquet"
+TARGETS = ("--cores", "2", f"{SCAN}/summary.json", f"{SCAN}/summary.md", LOOKUP)
 KILLED_CHUNK = 1  # the bases of chrA on both sides of its gap
 
 
@@ -47,6 +49,24 @@ def _genome() -> dict[str, str]:
         + "nnnn" + seq[11_200:11_203] + "N" * 10 + seq[12_000:12_600]
     )  # fmt: skip
     return {"chrA": chr_a, "chrB": chr_b}
+
+
+def _panel_records(genome: dict[str, str]) -> list[tuple[str, int, str, str]]:
+    """SNVs on chrA (scored) and on chrB's 3 ACGT bases between gaps (not scanned)."""
+    alt_of = {b: "G" if b != "G" else "T" for b in "ACGT"}
+    short = 2 + 1200 + 4 + 1  # chrB's 3 ACGT bases between gaps (1-based)
+    return [
+        ("chrA", 100, genome["chrA"][99], alt_of[genome["chrA"][99]]),
+        ("chrA", 2500, genome["chrA"][2499], alt_of[genome["chrA"][2499]]),
+        ("chrB", short, genome["chrB"][short - 1], alt_of[genome["chrB"][short - 1]]),
+    ]
+
+
+def _write_vcf(path: Path, records) -> Path:
+    lines = ["##fileformat=VCFv4.2", "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
+    lines += [f"{c}\t{p}\t.\t{r}\t{a}\t.\t.\t." for c, p, r, a in records]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def _config(workdir: Path, shared: Path, model_dir: Path) -> Path:
@@ -65,6 +85,16 @@ def _config(workdir: Path, shared: Path, model_dir: Path) -> Path:
                 "min_context": MIN_CONTEXT,
             }
         },
+        "datasets": {  # a panel scored by lookup in the scan: no model job
+            "lookup": {
+                "panel": str(shared / "panel.vcf"),
+                "format": "vcf",
+                "reference": str(shared / "genome.fa"),
+                "build": "lambda_test",
+                "recipe": "from_scan",
+                "scan": "genome",
+            }
+        },
     }
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -76,13 +106,14 @@ def shared(tmp_path_factory) -> Path:
     """The genome, in one place for every run (configs and outputs then match byte for byte)."""
     folder = tmp_path_factory.mktemp("genome")
     write_fasta(folder / "genome.fa", _genome())
+    _write_vcf(folder / "panel.vcf", _panel_records(_genome()))
     return folder
 
 
 @pytest.fixture(scope="module")
 def genome_run(tmp_path_factory, shared, demo_model_dir) -> Path:
     workdir = tmp_path_factory.mktemp("scan_run")
-    result = run_snakemake(workdir, _config(workdir, shared, demo_model_dir), "--cores", "2")
+    result = run_snakemake(workdir, _config(workdir, shared, demo_model_dir), *TARGETS)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -225,7 +256,7 @@ def test_killed_chunk_is_redone_alone_with_identical_files(genome_run, shared, d
     (bindir / "carbon-vep").chmod(0o755)
     env = workflow_env(SHIM_CHUNK=f"{KILLED_CHUNK:05d}")
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
-    killed = run_snakemake(workdir, config, "--cores", "2", "--keep-going", env=env)
+    killed = run_snakemake(workdir, config, *TARGETS, "--keep-going", env=env)
     assert killed.returncode != 0
     chunks = workdir / SCAN / "chunks"
     name = f"chunk_{KILLED_CHUNK:05d}"
@@ -234,7 +265,7 @@ def test_killed_chunk_is_redone_alone_with_identical_files(genome_run, shared, d
     assert not (workdir / SCAN / "snvs/chrA.tsv.gz").exists()  # its merge waits for the chunk
     assert (chunks / "chunk_00000.parquet").exists()
 
-    rerun = run_snakemake(workdir, config, "--cores", "2")
+    rerun = run_snakemake(workdir, config, *TARGETS)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     log = rerun.stdout + rerun.stderr
     redone = re.findall(r"wildcards: scan=genome, model=demo, chunk=(\d+)", log)
@@ -273,18 +304,15 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
     moved["chrA"] = genome["chrA"][:199] + other + genome["chrA"][200:]
     reference = write_fasta(tmp_path / "other.fa", moved)
     alt_of = {b: "G" if b != "G" else "T" for b in "ACGT"}
-    short = 2 + 1200 + 4 + 1  # chrB's 3 ACGT bases between gaps (1-based)
+    scored, _, short = _panel_records(genome)
     records = [
-        ("chrA", 100, genome["chrA"][99], alt_of[genome["chrA"][99]]),  # scored
+        scored,
         ("chrB", 1500, genome["chrB"][1499].upper(), "A" if genome["chrB"][1499] != "a" else "C"),
-        ("chrB", short, genome["chrB"][short - 1], alt_of[genome["chrB"][short - 1]]),
+        short,
         ("chrA", 200, other, alt_of[other]),  # the scan's base here is another
         ("chrA", 300, genome["chrA"][299:301], genome["chrA"][299]),  # a deletion: skipped
     ]
-    vcf = tmp_path / "panel.vcf"
-    lines = ["##fileformat=VCFv4.2", "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
-    lines += [f"{c}\t{p}\t.\t{r}\t{a}\t.\t.\t." for c, p, r, a in records]
-    vcf.write_text("\n".join(lines) + "\n")
+    vcf = _write_vcf(tmp_path / "panel.vcf", records)
     out = tmp_path / "annotated.parquet"
     subprocess.run(
         ["carbon-vep", "annotate", "--scan", str(genome_run / SCAN), "--panel", str(vcf),
@@ -306,3 +334,19 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
         assert rows["window_bp"][i] == base["context_bp"]
     assert rows.filter(pl.col("status") != "scored")["score"].null_count() == 3
     assert "the scan's base here is" in rows["reason"][3]
+
+
+def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):
+    scores = pl.read_parquet(genome_run / LOOKUP).sort("row_id")
+    assert scores["status"].to_list() == ["scored", "scored", "not_scanned"]
+    assert set(scores["recipe"].drop_nulls()) == {"from_scan"}
+    positions = _positions(genome_run)
+    for i, (chrom, pos, ref, alt) in enumerate(_panel_records(_genome())[:2]):
+        base = positions.filter((pl.col("chrom") == chrom) & (pl.col("pos") == pos)).row(
+            0, named=True
+        )
+        expected = base[f"log_fns_{ref}"] - base[f"log_fns_{alt}"]
+        assert scores["score"][i] == pytest.approx(expected, abs=1e-6)
+    log = genome_run / "logs/results/lookup/demo/annotate_from_scan.log"
+    assert "annotated 3 rows" in log.read_text()
+    assert not (genome_run / "results/lookup/shards").exists()  # no shard, no model job

@@ -13,6 +13,7 @@ import json
 import logging
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -378,15 +379,23 @@ def cmd_summarize_scan(args: argparse.Namespace) -> None:
 def cmd_annotate(args: argparse.Namespace) -> None:
     """A panel scored by lookup in a scan's outputs: no model."""
     from .annotate import annotate_panel
-    from .ingest import ingest_panel
-    from .reference import open_reference
 
-    panel, labels = from_args(args, PanelSettings, LabelSettings)
-    with open_reference(args.reference) as reference:
-        checked, _ = ingest_panel(args.panel, reference, panel, labels)
+    if args.checked:  # the workflow's check_panel output
+        checked = pl.read_parquet(args.checked)
+    elif args.panel and args.reference:
+        from .ingest import ingest_panel
+        from .reference import open_reference
+
+        panel, labels = from_args(args, PanelSettings, LabelSettings)
+        with open_reference(args.reference) as reference:
+            checked, _ = ingest_panel(args.panel, reference, panel, labels)
+    else:
+        raise InputError("command line", "annotate needs --panel and --reference, or --checked")
+    began = time.monotonic()
     annotated = annotate_panel(checked, args.scan)
+    took = time.monotonic() - began
     atomic.write_parquet(annotated, args.out)
-    log.info("annotated %d rows: %s", annotated.height,
+    log.info("annotated %d rows in %.2f s (lookup): %s", annotated.height, took,
              dict(annotated.group_by("status").len().sort("status").iter_rows()))  # fmt: skip
 
 
@@ -591,8 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("annotate", help="score a panel by lookup in a scan's outputs, no model")
     p.add_argument("--scan", required=True, help="a scan's output folder (holds positions/)")
-    p.add_argument("--panel", required=True)
-    p.add_argument("--reference", required=True)
+    p.add_argument("--panel", default=None, help="VCF/BCF, Parquet, TSV or CSV (ingested)")
+    p.add_argument("--reference", default=None, help="the panel's reference (for the checks)")
+    p.add_argument("--checked", default=None, help="or: a checked panel (check-panel --out)")
     add_flags(p, PanelSettings, LabelSettings)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_annotate)

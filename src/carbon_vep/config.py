@@ -179,6 +179,11 @@ class RecipeSettings:
         True, help="score alternates from the reference prefix's KV cache (same values)"
     )
     tiles: TileSettings = group(TileSettings)  # the scan recipe's tiles
+    scan: str | None = setting(
+        None,
+        help="recipe from_scan: the key of the scan (in `scans:`) whose outputs the panel is "
+        "looked up in, no model (each of the dataset's models needs that scan)",
+    )
 
     @property
     def definition(self) -> Recipe:
@@ -431,10 +436,34 @@ class RunConfig:
                 missing = sorted(set(entry.models or ()) - set(self.models))
                 if missing:
                     raise ConfigError(f"{section}.{key}: unknown model(s) {missing}")
+        for key, dataset in self.datasets.items():
+            self._check_scan_lookup(key, dataset)
         check_shared_references(
             [(f"dataset {k!r}", d.reference, d.build) for k, d in self.datasets.items()]
             + [(f"scan {k!r}", s.reference, s.build) for k, s in self.scans.items()]
         )
+
+    def _check_scan_lookup(self, key: str, dataset: DatasetConfig) -> None:
+        """A from_scan dataset names a scan of this config that runs each of its models."""
+        scan = dataset.scoring.scan
+        if dataset.scoring.recipe != "from_scan":
+            if scan is not None:
+                raise ConfigError(f"datasets.{key}: `scan` applies to recipe from_scan only")
+            return
+        if scan not in self.scans:
+            known = sorted(self.scans) or "none"
+            raise ConfigError(f"datasets.{key}: recipe from_scan needs `scan:`, one of {known}")
+        missing = sorted(set(self.entry_models(dataset)) - set(self.entry_models(self.scans[scan])))
+        if missing:
+            raise ConfigError(f"datasets.{key}: scan {scan!r} does not run model(s) {missing}")
+
+    def scan_lookups(self) -> dict[str, str]:
+        """Datasets scored by lookup in a scan (recipe from_scan) -> the scan's key."""
+        return {
+            key: d.scoring.scan
+            for key, d in self.datasets.items()
+            if d.scoring.recipe == "from_scan" and d.scoring.scan is not None
+        }
 
     def entry_models(self, entry: DatasetConfig | ScanConfig | TaskConfig) -> list[str]:
         return list(entry.models) if entry.models is not None else list(self.models)

@@ -29,7 +29,8 @@ def _normalizations() -> str:
 def _recipes() -> str:
     lines = ["| recipe | what it scores | `window_bp` (default) |", "|---|---|---|"]
     lines += [
-        f"| `{r.name}` | {r.summary} | {r.window_meaning} ({r.default_window_bp:,}) |"
+        f"| `{r.name}` | {r.summary} | {r.window_meaning}"
+        + (f" ({r.default_window_bp:,}) |" if r.default_window_bp else " |")
         for r in RECIPES.values()
     ]
     return "\n".join(lines)

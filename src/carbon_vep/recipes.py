@@ -36,8 +36,12 @@ class Recipe:
     default_window_bp: int
     window_meaning: str  # what `window_bp` is for this recipe
     published_normalization: str
-    likelihood: Literal["token", "bp", "next_base", "scan"]
-    scorer: str  # "module:function" in carbon_vep (needs torch: imported on use)
+    likelihood: Literal["token", "bp", "next_base", "scan", "lookup"]
+    scorer: str  # "module:function" in carbon_vep (needs torch: imported on use); "" = no model
+
+    @property
+    def needs_model(self) -> bool:
+        return bool(self.scorer)
 
     def normalization(self, requested: str) -> str:
         """The normalisation actually used: the published one unless another is named."""
@@ -50,6 +54,8 @@ class Recipe:
         return add_windows(variants, lengths, self.window, window_bp or self.default_window_bp)
 
     def score_function(self) -> Callable[..., Any]:
+        if not self.needs_model:
+            raise ValueError(f"recipe {self.name} scores by lookup, not with a model")
         module, _, function = self.scorer.partition(":")
         return getattr(importlib.import_module(f"carbon_vep.{module}"), function)
 
@@ -100,6 +106,17 @@ RECIPES: dict[str, Recipe] = {
             "dna_block",
             "scan",
             "scoring:score_from_scan",
+        ),
+        Recipe(
+            "from_scan",
+            "no model: look the SNVs up in a whole-genome scan of this config (`scan:`, same "
+            "model; `carbon-vep annotate`); score = log m(ref) - log m(alt)",
+            right_end_window,
+            0,
+            "not used: each base's left context in the scan (`min_context` or back to a gap)",
+            "dna_block",
+            "lookup",
+            "",
         ),
     )
 }

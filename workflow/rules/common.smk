@@ -122,6 +122,13 @@ def suite_outputs():
     return vcf_exports() + run
 
 
+def dataset_pattern(lookup):
+    """Wildcard pattern for the datasets scored by lookup in a scan (recipe from_scan), or for
+    the others (matches nothing when there are none)."""
+    names = [d for d in RUN.datasets if (d in RUN.scan_lookups()) == lookup]
+    return "|".join(names) or "^$"
+
+
 def task_pattern(kind):
     """Wildcard pattern for the tasks of one kind (matches nothing when there are none)."""
     names = [t for t, spec in RUN.tasks.items() if spec.kind == kind]
@@ -247,6 +254,11 @@ def scan_provenance(wildcards):
     items = {"scan": wildcards.scan, "build": scan.build, "tile_bp": scan.tiles.tile_bp}
     items["min_context"] = scan.tiles.min_context
     return shlex.quote(json.dumps(items | model_provenance(wildcards.model)))
+
+
+def lookup_scan_dir(wildcards):
+    """The output folder of the scan a from_scan dataset is looked up in, for this model."""
+    return f"{OUTDIR}/scans/{RUN.scan_lookups()[wildcards.dataset]}/{wildcards.model}"
 
 
 def print_scan_plans():

@@ -92,3 +92,23 @@ rule summarize_scan:
         "carbon-vep summarize-scan --plan {input.plan} --chunk-stats {input.stats}"
         " --parquet {input.parquet:q} --tsv {input.tsv:q} --title '{wildcards.scan} / {wildcards.model}'"
         " --out-json {output.json} --out-md {output.md} > {log} 2>&1"
+
+
+# A dataset with recipe from_scan: its panel looked up in the scan's outputs, no model
+rule annotate_from_scan:
+    input:
+        checked=rules.check_panel.output.checked,
+        summary=lambda wc: f"{lookup_scan_dir(wc)}/summary.json",
+    output:
+        f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
+    wildcard_constraints:
+        dataset=dataset_pattern(lookup=True),
+    log:
+        f"logs/{OUTDIR}/{{dataset}}/{{model}}/annotate_from_scan.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        scan=lookup_scan_dir,
+    shell:
+        "carbon-vep annotate --scan {params.scan} --checked {input.checked}"
+        " --out {output} > {log} 2>&1"
