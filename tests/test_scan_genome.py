@@ -350,3 +350,29 @@ def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):
     log = genome_run / "logs/results/lookup/demo/annotate_from_scan.log"
     assert "annotated 3 rows" in log.read_text()
     assert not (genome_run / "results/lookup/shards").exists()  # no shard, no model job
+
+
+def test_scan_through_real_slurm_gives_the_local_files(genome_run, shared, demo_model_dir,
+                                                       tmp_path):  # fmt: skip
+    """The same scan on the single-node SLURM of scripts/start_local_slurm.sh: every job (plan,
+    chunks, merges, summary) is an sbatch job; the merged files equal the local run's."""
+    from test_slurm import REASON, THROUGH_CPU_PARTITION, _slurm_jobs
+
+    if REASON is not None:
+        pytest.skip(REASON)
+    workdir = tmp_path / "slurm"
+    workdir.mkdir()
+    config = _config(workdir, shared, demo_model_dir)
+    targets = (f"{SCAN}/summary.json", f"{SCAN}/summary.md")
+    # the profile's chunk_bp (one GPU class) set back to this test's: the same config, the same
+    # chunks, the same files
+    result = run_snakemake(workdir, config, *THROUGH_CPU_PARTITION, "--config",
+                           f"chunk_bp={CHUNK_BP}", "--", *targets, timeout=900)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
+    assert len(submitted) == 1 + plan["totals"]["chunks"] + 2 + 1  # plan, chunks, merges, summary
+    jobs = _slurm_jobs(output)
+    assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
+    assert _outputs(workdir) == _outputs(genome_run)
