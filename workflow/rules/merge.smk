@@ -4,10 +4,10 @@ rule merge_scores:
         scores=shard_scores,
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
-    wildcard_constraints:
-        dataset=dataset_pattern(lookup=False),
     log:
         f"logs/{OUTDIR}/{{dataset}}/{{model}}/merge_scores.log",
+    wildcard_constraints:
+        dataset=dataset_pattern(lookup=False),
     conda:
         "../../envs/carbon-vep.yaml"
     shell:

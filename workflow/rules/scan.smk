@@ -101,10 +101,10 @@ rule annotate_from_scan:
         summary=lambda wc: f"{lookup_scan_dir(wc)}/summary.json",
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
-    wildcard_constraints:
-        dataset=dataset_pattern(lookup=True),
     log:
         f"logs/{OUTDIR}/{{dataset}}/{{model}}/annotate_from_scan.log",
+    wildcard_constraints:
+        dataset=dataset_pattern(lookup=True),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
