@@ -164,7 +164,8 @@ def scan_chunk(
 ) -> dict[str, float]:
     """Score every base of `pieces` (scan_plan.Piece) and hand each batch's rows to
     `writer.write` as soon as it is done: memory holds one batch of tiles, whatever the chunk's
-    size. Returns timings (wall, model forward passes) and the bases written."""
+    size. Returns timings (wall; the model's forward passes, body and DNA output layer, the
+    rest being overhead: marginals, conditionals, tables, Parquet) and the bases written."""
     cut = [(p.chrom, t) for p in pieces for t in p.tiles(tiles)]
     if cut:
         engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
@@ -176,14 +177,16 @@ def scan_chunk(
         nonlocal forward
         seqs = [reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
         ids = [engine.vocab.encode(s) for s in seqs]
-        began = time.monotonic()
+        began = time.monotonic()  # the model's forward pass: body and the 4,096-row DNA head
         hidden, _ = engine.hidden_states(ids)
+        lengths = [len(seq) // engine.k for seq in seqs]
+        kmer_lps = [engine.dna_log_probs(hidden[row, :n], "dna_block")
+                    for row, n in enumerate(lengths)]  # fmt: skip
         if hidden.device.type == "cuda":
             torch.cuda.synchronize(hidden.device)
         forward += time.monotonic() - began
         frames = []
-        for row, ((chrom, tile), seq) in enumerate(zip(batch, seqs, strict=True)):
-            kmer_lp = engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
+        for (chrom, tile), seq, kmer_lp in zip(batch, seqs, kmer_lps, strict=True):
             codes = torch.as_tensor(base_codes(seq, engine.k), device=kmer_lp.device)
             marginal = engine.kmer_base_marginals(kmer_lp).reshape(-1, 4)
             conditional = engine.within_token_conditionals(kmer_lp, codes).reshape(-1, 4)
