@@ -1,0 +1,220 @@
+"""Benchmark: the whole-genome scan on CPU with the demo model, and annotate-by-lookup.
+
+1. Scan: the complete lambda phage genome (resources/genome, 48,502 bp) planned at the default
+   tile (49,146 bp, min_context 24,000) and scanned by `carbon-vep scan-chunk`, each run in a fresh
+   process that reports its peak RSS, at two chunk sizes (every base in one chunk, and chunks of
+   a quarter of it): bases/s, the share of wall time outside the model's forward passes (body
+   and DNA output layer), peak memory per job.
+2. Merge: the chunks into the per-contig Parquet partition and tabix TSV: bytes per SNV of each,
+   the hg38 projection (9.3e9 SNVs), and the precision check of the TSV's rounded scores
+   (Spearman correlation with the full scores, and the share of SNV pairs whose order changes).
+3. Annotate: a generated 1 Mbp contig with a synthetic per-base scan dataset (random float16
+   log-marginals, the real writer) and a 1,000,000-SNV panel on it (TSV, numpy seed 11): ingest
+   (start-up) and the lookup timed apart; variants/s of the lookup.
+
+Usage: python scripts/bench_scan.py [--json results/bench_scan.json] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+LAMBDA = ROOT / "resources/genome/lambda_phage.fa"
+TILE_BP, MIN_CONTEXT = 49_146, 24_000
+HG38_SNVS = 9.3e9
+RSS = (
+    "import resource, sys; from carbon_vep import cli; rc = cli.main(sys.argv[1:]); "
+    "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
+    "sys.exit(rc)"
+)
+
+
+def _run(*argv: str) -> tuple[float, int]:
+    """A carbon-vep command in a fresh process: (wall seconds, peak RSS kB)."""
+    began = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", RSS, *argv], capture_output=True, text=True, check=False
+    )
+    if out.returncode:
+        sys.exit(f"carbon-vep {argv[0]} failed:\n{out.stderr[-3000:]}")
+    peak = [line for line in out.stderr.splitlines() if line.startswith("PEAK_RSS_KB")]
+    return time.monotonic() - began, int(peak[-1].split()[1])
+
+
+def scan(work: Path, model: Path) -> dict:
+    results = {}
+    length = 48_502
+    for label, chunk_bp in (("one chunk", length), ("quarter chunks", length // 4 + 1)):
+        folder = work / f"scan_{chunk_bp}"
+        folder.mkdir(exist_ok=True)
+        plan_path = folder / "plan.json"
+        _run("plan-scan", "--reference", str(LAMBDA), "--regions", "all", "--tile-bp",
+             str(TILE_BP), "--min-context", str(MIN_CONTEXT), "--chunk-bp", str(chunk_bp),
+             "--out", str(plan_path))  # fmt: skip
+        plan = json.loads(plan_path.read_text())
+        stats, peaks, walls = [], [], []
+        for index in range(len(plan["chunks"])):
+            wall, peak = _run(
+                "scan-chunk", "--plan", str(plan_path), "--chunk", str(index), "--reference",
+                str(LAMBDA), "--model", str(model), "--dtype", "float32", "--device", "cpu",
+                "--batch-size", "4", "--out", str(folder / f"chunk_{index:05d}.parquet"),
+                "--stats", str(folder / f"chunk_{index:05d}.json"),
+            )  # fmt: skip
+            stats.append(json.loads((folder / f"chunk_{index:05d}.json").read_text()))
+            peaks.append(peak)
+            walls.append(wall)
+        bases = sum(s["bases"] for s in stats)
+        scan_s = sum(s["wall_s"] for s in stats)
+        forward = sum(s["forward_s"] for s in stats)
+        results[label] = {
+            "chunk_bp": chunk_bp,
+            "jobs": len(stats),
+            "tiles": plan["totals"]["tiles"],
+            "bases": bases,
+            "scan_wall_s": round(scan_s, 2),
+            "job_wall_s_with_startup": round(sum(walls), 2),
+            "bases_per_s": round(bases / scan_s),
+            "overhead_share": round(1 - forward / scan_s, 3),
+            "peak_rss_mb_max": round(max(peaks) / 1024),
+            "chunks": [str(folder / f"chunk_{i:05d}.parquet") for i in range(len(stats))],
+        }
+    return results
+
+
+def merge(work: Path, chunks: list[str]) -> dict:
+    """Merge at 2, 3 and 4 decimals: bytes per SNV, and how much of the ranking survives."""
+    from carbon_vep.scan_merge import merge_contig, snv_rows
+
+    out = {}
+    rng = np.random.default_rng(5)
+    for decimals in (2, 3, 4):
+        folder = work / f"merged_{decimals}"
+        parquet = folder / "positions/chrom=NC_001416.1/part-0.parquet"
+        tsv = folder / "snvs/NC_001416.1.tsv.gz"
+        stats = merge_contig(chunks, "NC_001416.1", parquet, tsv, {"model": "demo"}, decimals)
+        snvs = stats["snvs"]
+        bases = pl.read_parquet(parquet).with_columns(pl.lit("NC_001416.1").alias("chrom"))
+        x = snv_rows(bases)["score"].to_numpy().astype(np.float64)
+        y = pl.read_csv(tsv, separator="\t", comment_prefix="#", has_header=False)[:, 4]
+        y = y.to_numpy()
+        a, b = rng.integers(0, len(x), (2, 500_000))
+        keep = x[a] != x[b]
+        reversed_ = (np.sign(x[a] - x[b]) * np.sign(y[a] - y[b]) < 0) & keep
+        tied = (y[a] == y[b]) & keep
+        spearman = pl.DataFrame({"x": x, "y": y}).select(pl.corr("x", "y", method="spearman"))
+        out[f"decimals_{decimals}"] = {
+            "tsv_bytes_per_snv": round(stats["tsv_bytes"] / snvs, 3),
+            "hg38_tsv_gb": round(stats["tsv_bytes"] / snvs * HG38_SNVS / 1e9, 1),
+            "spearman_vs_stored": round(spearman.item(), 6),
+            "pairs_reversed": float(reversed_.mean()),
+            "pairs_tied_by_rounding": round(float(tied.mean()), 4),
+        }
+    out |= {
+        "snvs": snvs,
+        "score_range": [round(float(x.min()), 4), round(float(x.max()), 4)],
+        "score_sd": round(float(x.std()), 5),
+        "parquet_bytes": stats["parquet_bytes"],
+        "parquet_bytes_per_snv": round(stats["parquet_bytes"] / snvs, 3),
+        "hg38_parquet_gb": round(stats["parquet_bytes"] / snvs * HG38_SNVS / 1e9, 1),
+        "merge_s": stats["merge_s"],
+    }
+    return out
+
+
+def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
+    from carbon_vep.annotate import annotate_panel
+    from carbon_vep.config import LabelSettings, PanelSettings
+    from carbon_vep.ingest import ingest_panel
+    from carbon_vep.reference import open_reference
+    from carbon_vep.scan_merge import BaseWriter
+
+    rng = np.random.default_rng(11)
+    seq = "".join(np.array(list("ACGT"))[rng.integers(0, 4, contig_bp)])
+    fasta = work / "annotate/genome.fa"
+    fasta.parent.mkdir(exist_ok=True)
+    fasta.write_text(">chrS\n" + "\n".join(seq[i : i + 60] for i in range(0, contig_bp, 60)) + "\n")
+    scan_dir = work / "annotate/scan"
+    writer = BaseWriter(scan_dir / "positions/chrom=chrS/part-0.parquet", drop=("chrom",))
+    step = 1 << 20
+    for lo in range(0, contig_bp, step):
+        hi = min(lo + step, contig_bp)
+        logs = np.log(rng.dirichlet(np.ones(4), hi - lo)).astype(np.float16)
+        frame = pl.DataFrame({
+            "chrom": ["chrS"] * (hi - lo), "pos": np.arange(lo, hi) + 1,
+            "ref": list(seq[lo:hi]), "context_bp": np.minimum(np.arange(lo, hi), 24_000),
+            "phase": np.arange(lo, hi) % 6,
+            **{f"log_fns_{b}": logs[:, i] for i, b in enumerate("ACGT")},
+            **{f"log_cond_{b}": logs[:, i] for i, b in enumerate("ACGT")},
+        })  # fmt: skip
+        writer.write(frame.cast({"context_bp": pl.Int32, "phase": pl.UInt8}))
+    writer.close()
+    pos = np.sort(rng.choice(3 * contig_bp, variants, replace=False))
+    base = pos // 3
+    ref = np.array(list(seq))[base]
+    alts = np.array([[a for a in "ACGT" if a != r] for r in "ACGT"])
+    alt = alts[np.searchsorted(np.array(list("ACGT")), ref), pos % 3]
+    panel = work / "annotate/panel.tsv"
+    pl.DataFrame({"chrom": "chrS", "pos": base + 1, "ref": ref, "alt": alt}).write_csv(
+        panel, separator="\t"
+    )
+    began = time.monotonic()
+    with open_reference(fasta) as reference:
+        checked, _ = ingest_panel(
+            panel, reference, PanelSettings(build="synthetic", format="auto"), LabelSettings()
+        )
+    ingest_s = time.monotonic() - began
+    began = time.monotonic()
+    annotated = annotate_panel(checked, scan_dir)
+    lookup_s = time.monotonic() - began
+    counts = dict(annotated.group_by("status").len().iter_rows())
+    return {
+        "variants": variants,
+        "scanned_bases": contig_bp,
+        "ingest_s": round(ingest_s, 2),
+        "lookup_s": round(lookup_s, 2),
+        "lookup_variants_per_s": round(variants / lookup_s),
+        "statuses": counts,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--variants", type=int, default=1_000_000)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_scan_"))
+    work.mkdir(parents=True, exist_ok=True)
+    from carbon_vep.demo_model import build_demo_model, is_complete
+
+    model = ROOT / "resources/demo_model"
+    if not is_complete(model):
+        model = build_demo_model(work / "demo_model")
+    report = {
+        "machine": f"{os.cpu_count()} CPU cores (shared), CPU only",
+        "scan": scan(work, model),
+    }
+    report["merge"] = merge(work, report["scan"]["one chunk"]["chunks"])
+    report["annotate"] = annotate(work, args.variants)
+    for run in report["scan"].values():
+        run.pop("chunks")
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
