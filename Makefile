@@ -51,8 +51,8 @@ bench-scan: setup
 
 # a complete real genome (lambda phage) scanned end to end through the Snakefile, demo model
 scan-lambda: setup
-	$(BIN)/snakemake --cores 2 --configfile config/lambda_genome.yaml \
-		results/scans/lambda/demo/summary.md
+	$(BIN)/snakemake --cores 2 results/scans/lambda/demo/summary.md \
+		--configfile config/lambda_genome.yaml
 
 clean:
 	rm -rf results logs .snakemake resources/demo_model

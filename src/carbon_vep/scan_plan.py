@@ -48,7 +48,7 @@ GPU_PEAK_TFLOPS = {"A10": 125.0, "A100": 312.0, "H100": 800.0}  # bf16, dense
 ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
 # bytes per SNV of the outputs (measured on the demo genome with the demo model, tsv_decimals 2;
 # docs/benchmarks.md): the Parquet dataset of per-base marginals, the tabix TSV (+ index)
-BYTES_PER_SNV = {"parquet": 3.6, "tabix_tsv": 2.9}
+BYTES_PER_SNV = {"parquet": 2.6, "tabix_tsv": 3.2}
 
 
 def model_shape(path: str) -> str:
