@@ -48,6 +48,8 @@ TABLES: dict[str, Callable[[], str]] = {
     ),
     "scan-position-columns": lambda: columns.markdown_table(columns.SCAN_POSITION),
     "scan-snv-columns": lambda: columns.markdown_table(columns.SCAN_SNV),
+    "scan-base-columns": lambda: columns.markdown_table(columns.SCAN_BASE),
+    "scan-tsv-columns": lambda: columns.markdown_table(columns.SCAN_TSV),
 }
 
 
