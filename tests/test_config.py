@@ -81,7 +81,7 @@ def test_shipped_configs_validate_and_load(path):
     config = yaml.safe_load(path.read_text())
     validate(config, str(SCHEMA))
     run = RunConfig.from_dict(config)
-    assert run.datasets and run.models
+    assert (run.datasets or run.scans) and run.models  # the genome configs scan only
     for dataset in run.datasets.values():
         assert dataset.scoring.normalization == "published"
 
@@ -134,6 +134,26 @@ def test_config_mistakes_are_named():
     task = {"kind": "sequence_recovery", "path": "t.tsv", "scoring": "bp"}
     with pytest.raises(ConfigError, match=r"\['scoring'\] do not apply"):
         RunConfig.from_dict({**base, "datasets": {"d": dataset}, "tasks": {"t": task}})
+
+
+def test_from_scan_dataset_needs_a_scan_that_runs_its_models():
+    models = {"m": {"path": "x"}, "n": {"path": "y"}}
+    scan = {"reference": "r", "build": "hg38", "regions": "all", "models": ["m"]}
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": "from_scan"}
+    lookup = {**dataset, "scan": "g", "models": ["m"]}
+    ok = RunConfig.from_dict({"models": models, "scans": {"g": scan}, "datasets": {"d": lookup}})
+    assert ok.scan_lookups() == {"d": "g"} and ok.scans["g"].regions == ("all",)
+    with pytest.raises(ConfigError, match=r"needs `scan:`, one of \['g'\]"):
+        RunConfig.from_dict({"models": models, "scans": {"g": scan}, "datasets": {"d": dataset}})
+    with pytest.raises(ConfigError, match=r"does not run model\(s\) \['n'\]"):
+        RunConfig.from_dict(
+            {"models": models, "scans": {"g": scan}, "datasets": {"d": {**dataset, "scan": "g"}}}
+        )
+    with pytest.raises(ConfigError, match="applies to recipe from_scan only"):
+        RunConfig.from_dict(
+            {"models": models, "scans": {"g": scan},
+             "datasets": {"d": {**dataset, "recipe": "centered", "scan": "g"}}}
+        )  # fmt: skip
 
 
 def test_datasets_on_one_reference_must_share_a_build(tmp_path):
