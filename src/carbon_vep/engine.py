@@ -61,15 +61,6 @@ class Engine:
         self.dna_weight = self.out_weight[kmer_ids]  # [4**k, H]
         self.dna_bias = None if self.out_bias is None else self.out_bias[kmer_ids]
         self.k = vocab.k
-        # [4**k, k*4] 0/1: k-mer i (digits in ATCG order, first base most significant) has base
-        # b at offset j; the FNS marginals are then one matrix product
-        digits = (
-            torch.arange(4**self.k, device=device)[:, None]
-            // 4 ** torch.arange(self.k - 1, -1, -1, device=device)
-            % 4
-        )
-        indicator = torch.nn.functional.one_hot(digits, 4).reshape(4**self.k, -1)
-        self._base_indicator = indicator.double()
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model
 
     def check_window_bp(self, window_bp: int, what: str) -> None:
@@ -129,21 +120,29 @@ class Engine:
 
     def kmer_base_marginals(self, kmer_log_probs: torch.Tensor) -> torch.Tensor:
         """FNS marginals log m_j(b): [N, 4**k] -> [N, k, 4] (bases in ATCG order): the
-        log-sum-exp over the k-mers with base b at offset j, as one product with the base
-        indicator, shifted by each row's maximum and summed in float64 (float32 to ~1 ulp, and
-        the same whatever the batch's size)."""
+        log-sum-exp over the k-mers with base b at offset j, as one exp of the k-mer block
+        (shifted by each row's maximum) and k sums over the other offsets (the same for a row
+        whatever the batch; a marginal below e^-87 of the row's top k-mer is clamped there)."""
         lp = kmer_log_probs.float()
         shift = lp.amax(dim=-1, keepdim=True)
-        sums = (lp - shift).exp().double() @ self._base_indicator
-        return (sums.log().float() + shift).reshape(-1, self.k, 4)
+        grid = (lp - shift).exp().reshape(-1, *([4] * self.k))
+        axes = list(range(1, self.k + 1))
+        sums = torch.stack(
+            [grid.sum(dim=[a for a in axes if a != j + 1]) for j in range(self.k)], dim=1
+        )
+        return sums.clamp_min(torch.finfo(torch.float32).tiny).log() + shift[:, :, None]
 
     def within_token_conditionals(
-        self, kmer_log_probs: torch.Tensor, codes: torch.Tensor
+        self,
+        kmer_log_probs: torch.Tensor,
+        codes: torch.Tensor,
+        marginals: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Exact log P(b_j = b | preceding tokens, b_0..b_{j-1}) for each position: [N, k, 4].
 
         `codes` [N, k] are the true bases (ATCG codes, -1 for non-ACGT); after a non-ACGT base
-        the rest of that token's conditionals are NaN (the condition is undefined).
+        the rest of that token's conditionals are NaN (the condition is undefined). The first
+        base's joint is its FNS marginal: pass `marginals` (kmer_base_marginals) to reuse it.
         """
         n = kmer_log_probs.shape[0]
         current = kmer_log_probs.reshape(n, 4, -1)
@@ -151,7 +150,10 @@ class Engine:
         valid = torch.ones(n, dtype=torch.bool, device=kmer_log_probs.device)
         out = []
         for j in range(self.k):
-            joint = torch.logsumexp(current, dim=-1)  # [N, 4] joint with the prefix bases
+            if j == 0 and marginals is not None:
+                joint = marginals[:, 0].float()
+            else:
+                joint = torch.logsumexp(current, dim=-1)  # [N, 4] joint with the prefix bases
             conditional = joint - torch.logsumexp(joint, dim=-1, keepdim=True)
             out.append(torch.where(valid[:, None], conditional, torch.nan))
             if j + 1 < self.k:

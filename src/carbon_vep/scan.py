@@ -188,8 +188,9 @@ def scan_chunk(
         frames = []
         for (chrom, tile), seq, kmer_lp in zip(batch, seqs, kmer_lps, strict=True):
             codes = torch.as_tensor(base_codes(seq, engine.k), device=kmer_lp.device)
-            marginal = engine.kmer_base_marginals(kmer_lp).reshape(-1, 4)
-            conditional = engine.within_token_conditionals(kmer_lp, codes).reshape(-1, 4)
+            marginals = engine.kmer_base_marginals(kmer_lp)
+            conditional = engine.within_token_conditionals(kmer_lp, codes, marginals)
+            marginal, conditional = marginals.reshape(-1, 4), conditional.reshape(-1, 4)
             lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
             frames.append(_base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k))
         return frames
