@@ -3,8 +3,9 @@
 1. Scan: the complete lambda phage genome (resources/genome, 48,502 bp) planned at the default
    tile (49,146 bp, min_context 24,000) and scanned by `carbon-vep scan-chunk`, each run in a fresh
    process that reports its peak RSS, at two chunk sizes (every base in one chunk, and chunks of
-   a quarter of it): bases/s, the share of wall time outside the model's forward passes (body
-   and DNA output layer), peak memory per job.
+   a quarter of it), and again with small tiles (6,000 bp, min_context 3,000) so that the large
+   chunk holds several batches of tiles: bases/s, the share of wall time outside the model's
+   forward passes (body and DNA output layer), peak memory per job.
 2. Merge: the chunks into the per-contig Parquet partition and tabix TSV: bytes per SNV of each,
    the hg38 projection (9.3e9 SNVs), and the precision check of the TSV's rounded scores
    (Spearman correlation with the full scores, and the share of SNV pairs whose order changes).
@@ -52,15 +53,15 @@ def _run(*argv: str) -> tuple[float, int]:
     return time.monotonic() - began, int(peak[-1].split()[1])
 
 
-def scan(work: Path, model: Path) -> dict:
+def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN_CONTEXT) -> dict:
     results = {}
     length = 48_502
     for label, chunk_bp in (("one chunk", length), ("quarter chunks", length // 4 + 1)):
-        folder = work / f"scan_{chunk_bp}"
+        folder = work / f"scan_{tile_bp}_{chunk_bp}"
         folder.mkdir(exist_ok=True)
         plan_path = folder / "plan.json"
         _run("plan-scan", "--reference", str(LAMBDA), "--regions", "all", "--tile-bp",
-             str(TILE_BP), "--min-context", str(MIN_CONTEXT), "--chunk-bp", str(chunk_bp),
+             str(tile_bp), "--min-context", str(min_context), "--chunk-bp", str(chunk_bp),
              "--out", str(plan_path))  # fmt: skip
         plan = json.loads(plan_path.read_text())
         stats, peaks, walls = [], [], []
@@ -78,6 +79,8 @@ def scan(work: Path, model: Path) -> dict:
         scan_s = sum(s["wall_s"] for s in stats)
         forward = sum(s["forward_s"] for s in stats)
         results[label] = {
+            "tile_bp": tile_bp,
+            "min_context": min_context,
             "chunk_bp": chunk_bp,
             "jobs": len(stats),
             "tiles": plan["totals"]["tiles"],
@@ -206,9 +209,11 @@ def main() -> None:
         "machine": f"{os.cpu_count()} CPU cores (shared), CPU only",
         "scan": scan(work, model),
     }
+    # small tiles: the one-chunk job runs 5 batches of 4 tiles, the quarter-chunk jobs 1-2
+    report["scan_small_tiles"] = scan(work, model, 6_000, 3_000)
     report["merge"] = merge(work, report["scan"]["one chunk"]["chunks"])
     report["annotate"] = annotate(work, args.variants)
-    for run in report["scan"].values():
+    for run in [*report["scan"].values(), *report["scan_small_tiles"].values()]:
         run.pop("chunks")
     text = json.dumps(report, indent=2)
     print(text)
