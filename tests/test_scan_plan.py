@@ -84,3 +84,10 @@ def test_every_acgt_base_in_one_tile_and_chunks_bounded(tmp_path, chunk_bp, tile
     assert totals["skipped_non_acgt_bp"] == 50 + 5 + 9 and totals["n_runs"] == 3
     assert totals["unscorable_bp"] == 3  # the 3 bases between two gaps
     assert totals["scored_bp"] + 64 + 3 == totals["targeted_bp"] == 4900
+
+
+def test_targets_without_a_scoreable_base_are_refused(tmp_path):
+    fasta = write_fasta(tmp_path / "g.fa", {"c1": "N" * 100 + "ACG" + "N" * 20})
+    with open_reference(fasta) as reference, pytest.raises(InputError, match="nothing to scan"):
+        plan_scan(reference, resolve_targets(["all"], reference.lengths), TileSettings(120, 60),
+                  ScanChunkSettings(chunk_bp=1000))  # fmt: skip

@@ -220,6 +220,11 @@ def plan_scan(
                 start = end
     if not plan_chunks[-1] and len(plan_chunks) > 1:
         plan_chunks.pop()
+    if not plan_chunks[0]:
+        raise InputError(
+            str(reference.path),
+            "nothing to scan: the targets hold no run of at least 6 ACGT bases (all N?)",
+        )
     for index, chunk in enumerate(plan_chunks):
         for chrom in dict.fromkeys(p.chrom for p in chunk):
             per_contig[chrom].chunks.append(index)
