@@ -124,3 +124,15 @@ def test_scan_recipe_looks_up_panel_variants(engine, reference):
     expected = snv_scores(positions).filter(pl.col("alt") == rows[0][3])["score"][0]
     assert scores["score"][0] == pytest.approx(expected, abs=1e-6)
     assert scores["normalization"][0] == "dna_block"
+
+
+def test_chunk_batches_hold_tiles_of_one_length_only():
+    """A whole-genome chunk batches consecutive tiles of equal length: no padding, order kept."""
+    from carbon_vep.scan import _equal_length_runs
+    from carbon_vep.tiling import Tile
+
+    tiles = [("c", Tile(s, s + n, s, s + n)) for s, n in
+             [(0, 6), (6, 6), (12, 12), (24, 12), (36, 6), (0, 12)]]  # fmt: skip
+    runs = _equal_length_runs(tiles)
+    assert [[t.end - t.start for _, t in run] for run in runs] == [[6, 6], [12, 12], [6], [12]]
+    assert [item for run in runs for item in run] == tiles
