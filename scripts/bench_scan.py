@@ -14,6 +14,7 @@
    (start-up) and the lookup timed apart; variants/s of the lookup.
 
 Usage: python scripts/bench_scan.py [--json results/bench_scan.json] [--workdir DIR]
+       python scripts/bench_scan.py --shape 512,8   (scan only, a larger random-weight model)
 """
 
 from __future__ import annotations
@@ -196,6 +197,14 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--variants", type=int, default=1_000_000)
+    parser.add_argument(
+        "--shape",
+        default=None,
+        metavar="HIDDEN,LAYERS",
+        help="scan with a random-weight model of this body (e.g. 512,8) instead of the demo "
+        "model, to see how the share outside the forward pass falls as the model grows; "
+        "runs the scan part only",
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_scan_"))
@@ -203,12 +212,28 @@ def main() -> None:
     from carbon_vep.demo_model import build_demo_model, is_complete
 
     model = ROOT / "resources/demo_model"
-    if not is_complete(model):
+    if args.shape:
+        hidden, layers = (int(x) for x in args.shape.split(","))
+        model = build_demo_model(
+            work / f"model_{hidden}x{layers}",
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=hidden // 64,
+            num_kv_heads=max(1, hidden // 256),
+            intermediate_size=hidden * 4,
+        )
+    elif not is_complete(model):
         model = build_demo_model(work / "demo_model")
     report = {
         "machine": f"{os.cpu_count()} CPU cores (shared), CPU only",
+        "model": args.shape or "demo (64,2)",
         "scan": scan(work, model),
     }
+    if args.shape:
+        for run in report["scan"].values():
+            run.pop("chunks")
+        print(json.dumps(report, indent=2))
+        return
     # small tiles: the one-chunk job runs 5 batches of 4 tiles, the quarter-chunk jobs 1-2
     report["scan_small_tiles"] = scan(work, model, 6_000, 3_000)
     report["merge"] = merge(work, report["scan"]["one chunk"]["chunks"])
