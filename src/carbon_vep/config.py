@@ -507,3 +507,30 @@ def schema_yaml() -> str:
         "# Generated from src/carbon_vep/config.py by `carbon-vep config-schema`; do not edit.\n"
     )
     return header + yaml.safe_dump(json_schema(), sort_keys=False, width=100, allow_unicode=True)
+
+
+# ---- the demo config -------------------------------------------------------------------------
+DEMO_CONFIG = "config/config.yaml"
+DEMO_RESOURCES = "resources/demo/"
+
+
+def demo_config(workflow_dir: str) -> dict[str, Any]:
+    """The demo config (used when snakemake is given no config), its shipped inputs found under
+    `workflow_dir` (the checkout's root), so that it runs from any working directory and as a
+    Snakemake module. What the run writes (the demo model included) stays relative."""
+    import os
+
+    import yaml
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(value) for value in node]
+        if isinstance(node, str) and node.startswith(DEMO_RESOURCES):
+            here = os.path.abspath(workflow_dir) == os.path.abspath(os.curdir)
+            return node if here else os.path.join(workflow_dir, node)
+        return node
+
+    with open(os.path.join(workflow_dir, DEMO_CONFIG)) as handle:
+        return resolve(yaml.safe_load(handle))
