@@ -143,7 +143,8 @@ def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
         sys.executable, "-m", "carbon_vep.cli", "score", "--panel", str(DEMO / "demo_panel.vcf"),
         "--info-field", "LABEL", "--info-field", "NOTE",
         "--reference", str(DEMO / "chr17.hg19.part.fa"),
-        "--model", str(demo_run / "resources/demo_model"), "--recipe", "centered",
+        "--model", str(demo_run / "resources/demo_model"), "--trust-remote-code",
+        "--recipe", "centered",
         "--rc-average", "--window-bp", "240", "--build", "hg19", "--out", str(out),
     ]  # fmt: skip
     subprocess.run(cmd, env=workflow_env(), check=True, capture_output=True, timeout=600)

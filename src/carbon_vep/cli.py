@@ -300,13 +300,14 @@ def cmd_scan(args: argparse.Namespace) -> None:
 
 
 def cmd_fetch_model(args: argparse.Namespace) -> None:
-    from .hub import fetch_snapshot, is_local_model
+    from .hub import check_remote_code, fetch_snapshot, is_local_model
 
     (model,) = from_args(args, ModelSettings)
     if is_local_model(model.path):
         fetched = {"model": model.path, "local_directory": True}
     else:
         fetched = fetch_snapshot(model.path, model.revision)
+        check_remote_code(model, Path(fetched["snapshot"]), from_hub=True)
         if model.revision is None:
             log.warning(
                 "%s: no revision pinned, fetched commit %s of main; set `revision: %s` in the "
@@ -337,6 +338,24 @@ def cmd_readme_tables(args: argparse.Namespace) -> None:
 
 
 # ---- parser ------------------------------------------------------------------------------
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import run_gate
+
+    passed, table = run_gate(args.baseline, args.results, args.tolerance, args.junit, args.out)
+    print(table, end="")
+    if args.junit:
+        log.info("JUnit XML: %s", args.junit)
+    return 0 if passed else 1
+
+
+def cmd_make_baseline(args: argparse.Namespace) -> None:
+    from .compare import baseline_yaml, parse_tolerances
+
+    every, per_metric = parse_tolerances(args.tolerance)
+    tolerance = ({"default": every} if every is not None else {}) | per_metric
+    atomic.write_text(baseline_yaml(args.results, args.source, tolerance or None), args.out)
+
+
 def _add_result_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task / dataset name in the results table")
     p.add_argument("--model-key", required=True, help="model name in the results table")
@@ -472,6 +491,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_config_schema)
 
+    p = sub.add_parser(
+        "compare",
+        help="compare a results table with a baseline; exit 1 when a value drifts or is missing",
+    )
+    p.add_argument("--baseline", required=True, help="baseline YAML (baselines/)")
+    p.add_argument("--results", required=True, help="results_table.parquet or .tsv")
+    p.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        help="X (every metric) or METRIC=X: allowed absolute difference, in the metric's units "
+        "(replaces the baseline's)",
+    )
+    p.add_argument("--junit", help="write the comparison as JUnit XML here (CI systems show it)")
+    p.add_argument("--out", help="write the comparison as TSV here (only when it passes)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("make-baseline", help="write a baseline YAML from a results table")
+    p.add_argument("--results", required=True, help="results_table.parquet or .tsv")
+    p.add_argument("--source", required=True, help="how the numbers were obtained")
+    p.add_argument("--tolerance", action="append", default=[], help="X or METRIC=X")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_make_baseline)
+
     p = sub.add_parser("readme-tables", help="rewrite the README's generated tables")
     p.add_argument("--readme", default="README.md")
     p.set_defaults(func=cmd_readme_tables)
@@ -482,11 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)  # a gate (compare) returns its verdict
     except (InputError, ConfigError) as err:
         log.error("%s", err)
         return 2
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

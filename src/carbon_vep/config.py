@@ -48,7 +48,14 @@ class ModelSettings:
     )
     device: str = setting("cpu", help="cpu, cuda or cuda:N", pattern=r"^(cpu|cuda(:[0-9]+)?)$")
     trust_remote_code: bool = setting(
-        True, help="run the model's own tokenizer/model code shipped with the checkpoint"
+        False,
+        help="run the tokenizer/model code shipped with the checkpoint (off unless asked for; "
+        "a Hub model's remote code also needs a pinned `revision` or allow_unpinned)",
+    )
+    allow_unpinned: bool = setting(
+        False,
+        help="allow a Hub model's remote code at a revision that is not a commit (it can "
+        "change between runs; the commit used is recorded in the provenance)",
     )
     batch_size: int = setting(8, minimum=1, help="windows per forward pass (halved on OOM)")
     build_demo: bool = setting(
@@ -357,6 +364,11 @@ SECTIONS: dict[str, tuple[type, bool, str]] = {
     ),
 }
 OUTDIR_DEFAULT = "results"
+# the comparison gate (`carbon-vep compare`, rule compare_baseline): a top-level key
+BASELINE_HELP = (
+    "baseline YAML (baselines/): the workflow's last rule compares the results table with it "
+    "and fails on drift (a relative path not found here is looked up next to the Snakefile)"
+)
 
 
 @dataclass(frozen=True)
@@ -369,11 +381,12 @@ class RunConfig:
     scans: dict[str, ScanConfig]
     tasks: dict[str, TaskConfig]
     hub_files: dict[str, HubFileConfig]
+    baseline: str | None = None
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> RunConfig:
         """Typed config from the (validated) YAML mapping; refuses what cannot be meant."""
-        known = {"outdir", *SECTIONS, *run_fields()}
+        known = {"outdir", "baseline", *SECTIONS, *run_fields()}
         unknown = sorted(set(config) - known)
         if unknown:
             raise ConfigError(f"unknown top-level config key(s) {unknown}")
@@ -387,7 +400,9 @@ class RunConfig:
             }
             for name, (entry_cls, _, _) in SECTIONS.items()
         }
-        run_config = cls(outdir=config.get("outdir", OUTDIR_DEFAULT), **sections)
+        run_config = cls(
+            outdir=config.get("outdir", OUTDIR_DEFAULT), baseline=config.get("baseline"), **sections
+        )
         run_config.check()
         return run_config
 
@@ -397,6 +412,8 @@ class RunConfig:
                 raise ConfigError(f"the config defines no {name}")
         if "suite" in self.datasets:
             raise ConfigError("dataset name 'suite' is reserved: OUTDIR/suite holds suite tasks")
+        for key, model in self.models.items():
+            check_unpinned_remote_code(key, model)
         for section in ("datasets", "scans", "tasks"):
             for key, entry in getattr(self, section).items():
                 missing = sorted(set(entry.models or ()) - set(self.models))
@@ -425,6 +442,24 @@ def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
 
 
 # ---- checks the workflow runs while it parses ------------------------------------------------
+def check_unpinned_remote_code(key: str, model: ModelSettings) -> None:
+    """A Hub model allowed to run remote code needs a pinned commit (or allow_unpinned): the
+    code at a branch can change between runs. Caught at parse time, before any download."""
+    import os
+    import re
+
+    if not model.trust_remote_code or model.build_demo or os.path.isdir(model.path):
+        return
+    if model.allow_unpinned or re.fullmatch(r"[0-9a-f]{40}", model.revision or ""):
+        return
+    raise ConfigError(
+        f"models.{key}: {model.path} with trust_remote_code: true at revision "
+        f"{model.revision or 'main'!r} would run remote code that can change between runs; "
+        "pin `revision` to a commit (40 hex digits; fetch-model records the one it gets), or "
+        "set `allow_unpinned: true`"
+    )
+
+
 # the rules that run a model (a GPU profile gives each of them a GPU)
 MODEL_RULES = ("score_shard", "scan_region", "score_recovery", "score_perturbation")
 
@@ -475,6 +510,8 @@ def json_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "outdir": {"type": "string", "default": OUTDIR_DEFAULT, "description": "output folder"}
     }
+    properties["baseline"] = {"type": ["string", "null"], "default": None}
+    properties["baseline"]["description"] = BASELINE_HELP
     for name, (f, hint) in run_fields().items():
         properties[name] = schema_property(f, hint)
     for name, (entry_cls, required, description) in SECTIONS.items():
@@ -514,23 +551,28 @@ DEMO_CONFIG = "config/config.yaml"
 DEMO_RESOURCES = "resources/demo/"
 
 
+def resolve_demo_resources(config: Any, workflow_dir: str) -> Any:
+    """`config` with its paths to the shipped demo inputs (resources/demo/...) found under
+    `workflow_dir` (the checkout's root), so that the demo and CI configs run from any working
+    directory and as a Snakemake module. What a run writes (the demo model too) stays relative."""
+    import os
+
+    if os.path.abspath(workflow_dir) == os.path.abspath(os.curdir):
+        return config
+    if isinstance(config, dict):
+        return {key: resolve_demo_resources(value, workflow_dir) for key, value in config.items()}
+    if isinstance(config, list):
+        return [resolve_demo_resources(value, workflow_dir) for value in config]
+    if isinstance(config, str) and config.startswith(DEMO_RESOURCES):
+        return os.path.join(workflow_dir, config)
+    return config
+
+
 def demo_config(workflow_dir: str) -> dict[str, Any]:
-    """The demo config (used when snakemake is given no config), its shipped inputs found under
-    `workflow_dir` (the checkout's root), so that it runs from any working directory and as a
-    Snakemake module. What the run writes (the demo model included) stays relative."""
+    """The demo config (what snakemake runs when given no config), read from `workflow_dir`."""
     import os
 
     import yaml
 
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {key: resolve(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [resolve(value) for value in node]
-        if isinstance(node, str) and node.startswith(DEMO_RESOURCES):
-            here = os.path.abspath(workflow_dir) == os.path.abspath(os.curdir)
-            return node if here else os.path.join(workflow_dir, node)
-        return node
-
     with open(os.path.join(workflow_dir, DEMO_CONFIG)) as handle:
-        return resolve(yaml.safe_load(handle))
+        return yaml.safe_load(handle)

@@ -28,6 +28,11 @@ HUB_MODELS = {
     if not m.build_demo and not os.path.isdir(m.path)
 }
 HUB_MODEL_RECORD = f"{OUTDIR}/hub/{{model}}.json"
+# the comparison gate's baseline: as given, or a relative path shipped with the workflow
+WORKFLOW_ROOT = workflow.current_basedir.get_path_or_uri(secret_free=True) + "/../.."
+BASELINE = RUN.baseline
+if BASELINE and not os.path.isabs(BASELINE) and not os.path.exists(BASELINE):
+    BASELINE = os.path.normpath(os.path.join(WORKFLOW_ROOT, BASELINE))
 CONFIG_SHA256 = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
@@ -63,7 +68,13 @@ def final_outputs():
         ]
         + scan_outputs()
         + suite_outputs()
+        + gate_outputs()
     )
+
+
+def gate_outputs():
+    """The comparison with the baseline, when the config names one (rule compare_baseline)."""
+    return [f"{OUTDIR}/baseline_comparison.tsv"] if BASELINE else []
 
 
 def scan_outputs():
