@@ -6,7 +6,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench bench-ingest clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,12 @@ lint: setup
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 
-bench: setup
+bench: setup bench-ingest
 	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json
+
+# check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
+bench-ingest: setup
+	mkdir -p results && $(BIN)/python scripts/bench_ingest.py --json results/bench_ingest.json
 
 clean:
 	rm -rf results logs .snakemake resources/demo_model

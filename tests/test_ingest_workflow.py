@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from cluster_support import run_snakemake
+from cluster_support import run_snakemake, workflow_env
 
 from carbon_vep.reference import open_reference
 
@@ -194,12 +194,14 @@ def test_wrong_build_panel_stops_before_scoring(tmp_path, demo_model_dir):
         rows.append(f"17\t{pos}\t.\t{ref}\t{'A' if ref != 'A' else 'C'}\t.\tPASS\t.\tGT\t0/1\t0/1")
     panel.write_text(HEADER + "\n".join(rows) + "\n")
     config = _config(tmp_path, demo_model_dir, {"wrong": _dataset(panel, "centered")})
-    result = _snakemake(tmp_path, config)
+    # the rules' commands run with CARBON_VEP_INTERFACE=workflow: messages name config keys
+    env = workflow_env(CARBON_VEP_INTERFACE="workflow")
+    result = run_snakemake(tmp_path, config, "--cores", "2", env=env, timeout=900)
     assert result.returncode != 0
     message = "grch37_on_hg38.vcf: REF matches"
     assert message in result.stderr and "builds differ" in result.stderr  # on stderr
     log = (tmp_path / "logs/results/wrong/check_panel.log").read_text()
-    assert message in log and "point `reference` at the FASTA" in log
+    assert message in log and "point the config key `reference` at the FASTA" in log
     assert not (tmp_path / "results/wrong/checked.parquet").exists()
     assert not list(tmp_path.glob("results/wrong/**/*.parquet"))
 

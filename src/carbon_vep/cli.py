@@ -102,16 +102,27 @@ def _windows(checked: pl.DataFrame, reference, recipe: RecipeSettings) -> pl.Dat
 
 # ---- stage commands ----------------------------------------------------------------------
 def cmd_check_panel(args: argparse.Namespace) -> None:
-    from .ingest import ingest_panel
+    from .check import NothingScoreableError
+    from .ingest import write_checked_panel
     from .reference import open_reference
 
     panel, labels = from_args(args, PanelSettings, LabelSettings)
     with open_reference(args.reference) as reference:
-        checked, summary = ingest_panel(args.panel, reference, panel, labels)
-    atomic.write_parquet(checked, args.out)
+        try:
+            summary = write_checked_panel(args.panel, reference, panel, labels, args.out)
+        except NothingScoreableError as err:  # the table is written: say why, then stop
+            _checked_written(args, err.summary or {})
+            raise InputError(
+                err.path, f"{err.problem}; each row's status and reason are in {args.out} "
+                f"(summary: {args.summary})"
+            ) from err  # fmt: skip
+    _checked_written(args, summary)
+
+
+def _checked_written(args: argparse.Namespace, summary: dict) -> None:
     atomic.write_json(summary, args.summary)
-    log.info("checked %d rows: %s", checked.height, summary["status_counts"])
-    for note in summary["notes"]:
+    log.info("checked %d rows: %s", summary.get("n_rows", 0), summary.get("status_counts"))
+    for note in summary.get("notes", []):
         log.warning("%s: %s", args.panel, note)
 
 

@@ -496,12 +496,13 @@ def run_fields() -> dict[str, tuple[dataclasses.Field, Any]]:
     return out
 
 
-def setting_name(name: str) -> str:
-    """How the user in front of us spells the setting with this config key (errors name it)."""
+def setting_name(name: str, value: str | None = None) -> str:
+    """How the user in front of us spells the setting with this config key (errors name it),
+    optionally set to `value` (see `settings.describe`)."""
     for entry_cls, _, _ in SECTIONS.values():
-        for f, _ in flat_fields(entry_cls):
+        for f, hint in flat_fields(entry_cls):
             if f.name == name:
-                return describe(f)
+                return describe(f, value, hint)
     raise KeyError(name)
 
 

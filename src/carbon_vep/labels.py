@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from .config import CLNSIG_LABEL_COLUMN
+from .config import CLNSIG_LABEL_COLUMN, setting_name
 from .errors import InputError
 
 CONFLICT_COLUMN = "label_conflict"
@@ -48,19 +48,25 @@ def add_clnsig_labels(
     """Add `label` (1 / 0 / null) and `label_conflict` from the CLNSIG column `field`."""
     if field not in panel.columns:
         raise InputError(
-            source, f"label_source clinvar_clnsig needs the INFO field {field!r}, which the "
-            "panel does not carry"
+            source, f"{setting_name('label_source', 'clinvar_clnsig')} needs the INFO field "
+            f"{field!r}, which the panel does not carry; name the field that holds ClinVar's "
+            f"significance with {setting_name('clnsig_field')}"
         )  # fmt: skip
     if CLNSIG_LABEL_COLUMN in panel.columns:
         raise InputError(
-            source, f"the panel already has a {CLNSIG_LABEL_COLUMN!r} column; with label_source "
-            "clinvar_clnsig the label is derived from CLNSIG, so remove or rename it"
+            source, f"the panel already has a {CLNSIG_LABEL_COLUMN!r} column; with "
+            f"{setting_name('label_source', 'clinvar_clnsig')} the label is derived from "
+            "CLNSIG, so remove or rename it"
         )  # fmt: skip
-    values = panel[field].cast(pl.Utf8).to_list()
-    by_value = {v: clnsig_label(v, mapping) for v in set(values)}  # ClinVar has few distinct
-    labels = [by_value[v][0] for v in values]
-    conflicts = [by_value[v][1] for v in values]
+    values = panel[field].cast(pl.Utf8)
+    by_value = {v: clnsig_label(v, mapping) for v in values.drop_nulls().unique().to_list()}
+    labels = {v: label for v, (label, _) in by_value.items()}  # ClinVar has few distinct
+    conflicts = {v: conflict for v, (_, conflict) in by_value.items()}
     return panel.with_columns(
-        pl.Series(CLNSIG_LABEL_COLUMN, labels, dtype=pl.Int8),
-        pl.Series(CONFLICT_COLUMN, conflicts, dtype=pl.Boolean),
+        values.replace_strict(labels, default=None, return_dtype=pl.Int8).alias(
+            CLNSIG_LABEL_COLUMN
+        ),
+        values.replace_strict(conflicts, default=False, return_dtype=pl.Boolean)
+        .fill_null(False)
+        .alias(CONFLICT_COLUMN),
     )

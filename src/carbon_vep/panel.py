@@ -2,7 +2,8 @@
 
 Every input variant becomes one row with a stable `row_id` and a `source` (`file:line N` for
 text files, `file:row N` for Parquet, `file:record N` for BCF) so that later stages and error
-messages can point at it; a multi-allelic VCF record is split into one row per ALT. The values
+messages can point at it; a multi-allelic VCF record is split into one row per ALT. A panel is
+read in batches of rows (`PanelReader`); `load_panel` gathers them into one table. The values
 as read are kept in `input_pos` / `input_ref` / `input_alt`; `pos` is the 1-based position as an
 integer (null when the file holds something else). Every other column of a table, and the
 requested INFO fields of a VCF, is carried through; a user column whose name the pipeline uses
@@ -14,8 +15,14 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import os
+import re
+import shutil
+import threading
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,7 @@ import pysam
 
 from .columns import PANEL_KEY as KEY
 from .columns import RESERVED as RESERVED_COLUMNS
+from .config import setting_name
 from .errors import InputError
 from .htslib import captured_messages
 
@@ -37,6 +45,7 @@ KEY_ALIASES = {
     "alt": ("alt",),
 }
 ALL_INFO = "*"
+_BATCH_ROWS = 100_000  # rows of a table checked at a time (a table is read whole by polars)
 _VCF_SUFFIXES = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
 _TABLE_SEPARATORS = {".tsv": "\t", ".tsv.gz": "\t", ".txt": "\t", ".csv": ",", ".csv.gz": ","}
 
@@ -61,7 +70,11 @@ def detect_format(path: str | Path) -> str:
     for suffix, sep in _TABLE_SEPARATORS.items():
         if name.endswith(suffix):
             return "csv" if sep == "," else "tsv"
-    raise InputError(path, "cannot tell the panel format from the name; set `format` in config")
+    raise InputError(
+        path,
+        "cannot tell the panel format from the name (.vcf, .vcf.gz, .bcf, .parquet, .tsv, "
+        f".csv, .gz too); set {setting_name('format')}",
+    )
 
 
 def read_panel(
@@ -81,25 +94,87 @@ def load_panel(
     info_fields: Sequence[str] = (),
 ) -> Panel:
     """Read a panel file of any supported format (see the module docstring)."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, "panel file not found")
-    if path.stat().st_size == 0:
-        raise InputError(path, "the panel file is empty")
-    fmt = detect_format(path) if fmt == "auto" else fmt
-    if fmt == "vcf":
-        panel = _read_vcf(path, info_fields)
-    elif fmt in ("parquet", "tsv", "csv"):
-        panel = _read_table(path, fmt, columns or {})
-    else:
-        raise InputError(path, f"unknown panel format {fmt!r}")
-    if panel.frame.height == 0:
-        raise InputError(path, "the panel holds no variants")
-    fixed = ("row_id", "source", *KEY, *INPUT_COLUMNS)
-    panel.frame = panel.frame.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id")
-    ).select(*fixed, pl.exclude(*fixed))
-    return panel
+    reader = PanelReader(path, fmt, columns, info_fields)
+    while True:
+        try:
+            frames = list(reader.batches())
+            break
+        except ReadAgain:
+            continue
+    frame = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+    return Panel(reader.finish(frame), reader.path, reader.declared_lengths, reader.notes)
+
+
+class ReadAgain(Exception):  # noqa: N818 (a signal to the caller, not a failure)
+    """An INFO field turned out part-way through not to be decodable as its header declares:
+    the reader now carries it as its raw text, and the caller starts over from the first batch
+    (whatever it did with the earlier ones is void)."""
+
+
+class PanelReader:
+    """A panel file read in batches of consecutive rows, so that a ClinVar-size VCF never has
+    to be in memory as a whole.
+
+    `batches()` yields frames with `row_id`, `source`, the key, `input_*` and the carried
+    columns; `declared_lengths` is known once the first batch is out, `notes` and
+    `null_columns` once the last is. `finish(frame)` gives a frame of all rows the final
+    schema (a carried column that no row fills is a Null column, as polars infers it).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        fmt: str = "auto",
+        columns: Mapping[str, str] | None = None,
+        info_fields: Sequence[str] = (),
+    ) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise InputError(self.path, "panel file not found")
+        if self.path.stat().st_size == 0:
+            raise InputError(self.path, "the panel file is empty")
+        self.fmt = detect_format(self.path) if fmt == "auto" else fmt
+        if self.fmt not in ("vcf", "parquet", "tsv", "csv"):
+            raise InputError(
+                self.path, f"unknown panel format {self.fmt!r} in {setting_name('format')} "
+                "(vcf, parquet, tsv, csv or auto)"
+            )  # fmt: skip
+        self.columns = dict(columns or {})
+        self.info_fields = list(info_fields)
+        self.declared_lengths: dict[str, int] = {}
+        self.notes: list[str] = []
+        self.null_columns: list[str] = []
+        self._raw: dict[str, str] = {}  # VCF INFO fields read as text, and why
+
+    def batches(self) -> Iterator[pl.DataFrame]:
+        """The panel's rows in order, a batch at a time (`_BATCH_ROWS` rows of a table,
+        `_BATCH_RECORDS` records of a VCF). Raises `ReadAgain` when the caller must start
+        over."""
+        self.notes, self.null_columns = [], []
+        if self.fmt == "vcf":
+            source: Iterator[pl.DataFrame] = _vcf_batches(self)
+        else:
+            panel = _read_table(self.path, self.fmt, self.columns)
+            self.notes = panel.notes
+            source = (
+                panel.frame.slice(start, _BATCH_ROWS)
+                for start in range(0, panel.frame.height, _BATCH_ROWS)
+            )
+        fixed = ("row_id", "source", *KEY, *INPUT_COLUMNS)
+        n_rows = 0
+        for batch in source:
+            if batch.height:
+                yield batch.with_columns(
+                    (pl.int_range(pl.len(), dtype=pl.Int64) + n_rows).alias("row_id")
+                ).select(*fixed, pl.exclude(*fixed))
+                n_rows += batch.height
+        if n_rows == 0:
+            raise InputError(self.path, "the panel holds no variants")
+
+    def finish(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """`frame` (rows of this panel) with the final schema: columns no row fills are Null."""
+        empty = [c for c in self.null_columns if c in frame.columns]
+        return frame.with_columns(pl.col(empty).cast(pl.Null)) if empty else frame
 
 
 def _carried_names(names: Sequence[str], sources: Mapping[str, str]) -> dict[str, str]:
@@ -167,7 +242,9 @@ def _key_sources(found: Sequence[str], columns: Mapping[str, str], path: Path) -
     missing = [src for src in sources.values() if src not in found]
     if missing:
         raise InputError(
-            path, f"column(s) {missing} named under `columns` are not in the file; found {found}"
+            path,
+            f"column(s) {missing} named in {setting_name('columns')} are not in the file; "
+            f"found {list(found)}",
         )
     for std in KEY:
         if std in sources:
@@ -177,12 +254,13 @@ def _key_sources(found: Sequence[str], columns: Mapping[str, str], path: Path) -
         if len(hits) == 1 or exact:
             sources[std] = exact[0] if exact else hits[0]
         elif hits:
-            raise InputError(path, f"several columns could be {std!r}: {hits}; pick one under "
-                             f"`columns` (e.g. columns: {{{std}: {hits[0]}}})")  # fmt: skip
+            raise InputError(path, f"several columns could be {std!r}: {hits}; pick one with "
+                             f"{setting_name('columns', f'{std}={hits[0]}')}")  # fmt: skip
     absent = [std for std in KEY if std not in sources]
     if absent:
+        example = setting_name("columns", f"{absent[0]}=YOUR_COLUMN")
         raise InputError(
-            path, f"missing column(s) {absent}; found {list(found)} (map them under `columns`)"
+            path, f"missing column(s) {absent}; found {list(found)} (map them with {example})"
         )
     return sources
 
@@ -269,24 +347,58 @@ def _standardize_table(frame: pl.DataFrame, path: Path, fmt: str, sources: dict[
 
 
 # ---- VCF / BCF ---------------------------------------------------------------------------
-def _count_header_lines(path: Path) -> int | None:
-    """Header lines of a text VCF (plain or gzipped), so rows can cite their file line."""
+# The reader builds columns, not row dicts: a batch of records goes into Python lists, then
+# into a polars frame that is handed out (`PanelReader.batches`), so a ClinVar-size VCF is
+# never in memory whole.
+_BATCH_RECORDS = 50_000
+_MISSING_ALT = (".",)
+_NUMERIC = ("Integer", "Float")
+_VCF_COLUMNS = {
+    "chrom": pl.Utf8, "pos": pl.Int64, "ref": pl.Utf8, "alt": pl.Utf8, "id": pl.Utf8,
+    "qual": pl.Float64, "filter": pl.Utf8, "n_alts_in_record": pl.Int64, "alt_index": pl.Int64,
+}  # fmt: skip
+_NO_WHITESPACE = {"id": "ID", "ref": "REF", "alt": "ALT", "filter": "FILTER"}  # VCF forbids it
+_UNDEFINED_TAG = re.compile(r"^(INFO|FILTER) '(.*)' at (\S+):(\d+) is not defined")
+
+
+@dataclass(frozen=True)
+class _TextHeader:
+    """What a text VCF's header says about its layout (None is used for BCF)."""
+
+    n_lines: int  # `##` lines and the #CHROM line: record N is on line n_lines + N
+    chrom_line: str  # the #CHROM line as written
+
+    @property
+    def empty_format(self) -> bool:
+        """`#CHROM ... INFO FORMAT` without a sample: other tools read it, htslib refuses it."""
+        columns = self.chrom_line.rstrip("\r\n\t ").split("\t")
+        return len(columns) == 9 and columns[-1] == "FORMAT"
+
+
+def _open_binary(path: Path) -> Any:
     with open(path, "rb") as handle:
         compressed = handle.read(2) == b"\x1f\x8b"
-    opener = gzip.open if compressed else open
+    return gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+
+
+def _text_header(path: Path) -> _TextHeader | None:
+    """The header layout of a text VCF (plain or gzipped), so rows can cite their file line;
+    None for BCF or a file that cannot be read (pysam reports the real error)."""
     try:
-        with opener(path, "rb") as handle:  # type: ignore[operator]
+        with _open_binary(path) as handle:
             if handle.read(3) == b"BCF":
                 return None  # binary: rows cite their record number instead
             handle.seek(0)
-            count = 0
+            count, chrom_line = 0, ""
             for line in handle:
                 if not line.startswith(b"#"):
                     break
                 count += 1
-            return count
+                if line.startswith(b"#CHROM"):
+                    chrom_line = line.decode(errors="replace")
+            return _TextHeader(count, chrom_line)
     except (OSError, EOFError):
-        return None  # unreadable: pysam reports the real error
+        return None
 
 
 def _text_line(path: Path, number: int) -> str | None:
@@ -301,59 +413,315 @@ def _text_line(path: Path, number: int) -> str | None:
     return None
 
 
-def _info_value(value: Any, number: str, allele_index: int) -> Any:
-    """Number=A values go to their ALT's row, Number=R ones keep REF's and this ALT's value;
-    other multi-valued fields are carried as their comma-joined text."""
-    if not isinstance(value, tuple):
-        return value
-    if number == "A" and allele_index < len(value):
-        return value[allele_index]
-    if number == "R" and allele_index + 1 < len(value):
-        value = (value[0], value[allele_index + 1])
-    return ",".join("." if v is None else str(v) for v in value)
+def _header_line_number(path: Path, text: str) -> int | None:
+    """The number of the header line that reads `text` (htslib quotes the line it refuses)."""
+    wanted = text.rstrip("\r\n")
+    try:
+        with _open_text(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.rstrip("\r\n") == wanted:
+                    return number
+                if not line.startswith("#"):
+                    return None
+    except (OSError, EOFError, UnicodeDecodeError):
+        return None
+    return None
 
 
-def _vcf_row(record: Any, where: str, alt: str, index: int, n_alts: int) -> dict[str, Any]:
-    filters = list(record.filter.keys())
-    return {
-        "source": where,
-        "chrom": record.chrom,
-        "pos": record.pos,
-        "ref": record.ref,
-        "alt": alt,
-        "input_pos": str(record.pos),
-        "input_ref": record.ref,
-        "input_alt": alt,
-        "id": record.id,
-        "qual": record.qual,
-        "filter": ";".join(filters) if filters else None,
-        "n_alts_in_record": n_alts,
-        "alt_index": index + 1,
-    }
+class _LineCursor:
+    """Lines of a text VCF by number, read forward once (the numbers asked never decrease):
+    the record's own text, for INFO values htslib cannot decode."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle: Any = None
+        self.number = 0
+        self.text = ""
+
+    def line(self, number: int) -> str:
+        if self.handle is None:
+            self.handle = _open_text(self.path)
+        while self.number < number:
+            self.text = self.handle.readline()
+            self.number += 1
+        return self.text.rstrip("\r\n")
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
 
 
-def _record_rows(record: Any, where: str, specs: Mapping[str, tuple[str, str]]) -> list[dict]:
-    """One row per ALT of a VCF record, with the requested INFO values for that ALT."""
-    alts = record.alts or (".",)
-    rows = []
-    for index, alt in enumerate(alts):
-        row = _vcf_row(record, where, alt, index, len(alts))
-        for name, (number, kind) in specs.items():
-            present = name in record.info  # record.info.get() raises for undeclared names
-            value = present if kind == "Flag" else (record.info[name] if present else None)
-            row[name] = _info_value(value, number, index)
-        rows.append(row)
-    return rows
+def _raw_info(record_text: str, name: str) -> str | None:
+    """The text of INFO field `name` in a record line ('' for a key without a value)."""
+    fields = record_text.split("\t", 8)
+    if len(fields) < 8:
+        return None
+    for item in fields[7].split(";"):
+        key, equals, value = item.partition("=")
+        if key == name:
+            return value if equals else ""
+    return None
 
 
-def _info_specs(header: Any, info_fields: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """field -> (Number, Type) from the header; undeclared fields read as String."""
-    fields = list(header.info) if ALL_INFO in info_fields else list(info_fields)
-    specs = {}
+@dataclass(frozen=True)
+class _InfoSpec:
+    name: str
+    number: str  # the header's Number ('1', 'A', 'R', 'G', '.', '2', ...)
+    kind: str  # the header's Type (Flag, Integer, Float, String, Character)
+    declared: bool
+    raw: bool = False  # carried as the record's text (htslib cannot decode it as declared)
+
+    @cached_property
+    def text_list(self) -> bool:
+        """A declared list of strings, carried as its comma-joined text."""
+        return (
+            self.declared and not self.raw and self.kind in ("String", "Character")
+            and self.number not in ("0", "1", "A", "R")
+        )  # fmt: skip
+
+    @property
+    def dtype(self) -> Any:
+        if self.raw or not self.declared:
+            return pl.Utf8
+        if self.kind == "Flag":
+            return pl.Boolean
+        if self.number in ("1", "A"):
+            return {"Integer": pl.Int64, "Float": pl.Float64}.get(self.kind, pl.Utf8)
+        return pl.Utf8  # other lists: their comma-joined text
+
+
+def _info_specs(header: Any, info_fields: Sequence[str], raw: Mapping[str, str]) -> list[_InfoSpec]:
+    """The requested INFO fields as the header declares them; undeclared ones read as String."""
+    fields = list(header.info) if ALL_INFO in info_fields else list(dict.fromkeys(info_fields))
+    specs = []
     for name in fields:
         meta = header.info.get(name)
-        specs[name] = (str(meta.number), meta.type) if meta is not None else (".", "String")
+        if meta is None:
+            specs.append(_InfoSpec(name, ".", "String", declared=False))
+        else:
+            number = str(meta.number)
+            specs.append(_InfoSpec(name, number, meta.type, True, name in raw or number == "G"))
     return specs
+
+
+class _Undecodable(Exception):  # noqa: N818 (a signal inside the reader, never user-facing)
+    """An INFO field's value cannot be decoded as its header declares it."""
+
+    def __init__(self, spec: _InfoSpec, why: str) -> None:
+        super().__init__(why)
+        self.spec = spec
+        self.why = why
+
+
+def _joined(values: tuple) -> str:
+    return ",".join("." if v is None else str(v) for v in values)
+
+
+class _RecordText:
+    """The current record's own text, fetched only when a raw INFO value is needed."""
+
+    def __init__(self, path: Path, header: _TextHeader | None) -> None:
+        self.cursor = _LineCursor(path) if header is not None else None
+        self.n_header = header.n_lines if header is not None else 0
+        self.record: Any = None
+        self.number = 0
+
+    def info(self, name: str) -> str | None:
+        if self.cursor is None:  # BCF: htslib's rendering of the typed values
+            return _raw_info(str(self.record), name)
+        return _raw_info(self.cursor.line(self.n_header + self.number), name)
+
+    def close(self) -> None:
+        if self.cursor is not None:
+            self.cursor.close()
+
+
+def _check_missing(spec: _InfoSpec, value: Any, text: _RecordText) -> None:
+    """A numeric value htslib decoded as missing must be missing ('.') in the text too: htslib
+    turns a value it cannot parse ('abc', 1e99 for an Integer) into a missing one."""
+    if text.cursor is None:
+        return  # BCF values are typed: missing is missing
+    raw = text.info(spec.name)
+    if raw is None:
+        return
+    decoded = value if isinstance(value, tuple) else (value,)
+    written = raw.split(",")
+    n_missing = sum(v.strip() in ("", ".") for v in written)
+    if sum(v is None for v in decoded) > n_missing:
+        raise _Undecodable(spec, f"{raw!r} does not read as {spec.kind}")
+
+
+def _decode_info(info: Any, spec: _InfoSpec, alts: tuple | None, text: _RecordText) -> Any:
+    """One INFO field of a record: one value for every ALT row, or a list with one per ALT.
+
+    Number=A values go to their ALT's row, Number=R ones keep REF's and this ALT's value;
+    other multi-valued fields are carried as their comma-joined text, flags as true/false.
+    """
+    name = spec.name
+    if spec.text_list:  # the common case (ClinVar's fields): a list of strings, joined
+        try:
+            value = info.get(name)
+        except (ValueError, TypeError, KeyError) as err:
+            raise _Undecodable(spec, str(err)) from err
+        if type(value) is tuple:
+            try:
+                return ",".join(value)
+            except TypeError:  # a missing value inside
+                return _joined(value)
+        return value
+    if spec.raw:
+        return text.info(name)
+    if spec.kind == "Flag":
+        return name in info
+    if not spec.declared:  # htslib reads it as String (info.get() raises for such names)
+        value = info[name] if name in info else None  # noqa: SIM401
+        return _joined(value) if isinstance(value, tuple) else value
+    try:
+        value = info.get(name)
+    except (ValueError, TypeError, KeyError) as err:
+        raise _Undecodable(spec, str(err)) from err
+    numeric = spec.kind in _NUMERIC
+    if value is None:
+        if numeric and name in info:
+            _check_missing(spec, value, text)
+        return None
+    if not isinstance(value, tuple):
+        return value
+    if numeric and None in value:
+        _check_missing(spec, value, text)
+    if spec.number in ("A", "R"):
+        expected = len(alts) + (spec.number == "R") if alts else None
+        if expected is not None and len(value) != expected:
+            raise _Undecodable(
+                spec, f"{len(value)} value(s) where Number={spec.number} means {expected}"
+            )
+        if spec.number == "A":
+            return list(value) if alts else value[0]
+        if alts:
+            return [_joined((value[0], v)) for v in value[1:]]
+    elif spec.number == "1" and numeric:
+        raise _Undecodable(spec, f"{len(value)} value(s) where Number=1")
+    return _joined(value)
+
+
+class _VcfBatches:
+    """Columns of VCF rows, turned into a polars frame every `_BATCH_RECORDS` records."""
+
+    def __init__(self, path: Path, header: _TextHeader | None, specs: list[_InfoSpec]) -> None:
+        self.specs = specs
+        self.where = (
+            (f"{path}:line ", header.n_lines) if header is not None else (f"{path}:record ", 0)
+        )
+        self.n_rows = 0  # rows added
+        self.n_flushed = 0  # rows handed out
+        self.filled: set[str] = set()  # INFO fields with a value in some row
+        self._reset()
+
+    def _reset(self) -> None:
+        self.record: list[int] = []
+        self.columns: dict[str, list] = {name: [] for name in _VCF_COLUMNS}
+        self.fixed = [self.columns[k] for k in ("chrom", "pos", "ref", "id", "qual", "filter")]
+        self.alt = self.columns["alt"]
+        self.n_alts = self.columns["n_alts_in_record"]
+        self.alt_index = self.columns["alt_index"]
+        self.info: list[list] = [[] for _ in self.specs]
+
+    def add(self, number: int, record: Any, alts: tuple | None, info: list[Any]) -> None:
+        filters = record.filter.keys()
+        fixed = (
+            record.chrom, record.pos, record.ref, record.id, record.qual,
+            ";".join(filters) if filters else None,
+        )  # fmt: skip
+        if alts is None or len(alts) == 1:
+            self.record.append(number)
+            for values, value in zip(self.fixed, fixed):  # noqa: B905 (same length)
+                values.append(value)
+            self.alt.append(alts[0] if alts else ".")
+            self.n_alts.append(1)
+            self.alt_index.append(1)
+            for values, value in zip(self.info, info):  # noqa: B905
+                values.append(value[0] if type(value) is list else value)
+            self.n_rows += 1
+        else:
+            n = len(alts)
+            self.record.extend([number] * n)
+            for values, value in zip(self.fixed, fixed):  # noqa: B905
+                values.extend([value] * n)
+            self.alt.extend(alts)
+            self.n_alts.extend([n] * n)
+            self.alt_index.extend(range(1, n + 1))
+            for values, value in zip(self.info, info):  # noqa: B905
+                values.extend(value if type(value) is list else [value] * n)
+            self.n_rows += n
+
+    def full(self) -> bool:
+        return len(self.record) >= _BATCH_RECORDS
+
+    def flush(self) -> pl.DataFrame | None:
+        """The rows added since the last flush, as a frame (None when there are none)."""
+        if not self.record:
+            return None
+        prefix, offset = self.where
+        record = pl.Series("_record", self.record, dtype=pl.Int64)
+        frame = pl.DataFrame(
+            [record]
+            + [pl.Series(k, v, dtype=_VCF_COLUMNS[k]) for k, v in self.columns.items()]
+            + [
+                pl.Series(s.name, v, dtype=s.dtype)
+                for s, v in zip(self.specs, self.info, strict=True)
+            ]
+        )
+        self._reset()
+        self.n_flushed += frame.height
+        for spec in self.specs:
+            if frame[spec.name].null_count() < frame.height:
+                self.filled.add(spec.name)
+        return frame.select(
+            "_record",
+            (pl.lit(prefix) + (pl.col("_record") + offset).cast(pl.Utf8)).alias("source"),
+            "chrom", "pos", "ref", "alt",
+            pl.col("pos").cast(pl.Utf8).alias("input_pos"),
+            pl.col("ref").alias("input_ref"),
+            pl.col("alt").alias("input_alt"),
+            "id", "qual", "filter", "n_alts_in_record", "alt_index",
+            *[pl.col(s.name) for s in self.specs],
+        )  # fmt: skip
+
+
+@contextmanager
+def _vcf_stream(path: Path, header: _TextHeader | None) -> Iterator[Any]:
+    """The file for pysam; a sites-only VCF whose #CHROM line ends in an empty FORMAT column
+    is passed through a pipe with that column name dropped (htslib refuses such a header; the
+    lines, and so their numbers, are otherwise unchanged)."""
+    if header is None or not header.empty_format:
+        with open(path, "rb") as handle:
+            yield handle
+        return
+    fixed = header.chrom_line.rstrip("\r\n\t ").removesuffix("\tFORMAT").encode() + b"\n"
+    read_end, write_end = os.pipe()
+    failures: list[BaseException] = []
+
+    def feed() -> None:
+        try:
+            with os.fdopen(write_end, "wb") as out, _open_binary(path) as source:
+                for _ in range(header.n_lines):
+                    line = source.readline()
+                    out.write(fixed if line.startswith(b"#CHROM") else line)
+                shutil.copyfileobj(source, out, 1 << 20)
+        except BrokenPipeError:
+            pass  # the reader stopped first (it reports why)
+        except (OSError, EOFError) as err:
+            failures.append(err)
+
+    thread = threading.Thread(target=feed, name=f"sites-only {path.name}", daemon=True)
+    thread.start()
+    try:
+        with os.fdopen(read_end, "rb") as handle:
+            yield handle
+    finally:
+        thread.join()
+    if failures:
+        raise InputError(path, f"cannot read the file: {failures[0]}") from failures[0]
 
 
 def _open_vcf(handle: Any, path: Path) -> Any:
@@ -372,79 +740,169 @@ def _open_vcf(handle: Any, path: Path) -> Any:
         first = _text_line(path, 1)
         if first is not None and not first.startswith("##fileformat=VCF"):
             cause += f"; a VCF starts with ##fileformat=VCF, this file with {first[:60]!r}"
-        raise InputError(path, f"cannot open as VCF/BCF: {cause}") from failure
+        quoted = [m.detail for m in messages.parsed("E") if m.detail]
+        line = _header_line_number(path, quoted[0].split("\n")[0]) if quoted else None
+        raise InputError(path, f"cannot open as VCF/BCF: {cause}", line) from failure
     return vcf
 
 
-def _read_vcf(path: Path, info_fields: Sequence[str]) -> Panel:
-    header_lines = _count_header_lines(path)
-    rows: list[dict[str, Any]] = []
+def _vcf_batches(reader: PanelReader) -> Iterator[pl.DataFrame]:
+    """The VCF's rows, `_BATCH_RECORDS` records at a time (see `PanelReader`)."""
+    path = reader.path
+    header = _text_header(path)
     failure: Exception | None = None
     record_number = 0
-    with open(path, "rb") as handle:
+    with _vcf_stream(path, header) as handle:
         vcf = _open_vcf(handle, path)
-        declared = {c: vcf.header.contigs[c].length for c in vcf.header.contigs}
-        specs = _info_specs(vcf.header, info_fields)
-        undeclared = {n for n in specs if vcf.header.info.get(n) is None}
+        reader.declared_lengths = {
+            c: vcf.header.contigs[c].length for c in vcf.header.contigs
+            if vcf.header.contigs[c].length
+        }  # fmt: skip
+        specs = _info_specs(vcf.header, reader.info_fields, reader._raw)
+        undeclared = {s.name for s in specs if not s.declared}
         declared_info = sorted(vcf.header.info)
         seen_info: set[str] = set()
+        batches = _VcfBatches(path, header, specs)
+        text = _RecordText(path, header)
+        renames, taken = {}, {"source", *_VCF_COLUMNS, *INPUT_COLUMNS}
+        for spec in specs:
+            renames[spec.name] = carry_name(spec.name, taken)
+            taken.add(renames[spec.name])
+        renames = {k: v for k, v in renames.items() if k != v}
+        records = iter(vcf)
         with captured_messages() as messages:
             try:
-                for record_number, record in enumerate(vcf, start=1):  # noqa: B007
-                    where = (
-                        f"{path}:line {header_lines + record_number}"
-                        if header_lines is not None
-                        else f"{path}:record {record_number}"
-                    )
-                    rows += _record_rows(record, where, specs)
-                    seen_info.update(name for name in undeclared if name in record.info)
-            except (OSError, ValueError) as err:
-                failure = err
+                while True:
+                    try:
+                        record = next(records)
+                    except StopIteration:
+                        break
+                    except (OSError, ValueError) as err:
+                        failure = err  # the record after the last one read is malformed
+                        break
+                    record_number += 1
+                    text.record, text.number = record, record_number
+                    try:
+                        info, alts = record.info, record.alts
+                        values = [_decode_info(info, spec, alts, text) for spec in specs]
+                        batches.add(record_number, record, alts, values)
+                    except _Undecodable as found:
+                        reader._raw[found.spec.name] = (
+                            f"{found.why}, {_where(header, record_number)}"
+                        )
+                        raise ReadAgain(found.spec.name) from None
+                    except (OSError, ValueError, TypeError) as err:  # this record, not the next
+                        line = None if header is None else header.n_lines + record_number
+                        raise _vcf_error(path, err, str(err), line, record_number - 1) from err
+                    if undeclared:
+                        seen_info.update(name for name in undeclared if name in info)
+                    if batches.full():
+                        yield _checked_batch(path, header, batches.flush(), messages, renames)
+                batch = batches.flush()
+                if batch is not None:
+                    yield _checked_batch(path, header, batch, messages, renames)
             finally:
+                text.close()
                 vcf.close()
-    notes = [f"htslib: {m}" for m in messages.lines("W")]
+    line = None if header is None else header.n_lines + record_number + 1
+    warnings = messages.lines("W")
     if failure is not None:
-        next_line = None if header_lines is None else header_lines + record_number + 1
-        if next_line is not None and _blank_from(path, next_line):
-            notes = ["blank line(s) at the end of the file ignored"]
+        if line is not None and _blank_from(path, line):
+            warnings = ["blank line(s) at the end of the file ignored"]  # htslib's complaint
         else:
             htslib_says = messages.errors() or "; ".join(messages.lines("W")[-2:])
-            raise _vcf_error(path, failure, htslib_says, next_line, record_number)
-    unknown = [n for n in specs if n in undeclared and n not in seen_info]
+            raise _vcf_error(path, failure, htslib_says, line, record_number)
+    if batches.n_rows != batches.n_flushed:  # cannot happen; guards "no row is ever dropped"
+        raise AssertionError(f"{path}: {batches.n_rows} ALTs read, {batches.n_flushed} rows out")
+    unknown = [n for n in sorted(undeclared) if n not in seen_info]
     if unknown:
         raise InputError(
             path,
-            f"INFO field(s) {unknown} requested in `info_fields` are neither declared in the "
-            f"header nor present in any record; declared: {declared_info}",
+            f"INFO field(s) {unknown} requested in {setting_name('info_fields')} are neither "
+            f"declared in the header nor present in any record; declared: {declared_info}",
         )
-    return Panel(
-        _vcf_frame(rows, list(specs)), path, {k: v for k, v in declared.items() if v}, notes
-    )
+    reader.null_columns = [
+        renames.get(s.name, s.name) for s in specs if s.name not in batches.filled
+    ]
+    reader.notes = _vcf_notes(header, specs, reader._raw) + [f"htslib: {m}" for m in warnings]
+
+
+def _where(header: _TextHeader | None, record_number: int) -> str:
+    if header is None:
+        return f"first at record {record_number}"
+    return f"first at line {header.n_lines + record_number}"
+
+
+def _vcf_notes(
+    header: _TextHeader | None, specs: Sequence[_InfoSpec], raw: Mapping[str, str]
+) -> list[str]:
+    notes = []
+    if header is not None and header.empty_format:
+        notes.append(
+            "the #CHROM line ends in a FORMAT column but names no sample; read as a sites-only "
+            "VCF (htslib refuses this header: drop the trailing FORMAT from the #CHROM line)"
+        )
+    for spec in specs:
+        if spec.raw:
+            why = raw.get(spec.name, "htslib decodes Number=G in FORMAT fields only")
+            notes.append(
+                f"INFO field {spec.name} cannot be decoded as declared (Number={spec.number}, "
+                f"Type={spec.kind}: {why}); carried as its raw text"
+            )
+    return notes
+
+
+def _checked_batch(
+    path: Path,
+    header: _TextHeader | None,
+    batch: pl.DataFrame,
+    messages: Any,
+    renames: Mapping[str, str],
+) -> pl.DataFrame:
+    """A batch of rows, once no record in it turns out to be space-separated."""
+    _refuse_space_separated(path, header, batch, messages.new_lines("W"))
+    return batch.drop("_record").rename(dict(renames))
 
 
 def _blank_from(path: Path, number: int) -> bool:
-    """Whether line `number` and every line after it are blank (a harmless end of file)."""
+    """Whether line `number` exists and it and every line after it are blank (a harmless end
+    of file). A failure past the last line is not a blank line: it is reported."""
     try:
         with _open_text(path) as handle:
-            return all(not line.strip() for n, line in enumerate(handle, 1) if n >= number)
+            rest = [line for n, line in enumerate(handle, 1) if n >= number]
     except (OSError, EOFError, UnicodeDecodeError):
         return False
+    return bool(rest) and all(not line.strip() for line in rest)
 
 
-def _vcf_frame(rows: list[dict[str, Any]], info_names: list[str]) -> pl.DataFrame:
-    schema = {
-        "source": pl.Utf8, "chrom": pl.Utf8, "pos": pl.Int64, "ref": pl.Utf8, "alt": pl.Utf8,
-        "input_pos": pl.Utf8, "input_ref": pl.Utf8, "input_alt": pl.Utf8, "id": pl.Utf8,
-        "qual": pl.Float64, "filter": pl.Utf8, "n_alts_in_record": pl.Int64,
-        "alt_index": pl.Int64,
-    }  # fmt: skip
-    frame = pl.from_dicts(rows, schema_overrides=schema, infer_schema_length=None)
-    taken = set(schema)
-    renames = {}
-    for name in info_names:
-        renames[name] = carry_name(name, taken)
-        taken.add(renames[name])
-    return frame.rename({k: v for k, v in renames.items() if k != v})
+def _refuse_space_separated(
+    path: Path, header: _TextHeader | None, frame: pl.DataFrame, warnings: Sequence[str]
+) -> None:
+    """Stop at the first record whose fields are separated by spaces: htslib splits on tabs
+    only, so such a record reads with whitespace inside ID, REF, ALT, FILTER or an INFO key."""
+    found: list[tuple[int, str]] = []  # (record number, what holds the space)
+    checks = [pl.col(c).str.contains(r"\s").fill_null(False) for c in _NO_WHITESPACE]
+    hits = frame.select("_record", *_NO_WHITESPACE).filter(pl.any_horizontal(checks)).head(1)
+    if hits.height:
+        row = hits.row(0, named=True)
+        column = next(c for c in _NO_WHITESPACE if row[c] and re.search(r"\s", row[c]))
+        found.append((row["_record"], f"{_NO_WHITESPACE[column]} {row[column]!r}"))
+    for message in warnings:
+        match = _UNDEFINED_TAG.match(message)
+        if match and re.search(r"\s", match[2]):
+            at = frame.filter((pl.col("chrom") == match[3]) & (pl.col("pos") == int(match[4])))
+            if at.height:
+                found.append((at["_record"][0], f"{match[1]} key {match[2]!r}"))
+    if not found:
+        return
+    number, what = min(found)
+    cause = f"the fields are not tab-separated: {what} holds a space"
+    if header is None:
+        raise InputError(path, f"malformed VCF record {number} ({cause})")
+    line = header.n_lines + number
+    text = _text_line(path, line)
+    shown = "" if text is None else f": {text[:80]!r}"
+    raise InputError(path, f"malformed VCF record ({cause}){shown}", line)
 
 
 def _vcf_error(
@@ -459,5 +917,7 @@ def _vcf_error(
         cause = "blank line between records"
     elif text is not None and "\t" not in text:
         cause = f"{cause}; the fields are not tab-separated"
+    elif text is None:
+        cause = f"{cause}; the file ends before line {line}"
     shown = "" if text is None else f": {text[:80]!r}"
     return InputError(path, f"malformed VCF record ({cause}){shown}", line)

@@ -193,12 +193,26 @@ def flag_name(f: dataclasses.Field) -> str:
     return "--" + (f.metadata.get("flag") or f.name.replace("_", "-"))
 
 
-def describe(f: dataclasses.Field) -> str:
-    """A setting as its flag on the command line, as its config key under the workflow."""
+def describe(f: dataclasses.Field, value: str | None = None, hint: Any = str) -> str:
+    """A setting as its flag on the command line, as its config key under the workflow.
+
+    With `value` (`KEY=VALUE` for a mapping, one item for a list; `hint` is the setting's
+    annotation) it is shown set to it: "`--column pos=POS_hg38`" on the command line, "the
+    config key `columns` (`columns: {pos: POS_hg38}`)" under the workflow.
+    """
     if os.environ.get(INTERFACE_VARIABLE) != "workflow":
-        return f"`{flag_name(f)}`"
+        return f"`{flag_name(f)}`" if value is None else f"`{flag_name(f)} {value}`"
     where = "top-level config key" if f.metadata.get("scope") == "run" else "config key"
-    return f"the {where} `{f.name}`"
+    name = f"the {where} `{f.name}`"
+    if value is None:
+        return name
+    kind = _type_info(hint)[0]
+    if kind == "map":
+        entry, _, mapped = value.partition("=")
+        value = f"{{{entry}: {mapped}}}"
+    elif kind == "list":
+        value = f"[{value}]"
+    return f"{name} (`{f.name}: {value}`)"
 
 
 # ---- the command line ----------------------------------------------------------------------
