@@ -205,7 +205,8 @@ def test_gpu_guard_names_the_shard(demo_model_dir, tmp_path):
     cmd = [
         sys.executable, "-m", "carbon_vep.cli", "score-shard", "--shard", str(shard),
         "--reference", str(DEMO / "chr17.hg19.part.fa"), "--model", str(demo_model_dir),
-        "--trust-remote-code", "--device", "cuda", "--recipe", "centered", "--out", str(tmp_path / "out.parquet"),
+        "--trust-remote-code", "--device", "cuda", "--recipe", "centered",
+        "--out", str(tmp_path / "out.parquet"),
     ]  # fmt: skip
     result = subprocess.run(cmd, env=workflow_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

@@ -214,9 +214,14 @@ def failures(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
+    """Four decimals (metrics are fractions); a tiny non-zero value in scientific notation, so
+    that a 1e-6 tolerance or drift does not print as 0.0000."""
     if value is None:
         return "—"
-    return f"{value:+.4f}" if signed else f"{value:.4f}"
+    sign = "+" if signed else ""
+    if value != 0 and abs(value) < 5e-5:
+        return f"{value:{sign}.1e}"
+    return f"{value:{sign}.4f}"
 
 
 def format_table(table: pl.DataFrame) -> str:
@@ -230,7 +235,7 @@ def format_table(table: pl.DataFrame) -> str:
             _fmt(r["baseline"]),
             _fmt(r["now"]),
             _fmt(r["difference"], signed=True),
-            f"±{r['allowed']:.4f}",
+            f"±{_fmt(r['allowed'])}",
             f"{r['verdict']} ({r['note']})" if r["note"] else r["verdict"],
         )
         for r in table.iter_rows(named=True)
@@ -272,7 +277,7 @@ def junit_xml(table: pl.DataFrame, name: str = "carbon-vep baseline") -> str:
         detail = (
             f"{r['task']} {r['metric']} {r['model']}: baseline {_fmt(r['baseline'])}, "
             f"now {_fmt(r['now'])}, difference {_fmt(r['difference'], signed=True)}, "
-            f"allowed ±{r['allowed']:.4f}"
+            f"allowed ±{_fmt(r['allowed'])}"
         )
         if r["verdict"] in FAILING:
             failure = ET.SubElement(
