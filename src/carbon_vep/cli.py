@@ -56,10 +56,11 @@ def _require_model_here(model: ModelSettings) -> None:
     """Fail in seconds, before torch is imported, when an offline job lacks its Hub model."""
     from huggingface_hub import constants
 
-    from .hub import is_local_model, require_cached
+    from .hub import check_remote_code, is_local_model, model_folder, require_cached
 
     if constants.HF_HUB_OFFLINE and not is_local_model(model.path):
         require_cached(model.path, model.revision)
+    check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
 
 
 def _load_model(model: ModelSettings, job: str | None):
