@@ -30,6 +30,7 @@ include: "workflow/rules/suite.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/export.smk"
 include: "workflow/rules/datasets.smk"
+include: "workflow/rules/inputs.smk"
 include: "workflow/rules/gate.smk"
 
 

@@ -67,6 +67,9 @@ def test_dry_run_plans_only_the_configs_jobs(path, tmp_path):
             assert parts[1] in own["task"] and parts[2] in own["model"], parts
         elif parts[0] == "scans":
             assert parts[1] in own["scan"] and parts[2] in own["model"], parts
+        elif parts[0] == "inputs":  # the hashes of a dataset's, task's or model's inputs
+            kind, name = parts[1].removesuffix(".json").split("_", 1)
+            assert name in own[kind], parts
         elif parts[0] == "hub":
             assert parts[1].removesuffix(".json") in own["model"], parts
         elif len(parts) > 1:

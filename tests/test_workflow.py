@@ -280,3 +280,27 @@ def test_cpu_reruns_are_identical(demo_run, tmp_path):
     for name in sorted(p.relative_to(demo_run) for p in demo_run.glob("results/**/metrics.json")):
         first, second = (json.loads((r / name).read_text()) for r in (demo_run, run))
         assert first == second, name
+
+
+def test_every_result_records_its_inputs_hashes(demo_run):
+    """The provenance of each result: the sha256 of its panel, reference or task file and of
+    every file of the model (weights, tokenizer, remote code), and the model's Hub commit."""
+    import hashlib
+
+    model = demo_run / "resources/demo_model"
+
+    def sha(path):
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    centered = json.loads((demo_run / "results/demo_centered/demo/metrics.json").read_text())
+    recovery = json.loads((demo_run / "results/suite/demo_recovery/demo/metrics.json").read_text())
+    for metrics, own in (
+        (centered, [DEMO / "demo_panel.vcf", DEMO / "chr17.hg19.part.fa"]),
+        (recovery, [DEMO / "demo_recovery.tsv"]),
+    ):
+        hashes = metrics["provenance"]["inputs_sha256"]
+        for path in own:
+            assert hashes[str(path)] == sha(path)
+        for name in ("model.safetensors", "tokenization_hybrid_dna.py", "config.json"):
+            assert hashes[f"{model}/{name}"] == sha(model / name)
+        assert metrics["provenance"]["model_commit"] is None  # a local directory

@@ -14,6 +14,7 @@ import logging
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -37,12 +38,21 @@ from .settings import ConfigError, add_flags, from_args
 log = logging.getLogger("carbon_vep")
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    """KEY=VALUE options, or JSON objects, merged in order (`--provenance`, `--field`)."""
-    out: dict[str, str] = {}
+def _pairs(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE options, JSON objects, or @FILE (a JSON object in a file, as record-inputs
+    writes), merged in order (`--provenance`, `--field`); mappings under the same key merge."""
+    out: dict[str, Any] = {}
     for item in items:
-        if item.lstrip().startswith("{"):
-            out.update(json.loads(item))
+        if item.lstrip().startswith("{") or item.startswith("@"):
+            if item.startswith("@"):
+                try:
+                    item = Path(item[1:]).read_text()
+                except OSError as err:
+                    raise InputError(item[1:], f"cannot read: {err}") from err
+            for key, value in json.loads(item).items():
+                if isinstance(value, dict) and isinstance(out.get(key), dict):
+                    value = out[key] | value
+                out[key] = value
             continue
         key, sep, value = item.partition("=")
         if not sep:
@@ -330,6 +340,19 @@ def cmd_fetch_model(args: argparse.Namespace) -> None:
     log.info("model ready for offline jobs: %s", fetched)
 
 
+def cmd_record_inputs(args: argparse.Namespace) -> None:
+    from .inputs import record_files, record_model
+
+    pins = json.loads(args.pins) if args.pins else {}
+    if args.model:
+        record = record_model(args.model, args.revision, pins)
+    else:
+        record = record_files(args.file, pins)
+    for name, digest in record["inputs_sha256"].items():
+        log.info("%s  %s", digest, name)
+    atomic.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", args.out)
+
+
 def cmd_build_demo_model(args: argparse.Namespace) -> None:
     from .demo_model import build_demo_model
 
@@ -519,6 +542,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", help="write the comparison as JUnit XML here (CI systems show it)")
     p.add_argument("--out", help="write the comparison as TSV here (only when it passes)")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "record-inputs",
+        help="hash input files (or a model's files) into a provenance record; stop on a pin "
+        "mismatch",
+    )
+    p.add_argument("--file", action="append", default=[], help="an input file (repeatable)")
+    p.add_argument("--model", help="a model directory or Hub id: hash every file of it")
+    p.add_argument("--revision", help="the Hub model's revision (its cached snapshot)")
+    p.add_argument("--pins", help='JSON {"PATH": "SHA256"}: expected hashes (config `sha256:`)')
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_record_inputs)
 
     p = sub.add_parser("make-baseline", help="write a baseline YAML from a results table")
     p.add_argument("--results", required=True, help="results_table.parquet or .tsv")

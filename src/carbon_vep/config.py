@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from .builds import check_shared_references
@@ -369,6 +369,14 @@ BASELINE_HELP = (
     "baseline YAML (baselines/): the workflow's last rule compares the results table with it "
     "and fails on drift (a relative path not found here is looked up next to the Snakefile)"
 )
+# pinned input files: a top-level key, read by the record_*_inputs rules (`carbon-vep
+# record-inputs`), which hash every input and stop on a mismatch before anything uses it
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+SHA256_HELP = (
+    "expected sha256 of input files, by path as the config names it (panel, reference, task "
+    "file); a model's files as MODEL_PATH/FILE (e.g. HuggingFaceBio/Carbon-3B/model.safetensors)."
+    " A mismatch stops the run naming the file and both hashes"
+)
 
 
 @dataclass(frozen=True)
@@ -382,11 +390,12 @@ class RunConfig:
     tasks: dict[str, TaskConfig]
     hub_files: dict[str, HubFileConfig]
     baseline: str | None = None
+    sha256: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> RunConfig:
         """Typed config from the (validated) YAML mapping; refuses what cannot be meant."""
-        known = {"outdir", "baseline", *SECTIONS, *run_fields()}
+        known = {"outdir", "baseline", "sha256", *SECTIONS, *run_fields()}
         unknown = sorted(set(config) - known)
         if unknown:
             raise ConfigError(f"unknown top-level config key(s) {unknown}")
@@ -400,8 +409,15 @@ class RunConfig:
             }
             for name, (entry_cls, _, _) in SECTIONS.items()
         }
+        pins = dict(config.get("sha256") or {})
+        bad = sorted(path for path, value in pins.items() if not _is_sha256(value))
+        if bad:
+            raise ConfigError(f"sha256: {bad[0]}: expected 64 lowercase hex digits")
         run_config = cls(
-            outdir=config.get("outdir", OUTDIR_DEFAULT), baseline=config.get("baseline"), **sections
+            outdir=config.get("outdir", OUTDIR_DEFAULT),
+            baseline=config.get("baseline"),
+            sha256=pins,
+            **sections,
         )
         run_config.check()
         return run_config
@@ -439,6 +455,12 @@ def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
     )
     if changed:
         raise ConfigError(f"tasks.{key}: {changed} do not apply to a {task.get('kind')} task")
+
+
+def _is_sha256(value: Any) -> bool:
+    import re
+
+    return isinstance(value, str) and re.fullmatch(SHA256_PATTERN[1:-1], value) is not None
 
 
 # ---- checks the workflow runs while it parses ------------------------------------------------
@@ -513,6 +535,12 @@ def json_schema() -> dict[str, Any]:
     }
     properties["baseline"] = {"type": ["string", "null"], "default": None}
     properties["baseline"]["description"] = BASELINE_HELP
+    properties["sha256"] = {
+        "type": "object",
+        "default": {},
+        "description": SHA256_HELP,
+        "additionalProperties": {"type": "string", "pattern": SHA256_PATTERN},
+    }
     for name, (f, hint) in run_fields().items():
         properties[name] = schema_property(f, hint)
     for name, (entry_cls, required, description) in SECTIONS.items():
