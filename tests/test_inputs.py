@@ -14,6 +14,7 @@ from cluster_support import DATASET, DEMO, demo_config, run_snakemake
 
 from carbon_vep.cli import _pairs
 from carbon_vep.config import RunConfig
+from carbon_vep.errors import InputError
 from carbon_vep.inputs import PinMismatchError, hash_files, record_model, sha256_file
 from carbon_vep.settings import ConfigError
 
@@ -91,3 +92,58 @@ def test_changed_input_reruns_and_a_pin_mismatch_stops_the_run(demo_model_dir, t
     assert result.returncode != 0
     message = f"{panel}: sha256 is {after}, but the config pins {before}"
     assert message in result.stderr
+
+
+# ---- downloads from a pinned URL (`downloads:`; hg19 for BRCA2 in config/suite.yaml) ---------
+def _published(tmp_path, content: bytes = b">chr13\nACGTNNACGT\n"):
+    import gzip
+
+    source = tmp_path / "published/chr13.fa.gz"
+    source.parent.mkdir()
+    source.write_bytes(gzip.compress(content))
+    return source, hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def test_download_is_kept_only_with_the_pinned_sha256(tmp_path):
+    from carbon_vep.download import fetch_url
+
+    source, digest = _published(tmp_path)
+    out = tmp_path / "data/genomes/hg19.chr13.fa"
+    assert fetch_url(source.as_uri(), out, digest, gunzip=True) == digest
+    assert out.read_text() == ">chr13\nACGTNNACGT\n"
+    out.unlink()
+    wrong = "0" * 64
+    with pytest.raises(InputError) as err:
+        fetch_url(source.as_uri(), out, wrong, gunzip=True)
+    assert str(err.value) == (
+        f"{source.as_uri()}: sha256 is {digest}, but the config pins {wrong}: the file at this "
+        "URL changed (or the pin is wrong); refusing it"
+    )
+    with pytest.raises(
+        InputError, match=f"no sha256 pinned; the file downloaded has sha256 {digest}"
+    ):
+        fetch_url(source.as_uri(), out, None)
+    assert list(out.parent.iterdir()) == []  # nothing kept, no partial file
+    with pytest.raises(InputError, match="download failed"):
+        fetch_url((tmp_path / "nope.gz").as_uri(), out, digest)
+
+
+def test_workflow_fetches_a_pinned_download_before_using_it(tmp_path, demo_model_dir):
+    """A dataset's reference from `downloads`: fetched by its head-node rule (a file:// URL
+    here), then hashed into the dataset's inputs record."""
+    source = tmp_path / "published/chr17.fa"
+    source.parent.mkdir()
+    shutil.copy(DEMO / "chr17.hg19.part.fa", source)
+    digest = sha256_file(source)
+    config_path = demo_config(tmp_path, demo_model_dir)
+    config = yaml.safe_load(config_path.read_text())
+    config["downloads"] = {
+        "fragment": {"url": source.as_uri(), "sha256": digest, "out": "data/chr17.fa"}
+    }
+    config["datasets"][DATASET]["reference"] = "data/chr17.fa"
+    config_path.write_text(yaml.safe_dump(config))
+    target = f"results/inputs/dataset_{DATASET}.json"
+    result = run_snakemake(tmp_path, config_path, "--cores", "1", target)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "fetch_url_fragment" in result.stderr
+    assert json.loads((tmp_path / target).read_text())["inputs_sha256"]["data/chr17.fa"] == digest

@@ -17,7 +17,11 @@ pytestmark = pytest.mark.workflow
 
 def _user_inputs(config: dict) -> list[str]:
     """The files a user brings (relative paths no rule writes and the checkout does not ship)."""
-    fetched = {hub["out"] for hub in (config.get("hub_files") or {}).values()}
+    fetched = {
+        entry["out"]
+        for section in ("hub_files", "downloads")
+        for entry in (config.get(section) or {}).values()
+    }
     paths = [
         entry[key]
         for section in ("datasets", "tasks")
@@ -76,11 +80,13 @@ def test_dry_run_plans_only_the_configs_jobs(path, tmp_path):
             assert parts[0] in own["dataset"], parts
     # ... and every dataset of the config is planned, and only its Hub files are fetched
     assert {parts[0] for parts in under if len(parts) > 1} >= own["dataset"]
-    fetched = set(re.findall(r"^rule fetch_hub_(\w+):", plan, flags=re.M))
+    fetched = set(re.findall(r"^(?:local)?rule fetch_hub_(\w+):", plan, flags=re.M))
     assert fetched == set(config.get("hub_files") or {}) - {
         name
         for name, hub in (config.get("hub_files") or {}).items()
         if (tmp_path / hub["out"]).exists()
     }
+    downloads = set(re.findall(r"^(?:local)?rule fetch_url_(\w+):", plan, flags=re.M))
+    assert downloads == set(config.get("downloads") or {})
     gate = "rule compare_baseline:" in plan
     assert gate == bool(config.get("baseline")), path.name

@@ -20,6 +20,7 @@ import polars as pl
 
 from . import atomic
 from .config import (
+    DownloadConfig,
     EvaluationSettings,
     HubFileConfig,
     LabelSettings,
@@ -272,6 +273,14 @@ def cmd_fetch_hub(args: argparse.Namespace) -> None:
     fetch_hub_file(hub.repo_id, hub.filename, hub.out, hub.revision, hub.repo_type)
 
 
+def cmd_fetch_url(args: argparse.Namespace) -> None:
+    from .download import fetch_url
+
+    (download,) = from_args(args, DownloadConfig)
+    digest = fetch_url(download.url, download.out, download.sha256, download.gunzip)
+    log.info("%s: sha256 %s verified, written to %s", download.url, digest, download.out)
+
+
 def cmd_report(args: argparse.Namespace) -> None:
     from .report_markdown import render_report
 
@@ -488,6 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fetch-hub", help="download a public dataset file from the Hub")
     add_flags(p, HubFileConfig)
     p.set_defaults(func=cmd_fetch_hub)
+
+    p = sub.add_parser("fetch-url", help="download a public file from a pinned URL (sha256)")
+    add_flags(p, DownloadConfig)
+    p.set_defaults(func=cmd_fetch_url)
 
     p = sub.add_parser("report", help="Markdown report")
     p.add_argument("--merged", required=True)

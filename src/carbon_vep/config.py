@@ -342,6 +342,19 @@ class HubFileConfig:
     repo_type: Literal["dataset", "model"] = setting("dataset", help="Hub repository type")
 
 
+@dataclass(frozen=True)
+class DownloadConfig:
+    url: str = setting(help="where the file is published (https://, or file:// for a local copy)")
+    out: str = setting(help="where datasets and tasks read the file")
+    sha256: str | None = setting(
+        None,
+        help="sha256 of the file as published (before gunzip); the download is refused on a "
+        "mismatch, and without it (the refusal prints the hash to check and pin)",
+        pattern=r"^[0-9a-f]{64}$",
+    )
+    gunzip: bool = setting(False, help="decompress a gzip download into `out`")
+
+
 # top-level sections: name -> (entry class, at least one entry required, description)
 SECTIONS: dict[str, tuple[type, bool, str]] = {
     "models": (ModelSettings, True, "models by key (keys are used in output paths)"),
@@ -361,6 +374,12 @@ SECTIONS: dict[str, tuple[type, bool, str]] = {
         False,
         "public dataset files fetched from the Hugging Face Hub by head-node rules "
         "(fetch_hub_<name>; needs internet) into `out`, where datasets and tasks read them",
+    ),
+    "downloads": (
+        DownloadConfig,
+        False,
+        "other public files (a reference genome) fetched by head-node rules (fetch_url_<name>; "
+        "needs internet) from a pinned URL, checked against their sha256, into `out`",
     ),
 }
 OUTDIR_DEFAULT = "results"
@@ -389,6 +408,7 @@ class RunConfig:
     scans: dict[str, ScanConfig]
     tasks: dict[str, TaskConfig]
     hub_files: dict[str, HubFileConfig]
+    downloads: dict[str, DownloadConfig]
     baseline: str | None = None
     sha256: dict[str, str] = field(default_factory=dict)
 
