@@ -8,6 +8,7 @@ hashes. No torch here.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ def record_model(path: str, revision: str | None, pins: Mapping[str, str]) -> di
     else:
         folder = require_cached(path, revision)
         commit = folder.name  # snapshots/<commit>/
-    named = {f"{path.rstrip('/')}/{name}": file for name, file in model_directory_files(folder)}
+    prefix = os.path.normpath(path)
+    named = {f"{prefix}/{name}": file for name, file in model_directory_files(folder)}
     if not named:
         raise InputError(folder, "the model directory holds no files")
     return {"model_commit": commit, "inputs_sha256": hash_files(named, pins)}

@@ -34,7 +34,9 @@ DATASET_INPUTS = f"{OUTDIR}/inputs/dataset_{{dataset}}.json"
 TASK_INPUTS = f"{OUTDIR}/inputs/task_{{task}}.json"
 MODEL_INPUTS = f"{OUTDIR}/inputs/model_{{model}}.json"
 # the comparison gate's baseline: as given, or a relative path shipped with the workflow
-WORKFLOW_ROOT = workflow.current_basedir.get_path_or_uri(secret_free=True) + "/../.."
+WORKFLOW_ROOT = os.path.join(
+    workflow.current_basedir.get_path_or_uri(secret_free=True), os.pardir, os.pardir
+)
 BASELINE = RUN.baseline
 if BASELINE and not os.path.isabs(BASELINE) and not os.path.exists(BASELINE):
     BASELINE = os.path.normpath(os.path.join(WORKFLOW_ROOT, BASELINE))
@@ -176,7 +178,7 @@ def pins(files):
 
 
 def model_pins(wildcards):
-    prefix = RUN.models[wildcards.model].path.rstrip("/") + "/"
+    prefix = os.path.join(os.path.normpath(RUN.models[wildcards.model].path), "")
     return shlex.quote(
         json.dumps({f: h for f, h in RUN.sha256.items() if f.startswith(prefix)})
     )
