@@ -161,8 +161,7 @@ def compare(
 ) -> pl.DataFrame:
     """One row per (task, metric, model): baseline, now, difference, allowed and verdict."""
     run_models = set(models)
-    keys = [k for k in baseline.values if k[2] in run_models or k not in results]
-    keys += [k for k in results if k not in baseline.values]
+    keys = list(baseline.values) + [k for k in results if k not in baseline.values]
     rows = []
     for key in keys:
         task, metric, model = key
