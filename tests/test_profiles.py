@@ -66,11 +66,11 @@ def test_profiles_are_plain_plugin_profiles():
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory, demo_model_dir) -> Path:
-    """A workdir whose shards exist (the make_shards checkpoint ran locally), so a single
-    score_shard job can be asked for."""
+    """A workdir whose shards and model record exist (the make_shards checkpoint and
+    record_model_inputs ran locally), so a single score_shard job can be asked for."""
     workdir = tmp_path_factory.mktemp("profiles")
     config = demo_config(workdir, demo_model_dir)
-    result = run_snakemake(workdir, config, "--until", "make_shards")
+    result = run_snakemake(workdir, config, "--until", "make_shards", "record_model_inputs")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 

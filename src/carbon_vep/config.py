@@ -490,7 +490,8 @@ def check_unpinned_remote_code(key: str, model: ModelSettings) -> None:
     import os
     import re
 
-    if not model.trust_remote_code or model.build_demo or os.path.isdir(model.path):
+    local = os.path.isdir(model.path) or model.path.startswith(("/", ".", "~"))
+    if not model.trust_remote_code or model.build_demo or local:  # a Hub id is ORG/NAME
         return
     if model.allow_unpinned or re.fullmatch(r"[0-9a-f]{40}", model.revision or ""):
         return
