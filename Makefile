@@ -6,7 +6,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench bench-ingest bench-scan scan-lambda clean
+.PHONY: setup demo ci test lint bench bench-ingest bench-scan scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: setup
 	@echo "  results/results_table.md: the suite table (tasks x models)"
 	@echo "  results/report.html: the self-contained HTML report"
 	@echo "Read one: cat results/demo_centered/demo/report.md"
+
+# the CI recipe: config/ci.yaml on CPU, gated on baselines/demo.yaml (fails on drift)
+ci: setup
+	$(BIN)/snakemake --cores 2 --configfile config/ci.yaml
 
 test: setup lint
 	$(BIN)/pytest

@@ -138,7 +138,9 @@ def shard(reference, variants, recipe: str, window_bp: int) -> pl.DataFrame:
 
 def build_workloads(ref, quick: bool) -> list[Workload]:
     """The same model and inputs for every approach (the demo model: Carbon's vocabulary)."""
-    loaded = load_model(ModelSettings(str(build_demo_model(ROOT / "resources/demo_model"))))
+    loaded = load_model(
+        ModelSettings(str(build_demo_model(ROOT / "resources/demo_model")), trust_remote_code=True)
+    )
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
     model, tok, prefix = loaded.model, loaded.tokenizer, loaded.vocab.prefix_token
     window = ref.fetch(CHROM, 10_000, 18_190)  # one centered window: 1,366 tokens

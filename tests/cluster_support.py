@@ -30,7 +30,13 @@ def demo_config(workdir: Path, model: str | Path, **model_keys) -> Path:
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config["shard_size"] = 20
     config["models"] = {
-        "demo": {"path": str(model), "dtype": "float32", "device": "cpu", "batch_size": 4}
+        "demo": {
+            "path": str(model),
+            "trust_remote_code": True,
+            "dtype": "float32",
+            "device": "cpu",
+            "batch_size": 4,
+        }
     }
     config["models"]["demo"].update(model_keys)
     dataset = config["datasets"][DATASET]

@@ -50,7 +50,7 @@ def loaded(demo_model_dir: Path):
     from carbon_vep.config import ModelSettings
     from carbon_vep.model import load_model
 
-    return load_model(ModelSettings(str(demo_model_dir)))
+    return load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,7 @@ def model_dir(demo_model_dir):
 
 
 def test_scan_survives_oom_with_the_same_values(model_dir, reference):
-    loaded = load_model(ModelSettings(str(model_dir)))
+    loaded = load_model(ModelSettings(str(model_dir), trust_remote_code=True))
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
     tiles = TileSettings(120, 60)
     expected = scan_region(engine, reference, "chr17", 2_000, 2_240, tiles)
@@ -69,7 +69,7 @@ def test_scan_survives_oom_with_the_same_values(model_dir, reference):
 
 
 def test_recovery_survives_oom_and_marks_a_row_that_fails_alone(model_dir, monkeypatch):
-    loaded = load_model(ModelSettings(str(model_dir)))
+    loaded = load_model(ModelSettings(str(model_dir), trust_remote_code=True))
     table = pl.DataFrame(
         {"sequence": ["ACGTAC" * 20] * 3 + ["TTGACA" * 40], "label": ["ACGTAC" * 5] * 4}
     ).with_columns(pl.int_range(pl.len()).alias("row_id"), pl.lit("t").alias("source"))

@@ -5,6 +5,7 @@ huggingface_hub reads: models--ORG--NAME/refs/main and snapshots/COMMIT/)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -115,6 +116,13 @@ def test_hub_model_is_fetched_on_the_head_node_and_scored_offline(
     record = json.loads((workdir / "results/hub/demo.json").read_text())
     assert record["model"] == REPO_ID and record["commit"] == COMMIT
     assert record["snapshot"].startswith(str(hf_home))
+    # the commit actually used, and the snapshot's files hashed, for every result's provenance
+    inputs = json.loads((workdir / "results/inputs/model_demo.json").read_text())
+    assert inputs["model_commit"] == COMMIT
+    weights = inputs["inputs_sha256"][f"{REPO_ID}/model.safetensors"]
+    expected = hashlib.sha256((demo_model_dir / "model.safetensors").read_bytes())
+    assert weights == expected.hexdigest()
+    assert f"{REPO_ID}/tokenization_hybrid_dna.py" in inputs["inputs_sha256"]  # the remote code
     from_hub = pl.read_parquet(workdir / shard_scores(0))
     assert from_hub.equals(pl.read_parquet(uninterrupted_run / shard_scores(0)))
 

@@ -32,7 +32,14 @@ def _config(workdir: Path, model: Path, datasets: dict[str, dict]) -> Path:
     config = {
         "shard_size": 100,
         "bootstrap": 0,  # no confidence intervals: the statuses are what is tested here
-        "models": {"demo": {"path": str(model), "dtype": "float32", "device": "cpu"}},
+        "models": {
+            "demo": {
+                "path": str(model),
+                "trust_remote_code": True,
+                "dtype": "float32",
+                "device": "cpu",
+            }
+        },
         "datasets": datasets,
     }
     path = workdir / "config.yaml"

@@ -141,7 +141,7 @@ def world(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(world):
-    return load_model(ModelSettings(str(world["model"])))
+    return load_model(ModelSettings(str(world["model"]), trust_remote_code=True))
 
 
 def _background_positions(starts: list[int], margin: int) -> list[int]:

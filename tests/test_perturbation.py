@@ -19,7 +19,7 @@ from carbon_vep.tokens import BASES
 
 @pytest.fixture(scope="module")
 def engine(demo_model_dir):
-    loaded = load_model(ModelSettings(str(demo_model_dir)))
+    loaded = load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
     return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
 
 

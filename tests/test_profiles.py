@@ -66,11 +66,11 @@ def test_profiles_are_plain_plugin_profiles():
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory, demo_model_dir) -> Path:
-    """A workdir whose shards exist (the make_shards checkpoint ran locally), so a single
-    score_shard job can be asked for."""
+    """A workdir whose shards and model record exist (the make_shards checkpoint and
+    record_model_inputs ran locally), so a single score_shard job can be asked for."""
     workdir = tmp_path_factory.mktemp("profiles")
     config = demo_config(workdir, demo_model_dir)
-    result = run_snakemake(workdir, config, "--until", "make_shards")
+    result = run_snakemake(workdir, config, "--until", "make_shards", "record_model_inputs")
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -205,7 +205,8 @@ def test_gpu_guard_names_the_shard(demo_model_dir, tmp_path):
     cmd = [
         sys.executable, "-m", "carbon_vep.cli", "score-shard", "--shard", str(shard),
         "--reference", str(DEMO / "chr17.hg19.part.fa"), "--model", str(demo_model_dir),
-        "--device", "cuda", "--recipe", "centered", "--out", str(tmp_path / "out.parquet"),
+        "--trust-remote-code", "--device", "cuda", "--recipe", "centered",
+        "--out", str(tmp_path / "out.parquet"),
     ]  # fmt: skip
     result = subprocess.run(cmd, env=workflow_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2

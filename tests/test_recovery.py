@@ -81,7 +81,7 @@ def test_fns_conditional_choice_matches_brute_force_for_6mers():
 
 @pytest.fixture(scope="module")
 def loaded(demo_model_dir):
-    return load_model(ModelSettings(str(demo_model_dir)))
+    return load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
 
 
 def test_special_tokens_and_dna_tags_are_suppressed(loaded):

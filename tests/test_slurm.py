@@ -79,7 +79,8 @@ def test_workflow_through_slurm_equals_local_run(uninterrupted_run, demo_model_d
     assert result.returncode == 0, output[-4000:]
     n_shards = len(list((uninterrupted_run / shard_scores(0)).parent.glob("shard_*.parquet")))
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
-    assert len(submitted) == 3 + n_shards  # check_panel, make_shards, the shards, merge_scores
+    # the dataset's and the model's input records, check_panel, make_shards, the shards, merge
+    assert len(submitted) == 5 + n_shards
     jobs = _slurm_jobs(output)
     assert sorted(job[0] for job in jobs) == sorted(submitted)
     assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}

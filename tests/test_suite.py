@@ -172,6 +172,7 @@ def test_task_commands_name_their_results(tmp_path, demo_model_dir):
     common = [
         "--model",
         str(demo_model_dir),
+        "--trust-remote-code",
         "--model-key",
         "demo",
         "--bootstrap",

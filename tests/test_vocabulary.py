@@ -75,7 +75,7 @@ def test_merged_scores_have_the_defined_dtypes_and_statuses():
     ["config", "columns", "recipes", "settings", "ingest", "check", "panel", "windows", "tiling",
      "merge", "metrics", "suite", "exports", "report_markdown", "report_html", "provenance",
      "docs", "cli", "hub", "labels", "builds", "contigs", "progress", "annotate", "scan_plan",
-     "scan_merge"],
+     "scan_merge", "compare", "inputs"],
 )  # fmt: skip
 def test_cpu_stages_never_import_torch(module):
     """A CPU-only job (merge, metrics, report, ...) on a cluster must not load torch."""

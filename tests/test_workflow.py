@@ -31,16 +31,14 @@ def _absolute(node):
 
 
 def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
-    """The demo config with short windows so the test runs in seconds."""
-    config = _absolute(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
-    config["shard_size"] = 10
-    config["bootstrap"] = 0  # intervals are tested in test_metrics; keep this run short
+    """config/ci.yaml (the demo with short windows, gated on baselines/demo.yaml), the model
+    built in `workdir`, ten variants a shard; with `panel` instead of the demo panel."""
+    config = _absolute(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
+    config["shard_size"] = 10  # several shards (the metrics must not depend on it)
     config["models"]["demo"]["path"] = str(model_dir)
-    config["scans"]["demo_scan"].update(tile_bp=600, min_context=240)
-    windows = {"demo_centered": 240, "demo_nexttoken": 600, "demo_scan_lookup": 240}
-    for name, window in windows.items():
-        ds = config["datasets"][name]
-        ds.update(panel=str(panel), window_bp=window, tile_bp=600, min_context=240)
+    for ds in config["datasets"].values():
+        if panel != DEMO / "demo_panel.vcf":
+            ds.update(panel=str(panel))
         if panel.suffix != ".vcf":
             ds.update(format="auto", info_fields=[])
     path = workdir / "config.yaml"
@@ -150,7 +148,8 @@ def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
         sys.executable, "-m", "carbon_vep.cli", "score", "--panel", str(DEMO / "demo_panel.vcf"),
         "--info-field", "LABEL", "--info-field", "NOTE",
         "--reference", str(DEMO / "chr17.hg19.part.fa"),
-        "--model", str(demo_run / "resources/demo_model"), "--recipe", "centered",
+        "--model", str(demo_run / "resources/demo_model"), "--trust-remote-code",
+        "--recipe", "centered",
         "--rc-average", "--window-bp", "240", "--build", "hg19", "--out", str(out),
     ]  # fmt: skip
     subprocess.run(cmd, env=workflow_env(), check=True, capture_output=True, timeout=600)
@@ -215,3 +214,97 @@ def test_every_written_column_and_status_is_defined(demo_run):
     expected = columns.schema(columns.SCAN_BASE)
     del expected["chrom"]  # the hive partition key, in the folder name
     assert pl.read_parquet(part).schema == pl.Schema(expected)
+
+
+# ---- the comparison gate and deterministic reruns (config/ci.yaml, baselines/demo.yaml) ------
+def test_demo_matches_its_baseline(demo_run):
+    """The run above is config/ci.yaml gated on baselines/demo.yaml (found next to the
+    Snakefile): its last rule passed, every metric of the demo is within 1e-6 of the baseline.
+    A change that moves a demo metric fails here until the baseline is regenerated on purpose."""
+    gate = pl.read_csv(demo_run / "results/baseline_comparison.tsv", separator="\t")
+    baseline = yaml.safe_load((ROOT / "baselines/demo.yaml").read_text())["values"]
+    expected = {(t, m, k) for t, metrics in baseline.items() for m, v in metrics.items() for k in v}
+    assert set(gate.select("task", "metric", "model").iter_rows()) == expected
+    assert set(gate["verdict"]) == {"ok"}
+    junit = (demo_run / "results/baseline_comparison.junit.xml").read_text()
+    assert 'failures="0"' in junit and f'tests="{len(expected)}"' in junit
+
+
+def _rerun_config(run: Path, **changes) -> Path:
+    config = yaml.safe_load((run / "config.yaml").read_text()) | changes
+    path = run / "rerun.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_workflow_fails_on_drift_with_a_table_and_junit(demo_run, tmp_path):
+    """`baseline:` makes the gate the last rule: a planted drift fails snakemake itself, the log
+    holds the table and the JUnit XML names the drifted value; only the gate reruns."""
+    from cluster_support import copy_run
+
+    run = copy_run(demo_run, tmp_path / "run")
+    drifted = yaml.safe_load((ROOT / "baselines/demo.yaml").read_text())
+    drifted["values"]["demo_centered"]["auroc"]["demo"] += 0.05
+    (run / "drifted.yaml").write_text(yaml.safe_dump(drifted))
+    config = _rerun_config(run, baseline=str(run / "drifted.yaml"))
+    # mtime only: the changed config hash in the provenance params must not rerun the scoring
+    result = _snakemake(run, config, "--rerun-triggers", "mtime")
+    assert result.returncode != 0
+    assert "compare_baseline" in result.stderr and "score_shard" not in result.stderr
+    log = (run / "logs/results/compare_baseline.log").read_text()
+    header = next(line for line in log.splitlines() if line.startswith("task"))
+    assert header.split() == ["task", "metric", "model", "baseline", "now", "difference",
+                              "allowed", "verdict"]  # fmt: skip
+    drift = [line for line in log.splitlines() if "DRIFT" in line]
+    assert len(drift) == 1 and drift[0].split()[:3] == ["demo_centered", "auroc", "demo"]
+    assert drift[0].split()[5] == "-0.0500" and "FAILED: 1 of 7" in log
+    import xml.etree.ElementTree as ET
+
+    cases = ET.parse(run / "results/baseline_comparison.junit.xml").getroot().iter("testcase")
+    failed = [(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None]
+    assert failed == [("demo_centered", "auroc [demo]")]
+    assert not (run / "results/baseline_comparison.tsv").exists()
+
+
+def test_cpu_reruns_are_identical(demo_run, tmp_path):
+    """The same config on CPU twice: every model job run again gives identical Parquet values,
+    metrics and results table (the baselines' 1e-6 tolerance is for printing, not for noise)."""
+    from cluster_support import copy_run
+
+    run = copy_run(demo_run, tmp_path / "run")
+    model_rules = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
+    result = _snakemake(run, run / "config.yaml", "--forcerun", *model_rules)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "score_shard" in result.stderr  # the models did score again
+    tables = sorted(p.relative_to(demo_run) for p in (demo_run / "results").rglob("*.parquet"))
+    assert len(tables) > 15
+    for name in tables:
+        first, second = pl.read_parquet(demo_run / name), pl.read_parquet(run / name)
+        assert first.equals(second), name
+    for name in sorted(p.relative_to(demo_run) for p in demo_run.glob("results/**/metrics.json")):
+        first, second = (json.loads((r / name).read_text()) for r in (demo_run, run))
+        assert first == second, name
+
+
+def test_every_result_records_its_inputs_hashes(demo_run):
+    """The provenance of each result: the sha256 of its panel, reference or task file and of
+    every file of the model (weights, tokenizer, remote code), and the model's Hub commit."""
+    import hashlib
+
+    model = demo_run / "resources/demo_model"
+
+    def sha(path):
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    centered = json.loads((demo_run / "results/demo_centered/demo/metrics.json").read_text())
+    recovery = json.loads((demo_run / "results/suite/demo_recovery/demo/metrics.json").read_text())
+    for metrics, own in (
+        (centered, [DEMO / "demo_panel.vcf", DEMO / "chr17.hg19.part.fa"]),
+        (recovery, [DEMO / "demo_recovery.tsv"]),
+    ):
+        hashes = metrics["provenance"]["inputs_sha256"]
+        for path in own:
+            assert hashes[str(path)] == sha(path)
+        for name in ("model.safetensors", "tokenization_hybrid_dna.py", "config.json"):
+            assert hashes[f"{model}/{name}"] == sha(model / name)
+        assert metrics["provenance"]["model_commit"] is None  # a local directory

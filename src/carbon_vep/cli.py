@@ -15,11 +15,13 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from . import atomic
 from .config import (
+    DownloadConfig,
     EvaluationSettings,
     HubFileConfig,
     LabelSettings,
@@ -39,12 +41,21 @@ from .settings import ConfigError, add_flags, from_args
 log = logging.getLogger("carbon_vep")
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    """KEY=VALUE options, or JSON objects, merged in order (`--provenance`, `--field`)."""
-    out: dict[str, str] = {}
+def _pairs(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE options, JSON objects, or @FILE (a JSON object in a file, as record-inputs
+    writes), merged in order (`--provenance`, `--field`); mappings under the same key merge."""
+    out: dict[str, Any] = {}
     for item in items:
-        if item.lstrip().startswith("{"):
-            out.update(json.loads(item))
+        if item.lstrip().startswith("{") or item.startswith("@"):
+            if item.startswith("@"):
+                try:
+                    item = Path(item[1:]).read_text()
+                except OSError as err:
+                    raise InputError(item[1:], f"cannot read: {err}") from err
+            for key, value in json.loads(item).items():
+                if isinstance(value, dict) and isinstance(out.get(key), dict):
+                    value = out[key] | value
+                out[key] = value
             continue
         key, sep, value = item.partition("=")
         if not sep:
@@ -58,10 +69,11 @@ def _require_model_here(model: ModelSettings) -> None:
     """Fail in seconds, before torch is imported, when an offline job lacks its Hub model."""
     from huggingface_hub import constants
 
-    from .hub import is_local_model, require_cached
+    from .hub import check_remote_code, is_local_model, model_folder, require_cached
 
     if constants.HF_HUB_OFFLINE and not is_local_model(model.path):
         require_cached(model.path, model.revision)
+    check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
 
 
 def _load_model(model: ModelSettings, job: str | None):
@@ -263,6 +275,14 @@ def cmd_fetch_hub(args: argparse.Namespace) -> None:
     fetch_hub_file(hub.repo_id, hub.filename, hub.out, hub.revision, hub.repo_type)
 
 
+def cmd_fetch_url(args: argparse.Namespace) -> None:
+    from .download import fetch_url
+
+    (download,) = from_args(args, DownloadConfig)
+    digest = fetch_url(download.url, download.out, download.sha256, download.gunzip)
+    log.info("%s: sha256 %s verified, written to %s", download.url, digest, download.out)
+
+
 def cmd_report(args: argparse.Namespace) -> None:
     from .report_markdown import render_report
 
@@ -400,13 +420,14 @@ def cmd_annotate(args: argparse.Namespace) -> None:
 
 
 def cmd_fetch_model(args: argparse.Namespace) -> None:
-    from .hub import fetch_snapshot, is_local_model
+    from .hub import check_remote_code, fetch_snapshot, is_local_model
 
     (model,) = from_args(args, ModelSettings)
     if is_local_model(model.path):
         fetched = {"model": model.path, "local_directory": True}
     else:
         fetched = fetch_snapshot(model.path, model.revision)
+        check_remote_code(model, Path(fetched["snapshot"]), from_hub=True)
         if model.revision is None:
             log.warning(
                 "%s: no revision pinned, fetched commit %s of main; set `revision: %s` in the "
@@ -415,6 +436,19 @@ def cmd_fetch_model(args: argparse.Namespace) -> None:
             )  # fmt: skip
     atomic.write_json(fetched, args.out)
     log.info("model ready for offline jobs: %s", fetched)
+
+
+def cmd_record_inputs(args: argparse.Namespace) -> None:
+    from .inputs import record_files, record_model
+
+    pins = json.loads(args.pins) if args.pins else {}
+    if args.model:
+        record = record_model(args.model, args.revision, pins)
+    else:
+        record = record_files(args.file, pins)
+    for name, digest in record["inputs_sha256"].items():
+        log.info("%s  %s", digest, name)
+    atomic.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", args.out)
 
 
 def cmd_build_demo_model(args: argparse.Namespace) -> None:
@@ -437,6 +471,24 @@ def cmd_readme_tables(args: argparse.Namespace) -> None:
 
 
 # ---- parser ------------------------------------------------------------------------------
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import run_gate
+
+    passed, table = run_gate(args.baseline, args.results, args.tolerance, args.junit, args.out)
+    print(table, end="")
+    if args.junit:
+        log.info("JUnit XML: %s", args.junit)
+    return 0 if passed else 1
+
+
+def cmd_make_baseline(args: argparse.Namespace) -> None:
+    from .compare import baseline_yaml, parse_tolerances
+
+    every, per_metric = parse_tolerances(args.tolerance)
+    tolerance = ({"default": every} if every is not None else {}) | per_metric
+    atomic.write_text(baseline_yaml(args.results, args.source, tolerance or None), args.out)
+
+
 def _add_result_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task / dataset name in the results table")
     p.add_argument("--model-key", required=True, help="model name in the results table")
@@ -535,6 +587,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(p, HubFileConfig)
     p.set_defaults(func=cmd_fetch_hub)
 
+    p = sub.add_parser("fetch-url", help="download a public file from a pinned URL (sha256)")
+    add_flags(p, DownloadConfig)
+    p.set_defaults(func=cmd_fetch_url)
+
     p = sub.add_parser("report", help="Markdown report")
     p.add_argument("--merged", required=True)
     p.add_argument("--metrics", required=True)
@@ -622,6 +678,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_config_schema)
 
+    p = sub.add_parser(
+        "compare",
+        help="compare a results table with a baseline; exit 1 when a value drifts or is missing",
+    )
+    p.add_argument("--baseline", required=True, help="baseline YAML (baselines/)")
+    p.add_argument("--results", required=True, help="results_table.parquet or .tsv")
+    p.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        help="X (every metric) or METRIC=X: allowed absolute difference, in the metric's units "
+        "(replaces the baseline's)",
+    )
+    p.add_argument("--junit", help="write the comparison as JUnit XML here (CI systems show it)")
+    p.add_argument("--out", help="write the comparison as TSV here (only when it passes)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "record-inputs",
+        help="hash input files (or a model's files) into a provenance record; stop on a pin "
+        "mismatch",
+    )
+    p.add_argument("--file", action="append", default=[], help="an input file (repeatable)")
+    p.add_argument("--model", help="a model directory or Hub id: hash every file of it")
+    p.add_argument("--revision", help="the Hub model's revision (its cached snapshot)")
+    p.add_argument("--pins", help='JSON {"PATH": "SHA256"}: expected hashes (config `sha256:`)')
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_record_inputs)
+
+    p = sub.add_parser("make-baseline", help="write a baseline YAML from a results table")
+    p.add_argument("--results", required=True, help="results_table.parquet or .tsv")
+    p.add_argument("--source", required=True, help="how the numbers were obtained")
+    p.add_argument("--tolerance", action="append", default=[], help="X or METRIC=X")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_make_baseline)
+
     p = sub.add_parser("readme-tables", help="rewrite the README's generated tables")
     p.add_argument("--readme", default="README.md")
     p.set_defaults(func=cmd_readme_tables)
@@ -632,11 +724,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)  # a gate (compare) returns its verdict
     except (InputError, ConfigError) as err:
         log.error("%s", err)
         return 2
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from .builds import check_shared_references
@@ -48,7 +48,14 @@ class ModelSettings:
     )
     device: str = setting("cpu", help="cpu, cuda or cuda:N", pattern=r"^(cpu|cuda(:[0-9]+)?)$")
     trust_remote_code: bool = setting(
-        True, help="run the model's own tokenizer/model code shipped with the checkpoint"
+        False,
+        help="run the tokenizer/model code shipped with the checkpoint (off unless asked for; "
+        "a Hub model's remote code also needs a pinned `revision` or allow_unpinned)",
+    )
+    allow_unpinned: bool = setting(
+        False,
+        help="allow a Hub model's remote code at a revision that is not a commit (it can "
+        "change between runs; the commit used is recorded in the provenance)",
     )
     batch_size: int = setting(8, minimum=1, help="windows per forward pass (halved on OOM)")
     build_demo: bool = setting(
@@ -364,6 +371,19 @@ class HubFileConfig:
     repo_type: Literal["dataset", "model"] = setting("dataset", help="Hub repository type")
 
 
+@dataclass(frozen=True)
+class DownloadConfig:
+    url: str = setting(help="where the file is published (https://, or file:// for a local copy)")
+    out: str = setting(help="where datasets and tasks read the file")
+    sha256: str | None = setting(
+        None,
+        help="sha256 of the file as published (before gunzip); the download is refused on a "
+        "mismatch, and without it (the refusal prints the hash to check and pin)",
+        pattern=r"^[0-9a-f]{64}$",
+    )
+    gunzip: bool = setting(False, help="decompress a gzip download into `out`")
+
+
 # top-level sections: name -> (entry class, at least one entry required, description)
 SECTIONS: dict[str, tuple[type, bool, str]] = {
     "models": (ModelSettings, True, "models by key (keys are used in output paths)"),
@@ -388,8 +408,27 @@ SECTIONS: dict[str, tuple[type, bool, str]] = {
         "public dataset files fetched from the Hugging Face Hub by head-node rules "
         "(fetch_hub_<name>; needs internet) into `out`, where datasets and tasks read them",
     ),
+    "downloads": (
+        DownloadConfig,
+        False,
+        "other public files (a reference genome) fetched by head-node rules (fetch_url_<name>; "
+        "needs internet) from a pinned URL, checked against their sha256, into `out`",
+    ),
 }
 OUTDIR_DEFAULT = "results"
+# the comparison gate (`carbon-vep compare`, rule compare_baseline): a top-level key
+BASELINE_HELP = (
+    "baseline YAML (baselines/): the workflow's last rule compares the results table with it "
+    "and fails on drift (a relative path not found here is looked up next to the Snakefile)"
+)
+# pinned input files: a top-level key, read by the record_*_inputs rules (`carbon-vep
+# record-inputs`), which hash every input and stop on a mismatch before anything uses it
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+SHA256_HELP = (
+    "expected sha256 of input files, by path as the config names it (panel, reference, task "
+    "file); a model's files as MODEL_PATH/FILE (e.g. HuggingFaceBio/Carbon-3B/model.safetensors)."
+    " A mismatch stops the run naming the file and both hashes"
+)
 
 
 @dataclass(frozen=True)
@@ -402,11 +441,14 @@ class RunConfig:
     scans: dict[str, ScanConfig]
     tasks: dict[str, TaskConfig]
     hub_files: dict[str, HubFileConfig]
+    downloads: dict[str, DownloadConfig]
+    baseline: str | None = None
+    sha256: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> RunConfig:
         """Typed config from the (validated) YAML mapping; refuses what cannot be meant."""
-        known = {"outdir", *SECTIONS, *run_fields()}
+        known = {"outdir", "baseline", "sha256", *SECTIONS, *run_fields()}
         unknown = sorted(set(config) - known)
         if unknown:
             raise ConfigError(f"unknown top-level config key(s) {unknown}")
@@ -420,7 +462,16 @@ class RunConfig:
             }
             for name, (entry_cls, _, _) in SECTIONS.items()
         }
-        run_config = cls(outdir=config.get("outdir", OUTDIR_DEFAULT), **sections)
+        pins = dict(config.get("sha256") or {})
+        bad = sorted(path for path, value in pins.items() if not _is_sha256(value))
+        if bad:
+            raise ConfigError(f"sha256: {bad[0]}: expected 64 lowercase hex digits")
+        run_config = cls(
+            outdir=config.get("outdir", OUTDIR_DEFAULT),
+            baseline=config.get("baseline"),
+            sha256=pins,
+            **sections,
+        )
         run_config.check()
         return run_config
 
@@ -431,6 +482,8 @@ class RunConfig:
             raise ConfigError("the config defines no datasets, scans or tasks: nothing to do")
         if "suite" in self.datasets:
             raise ConfigError("dataset name 'suite' is reserved: OUTDIR/suite holds suite tasks")
+        for key, model in self.models.items():
+            check_unpinned_remote_code(key, model)
         for section in ("datasets", "scans", "tasks"):
             for key, entry in getattr(self, section).items():
                 missing = sorted(set(entry.models or ()) - set(self.models))
@@ -482,7 +535,32 @@ def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
         raise ConfigError(f"tasks.{key}: {changed} do not apply to a {task.get('kind')} task")
 
 
+def _is_sha256(value: Any) -> bool:
+    import re
+
+    return isinstance(value, str) and re.fullmatch(SHA256_PATTERN[1:-1], value) is not None
+
+
 # ---- checks the workflow runs while it parses ------------------------------------------------
+def check_unpinned_remote_code(key: str, model: ModelSettings) -> None:
+    """A Hub model allowed to run remote code needs a pinned commit (or allow_unpinned): the
+    code at a branch can change between runs. Caught at parse time, before any download."""
+    import os
+    import re
+
+    local = os.path.isdir(model.path) or model.path.startswith(("/", ".", "~"))
+    if not model.trust_remote_code or model.build_demo or local:  # a Hub id is ORG/NAME
+        return
+    if model.allow_unpinned or re.fullmatch(r"[0-9a-f]{40}", model.revision or ""):
+        return
+    raise ConfigError(
+        f"models.{key}: {model.path} with trust_remote_code: true at revision "
+        f"{model.revision or 'main'!r} would run remote code that can change between runs; "
+        "pin `revision` to a commit (40 hex digits; fetch-model records the one it gets), or "
+        "set `allow_unpinned: true`"
+    )
+
+
 # the rules that run a model (a GPU profile gives each of them a GPU)
 MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
 
@@ -534,6 +612,14 @@ def json_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {
         "outdir": {"type": "string", "default": OUTDIR_DEFAULT, "description": "output folder"}
     }
+    properties["baseline"] = {"type": ["string", "null"], "default": None}
+    properties["baseline"]["description"] = BASELINE_HELP
+    properties["sha256"] = {
+        "type": "object",
+        "default": {},
+        "description": SHA256_HELP,
+        "additionalProperties": {"type": "string", "pattern": SHA256_PATTERN},
+    }
     for name, (f, hint) in run_fields().items():
         properties[name] = schema_property(f, hint)
     for name, (entry_cls, required, description) in SECTIONS.items():
@@ -566,3 +652,35 @@ def schema_yaml() -> str:
         "# Generated from src/carbon_vep/config.py by `carbon-vep config-schema`; do not edit.\n"
     )
     return header + yaml.safe_dump(json_schema(), sort_keys=False, width=100, allow_unicode=True)
+
+
+# ---- the demo config -------------------------------------------------------------------------
+DEMO_CONFIG = "config/config.yaml"
+DEMO_RESOURCES = "resources/demo/"
+
+
+def resolve_demo_resources(config: Any, workflow_dir: str) -> Any:
+    """`config` with its paths to the shipped demo inputs (resources/demo/...) found under
+    `workflow_dir` (the checkout's root), so that the demo and CI configs run from any working
+    directory and as a Snakemake module. What a run writes (the demo model too) stays relative."""
+    import os
+
+    if os.path.abspath(workflow_dir) == os.path.abspath(os.curdir):
+        return config
+    if isinstance(config, dict):
+        return {key: resolve_demo_resources(value, workflow_dir) for key, value in config.items()}
+    if isinstance(config, list):
+        return [resolve_demo_resources(value, workflow_dir) for value in config]
+    if isinstance(config, str) and config.startswith(DEMO_RESOURCES):
+        return os.path.join(workflow_dir, config)
+    return config
+
+
+def demo_config(workflow_dir: str) -> dict[str, Any]:
+    """The demo config (what snakemake runs when given no config), read from `workflow_dir`."""
+    import os
+
+    import yaml
+
+    with open(os.path.join(workflow_dir, DEMO_CONFIG)) as handle:
+        return yaml.safe_load(handle)

@@ -10,6 +10,7 @@ directories need neither. No torch here: this module is imported before the devi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,53 @@ _AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
 
 class ModelNotCachedError(InputError):
     """A Hub model is not in the local cache and this process may not download it."""
+
+
+class RemoteCodeError(InputError):
+    """A model needs code from its checkpoint that the config has not allowed to run."""
+
+
+def is_pinned(revision: str | None) -> bool:
+    """A revision that cannot move: a full commit hash (a branch or tag can)."""
+    return bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision))
+
+
+def remote_code_files(folder: Path) -> dict[str, list[str]]:
+    """The files of a model directory whose `auto_map` makes transformers run code shipped
+    with the checkpoint: {file name: the classes it maps}."""
+    found: dict[str, list[str]] = {}
+    for name in _AUTO_MAP_FILES:
+        path = folder / name
+        if path.is_file():
+            auto_map = json.loads(path.read_text()).get("auto_map") or {}
+            refs = [r for v in auto_map.values() for r in (v if isinstance(v, list) else [v])]
+            if any(isinstance(r, str) for r in refs):
+                found[name] = sorted(r for r in refs if isinstance(r, str))
+    return found
+
+
+def check_remote_code(spec: Any, folder: Path, from_hub: bool) -> None:
+    """Remote code runs only when asked for (`trust_remote_code`), and from a Hub model only at
+    a pinned commit unless `allow_unpinned` (unpinned code can change between runs)."""
+    from .config import setting_name
+
+    found = remote_code_files(folder)
+    if not found:
+        return
+    name, classes = next(iter(found.items()))
+    if not spec.trust_remote_code:
+        raise RemoteCodeError(
+            folder / name,
+            f"{spec.path} needs remote code ({', '.join(classes)}), which runs only when "
+            f"asked for: read it, then set {setting_name('trust_remote_code')} to true",
+        )
+    if from_hub and not is_pinned(spec.revision) and not spec.allow_unpinned:
+        raise RemoteCodeError(
+            folder / name,
+            f"{spec.path} runs remote code at revision {spec.revision or 'main'!r}, which can "
+            f"change between runs: pin {setting_name('revision')} to a commit (40 hex digits; "
+            f"this snapshot is {folder.name}), or set {setting_name('allow_unpinned')} to true",
+        )
 
 
 def is_local_model(path: str) -> bool:
@@ -120,3 +168,13 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
             f"could not be downloaded into {cache_location(cache_dir)} (no internet, or "
             f"HF_HUB_OFFLINE=1) and is not cached there: {err}",
         ) from err
+
+
+def model_folder(spec: Any) -> tuple[Path, bool]:
+    """The model's files: its local directory, or the Hub snapshot at its revision (from the
+    cache, downloaded if this process may). (folder, whether it came from the Hub)."""
+    if is_local_model(spec.path):
+        return Path(spec.path), False
+    if constants.HF_HUB_OFFLINE:
+        return require_cached(spec.path, spec.revision), True
+    return _download(spec.path, spec.revision, None), True

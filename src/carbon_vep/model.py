@@ -52,7 +52,11 @@ def resolve_device(requested: str, job: str | None = None) -> torch.device:
 def load_model(spec: ModelSettings) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .hub import check_remote_code, model_folder
+
     device = resolve_device(spec.device)
+    folder, from_hub = model_folder(spec)
+    check_remote_code(spec, folder, from_hub)  # before any code of the checkpoint runs
     tokenizer = AutoTokenizer.from_pretrained(
         spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
     )

@@ -29,6 +29,18 @@ HUB_MODELS = {
     if not m.build_demo and not os.path.isdir(m.path)
 }
 HUB_MODEL_RECORD = f"{OUTDIR}/hub/{{model}}.json"
+# the sha256 of every input (record_*_inputs; checked against the config's `sha256:` pins),
+# merged into the provenance of each result
+DATASET_INPUTS = f"{OUTDIR}/inputs/dataset_{{dataset}}.json"
+TASK_INPUTS = f"{OUTDIR}/inputs/task_{{task}}.json"
+MODEL_INPUTS = f"{OUTDIR}/inputs/model_{{model}}.json"
+# the comparison gate's baseline: as given, or a relative path shipped with the workflow
+WORKFLOW_ROOT = os.path.join(
+    workflow.current_basedir.get_path_or_uri(secret_free=True), os.pardir, os.pardir
+)
+BASELINE = RUN.baseline
+if BASELINE and not os.path.isabs(BASELINE) and not os.path.exists(BASELINE):
+    BASELINE = os.path.normpath(os.path.join(WORKFLOW_ROOT, BASELINE))
 CONFIG_SHA256 = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
@@ -65,7 +77,13 @@ def final_outputs():
         ]
         + scan_outputs()
         + suite_outputs()
+        + gate_outputs()
     )
+
+
+def gate_outputs():
+    """The comparison with the baseline, when the config names one (rule compare_baseline)."""
+    return [f"{OUTDIR}/baseline_comparison.tsv"] if BASELINE else []
 
 
 def scan_outputs():
@@ -142,13 +160,47 @@ def dataset_file(key):
 
 
 def model_files(wildcards):
-    """What must exist before a job loads the model: the demo model directory (built by a rule)
-    or the record that a Hub model is in the local cache (fetch_model)."""
+    """What must exist before a job loads the model: the record of its files' hashes, made
+    once they are there (record_model_inputs)."""
+    return [MODEL_INPUTS.format(model=wildcards.model)]
+
+
+def model_sources(wildcards):
+    """The model's files as far as the workflow sees them: the demo model directory (built by
+    a rule), the record that a Hub model is in the local cache (fetch_model), or every file of
+    a local directory (so that a file changed in place reruns what the model made)."""
     if wildcards.model in DEMO_MODEL_PATHS:
         return [DEMO_MODEL_PATHS[wildcards.model]]
     if wildcards.model in HUB_MODELS:
         return [HUB_MODEL_RECORD.format(model=wildcards.model)]
-    return []
+    folder = RUN.models[wildcards.model].path
+    return sorted(
+        os.path.join(root, name)
+        for root, dirs, names in os.walk(folder)
+        for name in names
+        if not name.startswith(".") and "__pycache__" not in root
+    )
+
+
+def pins(files):
+    """The config's `sha256:` pins of these files (--pins)."""
+    return shlex.quote(json.dumps({f: RUN.sha256[f] for f in files if f in RUN.sha256}))
+
+
+def model_pins(wildcards):
+    prefix = os.path.join(os.path.normpath(RUN.models[wildcards.model].path), "")
+    return shlex.quote(
+        json.dumps({f: h for f, h in RUN.sha256.items() if f.startswith(prefix)})
+    )
+
+
+def model_source_args(wildcards):
+    """--model PATH [--revision REV] of record-inputs."""
+    model = RUN.models[wildcards.model]
+    args = ["--model", model.path] + (
+        ["--revision", model.revision] if model.revision else []
+    )
+    return shlex.join(args)
 
 
 def shard_scores(wildcards):

@@ -16,3 +16,24 @@ for hub_name, hub_file in RUN.hub_files.items():
             settings=spec_json(hub_file),
         shell:
             "carbon-vep fetch-hub --settings {params.settings} > {log} 2>&1"
+
+
+# Other public files (`downloads` in config, e.g. a reference genome): one head-node rule each,
+# from a pinned URL; the file is kept only when its sha256 is the one the config pins.
+for url_name, download in RUN.downloads.items():
+
+    rule:
+        name:
+            f"fetch_url_{url_name}"
+        output:
+            download.out,
+        log:
+            f"logs/fetch_url_{url_name}.log",
+        localrule: True
+        conda:
+            "../../envs/carbon-vep.yaml"
+        params:
+            settings=spec_json(download),
+        shell:
+            "carbon-vep fetch-url --settings {params.settings} > {log} 2>&1"
+            " || {{ tail -n 1 {log} >&2; exit 1; }}"

@@ -5,6 +5,7 @@ rule check_panel:
     input:
         panel=dataset_file("panel"),
         reference=dataset_file("reference"),
+        inputs=DATASET_INPUTS,  # hashed and checked against the pins first
     output:
         checked=f"{OUTDIR}/{{dataset}}/checked.parquet",
         summary=f"{OUTDIR}/{{dataset}}/checked_summary.json",

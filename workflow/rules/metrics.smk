@@ -1,6 +1,8 @@
 rule compute_metrics:
     input:
-        rules.merge_scores.output,
+        merged=rules.merge_scores.output[0],
+        dataset_inputs=DATASET_INPUTS,
+        model_inputs=MODEL_INPUTS,
     output:
         metrics=f"{OUTDIR}/{{dataset}}/{{model}}/metrics.json",
         evaluated=f"{OUTDIR}/{{dataset}}/{{model}}/evaluated.parquet",
@@ -12,7 +14,8 @@ rule compute_metrics:
         settings=dataset_settings("labels", "metrics"),
         provenance=dataset_provenance,
     shell:
-        "carbon-vep metrics --merged {input} --settings {params.settings}"
+        "carbon-vep metrics --merged {input.merged} --settings {params.settings}"
         " --task {wildcards.dataset} --model-key {wildcards.model}"
-        " --provenance {params.provenance} --out {output.metrics}"
+        " --provenance {params.provenance} --provenance @{input.dataset_inputs}"
+        " --provenance @{input.model_inputs} --out {output.metrics}"
         " --rows-out {output.evaluated} > {log} 2>&1"

@@ -2,6 +2,7 @@
 rule score_recovery:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
+        task_inputs=TASK_INPUTS,
         model=model_files,
     output:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
@@ -27,12 +28,14 @@ rule score_recovery:
         "carbon-vep score-recovery --tasks-file {input.tasks} --settings {params.settings}"
         " --batch-size {resources.batch_size} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
+        " --provenance @{input.task_inputs} --provenance @{input.model}"
         " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
 
 
 rule score_perturbation:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
+        task_inputs=TASK_INPUTS,
         model=model_files,
     output:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
@@ -58,6 +61,7 @@ rule score_perturbation:
         "carbon-vep score-perturbation --tasks-file {input.tasks} --settings {params.settings}"
         " --batch-size {resources.batch_size} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
+        " --provenance @{input.task_inputs} --provenance @{input.model}"
         " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
 
 

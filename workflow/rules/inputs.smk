@@ -1,0 +1,52 @@
+# Verified inputs: each input's sha256, once per dataset, task and model (the model's weights,
+# tokenizer and remote code), checked against the config's `sha256:` pins before anything uses
+# it, and merged into the provenance of every result.
+rule record_dataset_inputs:
+    input:
+        panel=dataset_file("panel"),
+        reference=dataset_file("reference"),
+    output:
+        DATASET_INPUTS,
+    log:
+        f"logs/{OUTDIR}/inputs/dataset_{{dataset}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        pins=lambda wc, input: pins(input),
+    shell:
+        "carbon-vep record-inputs --file {input.panel} --file {input.reference}"
+        " --pins {params.pins} --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
+
+
+rule record_task_inputs:
+    input:
+        lambda wc: RUN.tasks[wc.task].path,
+    output:
+        TASK_INPUTS,
+    log:
+        f"logs/{OUTDIR}/inputs/task_{{task}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        pins=lambda wc, input: pins(input),
+    shell:
+        "carbon-vep record-inputs --file {input} --pins {params.pins}"
+        " --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
+
+
+rule record_model_inputs:
+    input:
+        model_sources,
+    output:
+        MODEL_INPUTS,
+    log:
+        f"logs/{OUTDIR}/inputs/model_{{model}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        source=model_source_args,
+        pins=model_pins,
+    shell:
+        "export HF_HUB_OFFLINE=1; "
+        "carbon-vep record-inputs {params.source} --pins {params.pins}"
+        " --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
