@@ -1,6 +1,6 @@
 from snakemake.utils import min_version
 
-from carbon_vep.config import demo_config, resolve_demo_resources
+from carbon_vep.config import demo_config, resolve_shipped_resources
 
 min_version("9.19")
 
@@ -8,11 +8,11 @@ min_version("9.19")
 # A config given with --configfile / --config defines the run alone. With none, the demo runs
 # (config/config.yaml, its resources found next to this Snakefile, wherever snakemake runs); to
 # add the demo to a config of your own, give both: --configfile config/config.yaml mine.yaml
-# Paths to the shipped demo inputs (resources/demo/) resolve next to this Snakefile.
+# Paths to the shipped inputs (resources/demo/, resources/genome/) resolve next to this Snakefile.
 WORKFLOW_DIR = workflow.current_basedir.get_path_or_uri(secret_free=True)
 if not config:
     config.update(demo_config(WORKFLOW_DIR))
-config.update(resolve_demo_resources(config, WORKFLOW_DIR))
+config.update(resolve_shipped_resources(config, WORKFLOW_DIR))
 
 
 report: "workflow/report/workflow.rst"

@@ -74,7 +74,13 @@ def _config(workdir: Path, shared: Path, model_dir: Path) -> Path:
         "outdir": "results",
         "chunk_bp": CHUNK_BP,
         "models": {
-            "demo": {"path": str(model_dir), "dtype": "float32", "device": "cpu", "batch_size": 4}
+            "demo": {
+                "path": str(model_dir),
+                "trust_remote_code": True,  # the demo model's tokenizer ships as remote code
+                "dtype": "float32",
+                "device": "cpu",
+                "batch_size": 4,
+            }
         },
         "scans": {
             "genome": {
@@ -372,7 +378,9 @@ def test_scan_through_real_slurm_gives_the_local_files(genome_run, shared, demo_
     assert result.returncode == 0, output[-4000:]
     plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
-    assert len(submitted) == 1 + plan["totals"]["chunks"] + 2 + 1  # plan, chunks, merges, summary
+    # plan, the model's input record (sha256 of its files), chunks, merges, summary
+    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + 2 + 1
+    assert "record_model_inputs" in output
     jobs = _slurm_jobs(output)
     assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
     assert _outputs(workdir) == _outputs(genome_run)

@@ -10,6 +10,8 @@ import pytest
 import yaml
 from cluster_support import run_snakemake
 
+from carbon_vep.config import SHIPPED_RESOURCES
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
 pytestmark = pytest.mark.workflow
@@ -24,14 +26,14 @@ def _user_inputs(config: dict) -> list[str]:
     }
     paths = [
         entry[key]
-        for section in ("datasets", "tasks")
+        for section in ("datasets", "tasks", "scans")
         for entry in (config.get(section) or {}).values()
         for key in ("panel", "reference", "path")
         if key in entry
     ]
     return sorted(
         {p for p in paths if not Path(p).is_absolute() and p not in fetched}
-        - {p for p in paths if (ROOT / p).exists() and p.startswith("resources/demo/")}
+        - {p for p in paths if (ROOT / p).exists() and p.startswith(SHIPPED_RESOURCES)}
     )
 
 
@@ -50,7 +52,7 @@ def test_dry_run_plans_only_the_configs_jobs(path, tmp_path):
     plan = result.stdout
     outdir = config.get("outdir", "results")
     own = {
-        "dataset": set(config["datasets"]),
+        "dataset": set(config.get("datasets") or {}),
         "model": set(config["models"]),
         "task": set(config.get("tasks") or {}),
         "scan": set(config.get("scans") or {}),
@@ -69,8 +71,9 @@ def test_dry_run_plans_only_the_configs_jobs(path, tmp_path):
     for parts in under:
         if parts[0] == "suite":
             assert parts[1] in own["task"] and parts[2] in own["model"], parts
-        elif parts[0] == "scans":
-            assert parts[1] in own["scan"] and parts[2] in own["model"], parts
+        elif parts[0] == "scans":  # scans/SCAN/plan.{json,md} (no model), or scans/SCAN/MODEL/...
+            assert parts[1] in own["scan"], parts
+            assert parts[2:] in {("plan.json",), ("plan.md",)} or parts[2] in own["model"], parts
         elif parts[0] == "inputs":  # the hashes of a dataset's, task's or model's inputs
             kind, name = parts[1].removesuffix(".json").split("_", 1)
             assert name in own[kind], parts

@@ -656,22 +656,26 @@ def schema_yaml() -> str:
 
 # ---- the demo config -------------------------------------------------------------------------
 DEMO_CONFIG = "config/config.yaml"
-DEMO_RESOURCES = "resources/demo/"
+# inputs shipped with the workflow: the demo fragment and panels, and the small whole genome
+SHIPPED_RESOURCES = ("resources/demo/", "resources/genome/")
 
 
-def resolve_demo_resources(config: Any, workflow_dir: str) -> Any:
-    """`config` with its paths to the shipped demo inputs (resources/demo/...) found under
-    `workflow_dir` (the checkout's root), so that the demo and CI configs run from any working
-    directory and as a Snakemake module. What a run writes (the demo model too) stays relative."""
+def resolve_shipped_resources(config: Any, workflow_dir: str) -> Any:
+    """`config` with its paths to the shipped inputs (resources/demo/..., resources/genome/...)
+    found under `workflow_dir` (the checkout's root), so that the demo, CI and lambda configs run
+    from any working directory and as a Snakemake module. What a run writes (the demo model too)
+    stays relative."""
     import os
 
     if os.path.abspath(workflow_dir) == os.path.abspath(os.curdir):
         return config
     if isinstance(config, dict):
-        return {key: resolve_demo_resources(value, workflow_dir) for key, value in config.items()}
+        return {
+            key: resolve_shipped_resources(value, workflow_dir) for key, value in config.items()
+        }
     if isinstance(config, list):
-        return [resolve_demo_resources(value, workflow_dir) for value in config]
-    if isinstance(config, str) and config.startswith(DEMO_RESOURCES):
+        return [resolve_shipped_resources(value, workflow_dir) for value in config]
+    if isinstance(config, str) and config.startswith(SHIPPED_RESOURCES):
         return os.path.join(workflow_dir, config)
     return config
 
