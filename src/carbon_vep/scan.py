@@ -73,12 +73,15 @@ def _tile_positions(
     marginal = engine.kmer_base_marginals(kmer_lp).reshape(-1, 4)
     conditional = engine.within_token_conditionals(kmer_lp, codes).reshape(-1, 4)
     lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
-    return _position_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k)
+    return _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k, log=False)
 
 
-def _position_frame(chrom, tile, seq, marginal, conditional, lo, hi, k) -> pl.DataFrame:
-    m = marginal[lo:hi].exp().cpu().numpy()[:, _TO_ATCG]
-    c = conditional[lo:hi].exp().cpu().numpy()[:, _TO_ATCG]
+def _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k, *, log: bool) -> pl.DataFrame:
+    """One row per base of tile[lo:hi]: the region scan's probabilities (SCAN_POSITION), or
+    the genome scan's log-probabilities (SCAN_BASE, stored as float16 by the merge)."""
+    m, c = (x[lo:hi] if log else x[lo:hi].exp() for x in (marginal, conditional))
+    m, c = (x.cpu().numpy()[:, _TO_ATCG] for x in (m, c))
+    prefix = "log_" if log else ""
     offsets = np.arange(lo, hi)
     values = {
         "chrom": [chrom] * (hi - lo),
@@ -87,9 +90,10 @@ def _position_frame(chrom, tile, seq, marginal, conditional, lo, hi, k) -> pl.Da
         "context_bp": offsets,
         "phase": offsets % k,
     }
-    values |= {f"fns_{b}": m[:, i] for i, b in enumerate(SCAN_BASES)}
-    values |= {f"cond_{b}": c[:, i] for i, b in enumerate(SCAN_BASES)}
-    return pl.DataFrame(values, schema=columns.schema(columns.SCAN_POSITION))
+    values |= {f"{prefix}fns_{b}": m[:, i] for i, b in enumerate(SCAN_BASES)}
+    values |= {f"{prefix}cond_{b}": c[:, i] for i, b in enumerate(SCAN_BASES)}
+    table = columns.SCAN_BASE if log else columns.SCAN_POSITION
+    return pl.DataFrame(values, schema=columns.schema(table))
 
 
 def snv_scores(positions: pl.DataFrame) -> pl.DataFrame:
@@ -142,22 +146,6 @@ def _equal_length_runs(tiles: list[tuple[str, Tile]]) -> list[list[tuple[str, Ti
     return runs
 
 
-def _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k) -> pl.DataFrame:
-    m = marginal[lo:hi].cpu().numpy()[:, _TO_ATCG]
-    c = conditional[lo:hi].cpu().numpy()[:, _TO_ATCG]
-    offsets = np.arange(lo, hi)
-    values = {
-        "chrom": [chrom] * (hi - lo),
-        "pos": tile.start + offsets + 1,
-        "ref": list(seq[lo:hi]),
-        "context_bp": offsets,
-        "phase": offsets % k,
-    }
-    values |= {f"log_fns_{b}": m[:, i] for i, b in enumerate(SCAN_BASES)}
-    values |= {f"log_cond_{b}": c[:, i] for i, b in enumerate(SCAN_BASES)}
-    return pl.DataFrame(values, schema=columns.schema(columns.SCAN_BASE))
-
-
 @torch.inference_mode()
 def scan_chunk(
     engine: Engine, reference: Reference, pieces, tiles: TileSettings, writer, what: str
@@ -192,7 +180,8 @@ def scan_chunk(
             conditional = engine.within_token_conditionals(kmer_lp, codes, marginals)
             marginal, conditional = marginals.reshape(-1, 4), conditional.reshape(-1, 4)
             lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
-            frames.append(_base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k))
+            rows = _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k, log=True)
+            frames.append(rows)
         return frames
 
     written = 0
