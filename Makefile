@@ -40,6 +40,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
+	$(BIN)/lint-imports --no-cache
 
 bench: setup bench-ingest bench-scan
 	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json

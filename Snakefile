@@ -1,6 +1,6 @@
 from snakemake.utils import min_version
 
-from carbon_vep.config import demo_config, resolve_shipped_resources
+from carbon_vep.config.workflow import demo_config, resolve_shipped_resources
 
 min_version("9.19")
 

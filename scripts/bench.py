@@ -28,18 +28,18 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from carbon_vep.config import ModelSettings, RecipeSettings, TileSettings
-from carbon_vep.demo_model import build_demo_model
-from carbon_vep.engine import Engine
-from carbon_vep.model import load_model
-from carbon_vep.recipes import RECIPES
-from carbon_vep.reference import open_reference
-from carbon_vep.scan import scan_region
-from carbon_vep.scoring import score_shard
+from carbon_vep.config.recipes import RECIPES
+from carbon_vep.config.stages import ModelSettings, RecipeSettings, TileSettings
+from carbon_vep.genome.reference import open_reference
+from carbon_vep.model.demo import build_demo_model
+from carbon_vep.model.engine import Engine
+from carbon_vep.model.loading import load_model
+from carbon_vep.scan.tiles import scan_region
+from carbon_vep.scoring.shard import score_shard
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the reference implementations live with the tests
-import naive  # noqa: E402
+from support import naive  # noqa: E402
 
 BLOCK = {name: RecipeSettings(name, "dna_block") for name in ("centered", "nexttoken")}
 
@@ -240,7 +240,7 @@ def model_rows(
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from carbon_vep.tokens import DnaVocab
+    from carbon_vep.model.tokens import DnaVocab
 
     peak = bf16_peak_tflops(device, peak_n)
     results = []

@@ -98,7 +98,7 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
 
 def merge(work: Path, chunks: list[str]) -> dict:
     """Merge at 2, 3 and 4 decimals: bytes per SNV, and how much of the ranking survives."""
-    from carbon_vep.scan_merge import merge_contig, snv_rows
+    from carbon_vep.scan.outputs import merge_contig, snv_rows
 
     out = {}
     rng = np.random.default_rng(5)
@@ -137,11 +137,11 @@ def merge(work: Path, chunks: list[str]) -> dict:
 
 
 def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
-    from carbon_vep.annotate import annotate_panel
-    from carbon_vep.config import LabelSettings, PanelSettings
-    from carbon_vep.ingest import ingest_panel
-    from carbon_vep.reference import open_reference
-    from carbon_vep.scan_merge import BaseWriter
+    from carbon_vep.config.stages import LabelSettings, PanelSettings
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.outputs import BaseWriter
+    from carbon_vep.scoring.annotate import annotate_panel
+    from carbon_vep.variants.ingest import ingest_panel
 
     rng = np.random.default_rng(11)
     seq = "".join(np.array(list("ACGT"))[rng.integers(0, 4, contig_bp)])
@@ -209,7 +209,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_scan_"))
     work.mkdir(parents=True, exist_ok=True)
-    from carbon_vep.demo_model import build_demo_model, is_complete
+    from carbon_vep.model.demo import build_demo_model, is_complete
 
     model = ROOT / "resources/demo_model"
     if args.shape:

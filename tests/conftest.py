@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 import pytest
+from support.cluster import ROOT, uninterrupted_run  # noqa: F401  (a session fixture)
+from support.files import random_dna, write_fasta
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
-
-
-def write_fasta(path: Path, contigs: dict[str, str], width: int = 60) -> Path:
-    lines = []
-    for name, seq in contigs.items():
-        lines.append(f">{name}")
-        lines += [seq[i : i + width] for i in range(0, len(seq), width)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def random_dna(n: int, seed: int) -> str:
-    rng = random.Random(seed)
-    return "".join(rng.choice("ACGT") for _ in range(n))
 
 
 @pytest.fixture
@@ -36,19 +23,19 @@ def genome(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from carbon_vep.demo_model import build_demo_model
+    from carbon_vep.model.demo import build_demo_model
 
     return build_demo_model(tmp_path_factory.mktemp("models") / "demo_model")
 
 
-DEMO_FASTA = Path(__file__).resolve().parents[1] / "resources/demo/chr17.hg19.part.fa"
+DEMO_FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"
 
 
 @pytest.fixture(scope="session")
 def loaded(demo_model_dir: Path):
     """The demo model loaded through the real path (AutoTokenizer/AutoModel + adapter)."""
-    from carbon_vep.config import ModelSettings
-    from carbon_vep.model import load_model
+    from carbon_vep.config.stages import ModelSettings
+    from carbon_vep.model.loading import load_model
 
     return load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
 
@@ -56,7 +43,7 @@ def loaded(demo_model_dir: Path):
 @pytest.fixture(scope="session")
 def reference():
     """The shipped 40 kbp chr17 fragment."""
-    from carbon_vep.reference import open_reference
+    from carbon_vep.genome.reference import open_reference
 
     with open_reference(DEMO_FASTA) as ref:
         yield ref

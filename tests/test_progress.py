@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from carbon_vep.batching import in_batches
+from carbon_vep.model.batching import in_batches
 from carbon_vep.progress import Progress
 
 

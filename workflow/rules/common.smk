@@ -6,10 +6,11 @@ import sys
 
 from snakemake.utils import validate
 
-from carbon_vep.config import MODEL_RULES, RunConfig, check_gpu_profile
-from carbon_vep.settings import INTERFACE_VARIABLE, spec_json
+from carbon_vep.config.run import RunConfig
+from carbon_vep.config.workflow import MODEL_RULES, check_gpu_profile
+from carbon_vep.config.fields import INTERFACE_VARIABLE, spec_json
 
-# The schema is generated from carbon_vep.config (`carbon-vep config-schema`); RunConfig is the
+# The schema is generated from carbon_vep.config.schema (`carbon-vep config-schema`); RunConfig is the
 # same config typed, every default filled in, builds and model keys checked.
 validate(config, schema="../schemas/config.schema.yaml")
 RUN = RunConfig.from_dict(config)

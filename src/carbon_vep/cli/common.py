@@ -1,0 +1,107 @@
+"""What several stage commands share: KEY=VALUE / JSON options, the result arguments of a
+metrics command, and loading a model (offline checks first, torch only when it is needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from carbon_vep import atomic
+from carbon_vep.config.fields import ConfigError
+from carbon_vep.config.stages import ModelSettings, RecipeSettings
+from carbon_vep.errors import InputError
+
+log = logging.getLogger("carbon_vep")
+
+
+def pairs(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE options, JSON objects, or @FILE (a JSON object in a file, as record-inputs
+    writes), merged in order (`--provenance`, `--field`); mappings under the same key merge."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if item.lstrip().startswith("{") or item.startswith("@"):
+            for key, value in _json_object(item).items():
+                if isinstance(value, dict) and isinstance(out.get(key), dict):
+                    value = out[key] | value
+                out[key] = value
+            continue
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"expected KEY=VALUE or a JSON object, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _json_object(item: str) -> dict[str, Any]:
+    if item.startswith("@"):
+        try:
+            item = Path(item[1:]).read_text()
+        except OSError as err:
+            raise InputError(item[1:], f"cannot read: {err}") from err
+    return json.loads(item)
+
+
+def add_result_args(p: argparse.ArgumentParser) -> None:
+    """The names a metrics JSON is filed under in the results table, and its provenance."""
+    p.add_argument("--task", required=True, help="task / dataset name in the results table")
+    p.add_argument("--model-key", required=True, help="model name in the results table")
+    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or a JSON object")
+
+
+def write_task_result(result: dict, args: argparse.Namespace, headline: list[str]) -> None:
+    """Name the result (task, model key, headline metrics, provenance), write it, log warnings."""
+    result.update(
+        task=args.task,
+        model_key=args.model_key,
+        headline_metrics=headline,
+        provenance=pairs(args.provenance),
+    )
+    atomic.write_json(result, args.metrics_out)
+    for warning in result["warnings"]:
+        log.warning(warning)
+
+
+def require_model_here(model: ModelSettings) -> None:
+    """Fail in seconds, before torch is imported, when an offline job lacks its Hub model."""
+    from huggingface_hub import constants
+
+    from carbon_vep.sources.hub import (
+        check_remote_code,
+        is_local_model,
+        model_folder,
+        require_cached,
+    )
+
+    if constants.HF_HUB_OFFLINE and not is_local_model(model.path):
+        require_cached(model.path, model.revision)
+    check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
+
+
+def load_model(model: ModelSettings, job: str | None):
+    require_model_here(model)
+    from carbon_vep.model.loading import load_model, resolve_device
+
+    resolve_device(model.device, job=job)
+    return load_model(model)
+
+
+def load_engine(model: ModelSettings, job: str | None):
+    loaded = load_model(model, job)
+    from carbon_vep.model.engine import Engine, verify_output_layer
+
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=model.batch_size)
+    verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
+    return engine
+
+
+def recipe_windows(checked: pl.DataFrame, reference, recipe: RecipeSettings) -> pl.DataFrame:
+    """The scoreable variants of a checked panel with their recipe's windows."""
+    from carbon_vep.genome.windows import unique_variants
+
+    variants = unique_variants(checked)
+    return recipe.definition.add_windows(variants, reference.lengths, recipe.window_bp)

@@ -1,0 +1,142 @@
+"""What users read and the field's tools load: results-table, html-report, report (one
+dataset's Markdown), export-vcf, export-tabix, and doc-tables (the generated tables of the
+documentation)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import polars as pl
+
+from carbon_vep import atomic
+from carbon_vep.cli.common import log, pairs
+
+
+def add_results_table(sub) -> None:
+    p = sub.add_parser("results-table", help="tasks x headline metrics by model")
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
+    p.add_argument("--out-parquet", required=True)
+    p.add_argument("--out-tsv", required=True)
+    p.add_argument("--out-md", required=True)
+    p.set_defaults(func=results_table)
+
+
+def results_table(args: argparse.Namespace) -> None:
+    from carbon_vep.report.results_table import load_results, results_markdown, results_table
+
+    results = load_results(args.metrics)
+    table = results_table(results)
+    atomic.write_parquet(table, args.out_parquet)
+    with atomic.atomic_path(args.out_tsv) as tmp:
+        table.write_csv(tmp, separator="\t")
+    atomic.write_text(results_markdown(results), args.out_md)
+
+
+def add_html_report(sub) -> None:
+    p = sub.add_parser("html-report", help="one self-contained HTML page for a run")
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
+    p.add_argument(
+        "--rows", nargs="+", required=True, help="each metrics file's row file, in the same order"
+    )
+    p.add_argument("--results-table", required=True, help="results_table.parquet of the run")
+    p.add_argument("--results-table-md", required=True, help="results_table.md of the run")
+    p.add_argument("--title", default="carbon-vep run report")
+    p.add_argument("--out-html", required=True)
+    p.add_argument("--out-md", required=True)
+    p.set_defaults(func=html_report)
+
+
+def html_report(args: argparse.Namespace) -> None:
+    from carbon_vep.report.html import load_run, render_html
+    from carbon_vep.report.markdown import render_summary
+
+    run = load_run(args.metrics, args.rows)
+    table = pl.read_parquet(args.results_table)
+    atomic.write_text(render_html(run, table, args.title), args.out_html)
+    table_markdown = Path(args.results_table_md).read_text()
+    summary = render_summary([r.metrics for r in run], table_markdown, args.title)
+    atomic.write_text(summary, args.out_md)
+
+
+def add_report(sub) -> None:
+    p = sub.add_parser("report", help="Markdown report")
+    p.add_argument("--merged", required=True)
+    p.add_argument("--metrics", required=True)
+    p.add_argument("--title", default="carbon-vep report")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=report)
+
+
+def report(args: argparse.Namespace) -> None:
+    from carbon_vep.report.markdown import render_report
+
+    merged = pl.read_parquet(args.merged)
+    metrics = json.loads(Path(args.metrics).read_text())
+    atomic.write_text(render_report(merged, metrics, args.title), args.out)
+
+
+def add_export_vcf(sub) -> None:
+    p = sub.add_parser("export-vcf", help="a panel's results as a VCF, scores in INFO")
+    p.add_argument("--merged", required=True)
+    p.add_argument("--reference", required=True)
+    p.add_argument("--field", action="append", default=[], help="extra COLUMN=DESCRIPTION")
+    p.add_argument("--out", required=True, help=".vcf, or .vcf.gz (bgzipped + tabix index)")
+    p.set_defaults(func=export_vcf)
+
+
+def export_vcf(args: argparse.Namespace) -> None:
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.report.exports import default_fields, write_results_vcf
+
+    with open_reference(args.reference) as reference:
+        lengths = dict(reference.lengths)
+    merged = pl.read_parquet(args.merged)
+    fields = {**default_fields(merged), **pairs(args.field)}
+    unwritten = write_results_vcf(merged, lengths, args.out, fields)
+    if unwritten:
+        log.warning("%d rows without CHROM/POS/REF are not VCF records (see Parquet)", unwritten)
+
+
+def add_export_tabix(sub) -> None:
+    p = sub.add_parser("export-tabix", help="per-SNV scores as a bgzipped, tabix-indexed TSV")
+    p.add_argument("--scores", required=True, help="Parquet with chrom, pos, ref, alt, ...")
+    p.add_argument("--column", action="append", required=True, help="value column to export")
+    p.add_argument("--reference", default=None, help="FASTA whose contig order to follow")
+    p.add_argument("--out", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.set_defaults(func=export_tabix)
+
+
+def export_tabix(args: argparse.Namespace) -> None:
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.report.exports import write_tabix_tsv
+
+    order = None
+    if args.reference:
+        with open_reference(args.reference) as reference:
+            order = list(reference.lengths)
+    write_tabix_tsv(pl.read_parquet(args.scores), args.out, args.column, order)
+
+
+def add_readme_tables(sub) -> None:
+    p = sub.add_parser("readme-tables", help="rewrite the README's generated tables")
+    p.add_argument("--readme", default="README.md")
+    p.set_defaults(func=readme_tables)
+
+
+def readme_tables(args: argparse.Namespace) -> None:
+    from carbon_vep.report.doc_tables import render_readme
+
+    path = Path(args.readme)
+    atomic.write_text(render_readme(path.read_text()), path)
+
+
+COMMANDS = (
+    add_results_table,
+    add_html_report,
+    add_report,
+    add_export_vcf,
+    add_export_tabix,
+    add_readme_tables,
+)

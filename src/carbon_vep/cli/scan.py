@@ -1,0 +1,161 @@
+"""Scans: scan (one region, one process), and the whole-genome path the workflow runs:
+plan-scan (the checkpoint), scan-chunk (one job per chunk), merge-scan (one per contig) and
+summarize-scan."""
+
+from __future__ import annotations
+
+import argparse
+
+from carbon_vep import atomic
+from carbon_vep.cli.common import load_engine, log, pairs
+from carbon_vep.config.fields import add_flags, from_args
+from carbon_vep.config.stages import ModelSettings, ScanChunkSettings, TileSettings
+from carbon_vep.errors import InputError
+
+
+def add_scan(sub) -> None:
+    p = sub.add_parser("scan", help="score every possible SNV of a region in one pass per tile")
+    p.add_argument("--reference", required=True)
+    p.add_argument("--region", required=True, help="CHROM:START-END, 1-based inclusive")
+    add_flags(p, ModelSettings, TileSettings)
+    p.add_argument("--out", required=True, help="per-position Parquet")
+    p.add_argument("--snv-out", default=None, help="per-SNV Parquet (3 rows per base)")
+    p.set_defaults(func=scan)
+
+
+def scan(args: argparse.Namespace) -> None:
+    """Every possible SNV of a region: per-position probabilities and per-SNV scores."""
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.tiling import parse_region
+
+    model, tiles = from_args(args, ModelSettings, TileSettings)
+    chrom, start, end = parse_region(args.region)
+    engine = load_engine(model, args.region)
+    from carbon_vep.scan.tiles import scan_region, snv_scores
+
+    with open_reference(args.reference) as reference:
+        if chrom not in reference.lengths:
+            raise InputError(args.reference, f"contig {chrom!r} of --region not in the reference")
+        positions = scan_region(engine, reference, chrom, start, end, tiles)
+    atomic.write_parquet(positions, args.out)
+    if args.snv_out:
+        atomic.write_parquet(snv_scores(positions), args.snv_out)
+    missing = (end - start) - positions.height
+    log.info("scanned %d positions of %s", positions.height, args.region)
+    if missing:
+        log.warning("%d bases at the contig end fit no whole 6-mer tile: not scored", missing)
+
+
+def add_plan_scan(sub) -> None:
+    p = sub.add_parser("plan-scan", help="split a scan's regions into chunks (one job each)")
+    p.add_argument("--reference", required=True)
+    p.add_argument(
+        "--regions", nargs="+", required=True,
+        help="`all`, contig names, CHROM:START-END (1-based inclusive) or BED files",
+    )  # fmt: skip
+    add_flags(p, TileSettings, ScanChunkSettings)
+    p.add_argument("--model", action="append", default=[], help="KEY=PATH, for the estimates")
+    p.add_argument("--title", default="scan")
+    p.add_argument("--out", required=True, help="plan JSON")
+    p.add_argument("--report", default=None, help="the plan as Markdown")
+    p.set_defaults(func=plan_scan)
+
+
+def plan_scan(args: argparse.Namespace) -> None:
+    """Targets -> chunks (one job each), with counts and estimates printed before any model job."""
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.plan import describe_plan, plan_scan, resolve_targets
+
+    tiles, chunks = from_args(args, TileSettings, ScanChunkSettings)
+    with open_reference(args.reference) as reference:
+        targets = resolve_targets(args.regions, reference.lengths)
+        plan = plan_scan(reference, targets, tiles, chunks, pairs(args.model))
+    atomic.write_json(plan, args.out)
+    text = describe_plan(plan, f"scan plan: {args.title}")
+    if args.report:
+        atomic.write_text(text, args.report)
+    print(text, end="")
+
+
+def add_scan_chunk(sub) -> None:
+    p = sub.add_parser("scan-chunk", help="score one chunk of a scan plan (streamed Parquet)")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--chunk", type=int, required=True)
+    p.add_argument("--reference", required=True)
+    add_flags(p, ModelSettings)
+    p.add_argument("--out", required=True, help="per-base Parquet of the chunk")
+    p.add_argument("--stats", required=True, help="JSON: bases, wall and forward-pass seconds")
+    p.set_defaults(func=scan_chunk)
+
+
+def scan_chunk(args: argparse.Namespace) -> None:
+    """One chunk of a scan plan, streamed to Parquet row groups."""
+    from carbon_vep.scan.outputs import BaseWriter, read_json
+    from carbon_vep.scan.plan import chunk_pieces
+
+    (model,) = from_args(args, ModelSettings)
+    plan = read_json(args.plan)
+    tiles = TileSettings(plan["tile_bp"], plan["min_context"])
+    pieces = chunk_pieces(plan, args.chunk)
+    engine = load_engine(model, f"{args.plan} chunk {args.chunk}")
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.tiles import scan_chunk
+
+    writer = BaseWriter(args.out)
+    try:
+        with open_reference(args.reference) as reference:
+            stats = scan_chunk(engine, reference, pieces, tiles, writer, f"chunk {args.chunk}")
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    atomic.write_json({"chunk": args.chunk, **stats}, args.stats)
+    log.info("chunk %d: %d bases in %.1f s", args.chunk, stats["bases"], stats["wall_s"])
+
+
+def add_merge_scan(sub) -> None:
+    p = sub.add_parser("merge-scan", help="one contig of a scan: Parquet partition + tabix TSV")
+    p.add_argument("--contig", required=True)
+    p.add_argument("--chunks", nargs="+", required=True, help="chunk Parquet files, in order")
+    add_flags(p, ScanChunkSettings)
+    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
+    p.add_argument("--out-parquet", required=True)
+    p.add_argument("--out-tsv", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.set_defaults(func=merge_scan)
+
+
+def merge_scan(args: argparse.Namespace) -> None:
+    """One contig's rows of the chunks -> its Parquet partition and tabix TSV."""
+    from carbon_vep.scan.outputs import merge_contig
+
+    (chunks,) = from_args(args, ScanChunkSettings)
+    stats = merge_contig(args.chunks, args.contig, args.out_parquet, args.out_tsv,
+                         pairs(args.provenance), chunks.tsv_decimals)  # fmt: skip
+    log.info("merged %s: %s", args.contig, stats)
+
+
+def add_summarize_scan(sub) -> None:
+    p = sub.add_parser("summarize-scan", help="a scan's final summary (JSON and Markdown)")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--chunk-stats", nargs="+", required=True)
+    p.add_argument("--parquet", nargs="+", required=True)
+    p.add_argument("--tsv", nargs="+", required=True)
+    p.add_argument("--title", default="scan")
+    p.add_argument("--out-json", required=True)
+    p.add_argument("--out-md", required=True)
+    p.set_defaults(func=summarize_scan)
+
+
+def summarize_scan(args: argparse.Namespace) -> None:
+    from carbon_vep.scan.outputs import read_json, summarize, summary_markdown
+    from carbon_vep.scan.plan import describe_plan
+
+    plan = read_json(args.plan)
+    stats = [read_json(p) for p in args.chunk_stats]
+    summary = summarize(plan, stats, args.parquet, args.tsv)
+    atomic.write_json(summary, args.out_json)
+    plan_text = describe_plan(plan, f"scan plan: {args.title}")
+    atomic.write_text(summary_markdown(summary, plan_text), args.out_md)
+
+
+COMMANDS = (add_scan, add_plan_scan, add_scan_chunk, add_merge_scan, add_summarize_scan)

@@ -1,0 +1,157 @@
+"""Variant panels scored: make-shards, score-shard and merge (the workflow's path), score (every
+stage in one process), and annotate (lookup in a scan's outputs, no model)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+import polars as pl
+
+from carbon_vep import atomic
+from carbon_vep.cli.common import load_engine, log, recipe_windows
+from carbon_vep.config.fields import add_flags, from_args
+from carbon_vep.config.stages import (
+    LabelSettings,
+    ModelSettings,
+    PanelSettings,
+    RecipeSettings,
+    ShardSettings,
+)
+from carbon_vep.errors import InputError
+
+
+def add_make_shards(sub) -> None:
+    p = sub.add_parser("make-shards", help="build windows and group variants into shards")
+    p.add_argument("--checked", required=True)
+    p.add_argument("--reference", required=True)
+    add_flags(p, RecipeSettings, ShardSettings)
+    p.add_argument("--outdir", required=True)
+    p.set_defaults(func=make_shards)
+
+
+def make_shards(args: argparse.Namespace) -> None:
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.genome.windows import assign_shards
+
+    recipe, shards = from_args(args, RecipeSettings, ShardSettings)
+    with open_reference(args.reference) as reference:
+        variants = recipe_windows(pl.read_parquet(args.checked), reference, recipe)
+    sharded = assign_shards(variants, shards.shard_size)
+    outdir = Path(args.outdir)
+    tmp = outdir.with_name(f".{outdir.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    n_shards = int(sharded["shard"].max()) + 1 if sharded.height else 1
+    for shard in range(n_shards):  # an empty panel still gets one (empty) shard
+        part = sharded.filter(pl.col("shard") == shard).drop("shard")
+        part.write_parquet(tmp / f"shard_{shard:05d}.parquet")
+    shutil.rmtree(outdir, ignore_errors=True)
+    tmp.rename(outdir)
+    log.info("%d variants in %d shards", sharded.height, n_shards)
+
+
+def add_score_shard(sub) -> None:
+    p = sub.add_parser("score-shard", help="score one shard")
+    p.add_argument("--shard", required=True)
+    p.add_argument("--reference", required=True)
+    add_flags(p, ModelSettings, RecipeSettings)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=score_shard)
+
+
+def score_shard(args: argparse.Namespace) -> None:
+    model, recipe = from_args(args, ModelSettings, RecipeSettings)
+    shard = pl.read_parquet(args.shard)
+    engine = load_engine(model, args.shard)  # first: a missing cache or GPU fails fast
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scoring.shard import score_shard
+
+    with open_reference(args.reference) as reference:
+        scores = score_shard(shard, reference, engine, recipe)
+    atomic.write_parquet(scores, args.out)
+    log.info("scored %d variants of %s", scores.height, args.shard)
+
+
+def add_merge(sub) -> None:
+    p = sub.add_parser("merge", help="join shard scores onto every checked row")
+    p.add_argument("--checked", required=True)
+    p.add_argument("--scores", nargs="*", default=[])
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=merge)
+
+
+def merge(args: argparse.Namespace) -> None:
+    from carbon_vep.scoring.merge import merge_scores
+
+    checked = pl.read_parquet(args.checked)
+    merged = merge_scores(checked, [pl.read_parquet(p) for p in args.scores])
+    atomic.write_parquet(merged, args.out)
+    log.info("merged %d rows", merged.height)
+
+
+def add_score(sub) -> None:
+    p = sub.add_parser("score", help="check, window and score a panel in one process")
+    p.add_argument("--panel", required=True)
+    p.add_argument("--reference", required=True)
+    add_flags(p, ModelSettings, PanelSettings, LabelSettings, RecipeSettings)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=score)
+
+
+def score(args: argparse.Namespace) -> None:
+    """Every stage in one process, for use outside Snakemake."""
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scoring.merge import merge_scores
+    from carbon_vep.variants.ingest import ingest_panel
+
+    model, panel, labels, recipe = from_args(
+        args, ModelSettings, PanelSettings, LabelSettings, RecipeSettings
+    )
+    with open_reference(args.reference) as reference:
+        checked, _ = ingest_panel(args.panel, reference, panel, labels)
+        engine = load_engine(model, args.panel)  # after the panel checks: bad input fails fast
+        from carbon_vep.scoring.shard import score_shard
+
+        windows = recipe_windows(checked, reference, recipe)
+        scores = score_shard(windows, reference, engine, recipe)
+    atomic.write_parquet(merge_scores(checked, [scores]), args.out)
+
+
+def add_annotate(sub) -> None:
+    p = sub.add_parser("annotate", help="score a panel by lookup in a scan's outputs, no model")
+    p.add_argument("--scan", required=True, help="a scan's output folder (holds positions/)")
+    p.add_argument("--panel", default=None, help="VCF/BCF, Parquet, TSV or CSV (ingested)")
+    p.add_argument("--reference", default=None, help="the panel's reference (for the checks)")
+    p.add_argument("--checked", default=None, help="or: a checked panel (check-panel --out)")
+    add_flags(p, PanelSettings, LabelSettings)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=annotate)
+
+
+def annotate(args: argparse.Namespace) -> None:
+    """A panel scored by lookup in a scan's outputs: no model."""
+    from carbon_vep.scoring.annotate import annotate_panel
+
+    if args.checked:  # the workflow's check_panel output
+        checked = pl.read_parquet(args.checked)
+    elif args.panel and args.reference:
+        from carbon_vep.genome.reference import open_reference
+        from carbon_vep.variants.ingest import ingest_panel
+
+        panel, labels = from_args(args, PanelSettings, LabelSettings)
+        with open_reference(args.reference) as reference:
+            checked, _ = ingest_panel(args.panel, reference, panel, labels)
+    else:
+        raise InputError("command line", "annotate needs --panel and --reference, or --checked")
+    began = time.monotonic()
+    annotated = annotate_panel(checked, args.scan)
+    took = time.monotonic() - began
+    atomic.write_parquet(annotated, args.out)
+    log.info("annotated %d rows in %.2f s (lookup): %s", annotated.height, took,
+             dict(annotated.group_by("status").len().sort("status").iter_rows()))  # fmt: skip
+
+
+COMMANDS = (add_make_shards, add_score_shard, add_merge, add_score, add_annotate)

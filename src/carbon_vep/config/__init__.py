@@ -1,0 +1,8 @@
+"""Every setting and recipe, defined once. `fields` is the mechanism (how a setting is declared
+as a dataclass field and read from YAML, a rule's `--settings` JSON or the command line);
+`stages` holds each stage's settings, `run` the config entries and the whole-run config,
+`schema` the JSON schema generated from them, `workflow` what the Snakefile needs at parse
+time, and `recipes` the recipe registry (window geometry, published normalisation, scorer).
+
+May import: `genome` and the shared modules. No torch: the Snakefile imports it while parsing.
+"""

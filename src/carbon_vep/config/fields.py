@@ -1,0 +1,332 @@
+"""How a setting is declared, read and described; the settings are in `stages` and `run`.
+
+A setting is a field of a frozen dataclass made with `setting(...)`: its annotation gives the
+type (a `Literal` gives the choices), its default is the one default, and its metadata gives
+the help text, CLI flag, bounds and `scope` (where its config key lives: `entry` = in the
+config entry, `run` = once at the top level, `cli` = a command-line option only). A field made with
+`group(Cls)` nests another settings class whose keys sit flat in the same YAML entry.
+
+From these declarations this module reads settings from flat mappings (YAML entries, a rule's
+`--settings` JSON, command-line options), writes them back (`to_flat`, `spec_json`), adds the
+command-line options (`add_flags` / `from_args`) and writes JSON-schema properties
+(`entry_schema`). No torch here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import MISSING, field, fields
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+Scope = Literal["entry", "run", "cli"]
+
+
+class ConfigError(ValueError):
+    """A config (or a command line) that cannot mean what it says."""
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    help: str,
+    flag: str | None = None,
+    scope: Scope = "entry",
+    cli: bool = True,
+    choices: tuple[Any, ...] | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    pattern: str | None = None,
+    item_pattern: str | None = None,
+    value_choices: tuple[Any, ...] | None = None,
+    single: bool = False,
+) -> Any:
+    """A dataclass field carrying what the schema and the CLI need to know about a setting."""
+    metadata = {
+        "help": help,
+        "flag": flag,
+        "scope": scope,
+        "cli": cli,
+        "choices": choices,
+        "minimum": minimum,
+        "maximum": maximum,
+        "pattern": pattern,
+        "item_pattern": item_pattern,
+        "value_choices": value_choices,
+        "single": single,  # a list setting that also takes one bare string (`regions: all`)
+    }
+    if isinstance(default, dict | list):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def group(cls: type) -> Any:
+    """A nested settings group: its fields are keys of the enclosing entry (flat in YAML)."""
+    return field(default_factory=cls, metadata={"group": True})
+
+
+# ---- introspection -----------------------------------------------------------------------
+def _is_group(f: dataclasses.Field) -> bool:
+    return bool(f.metadata.get("group"))
+
+
+def flat_fields(cls: type) -> Iterator[tuple[dataclasses.Field, Any]]:
+    """Every setting of `cls` and of its nested groups, with its (resolved) annotation."""
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        if _is_group(f):
+            yield from flat_fields(hints[f.name])
+        else:
+            yield f, hints[f.name]
+
+
+def is_required(f: dataclasses.Field) -> bool:
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _type_info(hint: Any) -> tuple[str, str | None, bool]:
+    """(kind, item or value kind, nullable): kinds are str, int, float, bool, list, map."""
+    nullable = False
+    if get_origin(hint) in (Union, types.UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        nullable, hint = True, args[0]
+    origin = get_origin(hint)
+    if origin is Literal:
+        return _scalar(type(get_args(hint)[0])), None, nullable
+    if origin is tuple:
+        return "list", _type_info(get_args(hint)[0])[0], nullable
+    if origin is dict:
+        return "map", _type_info(get_args(hint)[1])[0], nullable
+    return _scalar(hint), None, nullable
+
+
+def _scalar(tp: Any) -> str:
+    return {str: "str", int: "int", float: "float", bool: "bool"}[tp]
+
+
+def choices_of(f: dataclasses.Field, hint: Any) -> tuple[Any, ...] | None:
+    if f.metadata.get("choices"):
+        return tuple(f.metadata["choices"])
+    bare = [a for a in get_args(hint) if a is not type(None)] if get_origin(hint) else [hint]
+    literal = next((a for a in bare if get_origin(a) is Literal), hint)
+    return get_args(literal) if get_origin(literal) is Literal else None
+
+
+# ---- reading and writing flat mappings -------------------------------------------------------
+def from_flat(cls: type, values: Mapping[str, Any], where: str, ignore: Iterable[str] = ()) -> Any:
+    """`cls` from a flat mapping of its settings (nested groups read the same mapping).
+
+    Missing keys take the dataclass default; keys in `ignore` (the run-level settings, present
+    for every entry) are skipped where `cls` has no such setting; any other unknown key is an
+    error naming it.
+    """
+    own = {f.name for f, _ in flat_fields(cls)}
+    unknown = sorted(set(values) - own - set(ignore))
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {unknown}")
+    return _build(cls, values, where)
+
+
+def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
+    hints = get_type_hints(cls)
+    kwargs = {}
+    for f in fields(cls):
+        if _is_group(f):
+            kwargs[f.name] = _build(hints[f.name], values, where)
+        elif f.name in values:
+            kwargs[f.name] = _coerce(values[f.name], hints[f.name], f, where)
+        elif is_required(f):
+            raise ConfigError(f"{where}: {describe(f)} is required")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, f: dataclasses.Field, where: str) -> Any:
+    """Lists become tuples, mappings dicts; choices are checked (the schema checks the rest)."""
+    if value is None:
+        return None
+    kind, _, _ = _type_info(hint)
+    if kind == "list":
+        value = (value,) if isinstance(value, str) and f.metadata.get("single") else tuple(value)
+    elif kind == "map":
+        value = dict(value)
+    choices = choices_of(f, hint)
+    if choices and value not in choices:
+        raise ConfigError(f"{where}: {describe(f)} is {value!r}; choose one of {list(choices)}")
+    return value
+
+
+def to_flat(settings: Any) -> dict[str, Any]:
+    """A settings object and its nested groups as one flat, JSON-ready mapping."""
+    out: dict[str, Any] = {}
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if _is_group(f):
+            out.update(to_flat(value))
+        else:
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def spec_json(*settings: Any, exclude: Iterable[str] = ()) -> str:
+    """Settings objects as one shell-quoted JSON object: a rule's `--settings` argument
+    (`exclude`: settings the rule passes otherwise, e.g. a batch size that is a resource)."""
+    merged: dict[str, Any] = {}
+    for item in settings:
+        merged.update(to_flat(item))
+    for name in exclude:
+        merged.pop(name)
+    return shlex.quote(json.dumps(merged, sort_keys=True))
+
+
+# ---- naming a setting to the user in front of us ---------------------------------------------
+INTERFACE_VARIABLE = "CARBON_VEP_INTERFACE"  # the workflow's rules set it to `workflow`
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    return "--" + (f.metadata.get("flag") or f.name.replace("_", "-"))
+
+
+def describe(f: dataclasses.Field, value: str | None = None, hint: Any = str) -> str:
+    """A setting as its flag on the command line, as its config key under the workflow.
+
+    With `value` (`KEY=VALUE` for a mapping, one item for a list; `hint` is the setting's
+    annotation) it is shown set to it: "`--column pos=POS_hg38`" on the command line, "the
+    config key `columns` (`columns: {pos: POS_hg38}`)" under the workflow.
+    """
+    if os.environ.get(INTERFACE_VARIABLE) != "workflow":
+        return f"`{flag_name(f)}`" if value is None else f"`{flag_name(f)} {value}`"
+    where = "top-level config key" if f.metadata.get("scope") == "run" else "config key"
+    name = f"the {where} `{f.name}`"
+    if value is None:
+        return name
+    kind = _type_info(hint)[0]
+    if kind == "map":
+        entry, _, mapped = value.partition("=")
+        value = f"{{{entry}: {mapped}}}"
+    elif kind == "list":
+        value = f"[{value}]"
+    return f"{name} (`{f.name}: {value}`)"
+
+
+# ---- the command line ----------------------------------------------------------------------
+_PY = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+class _KeyValues(argparse.Action):
+    """Repeated KEY=VALUE options into a dict (values typed as the setting's map values)."""
+
+    value_type: Any = str
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = dict(getattr(namespace, self.dest, None) or {})
+        key, sep, value = str(values).partition("=")
+        if not sep:
+            parser.error(f"{option_string} expects KEY=VALUE, got {values!r}")
+        current[key] = type(self).value_type(value)
+        setattr(namespace, self.dest, current)
+
+
+def add_flags(parser: argparse.ArgumentParser, *classes: type) -> None:
+    """One option per setting of `classes` (and their groups), plus `--settings` (JSON)."""
+    parser.add_argument(
+        "--settings",
+        default=None,
+        help="the settings as one JSON object (what the workflow's rules pass); options given "
+        "on the command line override its values",
+    )
+    for cls in classes:
+        for f, hint in flat_fields(cls):
+            if f.metadata["cli"]:
+                parser.add_argument(flag_name(f), dest=f.name, default=argparse.SUPPRESS,
+                                    help=_help(f), **_argparse_kind(f, hint))  # fmt: skip
+
+
+def _help(f: dataclasses.Field) -> str:
+    text = f.metadata["help"].replace("%", "%%")
+    return f"{text} (required)" if is_required(f) else f"{text} (default: {default_of(f)})"
+
+
+def _argparse_kind(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
+    kind, inner, _ = _type_info(hint)
+    if kind == "bool":
+        return {"action": argparse.BooleanOptionalAction}
+    if kind == "list":
+        return {"action": "extend", "nargs": "+", "type": _PY[inner]}
+    if kind == "map":
+        action = type("KeyValues", (_KeyValues,), {"value_type": staticmethod(_PY[inner])})
+        return {"action": action, "metavar": "KEY=VALUE"}
+    choices = choices_of(f, hint)
+    return {"type": _PY[kind], **({"choices": list(choices)} if choices else {})}
+
+
+def from_args(args: argparse.Namespace, *classes: type) -> tuple[Any, ...]:
+    """Each of `classes` from `--settings` overlaid with the options given on the command line."""
+    values = json.loads(args.settings) if getattr(args, "settings", None) else {}
+    own = {f.name for cls in classes for f, _ in flat_fields(cls)}
+    unknown = sorted(set(values) - own)
+    if unknown:
+        raise ConfigError(f"--settings holds unknown setting(s) {unknown}")
+    values.update({name: value for name, value in vars(args).items() if name in own})
+    return tuple(
+        from_flat(cls, values, "command line", ignore=own - {f.name for f, _ in flat_fields(cls)})
+        for cls in classes
+    )
+
+
+# ---- JSON schema -----------------------------------------------------------------------------
+_JSON = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
+
+def schema_property(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
+    """The JSON-schema property of one setting: type, bounds, choices, default, description."""
+    kind, inner, nullable = _type_info(hint)
+    meta = f.metadata
+    if kind == "list":
+        items: dict[str, Any] = {"type": _JSON[inner]}
+        if meta["item_pattern"]:
+            items["pattern"] = meta["item_pattern"]
+        prop: dict[str, Any] = {"type": "array", "items": items}
+        if is_required(f):
+            prop["minItems"] = 1
+        if meta.get("single"):
+            prop = {"anyOf": [prop, {"type": _JSON[inner]}]}
+    elif kind == "map":
+        value: dict[str, Any] = {"type": _JSON[inner]}
+        if meta["value_choices"]:
+            value["enum"] = list(meta["value_choices"])
+        prop = {"type": "object", "additionalProperties": value}
+    else:
+        prop = {"type": _JSON[kind]}
+    if nullable:
+        prop["type"] = [prop["type"], "null"]
+    choices = choices_of(f, hint)
+    if choices:
+        prop["enum"] = list(choices)
+    for key in ("minimum", "maximum", "pattern"):
+        if meta[key] is not None:
+            prop[key] = meta[key]
+    if not is_required(f):
+        default = default_of(f)
+        prop["default"] = list(default) if isinstance(default, tuple) else default
+    prop["description"] = meta["help"]
+    return prop
+
+
+def entry_schema(cls: type) -> dict[str, Any]:
+    """The schema of one config entry: its entry-scope settings, flat."""
+    settings = [(f, h) for f, h in flat_fields(cls) if f.metadata["scope"] == "entry"]
+    return {
+        "type": "object",
+        "properties": {f.name: schema_property(f, h) for f, h in settings},
+        "required": [f.name for f, _ in settings if is_required(f)],
+        "additionalProperties": False,
+    }

@@ -1,0 +1,326 @@
+"""A whole workflow config: its entries (datasets, scans, tasks, models, Hub files, downloads)
+and `RunConfig`, the config typed with every default filled in and checked as a whole.
+
+Entries are flat in YAML and nest the stage settings of `config.stages` in Python; settings
+with `scope="run"` are read once at the top level (`run_fields`). No torch here: the workflow
+builds a `RunConfig` while it parses the Snakefile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from carbon_vep.config.fields import ConfigError, describe, flat_fields, from_flat, group, setting
+from carbon_vep.config.stages import (
+    EvaluationSettings,
+    LabelSettings,
+    MetricSettings,
+    ModelSettings,
+    PanelSettings,
+    PerturbationSettings,
+    RecipeSettings,
+    RecoverySettings,
+    ScanChunkSettings,
+    ShardSettings,
+    TileSettings,
+)
+from carbon_vep.genome.builds import check_shared_references
+
+# ---- config entries ----------------------------------------------------------------------
+ENTRY_KEY = r"^[A-Za-z0-9_.-]+$"
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    panel: str = setting(help="variant panel: VCF/BCF, Parquet, TSV or CSV")
+    reference: str = setting(
+        help="genome of this dataset's build: FASTA (plain or bgzipped; a missing .fai/.gzi "
+        "is built next to it) or a GENERator-style Parquet with columns ID, Sequence"
+    )
+    models: tuple[str, ...] | None = setting(
+        None, help="model keys to score this dataset with (default all)"
+    )
+    export_vcf: bool = setting(
+        True, help="write the results as results.vcf.gz (scores in INFO, tabix-indexed)"
+    )
+    checks: PanelSettings = group(PanelSettings)
+    labels: LabelSettings = group(LabelSettings)
+    scoring: RecipeSettings = group(RecipeSettings)
+    shards: ShardSettings = group(ShardSettings)
+    metrics: MetricSettings = group(MetricSettings)
+
+    @property
+    def build(self) -> str:
+        return self.checks.build
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    reference: str = setting(help="genome FASTA (or GENERator Parquet)")
+    build: str = setting(help="genome build of the reference (e.g. hg38)")
+    regions: tuple[str, ...] = setting(
+        single=True,
+        help="what to scan: `all` (every contig of the reference), a list of contig names and "
+        "CHROM:START-END (1-based inclusive), or the path of a BED file (overlapping and "
+        "adjacent intervals merged); contig names are matched through the panel aliases "
+        "(chr1 = 1 = NC_000001.11)",
+    )
+    models: tuple[str, ...] | None = setting(None, help="model keys to scan with (default all)")
+    tiles: TileSettings = group(TileSettings)
+    chunks: ScanChunkSettings = group(ScanChunkSettings)
+
+
+TASK_KINDS = ("sequence_recovery", "perturbation")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    kind: Literal["sequence_recovery", "perturbation"] = setting(
+        help="sequence_recovery (columns sequence, label, type) or perturbation (columns "
+        "original_sequence, sequence)"
+    )
+    path: str = setting(help="Parquet, TSV or CSV file of the task")
+    models: tuple[str, ...] | None = setting(
+        None, help="model keys to run this task with (default all)"
+    )
+    recovery: RecoverySettings = group(RecoverySettings)
+    perturbation: PerturbationSettings = group(PerturbationSettings)
+    evaluation: EvaluationSettings = group(EvaluationSettings)
+
+    @property
+    def settings(self) -> RecoverySettings | PerturbationSettings:
+        return self.recovery if self.kind == "sequence_recovery" else self.perturbation
+
+
+@dataclass(frozen=True)
+class HubFileConfig:
+    repo_id: str = setting(help="Hub repository id")
+    filename: str = setting(
+        help="file in the repository, or a glob of Parquet files to concatenate"
+    )
+    out: str = setting(help="where datasets and tasks read the file")
+    revision: str | None = setting(None, help="commit, tag or branch")
+    repo_type: Literal["dataset", "model"] = setting("dataset", help="Hub repository type")
+
+
+@dataclass(frozen=True)
+class DownloadConfig:
+    url: str = setting(help="where the file is published (https://, or file:// for a local copy)")
+    out: str = setting(help="where datasets and tasks read the file")
+    sha256: str | None = setting(
+        None,
+        help="sha256 of the file as published (before gunzip); the download is refused on a "
+        "mismatch, and without it (the refusal prints the hash to check and pin)",
+        pattern=r"^[0-9a-f]{64}$",
+    )
+    gunzip: bool = setting(False, help="decompress a gzip download into `out`")
+
+
+# top-level sections: name -> (entry class, at least one entry required, description)
+SECTIONS: dict[str, tuple[type, bool, str]] = {
+    "models": (ModelSettings, True, "models by key (keys are used in output paths)"),
+    "datasets": (
+        DatasetConfig,
+        False,
+        "variant panels, each scored with a recipe (a config needs datasets, scans or tasks)",
+    ),
+    "scans": (
+        ScanConfig,
+        False,
+        "regions in which every possible SNV is scored (one pass per tile)",
+    ),
+    "tasks": (
+        TaskConfig,
+        False,
+        "zero-shot suite tasks other than variant panels: sequence recovery and perturbation",
+    ),
+    "hub_files": (
+        HubFileConfig,
+        False,
+        "public dataset files fetched from the Hugging Face Hub by head-node rules "
+        "(fetch_hub_<name>; needs internet) into `out`, where datasets and tasks read them",
+    ),
+    "downloads": (
+        DownloadConfig,
+        False,
+        "other public files (a reference genome) fetched by head-node rules (fetch_url_<name>; "
+        "needs internet) from a pinned URL, checked against their sha256, into `out`",
+    ),
+}
+
+
+OUTDIR_DEFAULT = "results"
+
+
+# the comparison gate (`carbon-vep compare`, rule compare_baseline): a top-level key
+BASELINE_HELP = (
+    "baseline YAML (baselines/): the workflow's last rule compares the results table with it "
+    "and fails on drift (a relative path not found here is looked up next to the Snakefile)"
+)
+
+
+# pinned input files: a top-level key, read by the record_*_inputs rules (`carbon-vep
+# record-inputs`), which hash every input and stop on a mismatch before anything uses it
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+SHA256_HELP = (
+    "expected sha256 of input files, by path as the config names it (panel, reference, task "
+    "file); a model's files as MODEL_PATH/FILE (e.g. HuggingFaceBio/Carbon-3B/model.safetensors)."
+    " A mismatch stops the run naming the file and both hashes"
+)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole workflow config, typed, with every default filled in."""
+
+    outdir: str
+    models: dict[str, ModelSettings]
+    datasets: dict[str, DatasetConfig]
+    scans: dict[str, ScanConfig]
+    tasks: dict[str, TaskConfig]
+    hub_files: dict[str, HubFileConfig]
+    downloads: dict[str, DownloadConfig]
+    baseline: str | None = None
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> RunConfig:
+        """Typed config from the (validated) YAML mapping; refuses what cannot be meant."""
+        known = {"outdir", "baseline", "sha256", *SECTIONS, *run_fields()}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ConfigError(f"unknown top-level config key(s) {unknown}")
+        run = {name: config[name] for name in run_fields() if name in config}
+        for key, task in (config.get("tasks") or {}).items():
+            _check_task_keys(key, task)
+        sections = {
+            name: {
+                key: from_flat(entry_cls, {**run, **dict(value or {})}, f"{name}.{key}", ignore=run)
+                for key, value in (config.get(name) or {}).items()
+            }
+            for name, (entry_cls, _, _) in SECTIONS.items()
+        }
+        pins = dict(config.get("sha256") or {})
+        bad = sorted(path for path, value in pins.items() if not _is_sha256(value))
+        if bad:
+            raise ConfigError(f"sha256: {bad[0]}: expected 64 lowercase hex digits")
+        run_config = cls(
+            outdir=config.get("outdir", OUTDIR_DEFAULT),
+            baseline=config.get("baseline"),
+            sha256=pins,
+            **sections,
+        )
+        run_config.check()
+        return run_config
+
+    def check(self) -> None:
+        if not self.models:
+            raise ConfigError("the config defines no models")
+        if not (self.datasets or self.scans or self.tasks):
+            raise ConfigError("the config defines no datasets, scans or tasks: nothing to do")
+        if "suite" in self.datasets:
+            raise ConfigError("dataset name 'suite' is reserved: OUTDIR/suite holds suite tasks")
+        for key, model in self.models.items():
+            check_unpinned_remote_code(key, model)
+        for section in ("datasets", "scans", "tasks"):
+            for key, entry in getattr(self, section).items():
+                missing = sorted(set(entry.models or ()) - set(self.models))
+                if missing:
+                    raise ConfigError(f"{section}.{key}: unknown model(s) {missing}")
+        for key, dataset in self.datasets.items():
+            self._check_scan_lookup(key, dataset)
+        check_shared_references(
+            [(f"dataset {k!r}", d.reference, d.build) for k, d in self.datasets.items()]
+            + [(f"scan {k!r}", s.reference, s.build) for k, s in self.scans.items()]
+        )
+
+    def _check_scan_lookup(self, key: str, dataset: DatasetConfig) -> None:
+        """A from_scan dataset names a scan of this config that runs each of its models."""
+        scan = dataset.scoring.scan
+        if dataset.scoring.recipe != "from_scan":
+            if scan is not None:
+                raise ConfigError(f"datasets.{key}: `scan` applies to recipe from_scan only")
+            return
+        if scan not in self.scans:
+            known = sorted(self.scans) or "none"
+            raise ConfigError(f"datasets.{key}: recipe from_scan needs `scan:`, one of {known}")
+        missing = sorted(set(self.entry_models(dataset)) - set(self.entry_models(self.scans[scan])))
+        if missing:
+            raise ConfigError(f"datasets.{key}: scan {scan!r} does not run model(s) {missing}")
+
+    def scan_lookups(self) -> dict[str, str]:
+        """Datasets scored by lookup in a scan (recipe from_scan) -> the scan's key."""
+        return {
+            key: d.scoring.scan
+            for key, d in self.datasets.items()
+            if d.scoring.recipe == "from_scan" and d.scoring.scan is not None
+        }
+
+    def entry_models(self, entry: DatasetConfig | ScanConfig | TaskConfig) -> list[str]:
+        return list(entry.models) if entry.models is not None else list(self.models)
+
+
+def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
+    """A task entry may only set the settings of its own kind (the schema fills every task
+    key's default, so a key of the other kind counts only when it differs from its default)."""
+    other = (
+        PerturbationSettings() if task.get("kind") == "sequence_recovery" else RecoverySettings()
+    )
+    changed = sorted(
+        f.name for f in fields(other) if f.name in task and task[f.name] != getattr(other, f.name)
+    )
+    if changed:
+        raise ConfigError(f"tasks.{key}: {changed} do not apply to a {task.get('kind')} task")
+
+
+def _is_sha256(value: Any) -> bool:
+    import re
+
+    return isinstance(value, str) and re.fullmatch(SHA256_PATTERN[1:-1], value) is not None
+
+
+# ---- checks of the whole config ----------------------------------------------------------
+def check_unpinned_remote_code(key: str, model: ModelSettings) -> None:
+    """A Hub model allowed to run remote code needs a pinned commit (or allow_unpinned): the
+    code at a branch can change between runs. Caught at parse time, before any download."""
+    import os
+    import re
+
+    local = os.path.isdir(model.path) or model.path.startswith(("/", ".", "~"))
+    if not model.trust_remote_code or model.build_demo or local:  # a Hub id is ORG/NAME
+        return
+    if model.allow_unpinned or re.fullmatch(r"[0-9a-f]{40}", model.revision or ""):
+        return
+    raise ConfigError(
+        f"models.{key}: {model.path} with trust_remote_code: true at revision "
+        f"{model.revision or 'main'!r} would run remote code that can change between runs; "
+        "pin `revision` to a commit (40 hex digits; fetch-model records the one it gets), or "
+        "set `allow_unpinned: true`"
+    )
+
+
+# ---- run-level settings and their names ---------------------------------------------------
+def run_fields() -> dict[str, tuple[dataclasses.Field, Any]]:
+    """Settings whose config key is at the top level (one value for every entry), with their
+    type annotation."""
+    out: dict[str, tuple[dataclasses.Field, Any]] = {}
+    for entry_cls, _, _ in SECTIONS.values():
+        for f, hint in flat_fields(entry_cls):
+            if f.metadata["scope"] == "run":
+                out.setdefault(f.name, (f, hint))
+    return out
+
+
+def setting_name(name: str, value: str | None = None) -> str:
+    """How the user in front of us spells the setting with this config key (errors name it),
+    optionally set to `value` (see `settings.describe`)."""
+    for entry_cls, _, _ in SECTIONS.values():
+        for f, hint in flat_fields(entry_cls):
+            if f.name == name:
+                return describe(f, value, hint)
+    raise KeyError(name)

@@ -1,0 +1,279 @@
+"""The settings of each stage, defined once: type, default, meaning, CLI flag, config key.
+
+One frozen dataclass per stage concern (declared with `config.fields.setting`): how a model
+is loaded (`ModelSettings`), how a panel is read and labelled (`PanelSettings`,
+`LabelSettings`), which recipe scores it (`RecipeSettings`, `TileSettings`, `ShardSettings`),
+what metrics report (`MetricSettings`, `EvaluationSettings`), the suite tasks
+(`RecoverySettings`, `PerturbationSettings`) and how a scan is cut into jobs
+(`ScanChunkSettings`). A stage command reads the classes it needs (`fields.from_args`); the
+config entries that group them are in `config.run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from carbon_vep.config.fields import group, setting
+from carbon_vep.config.recipes import NORMALIZATIONS, PUBLISHED, RECIPES, Recipe
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """How to load and run one model."""
+
+    path: str = setting(help="local model directory or Hugging Face Hub id", flag="model")
+    revision: str | None = setting(
+        None, help="commit, tag or branch of a Hub model (pin a commit for reproducible runs)"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = setting(
+        "float32", help="weights and matmuls; softmax maths always run in float32"
+    )
+    device: str = setting("cpu", help="cpu, cuda or cuda:N", pattern=r"^(cpu|cuda(:[0-9]+)?)$")
+    trust_remote_code: bool = setting(
+        False,
+        help="run the tokenizer/model code shipped with the checkpoint (off unless asked for; "
+        "a Hub model's remote code also needs a pinned `revision` or allow_unpinned)",
+    )
+    allow_unpinned: bool = setting(
+        False,
+        help="allow a Hub model's remote code at a revision that is not a commit (it can "
+        "change between runs; the commit used is recorded in the provenance)",
+    )
+    batch_size: int = setting(8, minimum=1, help="windows per forward pass (halved on OOM)")
+    build_demo: bool = setting(
+        False, cli=False, help="build the tiny Carbon-shaped demo model at `path` (no download)"
+    )
+
+
+@dataclass(frozen=True)
+class PanelSettings:
+    """How a panel is read and checked against the reference (check-panel)."""
+
+    build: str = setting(
+        help="genome build the panel and reference are on (e.g. hg38); datasets sharing a "
+        "reference must declare the same build (hg38 = GRCh38, hg19 = GRCh37 = b37)"
+    )
+    format: Literal["auto", "vcf", "parquet", "tsv", "csv"] = setting(
+        "auto", help="panel file format (auto: from the file name)"
+    )
+    columns: dict[str, str] = setting(
+        {},
+        flag="column",
+        help="standard name (chrom, pos, ref, alt, or any other) -> column in a table panel; "
+        "without it chrom/chr/chromosome/#CHROM, pos/position, ref and alt are found in any "
+        "letter case",
+    )
+    info_fields: tuple[str, ...] = setting(
+        (), flag="info-field", help='VCF INFO fields to carry to the outputs ("*" = every field)'
+    )
+    indel_policy: Literal["skip"] = setting(
+        "skip",
+        help="indels and MNVs (after trimming shared bases) are kept with status skipped and "
+        "the reason; the recipes score SNVs",
+    )
+    min_ref_concordance: float = setting(
+        0.9,
+        scope="run",
+        minimum=0,
+        maximum=1,
+        help="abort before scoring when fewer SNV REF alleles match the reference",
+    )
+
+
+DEFAULT_CLNSIG_LABELS = {
+    "Pathogenic": 1,
+    "Likely_pathogenic": 1,
+    "Pathogenic/Likely_pathogenic": 1,
+    "Benign": 0,
+    "Likely_benign": 0,
+    "Benign/Likely_benign": 0,
+}
+
+
+CLNSIG_LABEL_COLUMN = "label"  # the column label_source clinvar_clnsig derives
+
+
+@dataclass(frozen=True)
+class LabelSettings:
+    """Where a panel's labels come from and which values are positive (check-panel, metrics)."""
+
+    label_source: Literal["column", "clinvar_clnsig"] = setting(
+        "column",
+        help="column: labels are read from `label_column` as they are; clinvar_clnsig: a "
+        f"`{CLNSIG_LABEL_COLUMN}` column (1, 0 or null) and `label_conflict` are derived from "
+        "the INFO field `clnsig_field` through `clnsig_labels`",
+    )
+    label_column: str | None = setting(
+        None,
+        help="column holding the labels (default: none, or the derived "
+        f"`{CLNSIG_LABEL_COLUMN}` under label_source clinvar_clnsig)",
+    )
+    clnsig_field: str = setting("CLNSIG", help="INFO field holding ClinVar's significance")
+    clnsig_labels: dict[str, int] = setting(
+        DEFAULT_CLNSIG_LABELS,
+        flag="clnsig-label",
+        value_choices=(0, 1),
+        help="CLNSIG term -> label; terms not named here (Uncertain_significance, "
+        "risk_factor, ...) leave the row unlabeled; Conflicting_* and terms naming both labels "
+        "give a null label and label_conflict = true (such rows are left out of metrics)",
+    )
+    positive_labels: tuple[str, ...] = setting(
+        ("1", "1.0", "True", "true"), flag="positive", help="label values that mean positive"
+    )
+    negative_labels: tuple[str, ...] = setting(
+        ("0", "0.0", "False", "false"), flag="negative", help="label values that mean negative"
+    )
+
+    @property
+    def column(self) -> str | None:
+        """The label column metrics read: the configured one, or the one ingest derives."""
+        if self.label_column:
+            return self.label_column
+        return CLNSIG_LABEL_COLUMN if self.label_source == "clinvar_clnsig" else None
+
+
+@dataclass(frozen=True)
+class TileSettings:
+    """How a scan cuts a region into one-pass tiles."""
+
+    tile_bp: int = setting(
+        49146,
+        minimum=12,
+        help="tile length in bp (8,191 tokens + the prefix = 8,192, Carbon-500M native)",
+    )
+    min_context: int = setting(
+        24000, minimum=0, help="left context guaranteed to every scored base"
+    )
+
+
+@dataclass(frozen=True)
+class RecipeSettings:
+    """Which recipe scores a dataset, and its options (make-shards, score-shard)."""
+
+    recipe: str = setting(
+        choices=tuple(RECIPES),
+        help="; ".join(f"{r.name}: {r.summary}" for r in RECIPES.values()),
+    )
+    normalization: str = setting(
+        PUBLISHED,
+        choices=(PUBLISHED, *NORMALIZATIONS),
+        help="published = the recipe's published one; or any of " + ", ".join(NORMALIZATIONS),
+    )
+    window_bp: int | None = setting(
+        None,
+        minimum=6,
+        help="window length: the centered window (centered, fns) or the left context "
+        "(nexttoken); default: the recipe's published one",
+    )
+    rc_average: bool = setting(False, help="average with the reverse-complement delta")
+    share_prefix: bool = setting(
+        True, help="score alternates from the reference prefix's KV cache (same values)"
+    )
+    tiles: TileSettings = group(TileSettings)  # the scan recipe's tiles
+    scan: str | None = setting(
+        None,
+        help="recipe from_scan: the key of the scan (in `scans:`) whose outputs the panel is "
+        "looked up in, no model (each of the dataset's models needs that scan)",
+    )
+
+    @property
+    def definition(self) -> Recipe:
+        return RECIPES[self.recipe]
+
+    @property
+    def resolved_normalization(self) -> str:
+        return self.definition.normalization(self.normalization)
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    shard_size: int = setting(
+        500,
+        scope="run",
+        minimum=1,
+        help="scoreable variants per shard (whole sites are kept together)",
+    )
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """Intervals of every metric (metrics, suite tasks)."""
+
+    bootstrap: int = setting(
+        1000,
+        scope="run",
+        minimum=0,
+        help="resamples for the 95% percentile bootstrap intervals of every metric (0 = none)",
+    )
+    seed: int = setting(0, scope="cli", help="random seed of the bootstrap")
+
+
+@dataclass(frozen=True)
+class MetricSettings:
+    """What compute_metrics reports for a dataset."""
+
+    headline_metrics: tuple[str, ...] = setting(
+        ("auroc",),
+        flag="headline",
+        help="metrics of this dataset in the results table, e.g. auroc, auprc_trapezoid, "
+        "average_precision, average_precision_by_chrom_weighted_drop_single_class (TraitGym)",
+    )
+    breakdown_columns: tuple[str, ...] = setting(
+        ("region", "variant_type", "consequence"),
+        flag="breakdown",
+        help="columns whose groups get their own metrics (when present)",
+    )
+    spearman_column: str | None = setting(
+        None, help="continuous functional score column for Spearman against delta (BRCA2 DMS)"
+    )
+    evaluation: EvaluationSettings = group(EvaluationSettings)
+
+
+@dataclass(frozen=True)
+class RecoverySettings:
+    """Sequence recovery (GENERator's generative task)."""
+
+    decoder: Literal["token", "fns_marginal", "fns_conditional"] = setting(
+        "token", help="greedy decoder (token = published)"
+    )
+    max_prompt_bp: int = setting(6144, minimum=6, help="prompt = the rightmost bases, whole 6-mers")
+    new_tokens: int = setting(5, minimum=1, help="tokens generated")
+    score_bp: int = setting(30, minimum=1, help="accuracy denominator in bp")
+
+
+@dataclass(frozen=True)
+class PerturbationSettings:
+    """Perturbation pairs: S(original) > S(perturbed)."""
+
+    scoring: Literal["token", "bp"] = setting(
+        "token", help="mean token log-prob (published) or FNS bp-level"
+    )
+    normalization: Literal["full_vocab", "dna_block"] = setting(
+        "full_vocab", help="token scoring: softmax over the vocabulary or the 6-mers"
+    )
+
+    @property
+    def resolved_normalization(self) -> str:
+        """FNS marginals are always over the 6-mer block; token scores use `normalization`."""
+        return self.normalization if self.scoring == "token" else "dna_block"
+
+
+@dataclass(frozen=True)
+class ScanChunkSettings:
+    """How a scan's targets are cut into jobs (plan-scan) and written (scan-chunk, merge-scan)."""
+
+    chunk_bp: int = setting(
+        50_000_000,
+        scope="run",
+        minimum=1_000,
+        help="scored bases per scan job: 50 Mbp is ~12 min of Carbon-3B on one A100 at 50% of "
+        "bf16 peak (estimate; profiles/slurm-a10 and slurm-h100 set 30 and 150 Mbp)",
+    )
+    tsv_decimals: int = setting(
+        2,
+        minimum=1,
+        maximum=6,
+        help="decimals of the score in the per-chromosome tabix TSV (the Parquet dataset keeps "
+        "every marginal)",
+    )

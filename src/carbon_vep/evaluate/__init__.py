@@ -1,0 +1,5 @@
+"""Numbers about scores: the zero-shot VEP metrics with bootstrap intervals (`metrics`) and the
+comparison gate of a results table against a stored baseline (`compare`).
+
+May import: `config`, `genome` and the shared modules. No torch.
+"""

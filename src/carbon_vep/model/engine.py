@@ -1,0 +1,350 @@
+"""Forward passes and the quantities the recipes need, without full-vocabulary logit tensors.
+
+The model body gives hidden states; the output layer is applied only where needed:
+- the 4**k k-mer rows give FNS marginals and block-normalised log-probs;
+- a full-vocabulary normaliser, where a published recipe needs one, is a log-sum-exp computed
+  in vocabulary chunks and never stored as [batch, length, vocabulary].
+Batches are right-padded with an attention mask; results do not depend on the batch size.
+Reference/alternate windows that differ only from one token on share the prefix's forward pass
+through the KV cache (`window_group_log_likelihoods`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from carbon_vep.model.batching import release_memory, run_sorted
+from carbon_vep.model.tokens import DnaVocab, base_codes
+
+T = TypeVar("T")
+
+
+class ContextTooLongError(ValueError):
+    """A window needs more positions than the model was built for."""
+
+
+@dataclass(frozen=True)
+class SequenceScore:
+    """Sum and count of per-target log-likelihood terms (tokens, or bases for `bp`)."""
+
+    total: float
+    count: int
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else float("nan")
+
+
+class Engine:
+    def __init__(
+        self,
+        model: Any,
+        vocab: DnaVocab,
+        device: torch.device,
+        batch_size: int,  # ModelSettings.batch_size: windows per forward pass
+        vocab_chunk: int = 16384,
+        position_chunk: int = 2048,
+    ) -> None:
+        self.model, self.vocab, self.device = model, vocab, device
+        self.batch_size = batch_size
+        self.vocab_chunk, self.position_chunk = vocab_chunk, position_chunk
+        head = model.get_output_embeddings()
+        self.out_weight = head.weight  # [V, H], used in chunks only
+        self.out_bias = getattr(head, "bias", None)
+        kmer_ids = torch.as_tensor(vocab.kmer_ids, device=device)
+        self.dna_weight = self.out_weight[kmer_ids]  # [4**k, H]
+        self.dna_bias = None if self.out_bias is None else self.out_bias[kmer_ids]
+        self.k = vocab.k
+        self.body = model.get_decoder() if hasattr(model, "get_decoder") else model
+
+    def check_window_bp(self, window_bp: int, what: str) -> None:
+        """Raise before any forward pass when `window_bp` bases (+ the prefix) exceed the model."""
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        tokens = window_bp // self.k + 1
+        if limit is not None and tokens > limit:
+            raise ContextTooLongError(
+                f"{what} of {window_bp} bp need {tokens} tokens but the model supports {limit} "
+                f"({(limit - 1) * self.k} bp); lower window_bp / tile_bp"
+            )
+
+    # ---- forward -------------------------------------------------------------------------
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None, cache: Any = None):
+        out = self.body(
+            input_ids=ids.to(self.device),
+            attention_mask=None if mask is None else mask.to(self.device),
+            past_key_values=cache,
+            use_cache=cache is not None,
+        )
+        return out[0], getattr(out, "past_key_values", None)
+
+    @torch.inference_mode()
+    def hidden_states(self, batch: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
+        """Final hidden states [B, T, H] of right-padded id sequences, and their lengths."""
+        lengths = [len(ids) for ids in batch]
+        width = max(lengths)
+        ids = torch.full((len(batch), width), self.vocab.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)] = torch.as_tensor(seq)
+            mask[row, : len(seq)] = 1
+        hidden, _ = self._forward(ids, mask)
+        return hidden, lengths
+
+    def _logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
+        logits = (hidden @ weight.T).float()  # matmul in model dtype, softmax maths in fp32
+        return logits if bias is None else logits + bias.float()
+
+    def full_logsumexp(self, hidden: torch.Tensor) -> torch.Tensor:
+        """log Σ_v exp(logit_v) over the whole vocabulary, chunked; hidden [N, H] -> [N]."""
+        total = torch.full((hidden.shape[0],), -torch.inf, device=hidden.device)
+        vocab_rows = self.out_weight.shape[0]
+        for lo in range(0, vocab_rows, self.vocab_chunk):
+            hi = min(lo + self.vocab_chunk, vocab_rows)
+            bias = None if self.out_bias is None else self.out_bias[lo:hi]
+            chunk = self._logits(hidden, self.out_weight[lo:hi], bias)
+            total = torch.logaddexp(total, torch.logsumexp(chunk, dim=-1))
+        return total
+
+    def dna_log_probs(self, hidden: torch.Tensor, normalization: str) -> torch.Tensor:
+        """log p(k-mer) for all 4**k k-mers at each position: hidden [N, H] -> [N, 4**k]."""
+        logits = self._logits(hidden, self.dna_weight, self.dna_bias)
+        if normalization == "dna_block":
+            return torch.log_softmax(logits, dim=-1)
+        return logits - self.full_logsumexp(hidden)[:, None]
+
+    def kmer_base_marginals(self, kmer_log_probs: torch.Tensor) -> torch.Tensor:
+        """FNS marginals log m_j(b): [N, 4**k] -> [N, k, 4] (bases in ATCG order): the
+        log-sum-exp over the k-mers with base b at offset j, as one exp of the k-mer block
+        (shifted by each row's maximum) and k sums over the other offsets (the same for a row
+        whatever the batch; a marginal below e^-87 of the row's top k-mer is clamped there)."""
+        lp = kmer_log_probs.float()
+        shift = lp.amax(dim=-1, keepdim=True)
+        grid = (lp - shift).exp().reshape(-1, *([4] * self.k))
+        axes = list(range(1, self.k + 1))
+        sums = torch.stack(
+            [grid.sum(dim=[a for a in axes if a != j + 1]) for j in range(self.k)], dim=1
+        )
+        return sums.clamp_min(torch.finfo(torch.float32).tiny).log() + shift[:, :, None]
+
+    def within_token_conditionals(
+        self,
+        kmer_log_probs: torch.Tensor,
+        codes: torch.Tensor,
+        marginals: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Exact log P(b_j = b | preceding tokens, b_0..b_{j-1}) for each position: [N, k, 4].
+
+        `codes` [N, k] are the true bases (ATCG codes, -1 for non-ACGT); after a non-ACGT base
+        the rest of that token's conditionals are NaN (the condition is undefined). The first
+        base's joint is its FNS marginal: pass `marginals` (kmer_base_marginals) to reuse it.
+        """
+        n = kmer_log_probs.shape[0]
+        current = kmer_log_probs.reshape(n, 4, -1)
+        rows = torch.arange(n, device=kmer_log_probs.device)
+        valid = torch.ones(n, dtype=torch.bool, device=kmer_log_probs.device)
+        out = []
+        for j in range(self.k):
+            if j == 0 and marginals is not None:
+                joint = marginals[:, 0].float()
+            else:
+                joint = torch.logsumexp(current, dim=-1)  # [N, 4] joint with the prefix bases
+            conditional = joint - torch.logsumexp(joint, dim=-1, keepdim=True)
+            out.append(torch.where(valid[:, None], conditional, torch.nan))
+            if j + 1 < self.k:
+                code = codes[:, j]
+                valid = valid & (code >= 0)
+                current = current[rows, code.clamp(min=0)].reshape(n, 4, -1)
+        return torch.stack(out, dim=1)
+
+    def run_batched(
+        self,
+        items: Sequence[T],
+        work: Callable[[Sequence[T]], list],
+        lengths: Sequence[int] | None = None,
+        unit: str = "windows",
+    ) -> list:
+        """`work` over length-sorted batches, results in input order; an OOM halves the batch
+        and an item that fails alone gets `None` (batching.py); progress logged in `unit`s."""
+        sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
+        return run_sorted(items, work, self.batch_size, sizes, self.device, unit)
+
+    # ---- per-target values ---------------------------------------------------------------
+    def _token_terms(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
+        """log p(target) for each row (hidden state predicting `target`): [N]."""
+        pieces = []
+        for lo in range(0, rows.shape[0], self.position_chunk):
+            h = rows[lo : lo + self.position_chunk]
+            t = targets[lo : lo + self.position_chunk]
+            target_logit = (h * self.out_weight[t]).sum(-1).float()
+            if self.out_bias is not None:
+                target_logit = target_logit + self.out_bias[t].float()
+            if normalization == "dna_block":
+                norm = torch.logsumexp(self._logits(h, self.dna_weight, self.dna_bias), dim=-1)
+            else:
+                norm = self.full_logsumexp(h)
+            pieces.append(target_logit - norm)
+        return torch.cat(pieces)
+
+    def _marginal_terms(self, rows: torch.Tensor) -> torch.Tensor:
+        """FNS marginals (6-mer block softmax) [N, k, 4] for each row."""
+        parts = [
+            self.kmer_base_marginals(
+                self.dna_log_probs(rows[lo : lo + self.position_chunk], "dna_block")
+            )
+            for lo in range(0, rows.shape[0], self.position_chunk)
+        ]
+        return torch.cat(parts)
+
+    def _score_targets(
+        self, rows: torch.Tensor, target_ids: np.ndarray, target_codes: np.ndarray, kind: str,
+        normalization: str,
+    ) -> SequenceScore:  # fmt: skip
+        """Sum/count of log-likelihood terms for hidden `rows` predicting the given targets.
+
+        kind "token": log p(token), <oov> targets left out under the block normaliser (their
+        block-normalised probability is meaningless). kind "bp": log FNS marginal of each
+        ACGT base of the target tokens.
+        """
+        if rows.shape[0] == 0:
+            return SequenceScore(0.0, 0)
+        if kind == "bp":
+            marginals = self._marginal_terms(rows)
+            codes = torch.as_tensor(target_codes, device=rows.device)
+            picked = marginals.gather(2, codes.clamp(min=0)[..., None])[..., 0]
+            keep = codes >= 0
+            return SequenceScore(float(picked[keep].sum()), int(keep.sum()))
+        targets = torch.as_tensor(target_ids, device=rows.device)
+        terms = self._token_terms(rows, targets, normalization)
+        if normalization == "dna_block" and self.vocab.oov_id is not None:
+            keep = targets != self.vocab.oov_id
+            return SequenceScore(float(terms[keep].sum()), int(keep.sum()))
+        return SequenceScore(float(terms.sum()), int(terms.numel()))
+
+    # ---- quantities used by the recipes ---------------------------------------------------
+    @torch.inference_mode()
+    def sequence_scores(
+        self, sequences: Sequence[str], kind: str, normalization: str
+    ) -> list[SequenceScore | None]:
+        """Score whole sequences (batched, no prefix sharing): token or bp log-likelihood."""
+        encoded = [self.vocab.encode(s) for s in sequences]
+        codes = [base_codes(s, self.k) for s in sequences]
+
+        def work(batch_index: Sequence[int]) -> list[SequenceScore]:
+            hidden, lengths = self.hidden_states([encoded[i] for i in batch_index])
+            return [
+                self._score_targets(
+                    hidden[row, : n - 1], encoded[i][1:], codes[i], kind, normalization
+                )
+                for row, (n, i) in enumerate(zip(lengths, batch_index, strict=True))
+            ]
+
+        return self.run_batched(range(len(sequences)), work, [len(e) for e in encoded])
+
+    @torch.inference_mode()
+    def window_group_scores(
+        self, ref: str, alts: Sequence[str], kind: str, normalization: str
+    ) -> tuple[SequenceScore | None, list[SequenceScore | None]]:
+        """Score a reference window and its alternates, sharing the common prefix.
+
+        The prefix up to the first token where an alternate differs runs once; its KV cache
+        feeds the reference suffix and every alternate suffix. Targets predicted from inside
+        the shared prefix use the prefix's hidden states (identical under causal attention).
+        """
+        try:
+            return self._window_group(ref, alts, kind, normalization)
+        except torch.OutOfMemoryError:
+            release_memory(self.device)
+            return None, [None] * len(alts)
+
+    def _window_group(self, ref, alts, kind, normalization):
+        ref_ids = self.vocab.encode(ref)
+        alt_ids = np.stack([self.vocab.encode(a) for a in alts])
+        ref_codes = base_codes(ref, self.k)
+        differs = (alt_ids != ref_ids[None, :]).any(axis=0)
+        split = int(np.argmax(differs)) if differs.any() else len(ref_ids) - 1
+        prefix_hidden, cache = self._forward(
+            torch.as_tensor(ref_ids[None, :split]), cache=_new_cache(self.model)
+        )
+        prefix_hidden = prefix_hidden[0]
+        # targets 1..split-1 are predicted inside the prefix: identical for all alleles
+        shared = self._score_targets(
+            prefix_hidden[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
+        )
+        ref_suffix, _ = self._forward(
+            torch.as_tensor(ref_ids[None, split:]), cache=copy.deepcopy(cache)
+        )
+        rows = torch.cat([prefix_hidden[-1:], ref_suffix[0, :-1]])
+        ref_score = _add(shared, self._score_targets(
+            rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization
+        ))  # fmt: skip
+        cache.batch_repeat_interleave(len(alts))
+        alt_suffix, _ = self._forward(torch.as_tensor(alt_ids[:, split:]), cache=cache)
+        alt_scores = []
+        for row, alt in enumerate(alts):
+            rows = torch.cat([prefix_hidden[-1:], alt_suffix[row, :-1]])
+            own = self._score_targets(
+                rows, alt_ids[row, split:], base_codes(alt, self.k)[split - 1 :], kind,
+                normalization,
+            )  # fmt: skip
+            alt_scores.append(_add(shared, own))
+        return ref_score, alt_scores
+
+    @torch.inference_mode()
+    def next_base_log_probs(
+        self, sequences: Sequence[np.ndarray], normalization: str
+    ) -> list[np.ndarray | None]:
+        """log P(first base of the next token = b), b in ATCG order, after each sequence: [4]."""
+
+        def work(batch: Sequence[np.ndarray]) -> list[np.ndarray]:
+            hidden, lengths = self.hidden_states(batch)
+            last = torch.stack([hidden[row, n - 1] for row, n in enumerate(lengths)])
+            if normalization == "acgt_strings":
+                return list(self._acgt_string_first_base(last).cpu().numpy())
+            first = self.kmer_base_marginals(self.dna_log_probs(last, normalization))[:, 0]
+            return list(first.cpu().numpy())
+
+        return self.run_batched(sequences, work, unit="contexts")
+
+    def _acgt_string_first_base(self, last: torch.Tensor) -> torch.Tensor:
+        """The published right-end normaliser: full-vocabulary softmax summed over every pure-ACGT
+        vocabulary string by its first base (text tokens included, as `get_vocab()` lists them)."""
+        log_z = self.full_logsumexp(last)
+        columns = []
+        for base in "ATCG":
+            ids = torch.as_tensor(self.vocab.acgt_string_ids[base], device=self.device)
+            bias = None if self.out_bias is None else self.out_bias[ids]
+            logits = self._logits(last, self.out_weight[ids], bias)
+            columns.append(torch.logsumexp(logits, dim=-1) - log_z)
+        return torch.stack(columns, dim=1)
+
+
+def _add(a: SequenceScore, b: SequenceScore) -> SequenceScore:
+    return SequenceScore(a.total + b.total, a.count + b.count)
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+def verify_output_layer(engine: Engine, ids: np.ndarray, atol: float = 1e-3) -> None:
+    """Our body + k-mer rows must reproduce the model's own logits (catches logit scaling,
+    a `get_decoder` that is not the body, or a head we do not understand)."""
+    with torch.inference_mode():
+        batch = torch.as_tensor(ids[None, :], device=engine.device)
+        reference = engine.model(input_ids=batch).logits[0, :, engine.vocab.kmer_ids].float()
+        hidden, _ = engine.hidden_states([ids])
+        ours = engine._logits(hidden[0], engine.dna_weight, engine.dna_bias)
+    scale = reference.abs().max().clamp_min(1.0)
+    if not torch.allclose(ours, reference, atol=atol * float(scale), rtol=0):
+        raise RuntimeError(
+            "the model's output layer does not match hidden @ lm_head.T on a probe; "
+            "this architecture is not supported by the chunked scorer"
+        )

@@ -1,0 +1,73 @@
+"""Load a causal DNA LM and its tokenizer through transformers (local directory or Hub id)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from carbon_vep.config.stages import ModelSettings
+from carbon_vep.errors import InputError
+from carbon_vep.model.tokens import DnaVocab, dna_vocab
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    vocab: DnaVocab
+    device: torch.device
+    settings: ModelSettings
+
+
+class DeviceUnavailableError(InputError):
+    """The job asked for a device this node does not have (a GPU rule on a CPU node)."""
+
+
+def resolve_device(requested: str, job: str | None = None) -> torch.device:
+    """`cuda` must really be there: a GPU job on a CPU node fails now, not after days on CPU.
+
+    `job` names what was to be computed (e.g. the shard file) so the message says which job
+    landed where.
+    """
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        slurm_job = os.environ.get("SLURM_JOB_ID")
+        raise DeviceUnavailableError(
+            job or f"--device {requested}",
+            f"device {requested!r} requested but no CUDA device is visible on node "
+            f"{socket.gethostname()}{f' (SLURM job {slurm_job})' if slurm_job else ''}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}. "
+            "The GPU rule ran without a GPU: check that the profile gives it one "
+            "(gpu, gpu_model, a GPU partition), or set the model's device to 'cpu' to score "
+            "on CPU",
+        )
+    return torch.device(requested)
+
+
+def load_model(spec: ModelSettings) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from carbon_vep.sources.hub import check_remote_code, model_folder
+
+    device = resolve_device(spec.device)
+    folder, from_hub = model_folder(spec)
+    check_remote_code(spec, folder, from_hub)  # before any code of the checkpoint runs
+    tokenizer = AutoTokenizer.from_pretrained(
+        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        spec.path,
+        revision=spec.revision,
+        dtype=_DTYPES[spec.dtype],
+        trust_remote_code=spec.trust_remote_code,
+    )
+    model.to(device).eval()
+    vocab = dna_vocab(tokenizer)
+    if model.get_output_embeddings().weight.shape[0] < int(vocab.kmer_ids.max()) + 1:
+        raise RuntimeError(f"{spec.path}: output layer smaller than the tokenizer's k-mer ids")
+    return LoadedModel(model=model, tokenizer=tokenizer, vocab=vocab, device=device, settings=spec)

@@ -1,0 +1,169 @@
+"""The one tokenizer adapter: finds the k-mer block and the DNA prefix from the tokenizer itself.
+
+Internal k-mer index i is the i-th string of itertools.product("ATCG", repeat=k), so base codes
+are A=0, T=1, C=2, G=3 and a distribution over the block reshapes to [4] * k for FNS marginals.
+The tokenizer's own ids for those strings are read from the tokenizer (`dna_token_to_id`,
+`dna_config.json`, or a scan of its vocabulary) and verified by a self-check at load time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from carbon_vep.errors import TokenizerMismatchError
+
+BASES = "ATCG"
+_CODE = np.full(256, -1, dtype=np.int64)
+for _i, _b in enumerate(BASES):
+    _CODE[ord(_b)] = _i
+    _CODE[ord(_b.lower())] = _i
+
+
+def non_acgt_count(seq: str) -> int:
+    """Bases other than upper-case A, C, G, T: they reach the model as `<oov>` tokens."""
+    return len(seq) - sum(seq.count(b) for b in BASES)
+
+
+def base_codes(seq: str, k: int) -> np.ndarray:
+    """ATCG codes of `seq` as [len/k, k] (non-ACGT = -1); len must be a multiple of k."""
+    return _CODE[np.frombuffer(seq.encode("ascii"), dtype=np.uint8)].reshape(-1, k)
+
+
+def kmer_strings(k: int) -> list[str]:
+    return ["".join(p) for p in itertools.product(BASES, repeat=k)]
+
+
+@dataclass(frozen=True)
+class DnaVocab:
+    """What scoring needs to know about a tokenizer, independent of the model's name."""
+
+    k: int
+    prefix_id: int
+    prefix_token: str
+    kmer_ids: np.ndarray  # [4**k] tokenizer ids in internal ATCG order
+    oov_id: int | None
+    pad_id: int
+    vocab_size: int
+    acgt_string_ids: dict[str, list[int]] = field(default_factory=dict)  # first base -> ids
+
+    def encode(self, seq: str) -> np.ndarray:
+        """Prefix + k-mer ids of `seq` (length must be a multiple of k; N/IUPAC -> <oov>)."""
+        if len(seq) % self.k:
+            raise ValueError(f"sequence length {len(seq)} is not a multiple of k={self.k}")
+        codes = base_codes(seq, self.k)
+        weights = 4 ** np.arange(self.k - 1, -1, -1, dtype=np.int64)
+        index = (np.clip(codes, 0, 3) * weights).sum(axis=1)
+        ids = self.kmer_ids[index]
+        bad = (codes < 0).any(axis=1)
+        if bad.any():
+            if self.oov_id is None:
+                raise ValueError("non-ACGT base in a window and the tokenizer has no <oov> token")
+            ids = np.where(bad, self.oov_id, ids)
+        return np.concatenate([[self.prefix_id], ids]).astype(np.int64)
+
+
+def _read_dna_config(tokenizer: Any) -> dict:
+    """dna_config.json next to the tokenizer (local directory or Hub cache), if any."""
+    source = getattr(tokenizer, "name_or_path", "") or ""
+    local = Path(source) / "dna_config.json"
+    if local.is_file():
+        return json.loads(local.read_text())
+    try:
+        from transformers.utils import cached_file
+
+        path = cached_file(source, "dna_config.json", _raise_exceptions_for_missing_entries=False)
+    except (OSError, ValueError):
+        return {}
+    return json.loads(Path(path).read_text()) if path else {}
+
+
+def _scan_kmer_block(tokenizer: Any) -> tuple[int, dict[str, int]]:
+    """Find the contiguous run of 4**k pure-ACGT tokens of one length k (the k-mer block)."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    run: list[tuple[int, str]] = []
+    for idx, tok in enumerate([*tokens, None]):
+        if tok and set(tok) <= set(BASES) and (not run or len(tok) == len(run[0][1])):
+            run.append((idx, tok))
+            continue
+        if run and len(run) == 4 ** len(run[0][1]) and len(run[0][1]) > 1:
+            return len(run[0][1]), {t: i for i, t in run}
+        run = [(idx, tok)] if tok and set(tok) <= set(BASES) else []
+    raise TokenizerMismatchError("no contiguous block of 4**k pure-ACGT k-mer tokens in vocabulary")
+
+
+def _kmer_map(tokenizer: Any) -> tuple[int, dict[str, int]]:
+    if hasattr(tokenizer, "dna_token_to_id"):
+        mapping = dict(tokenizer.dna_token_to_id)
+        k = int(getattr(tokenizer, "k", len(next(iter(mapping)))))
+        return k, {s: i for s, i in mapping.items() if len(s) == k and set(s) <= set(BASES)}
+    config = _read_dna_config(tokenizer)
+    if "first_kmer_id" in config:
+        k = int(config["k"])
+        order = kmer_strings(k) if config.get("alphabet", BASES) == BASES else None
+        if order is None:
+            raise TokenizerMismatchError(f"unsupported k-mer alphabet {config.get('alphabet')}")
+        return k, {s: int(config["first_kmer_id"]) + i for i, s in enumerate(order)}
+    return _scan_kmer_block(tokenizer)
+
+
+def _prefix(tokenizer: Any) -> tuple[str, int]:
+    """`<dna>` when the vocabulary has it (Carbon), else the BOS token (GENERator's `<s>`)."""
+    vocab = tokenizer.get_vocab()
+    if "<dna>" in vocab:
+        return "<dna>", int(tokenizer.convert_tokens_to_ids("<dna>"))
+    if tokenizer.bos_token is not None:
+        return tokenizer.bos_token, int(tokenizer.bos_token_id)
+    raise TokenizerMismatchError("tokenizer has neither a <dna> tag nor a BOS token to prefix DNA")
+
+
+def dna_vocab(tokenizer: Any) -> DnaVocab:
+    """Build the adapter for `tokenizer` and run the self-check (raises TokenizerMismatchError)."""
+    k, mapping = _kmer_map(tokenizer)
+    missing = [s for s in kmer_strings(k) if s not in mapping]
+    if missing:
+        raise TokenizerMismatchError(
+            f"{len(missing)} of {4**k} {k}-mers missing, e.g. {missing[:3]}"
+        )
+    prefix_token, prefix_id = _prefix(tokenizer)
+    vocab = tokenizer.get_vocab()
+    oov = vocab.get("<oov>")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else prefix_id
+    acgt: dict[str, list[int]] = {b: [] for b in BASES}
+    for string, idx in vocab.items():  # get_vocab keeps one id per string, as the published code
+        if string and set(string) <= set(BASES):
+            acgt[string[0]].append(int(idx))
+    adapter = DnaVocab(
+        k=k,
+        prefix_id=prefix_id,
+        prefix_token=prefix_token,
+        kmer_ids=np.array([mapping[s] for s in kmer_strings(k)], dtype=np.int64),
+        oov_id=None if oov is None else int(oov),
+        pad_id=int(pad),
+        vocab_size=len(tokenizer),
+        acgt_string_ids=acgt,
+    )
+    self_check(tokenizer, adapter)
+    return adapter
+
+
+def self_check(tokenizer: Any, adapter: DnaVocab) -> None:
+    """Tokenize every k-mer in order through the tokenizer and compare with our encoding."""
+    probe = "".join(kmer_strings(adapter.k))
+    theirs = list(tokenizer(adapter.prefix_token + probe, add_special_tokens=False)["input_ids"])
+    ours = adapter.encode(probe).tolist()
+    if theirs != ours:
+        first = next(
+            (i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None
+        )
+        raise TokenizerMismatchError(
+            f"tokenizer ids differ from the k-mer map (lengths {len(theirs)} vs {len(ours)}, "
+            f"first difference at token {first}): wrong prefix, k-mer order or a doubled BOS"
+        )
+    if adapter.oov_id is not None and adapter.oov_id in theirs:
+        raise TokenizerMismatchError("clean DNA produced <oov> ids")

@@ -1,0 +1,219 @@
+"""Exports for the annotation tools users already run.
+
+- `write_tabix_tsv`: per-SNV scores as a bgzipped, tabix-indexed TSV, CADD-style: a `#chrom pos
+  ref alt ...` header line, sorted by contig then position, indexed on column 1 (sequence) and
+  column 2 (start = end = POS, 1-based). vcfanno reads it (`columns=[5]`; the `ref`/`alt` header
+  names make it match alleles, not only positions), as do tools that read CADD tables.
+- `write_results_vcf`: one VCF record per panel row (ALT), scores in INFO fields with
+  Number/Type/Description, `##contig` lines from the reference; rows that were not scored keep
+  their status (and reason) and carry no score, so nothing is dropped. Bgzipped and
+  tabix-indexed when the name ends in `.gz` (Ensembl VEP `--custom ...,format=vcf`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pysam
+
+from carbon_vep.atomic import atomic_path
+
+KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
+_VCF_TYPES = {pl.Float64: "Float", pl.Float32: "Float", pl.Boolean: "Flag"}
+_INFO_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_", ",": "|"})
+
+
+def _write_indexed(
+    out_path: Path, write: Callable[[Path], None], tabix: dict[str, Any] | None
+) -> None:
+    """Write through `write` to a temporary name with the same suffix (pysam decides
+    compression by suffix), tabix-index it when asked, then rename data and index into place."""
+    with atomic_path(out_path) as tmp:
+        work = tmp.with_name(f"{tmp.name}-{out_path.name}")
+        index = Path(f"{work}.tbi")
+        try:
+            write(work)
+            if tabix is not None:
+                pysam.tabix_index(str(work), force=True, keep_original=True, **tabix)
+                os.replace(index, f"{tmp}.tbi")
+            os.replace(work, tmp)
+        finally:
+            work.unlink(missing_ok=True)
+            index.unlink(missing_ok=True)
+    if tabix is not None:
+        os.replace(f"{tmp}.tbi", f"{out_path}.tbi")
+
+
+def _contig_rank(frame: pl.DataFrame, contig_order: Sequence[str] | None) -> pl.Expr:
+    """Sort key for contigs: the reference order when given, else first appearance."""
+    order = list(contig_order or dict.fromkeys(frame["chrom"].to_list()))
+    rank = {c: i for i, c in enumerate(order)}
+    missing = set(frame["chrom"].unique().to_list()) - set(rank)
+    if missing:
+        raise ValueError(f"contigs {sorted(missing)} are not in the contig order")
+    return pl.col("chrom").replace_strict(rank, return_dtype=pl.Int64)
+
+
+def write_tabix_tsv(
+    frame: pl.DataFrame,
+    out_path: str | Path,
+    columns: Sequence[str],
+    contig_order: Sequence[str] | None = None,
+) -> Path:
+    """bgzip + tabix a `#chrom pos ref alt <columns>` table; returns the path of the .gz.
+
+    `frame` needs chrom, pos (1-based), ref, alt and the named value columns. Rows are sorted
+    by contig (reference order if given) and position; missing values are written as `.`.
+    """
+    out_path = Path(out_path)
+    if not out_path.name.endswith(".gz"):
+        raise ValueError(f"{out_path}: a tabix-indexed table must end in .gz")
+    missing = [c for c in (*KEY_COLUMNS, *columns) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"columns {missing} missing from the table to export")
+    table = (
+        frame.select(*KEY_COLUMNS, *columns)
+        .with_columns(_contig_rank(frame, contig_order).alias("_rank"))
+        .sort("_rank", "pos", "ref", "alt")
+        .drop("_rank")
+        .rename({"chrom": "#chrom"})
+    )
+
+    def write(bgzipped: Path) -> None:
+        plain = bgzipped.with_suffix(".tsv")
+        try:
+            table.write_csv(plain, separator="\t", null_value=".")
+            pysam.tabix_compress(str(plain), str(bgzipped), force=True)
+        finally:
+            plain.unlink(missing_ok=True)
+
+    _write_indexed(out_path, write, {"seq_col": 0, "start_col": 1, "end_col": 1, "meta_char": "#"})
+    return out_path
+
+
+# ---- VCF -----------------------------------------------------------------------------------
+def info_header(name: str, dtype: pl.DataType, description: str) -> dict[str, str]:
+    kind = next((v for k, v in _VCF_TYPES.items() if dtype == k), None)
+    if kind is None:
+        kind = "Integer" if dtype.is_integer() else "String"
+    return {
+        "ID": name,
+        "Number": "0" if kind == "Flag" else "A",
+        "Type": kind,
+        "Description": description,
+    }
+
+
+def _info_value(value: object) -> object:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, str):
+        return value.translate(_INFO_UNSAFE) or None
+    return value
+
+
+def _vcf_header(
+    contigs: Sequence[tuple[str, int | None]], infos: Sequence[dict[str, str]], source: str
+) -> pysam.VariantHeader:
+    header = pysam.VariantHeader()
+    header.add_meta("source", source)
+    for contig, length in contigs:
+        header.contigs.add(contig, length=length)
+    for info in infos:
+        header.add_meta("INFO", items=list(info.items()))
+    return header
+
+
+SCORE_FIELDS = {
+    "score": "carbon-vep score, larger = more damaging (recipe: ##carbon_vep_recipe)",
+    "delta": "LL(alt window) - LL(ref window), mean per token or base (centered, fns)",
+    "delta_rc": "the same delta on the reverse-complement windows (rc_average)",
+    "ref_ll": "log-likelihood of the reference window, or log P(ref base) (nexttoken, scan)",
+    "alt_ll": "log-likelihood of the alternate window, or log P(alt base) (nexttoken, scan)",
+    "p_ref": "P(ref base) at the variant (nexttoken, scan)",
+    "p_alt": "P(alt base) at the variant (nexttoken, scan)",
+    "label_conflict": "the panel gives this variant conflicting labels (left out of metrics)",
+}
+
+
+def default_fields(frame: pl.DataFrame) -> dict[str, str]:
+    """The score columns of `frame` that hold at least one value, with their descriptions."""
+    return {
+        column: text
+        for column, text in SCORE_FIELDS.items()
+        if column in frame.columns and frame[column].null_count() < frame.height
+    }
+
+
+def write_results_vcf(
+    merged: pl.DataFrame,
+    contig_lengths: Mapping[str, int],
+    out_path: str | Path,
+    fields: Mapping[str, str] | None = None,
+    prefix: str = "CVEP_",
+    source: str = "carbon-vep",
+) -> int:
+    """Write every row of a merged scores table as a VCF record, scores in INFO.
+
+    `fields` maps a column to its INFO description (default: the score columns present, see
+    `SCORE_FIELDS`); INFO ids are `prefix` + column in upper case. The recipe and
+    normalisation of the scored rows go in `##carbon_vep_recipe` / `_normalization` lines.
+    `status` and `reason` are always written, so unscored rows say why. Records use the
+    reference contig (`ref_chrom`, else the panel's `chrom`) in reference order; contigs not in
+    the reference (status `unknown_contig`) get a header line without a length and come last.
+    Rows without CHROM/POS/REF cannot be VCF records: they are counted in a
+    `##carbon_vep_rows_not_written` header line and the count is returned.
+    """
+    out_path = Path(out_path)
+    all_fields = {
+        "status": "carbon-vep row status (scored, ref_mismatch, skipped, ...)",
+        "reason": "why the row was not scored (absent when scored)",
+        **(default_fields(merged) if fields is None else fields),
+    }
+    missing = [c for c in (*KEY_COLUMNS, *all_fields) if c not in merged.columns]
+    if missing:
+        raise ValueError(f"columns {missing} missing from the table to export")
+    contig = pl.coalesce("ref_chrom", "chrom") if "ref_chrom" in merged.columns else pl.col("chrom")
+    placeable = (
+        pl.col("chrom").is_not_null() & pl.col("pos").is_not_null() & pl.col("ref").is_not_null()
+    )
+    rows = merged.with_columns(contig.alias("_contig")).filter(placeable)
+    n_unwritable = merged.height - rows.height
+    extra = [c for c in dict.fromkeys(rows["_contig"].to_list()) if c not in contig_lengths]
+    contigs = [*contig_lengths.items(), *((c, None) for c in extra)]
+    rank = {c: i for i, (c, _) in enumerate(contigs)}
+    rows = rows.with_columns(
+        pl.col("_contig").replace_strict(rank, return_dtype=pl.Int64).alias("_rank")
+    ).sort("_rank", "pos", maintain_order=True)
+    ids = {column: prefix + column.upper() for column in all_fields}
+    infos = [info_header(ids[c], merged[c].dtype, text) for c, text in all_fields.items()]
+    header = _vcf_header(contigs, infos, source)
+    if n_unwritable:
+        header.add_meta("carbon_vep_rows_not_written", f"{n_unwritable}")
+    for column in ("recipe", "normalization"):
+        if column in merged.columns and merged[column].drop_nulls().len():
+            values = ",".join(sorted(merged[column].drop_nulls().unique().to_list()))
+            header.add_meta(f"carbon_vep_{column}", values)
+
+    def write(path: Path) -> None:
+        with pysam.VariantFile(str(path), "wz" if indexed else "w", header=header) as vcf:
+            for row in rows.iter_rows(named=True):
+                record = vcf.new_record(
+                    contig=row["_contig"],
+                    start=row["pos"] - 1,
+                    alleles=(row["ref"], row["alt"] or "."),
+                )
+                for column, info_id in ids.items():
+                    value = _info_value(row[column])
+                    if value is not None and value is not False:
+                        record.info[info_id] = value
+                vcf.write(record)
+
+    indexed = out_path.name.endswith(".gz")
+    _write_indexed(out_path, write, {"preset": "vcf"} if indexed else None)
+    return n_unwritable

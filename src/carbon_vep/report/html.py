@@ -1,0 +1,421 @@
+"""The run's report: one self-contained HTML page.
+
+It holds the comparison table, ROC and PR curves, per-chromosome bars, score distributions by
+class, the recovery and perturbation figures, the status counts of every input and the run's
+provenance; figures are embedded as base64 PNG and the stylesheet (assets/report.css) inline,
+so the file stands alone. It reads what the earlier stages wrote and the rule passes: each
+result's metrics JSON with its row file (the rows a VEP dataset's metrics used, or a task's
+predictions), and the results table; it recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import polars as pl
+
+from carbon_vep.columns import Status
+from carbon_vep.provenance import package_versions
+from carbon_vep.report import plots
+from carbon_vep.report.markdown import _fmt, _with_interval, ordered_metrics
+from carbon_vep.report.results_table import load_results
+
+CSS = (resources.files("carbon_vep.report") / "assets" / "report.css").read_text()
+
+
+# ---- the run: results and their row-level files ------------------------------------------
+@dataclass(frozen=True)
+class TaskResult:
+    """One (task, model) result: its metrics JSON and the row file the rule passed with it:
+    the labelled rows a VEP dataset's metrics used (`label01`, `score`), or a task's
+    predictions."""
+
+    metrics: dict
+    rows: pl.DataFrame
+
+    @property
+    def task(self) -> str:
+        return self.metrics["task"]
+
+    @property
+    def model(self) -> str:
+        return self.metrics["model_key"]
+
+
+def load_run(
+    metrics_paths: Sequence[str | Path], rows_paths: Sequence[str | Path]
+) -> list[TaskResult]:
+    """Each metrics JSON with its row file, paired in the order given."""
+    if len(metrics_paths) != len(rows_paths):
+        raise ValueError(f"{len(metrics_paths)} metrics files but {len(rows_paths)} row files")
+    results = load_results(metrics_paths)
+    return [
+        TaskResult(m, pl.read_parquet(rows)) for m, rows in zip(results, rows_paths, strict=True)
+    ]
+
+
+def _by_task(run: Sequence[TaskResult], kind: str) -> dict[str, list[TaskResult]]:
+    out: dict[str, list[TaskResult]] = {}
+    for result in run:
+        if result.metrics["kind"] == kind:
+            out.setdefault(result.task, []).append(result)
+    return out
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric_from: int = 1):
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{_e(c)}</td>' if i >= numeric_from else f"<td>{_e(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(fig, alt: str) -> str:
+    return f'<img alt="{_e(alt)}" src="{plots.to_data_uri(fig)}">'
+
+
+def _warnings(items: Sequence[str]) -> str:
+    if not items:
+        return ""
+    return (
+        '<div class="warn"><b>Warnings</b><ul>'
+        + "".join(f"<li>{_e(w)}</li>" for w in items)
+        + "</ul></div>"
+    )
+
+
+def _definitions(results: Sequence[TaskResult]) -> str:
+    definitions: dict[str, str] = {}
+    for result in results:
+        definitions.update(result.metrics.get("definitions", {}))
+    items = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in definitions.items())
+    return f"<details><summary>Definitions</summary><ul>{items}</ul></details>"
+
+
+def _status_table(results: Sequence[TaskResult]) -> str:
+    statuses = sorted({s for r in results for s in r.metrics.get("status_counts", {})})
+    rows = [[s, *(r.metrics["status_counts"].get(s, 0) for r in results)] for s in statuses]
+    rows.append(["total rows", *(r.metrics.get("n_rows", 0) for r in results)])
+    return _html_table(["status", *(r.model for r in results)], rows)
+
+
+def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
+    rows = [[n, *(_with_interval(r.metrics, n, 3) for r in results)] for n in names]
+    return _html_table(["metric (95% bootstrap interval)", *(r.model for r in results)], rows)
+
+
+# ---- HTML sections -------------------------------------------------------------------------
+def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame) -> str:
+    """The results table as make_results_table wrote it, with each value's interval."""
+    if table.height == 0:
+        return "<h2 id='results'>Results</h2><p>No results.</p>"
+    models = [c for c in table.columns if c not in ("task", "metric")]
+    lookup = {(r.task, r.model): r.metrics for r in run}
+    rows = []
+    for record in table.to_dicts():
+        cells = []
+        for model in models:
+            m = lookup.get((record["task"], model))
+            value = record[model]
+            if m is None or value is None:
+                cells.append("—")
+                continue
+            ci = m.get("confidence_intervals", {}).get(record["metric"])
+            text = f"{100 * value:.2f}"
+            cells.append(text + (f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""))
+        rows.append([record["task"], record["metric"], *cells])
+    warnings = [f"{r.task} / {r.model}: {w}" for r in run for w in r.metrics.get("warnings", [])]
+    return (
+        "<h2 id='results'>Results</h2>"
+        "<p class='sub'>Headline metrics ×100; brackets: 95% percentile bootstrap interval over "
+        "rows. Rows: tasks and their headline metrics; columns: models.</p>"
+        + _html_table(["task", "metric", *models], rows, numeric_from=2)
+        + _warnings(warnings)
+        + _definitions(run)
+    )
+
+
+def _block(title: str, *content: str) -> str:
+    return f"<div><h3>{_e(title)}</h3>{''.join(content)}</div>"
+
+
+def _row(*blocks: str) -> str:
+    return f"<div class='row'>{''.join(b for b in blocks if b)}</div>"
+
+
+def _labelled_curves(results: Sequence[TaskResult]) -> dict[str, tuple]:
+    """(labels, scores) of the rows each model's metrics used, as compute_metrics wrote them."""
+    return {
+        r.model: (r.rows["label01"].to_numpy(), r.rows["score"].to_numpy())
+        for r in results
+        if r.metrics.get("metrics", {}).get("auroc") is not None
+    }
+
+
+def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
+    summary = []
+    for r in results:
+        m = r.metrics
+        summary.append(
+            [
+                r.model,
+                m["parameters"].get("recipe") or "n/a",
+                m["parameters"].get("normalization") or "n/a",
+                m.get("n_labelled", 0),
+                m.get("n_positive", 0),
+                m.get("n_excluded_label_conflict", 0),
+            ]
+        )
+    header = [
+        "model",
+        "recipe",
+        "normalisation",
+        "labelled scored rows",
+        "positives",
+        "excluded: label conflict",
+    ]
+    names = ordered_metrics(list(dict.fromkeys(n for r in results for n in r.metrics["metrics"])))
+    parts = [
+        f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(variant effect)</span></h2>",
+        _html_table(header, summary, numeric_from=3),
+        _row(
+            _block("Input status counts", _status_table(results)),
+            _block("Metrics", _metric_table(results, names)) if names else "",
+        ),
+    ]
+    curves = _labelled_curves(results)
+    if curves:
+        parts.append(_figure(plots.roc_pr_figure(curves, colours), f"ROC and PR, {task}"))
+    by_chrom = {
+        r.model: r.metrics["by_chromosome"]["auroc"]["drop_single_class"]
+        for r in results
+        if r.metrics.get("by_chromosome", {}).get("auroc")
+    }
+    parts.append(
+        _row(
+            _block(
+                "Score distributions by class",
+                _figure(
+                    plots.score_distributions(curves, ("negative", "positive")), f"scores, {task}"
+                ),
+            )
+            if curves
+            else "",
+            _block(
+                "AUROC by chromosome",
+                _figure(
+                    plots.chromosome_bars(by_chrom, "auroc", colours),
+                    f"AUROC by chromosome, {task}",
+                ),
+            )
+            if by_chrom
+            else "",
+        )
+    )
+    if by_chrom:
+        parts.append(
+            "<details><summary>By-chromosome averages under both conventions</summary>"
+            + _chromosome_table(results)
+            + "</details>"
+        )
+    parts += [
+        _breakdown_tables(results),
+        _warnings([f"{r.model}: {w}" for r in results for w in r.metrics.get("warnings", [])]),
+    ]
+    return "".join(parts)
+
+
+def _chromosome_table(results: Sequence[TaskResult]) -> str:
+    rows = []
+    for r in results:
+        for metric, conventions in r.metrics.get("by_chromosome", {}).items():
+            for convention, detail in conventions.items():
+                dropped = ", ".join(
+                    f"{d['chrom']} ({d['weight_of_all']:.1%})" for d in detail["dropped"]
+                )
+                rows.append(
+                    [
+                        r.model,
+                        metric,
+                        convention,
+                        _fmt(detail["value"], 3),
+                        len(detail["chromosomes"]),
+                        dropped or "none",
+                    ]
+                )
+    return _html_table(
+        [
+            "model",
+            "metric",
+            "convention",
+            "weighted value",
+            "chromosomes averaged",
+            "dropped (weight of all rows)",
+        ],
+        rows,
+        numeric_from=3,
+    )
+
+
+def _breakdown_tables(results: Sequence[TaskResult]) -> str:
+    parts = []
+    columns = list(dict.fromkeys(c for r in results for c in r.metrics.get("breakdowns", {})))
+    for column in columns:
+        groups = {g["group"] for r in results for g in r.metrics["breakdowns"].get(column, [])}
+        if len(groups) < 2:
+            continue  # one group: the same numbers as the whole dataset
+        rows = []
+        for r in results:
+            for g in r.metrics.get("breakdowns", {}).get(column, []):
+                rows.append(
+                    [
+                        r.model,
+                        g["group"],
+                        g["n"],
+                        g["n_positive"],
+                        _fmt(g["auroc"], 3),
+                        _fmt(g["auprc_trapezoid"], 3),
+                        _fmt(g["average_precision"], 3),
+                    ]
+                )
+        parts += [
+            f"<h3>By {_e(column)}</h3>",
+            _html_table(
+                [
+                    "model",
+                    column,
+                    "n",
+                    "positives",
+                    "auroc",
+                    "auprc_trapezoid",
+                    "average_precision",
+                ],
+                rows,
+                numeric_from=2,
+            ),
+        ]
+    return "".join(parts)
+
+
+def _recovery_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
+    types = sorted({t for r in results for t in r.metrics.get("by_type", {})})
+    per_model = {
+        r.model: {t: v["accuracy"] for t, v in r.metrics.get("by_type", {}).items()}
+        for r in results
+    }
+    rows = [["all rows", *(_with_interval(r.metrics, "accuracy", 3) for r in results)]]
+    rows += [[t, *(_fmt(per_model[r.model].get(t), 3) for r in results)] for t in types]
+    decoders = ", ".join(f"{r.model}: {r.metrics['parameters']['decoder']}" for r in results)
+    figure = ""
+    if types:
+        fig = plots.grouped_bars(
+            types, per_model, colours, "accuracy", "accuracy by type", reference=(0.25, "chance")
+        )
+        figure = _block("Accuracy by type", _figure(fig, f"recovery accuracy by type, {task}"))
+    return "".join(
+        [
+            f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(sequence recovery)</span></h2>",
+            f"<p class='sub'>Greedy decoder — {_e(decoders)}; accuracy over the first "
+            f"{results[0].metrics['parameters']['score_bp']} bp; chance = 0.25 per base.</p>",
+            _row(
+                _block("Input status counts", _status_table(results)),
+                _block("Accuracy", _html_table(["type", *(r.model for r in results)], rows)),
+                figure,
+            ),
+            _warnings([f"{r.model}: {w}" for r in results for w in r.metrics["warnings"]]),
+        ]
+    )
+
+
+def _perturbation_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
+    rows = [
+        ["accuracy (ties wrong)", *(_with_interval(r.metrics, "accuracy", 3) for r in results)],
+        ["pairs scored", *(r.metrics["n_scored"] for r in results)],
+        ["correct", *(r.metrics["n_correct"] for r in results)],
+        ["ties", *(r.metrics["n_ties"] for r in results)],
+        ["mean margin", *(_fmt(r.metrics["metrics"]["mean_margin"], 4) for r in results)],
+    ]
+    margins = {
+        r.model: r.rows.filter(pl.col("status") == Status.SCORED)["margin"].to_numpy()
+        for r in results
+    }
+    figure = ""
+    if any(len(m) for m in margins.values()):
+        fig = plots.margin_histograms(margins, colours)
+        figure = _block("S(original) − S(perturbed)", _figure(fig, f"margins, {task}"))
+    settings = [r.metrics["parameters"] for r in results]
+    scoring = ", ".join(
+        f"{r.model}: {s['scoring']} ({s['normalization']})"
+        for r, s in zip(results, settings, strict=True)
+    )
+    return "".join(
+        [
+            f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(perturbation pairs)</span></h2>",
+            "<p class='sub'>Correct iff S(original) &gt; S(perturbed), ties wrong; scoring — "
+            f"{_e(scoring)}.</p>",
+            _row(
+                _block("Input status counts", _status_table(results)),
+                _block("Pair accuracy", _html_table(["", *(r.model for r in results)], rows)),
+                figure,
+            ),
+            _warnings([f"{r.model}: {w}" for r in results for w in r.metrics["warnings"]]),
+        ]
+    )
+
+
+def _provenance_section(run: Sequence[TaskResult]) -> str:
+    models: dict[str, dict] = {}
+    for r in run:
+        models.setdefault(r.model, r.metrics.get("provenance", {}))
+    keys = ("model", "revision", "dtype", "config_sha256")
+    rows = [[m, *(p.get(k, "n/a") for k in keys)] for m, p in models.items()]
+    versions = [[k, v] for k, v in package_versions().items()]
+    return (
+        "<h2 id='provenance'>Provenance</h2>"
+        + _html_table(
+            ["model key", "model id / path", "revision", "dtype", "config sha256"],
+            rows,
+            numeric_from=99,
+        )
+        + _html_table(["package", "version"], versions, numeric_from=99)
+    )
+
+
+def render_html(
+    run: Sequence[TaskResult], table: pl.DataFrame, title: str = "carbon-vep run report"
+) -> str:
+    """The whole run as one self-contained HTML page (`table`: the run's results table)."""
+    colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
+    sections = {
+        "vep": _vep_section,
+        "sequence_recovery": _recovery_section,
+        "perturbation": _perturbation_section,
+    }
+    body, nav = [_comparison_section(run, table)], ["<a href='#results'>Results</a>"]
+    for kind, section in sections.items():
+        for task, results in _by_task(run, kind).items():
+            body.append(section(task, results, colours))
+            nav.append(f"<a href='#{_e(task)}'>{_e(task)}</a>")
+    body.append(_provenance_section(run))
+    nav.append("<a href='#provenance'>Provenance</a>")
+    models = ", ".join(colours)
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"
+        f"<p class='sub'>Models: {_e(models)}. Scores are oriented larger = more damaging.</p>"
+        f"<nav>{''.join(nav)}</nav>{''.join(body)}</body></html>\n"
+    )

@@ -1,0 +1,125 @@
+"""Markdown reports: one page per (dataset, model), and the run's summary next to its HTML page.
+
+The helpers that format a metric with its interval and order the metrics are shared with the
+HTML page (`report.html`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from carbon_vep.columns import Status
+from carbon_vep.provenance import package_versions
+
+
+def _fmt(value: object, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _with_interval(metrics: dict, name: str, digits: int = 4) -> str:
+    value = metrics.get("metrics", {}).get(name)
+    ci = metrics.get("confidence_intervals", {}).get(name)
+    text = _fmt(value, digits)
+    if ci and value is not None:
+        text += f" [{ci['low']:.{digits - 1}f}, {ci['high']:.{digits - 1}f}]"
+    return text
+
+
+def ordered_metrics(names: Sequence[str]) -> list[str]:
+    """Global metrics first (AUROC, both AUPRCs), then by-chromosome ones, then the rest."""
+    first = {"auroc": 0, "auprc_trapezoid": 1, "average_precision": 2}
+    return sorted(names, key=lambda n: (first.get(n, 3 if "_by_chrom_" in n else 4), n))
+
+
+# ---- Markdown, one dataset x model ---------------------------------------------------------
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
+    """Markdown: provenance, status counts, metrics with definitions, top-scoring variants."""
+    provenance = metrics.get("provenance", {})
+    scored = merged.filter(pl.col("status") == Status.SCORED)
+    recipe = scored["recipe"][0] if scored.height else "n/a"
+    normalization = scored["normalization"][0] if scored.height else "n/a"
+    parts = [
+        f"# {title}",
+        f"Recipe **{recipe}**, normalisation **{normalization}**; "
+        f"{merged.height} input rows, {scored.height} scored. "
+        "Score orientation: larger = more damaging.",
+        "## Input status counts",
+        _table(["status", "rows"], [[k, v] for k, v in metrics["status_counts"].items()]),
+    ]
+    if metrics.get("metrics"):
+        definitions = metrics.get("definitions", {})
+        rows = [
+            [name, _with_interval(metrics, name), definitions.get(name, "")]
+            for name in ordered_metrics(list(metrics["metrics"]))
+        ]
+        excluded = metrics.get("n_excluded_label_conflict", 0)
+        parts += [
+            "## Metrics",
+            f"{metrics.get('n_labelled', 0)} labelled scored rows, "
+            f"{metrics.get('n_positive', 0)} positive"
+            + (f"; {excluded} rows with conflicting labels excluded" if excluded else "")
+            + ". Brackets: 95% bootstrap interval.",
+            _table(["metric", "value", "definition"], rows),
+        ]
+    for metric, conventions in metrics.get("by_chromosome", {}).items():
+        detail = conventions.get("drop_single_class", {})
+        if detail.get("dropped"):
+            dropped = ", ".join(
+                f"{d['chrom']} (n={d['n']}, weight {d['weight_of_all']:.3f})"
+                for d in detail["dropped"]
+            )
+            parts.append(f"By-chromosome {metric}: dropped one-class chromosomes {dropped}.")
+    if metrics.get("warnings"):
+        parts += ["## Warnings", "\n".join(f"- {w}" for w in metrics["warnings"])]
+    if scored.height:
+        top = scored.sort("score", descending=True).head(10)
+        parts += [
+            "## Highest-scoring variants",
+            _table(
+                ["chrom", "pos", "ref", "alt", "score"],
+                [
+                    [r["chrom"], r["pos"], r["ref"], r["alt"], f"{r['score']:.4g}"]
+                    for r in top.to_dicts()
+                ],
+            ),
+        ]
+    unscored = merged.filter(pl.col("status") != Status.SCORED)
+    if unscored.height:
+        reasons = unscored.group_by("status", "reason").len().sort("len", descending=True)
+        parts += [
+            "## Rows not scored, by reason",
+            _table(["status", "reason", "rows"], [list(r) for r in reasons.head(20).iter_rows()]),
+        ]
+    prov_rows = [[k, v] for k, v in {**provenance, **package_versions()}.items()]
+    parts += ["## Provenance", _table(["item", "value"], prov_rows)]
+    return "\n\n".join(parts) + "\n"
+
+
+def render_summary(
+    results: Sequence[dict], table_markdown: str, title: str = "carbon-vep run summary"
+) -> str:
+    """Markdown companion of the HTML page: the results table (as make_results_table wrote
+    it), the status counts and the warnings of every result."""
+    parts = [f"# {title}", "## Results", table_markdown]
+    status_lines = [
+        f"- {m['task']} / {m['model_key']}: "
+        + ", ".join(f"{k}: {v}" for k, v in m.get("status_counts", {}).items())
+        for m in results
+    ]
+    parts += ["## Input status counts", "\n".join(status_lines)]
+    warnings = [
+        f"- {m['task']} / {m['model_key']}: {w}" for m in results for w in m.get("warnings", [])
+    ]
+    if warnings:
+        parts += ["## Warnings", "\n".join(warnings)]
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,321 @@
+"""Plan a scan: which bases of the genome are scored, and which job scores each (no torch).
+
+`resolve_targets` turns a scan's `regions` (`all`, contig names and CHROM:START-END, or a BED
+file) into merged 0-based intervals on reference contigs (names aliased as for panels).
+`plan_scan` reads the targeted sequence once, splits it into runs of ACGT bases (anything else,
+N runs of assembly gaps above all, is skipped and counted, never tiled: the first base after a
+gap gets its context back to the gap's end, as at a contig start), and packs the runs into
+chunks of at most `chunk_bp` scored bases, one GPU job each, in reference order. Every ACGT base
+of the targets lands in exactly one chunk; runs shorter than one 6-mer cannot be scored and are
+counted as such.
+
+The plan also carries the estimates printed before any model job: SNVs, jobs, GPU-hours per GPU
+class for each model (arithmetic from shared/docs/performance-targets.md: FLOPs per token of
+Carbon's shapes at an assumed 50% of each GPU's bf16 peak) and output bytes (per-SNV sizes
+measured on the demo genome, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from carbon_vep.config.stages import ScanChunkSettings, TileSettings
+from carbon_vep.errors import InputError
+from carbon_vep.genome.contigs import alias_candidates
+from carbon_vep.genome.reference import Reference
+from carbon_vep.scan.tiling import parse_region, tile_segment
+
+K = 6
+_ACGT = np.zeros(256, dtype=bool)
+_ACGT[list(b"ACGTacgt")] = True
+_REGION = re.compile(r"^[^:]+:[0-9,]+-[0-9,]+$")
+
+# ---- the cost model (estimates: shared/docs/performance-targets.md) -------------------------
+# GFLOP per token: body (2 x non-embedding parameters) + the 4,096 DNA rows of the output layer,
+# and attention per token per token of context (0.25 / 0.08 GFLOP at 1,366 tokens).
+MODEL_SHAPES = {
+    "Carbon-3B": {"body_gflop": 5.95 + 0.025, "attention_gflop_per_token": 0.25 / 1366},
+    "Carbon-500M": {"body_gflop": 0.70 + 0.008, "attention_gflop_per_token": 0.08 / 1366},
+}
+GPU_PEAK_TFLOPS = {"A10": 125.0, "A100": 312.0, "H100": 800.0}  # bf16, dense
+ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
+# bytes per SNV of the outputs (measured on the demo genome with the demo model, tsv_decimals 2;
+# docs/benchmarks.md): the Parquet dataset of per-base marginals, the tabix TSV (+ index)
+BYTES_PER_SNV = {"parquet": 2.6, "tabix_tsv": 3.2}
+
+
+def model_shape(path: str) -> str:
+    """The Carbon shape whose cost a model is estimated at: 500M when its name says so, else 3B
+    (the larger, so estimates err on the side of more GPU-hours)."""
+    return "Carbon-500M" if "500m" in path.lower() else "Carbon-3B"
+
+
+def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:
+    """Estimated GPU-hours to scan `bases` with this tiling (arithmetic, not a measurement)."""
+    window = tiles.tile_bp - tiles.tile_bp % K
+    stride = max(K, window - tiles.min_context)
+    tokens = bases / K * window / stride  # every scored base is read window/stride times
+    cost = MODEL_SHAPES[shape]
+    per_token = cost["body_gflop"] + cost["attention_gflop_per_token"] * window / K / 2
+    seconds = tokens * per_token * 1e9 / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY)
+    return seconds / 3600
+
+
+# ---- targets -------------------------------------------------------------------------------
+def _reference_contig(name: str, contigs: Sequence[str], where: str) -> str:
+    if name in contigs:
+        return name
+    hits = alias_candidates(name, contigs)
+    if len(hits) != 1:
+        problem = "matches several reference contigs" if hits else "is not in the reference"
+        raise InputError(where, f"contig {name!r} {problem} (under any alias)")
+    return hits[0]
+
+
+def _bed_intervals(path: Path) -> Iterator[tuple[str, int, int, str]]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip() or line.startswith(("#", "track", "browser")):
+                continue
+            fields = line.rstrip("\n").split("\t")
+            where = f"{path}:line {number}"
+            if len(fields) < 3:
+                raise InputError(where, "a BED line needs chrom, start and end (tab-separated)")
+            try:
+                start, end = int(fields[1]), int(fields[2])
+            except ValueError:
+                bad = f"start/end {fields[1]!r}, {fields[2]!r} not integers"
+                raise InputError(where, bad) from None
+            if start < 0 or end < start:
+                raise InputError(where, f"interval {start}-{end} is negative or reversed")
+            yield fields[0], start, end, where
+
+
+def resolve_targets(
+    regions: Sequence[str], lengths: Mapping[str, int], base_dir: Path | None = None
+) -> dict[str, list[tuple[int, int]]]:
+    """Merged 0-based half-open intervals per reference contig, in reference order."""
+    contigs = list(lengths)
+    raw: list[tuple[str, int, int, str]] = []
+    for item in regions:
+        path = Path(item) if base_dir is None else base_dir / item
+        if item == "all":
+            raw += [(c, 0, n, "regions: all") for c, n in lengths.items()]
+        elif _REGION.match(item) and not path.is_file():
+            chrom, start, end = parse_region(item)
+            raw.append((chrom, start, end, f"region {item}"))
+        elif item.lower().endswith((".bed", ".bed.gz")) or path.is_file():
+            if not path.is_file():
+                raise InputError(str(path), "BED file of the scan's regions not found")
+            raw += list(_bed_intervals(path))
+        else:
+            raw.append((item, 0, -1, f"region {item}"))  # a whole contig, by name
+    merged: dict[str, list[tuple[int, int]]] = {}
+    for chrom, start, end, where in raw:
+        contig = _reference_contig(chrom, contigs, where)
+        length = lengths[contig]
+        end = length if end == -1 else end
+        if end > length:
+            raise InputError(where, f"end {end} is past the end of {contig} ({length} bp)")
+        merged.setdefault(contig, []).append((start, end))
+    out = {}
+    for contig in contigs:  # reference order; overlapping and adjacent intervals merged
+        spans: list[tuple[int, int]] = []
+        for start, end in sorted(merged.get(contig, [])):
+            if spans and start <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+            elif end > start:
+                spans.append((start, end))
+        if spans:
+            out[contig] = spans
+    return out
+
+
+# ---- ACGT runs and chunks ------------------------------------------------------------------
+def acgt_runs(seq: str | bytes) -> list[tuple[int, int]]:
+    """[start, end) of each maximal run of ACGT (either case) in `seq`."""
+    data = seq.encode("ascii") if isinstance(seq, str) else seq
+    ok = _ACGT[np.frombuffer(data, dtype=np.uint8)]
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], ok, [False])).astype(np.int8)))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Bases [start, end) of `chrom`, inside the ACGT run [seg_start, seg_end)."""
+
+    chrom: str
+    start: int
+    end: int
+    seg_start: int
+    seg_end: int
+
+    def tiles(self, tiles: TileSettings):
+        return tile_segment(
+            (self.seg_start, self.seg_end), self.start, self.end, tiles.tile_bp,
+            tiles.min_context, K,
+        )  # fmt: skip
+
+
+@dataclass
+class ContigCounts:
+    targeted_bp: int = 0  # bases of the targets on this contig
+    scored_bp: int = 0  # ACGT bases in runs of >= 6: scored, 3 SNVs each
+    skipped_non_acgt_bp: int = 0  # N (assembly gaps) and other non-ACGT bases: not tiled
+    n_runs: int = 0  # runs of non-ACGT bases
+    unscorable_bp: int = 0  # ACGT bases in runs shorter than one 6-mer
+    chunks: list[int] = field(default_factory=list)
+
+
+def _contig_runs(reference: Reference, chrom: str, spans, counts: ContigCounts):
+    """ACGT runs of the contig clipped to the target spans, as Pieces."""
+    length = reference.lengths[chrom]
+    seq = reference.fetch(chrom, 0, length)
+    runs = acgt_runs(seq)
+    for start, end in spans:
+        counts.targeted_bp += end - start
+        inside = [(max(a, start), min(b, end), a, b) for a, b in runs if a < end and b > start]
+        acgt = sum(e - s for s, e, _, _ in inside)
+        counts.skipped_non_acgt_bp += (end - start) - acgt
+        edges = [start, *(x for s, e, _, _ in inside for x in (s, e)), end]
+        counts.n_runs += sum(a < b for a, b in zip(edges[::2], edges[1::2], strict=True))
+        for s, e, a, b in inside:
+            if b - a < K:
+                counts.unscorable_bp += e - s
+                continue
+            counts.scored_bp += e - s
+            yield Piece(chrom, s, e, a, b)
+
+
+def plan_scan(
+    reference: Reference,
+    targets: Mapping[str, list[tuple[int, int]]],
+    tiles: TileSettings,
+    chunks: ScanChunkSettings,
+    models: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The scan's plan: chunks of pieces (JSON-ready), per-contig counts, totals, estimates."""
+    plan_chunks: list[list[Piece]] = [[]]
+    filled = 0
+    per_contig: dict[str, ContigCounts] = {}
+    for chrom, spans in targets.items():
+        counts = per_contig.setdefault(chrom, ContigCounts())
+        for piece in _contig_runs(reference, chrom, spans, counts):
+            start = piece.start
+            while start < piece.end:
+                if filled >= chunks.chunk_bp:
+                    plan_chunks.append([])
+                    filled = 0
+                end = min(piece.end, start + chunks.chunk_bp - filled)
+                plan_chunks[-1].append(Piece(chrom, start, end, piece.seg_start, piece.seg_end))
+                filled += end - start
+                start = end
+    if not plan_chunks[-1] and len(plan_chunks) > 1:
+        plan_chunks.pop()
+    if not plan_chunks[0]:
+        raise InputError(
+            str(reference.path),
+            "nothing to scan: the targets hold no run of at least 6 ACGT bases (all N?)",
+        )
+    for index, chunk in enumerate(plan_chunks):
+        for chrom in dict.fromkeys(p.chrom for p in chunk):
+            per_contig[chrom].chunks.append(index)
+    totals = {
+        name: sum(getattr(c, name) for c in per_contig.values())
+        for name in ("targeted_bp", "scored_bp", "skipped_non_acgt_bp", "n_runs", "unscorable_bp")
+    }
+    totals["snvs"] = 3 * totals["scored_bp"]
+    totals["chunks"] = len(plan_chunks)
+    totals["tiles"] = sum(len(p.tiles(tiles)) for chunk in plan_chunks for p in chunk)
+    return {
+        "reference": str(reference.path),
+        "tile_bp": tiles.tile_bp,
+        "min_context": tiles.min_context,
+        "chunk_bp": chunks.chunk_bp,
+        "totals": totals,
+        "contigs": {c: asdict(n) for c, n in per_contig.items() if n.scored_bp or n.targeted_bp},
+        "chunks": [[asdict(p) for p in chunk] for chunk in plan_chunks],
+        "estimates": estimates(totals, tiles, models or {}),
+    }
+
+
+def chunk_pieces(plan: Mapping[str, Any], index: int) -> list[Piece]:
+    return [Piece(**p) for p in plan["chunks"][index]]
+
+
+def contigs_with_bases(plan: Mapping[str, Any]) -> list[str]:
+    """Contigs of the plan with at least one scored base (one output file each), in order."""
+    return [c for c, n in plan["contigs"].items() if n["scored_bp"]]
+
+
+def estimates(totals: Mapping[str, int], tiles: TileSettings, models: Mapping[str, str]):
+    bases, snvs = totals["scored_bp"], totals["snvs"]
+    hours = {
+        key: {
+            "shape": model_shape(path),
+            "gpu_hours": {
+                gpu: round(gpu_hours(bases, tiles, model_shape(path), gpu), 3)
+                for gpu in GPU_PEAK_TFLOPS
+            },
+        }
+        for key, path in models.items()
+    }
+    out_bytes = {name: round(per * snvs) for name, per in BYTES_PER_SNV.items()}
+    return {"models": hours, "output_bytes": out_bytes, "assumed_efficiency": ASSUMED_EFFICIENCY}
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000:
+            return f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} PB"
+
+
+def describe_plan(plan: Mapping[str, Any], title: str = "scan plan") -> str:
+    """The plan as Markdown: what is scored, how many jobs, estimated GPU-hours and bytes."""
+    t = plan["totals"]
+    lines = [
+        f"## {title}",
+        "",
+        f"- reference: `{plan['reference']}`; tiles of {plan['tile_bp']:,} bp, "
+        f"min_context {plan['min_context']:,} bp, chunk_bp {plan['chunk_bp']:,}",
+        f"- bases scored: {t['scored_bp']:,} of {t['targeted_bp']:,} targeted "
+        f"({len(plan['contigs'])} contigs); SNVs: {t['snvs']:,}",
+        f"- skipped as N / non-ACGT: {t['skipped_non_acgt_bp']:,} bp in {t['n_runs']:,} runs; "
+        f"ACGT bases in runs shorter than one 6-mer (not scoreable): {t['unscorable_bp']:,}",
+        f"- jobs (chunks): {t['chunks']:,}; tiles (forward passes): {t['tiles']:,}",
+    ]
+    est = plan["estimates"]
+    out = est["output_bytes"]
+    lines.append(
+        f"- output size (estimate, bytes/SNV measured on the demo genome): Parquet dataset "
+        f"{_size(out['parquet'])}, tabix TSV {_size(out['tabix_tsv'])}"
+    )
+    if est["models"]:
+        gpus = list(GPU_PEAK_TFLOPS)
+        lines += [
+            "",
+            f"Estimated GPU-hours (arithmetic at {est['assumed_efficiency']:.0%} of bf16 peak, "
+            "shared/docs/performance-targets.md; not measured):",
+            "",
+            "| model | shape | " + " | ".join(gpus) + " |",
+            "|---|---|" + "---|" * len(gpus),
+        ]
+        for key, row in est["models"].items():
+            cells = " | ".join(f"{row['gpu_hours'][g]:,.2f}" for g in gpus)
+            lines.append(f"| {key} | {row['shape']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def iter_pieces(plan: Mapping[str, Any]) -> Iterable[Piece]:
+    for index in range(len(plan["chunks"])):
+        yield from chunk_pieces(plan, index)

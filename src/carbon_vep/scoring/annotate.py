@@ -1,0 +1,105 @@
+"""Annotate a panel from an existing scan: every row gets the scan's score by lookup, or a
+status saying why not. No model, no torch.
+
+The panel goes through the same ingest as every panel (aliases, REF check, SNV/indel triage);
+its `ok` SNVs are joined on (contig, position) with the scan's per-base dataset
+(`<scan>/positions/chrom=<contig>/part-0.parquet`, reading only the row groups whose position
+range holds a panel position), then
+
+- `scored`: score = log m(ref) − log m(alt) from the stored log-marginals (as the scan's TSV;
+  ref_ll / alt_ll are the log-marginals, window_bp the base's left context in the scan),
+- `not_scanned`: the position is not in the scan (outside its regions, an N, a short run),
+- `ref_mismatch`: the scan's base at the position differs from the panel's REF (a scan of
+  another reference); rows that failed the checks keep their check status, and scoreable
+  variants other than SNVs are `skipped`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from carbon_vep import columns
+from carbon_vep.columns import SCAN_BASES, Status
+from carbon_vep.scoring.merge import merge_scores
+
+RECIPE = "from_scan"
+NORMALIZATION = "dna_block"  # the scan's: softmax over the 4,096 6-mers, FNS marginals
+
+_READ = ["pos", "ref", "context_bp", *(f"log_fns_{b}" for b in SCAN_BASES)]
+
+
+def partition(scan_dir: str | Path, contig: str) -> Path:
+    return Path(scan_dir) / "positions" / f"chrom={contig}" / "part-0.parquet"
+
+
+def _lookup(scan_dir: str | Path, contig: str, positions: list[int]) -> pl.DataFrame:
+    path = partition(scan_dir, contig)
+    if not path.is_file() or not positions:
+        return pl.DataFrame(schema={c: columns.schema(columns.SCAN_BASE)[c] for c in _READ})
+    table = pq.read_table(path, columns=_READ, filters=[("pos", "in", positions)])
+    return pl.from_arrow(table)
+
+
+def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
+    """One score row (columns.SCORE_SHARD) per distinct scoreable variant of `checked`: the
+    scan's score, or the status saying why not."""
+    if not (Path(scan_dir) / "positions").is_dir():
+        raise FileNotFoundError(f"{scan_dir}: no positions/ dataset (not a scan's output folder)")
+    key = list(columns.VARIANT_KEY)
+    ok = checked.filter(pl.col("status") == Status.OK)
+    todo = ok.filter(pl.col("variant_type") == "snv").select(key).unique(maintain_order=True)
+    other = ok.filter(pl.col("variant_type") != "snv").select(key).unique(maintain_order=True)
+    found = []
+    for contig in todo["ref_chrom"].unique(maintain_order=True).to_list():
+        rows = todo.filter(pl.col("ref_chrom") == contig)
+        bases = _lookup(scan_dir, contig, rows["pos"].unique().sort().to_list())
+        found.append(rows.join(bases.rename({"ref": "scan_ref"}), on="pos", how="left"))
+    schema = {**todo.schema, "scan_ref": pl.Utf8, **{c: pl.Float16 for c in _READ[3:]}}
+    schema["context_bp"] = pl.Int32
+    hits = pl.concat(found, how="diagonal_relaxed") if found else pl.DataFrame(schema=schema)
+
+    def pick(kind: str, allele: str) -> pl.Expr:
+        return pl.coalesce(
+            [pl.when(pl.col(allele) == b).then(pl.col(f"log_{kind}_{b}")) for b in SCAN_BASES]
+        ).cast(pl.Float64)
+
+    missing, differs = pl.col("scan_ref").is_null(), pl.col("scan_ref") != pl.col("ref")
+    valid = ~missing & ~differs
+    scored = hits.select(
+        *key,
+        pl.when(missing).then(pl.lit(Status.NOT_SCANNED.value))
+        .when(differs).then(pl.lit(Status.REF_MISMATCH.value))
+        .otherwise(pl.lit(Status.SCORED.value)).alias("score_status"),
+        pl.when(missing).then(pl.lit("position not in the scan"))
+        .when(differs).then(pl.format("the scan's base here is {}", pl.col("scan_ref")))
+        .alias("score_reason"),
+        pl.when(valid).then(pick("fns", "ref") - pick("fns", "alt")).alias("score"),
+        pl.when(valid).then(pick("fns", "ref")).alias("ref_ll"),
+        pl.when(valid).then(pick("fns", "alt")).alias("alt_ll"),
+        pl.when(valid).then(pick("fns", "ref").exp()).alias("p_ref"),
+        pl.when(valid).then(pick("fns", "alt").exp()).alias("p_alt"),
+        pl.when(valid).then(pl.col("context_bp").cast(pl.Int64)).alias("window_bp"),
+        pl.lit(0, pl.Int64).alias("window_non_acgt"),
+        pl.lit(RECIPE).alias("recipe"),
+        pl.lit(NORMALIZATION).alias("normalization"),
+    )  # fmt: skip
+    skipped = other.select(
+        *key,
+        pl.lit(Status.SKIPPED.value).alias("score_status"),
+        pl.lit("not an SNV: a scan scores SNVs only").alias("score_reason"),
+    )
+    schema = columns.schema(columns.SCORE_SHARD)
+    return pl.concat([scored, skipped], how="diagonal_relaxed").select(
+        pl.col(name).cast(dtype) if name in scored.columns or name in skipped.columns
+        else pl.lit(None, dtype).alias(name)
+        for name, dtype in schema.items()
+    )  # fmt: skip
+
+
+def annotate_panel(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
+    """`checked` (ingest's table) with the score columns and final statuses, as scores.parquet
+    of any recipe (merged by merge_scores)."""
+    return merge_scores(checked, [scan_scores(checked, scan_dir)])

@@ -1,0 +1,180 @@
+"""Models from the Hugging Face Hub on clusters whose compute nodes have no internet.
+
+A head-node rule fetches the snapshot (weights, tokenizer and remote code) into the local Hub
+cache at the configured revision (`fetch_snapshot`); scoring jobs run with HF_HUB_OFFLINE=1 and
+check that the snapshot is there before anything heavy is imported (`require_cached`), so a
+missing cache fails in seconds with the fix, not deep inside transformers. Local model
+directories need neither. No torch here: this module is imported before the device check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import constants, snapshot_download
+from huggingface_hub.errors import (
+    HFValidationError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from carbon_vep.errors import InputError
+
+# files in a snapshot whose `auto_map` may point at code stored in another repository
+_AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
+
+
+class ModelNotCachedError(InputError):
+    """A Hub model is not in the local cache and this process may not download it."""
+
+
+class RemoteCodeError(InputError):
+    """A model needs code from its checkpoint that the config has not allowed to run."""
+
+
+def is_pinned(revision: str | None) -> bool:
+    """A revision that cannot move: a full commit hash (a branch or tag can)."""
+    return bool(revision and re.fullmatch(r"[0-9a-f]{40}", revision))
+
+
+def remote_code_files(folder: Path) -> dict[str, list[str]]:
+    """The files of a model directory whose `auto_map` makes transformers run code shipped
+    with the checkpoint: {file name: the classes it maps}."""
+    found: dict[str, list[str]] = {}
+    for name in _AUTO_MAP_FILES:
+        path = folder / name
+        if path.is_file():
+            auto_map = json.loads(path.read_text()).get("auto_map") or {}
+            refs = [r for v in auto_map.values() for r in (v if isinstance(v, list) else [v])]
+            if any(isinstance(r, str) for r in refs):
+                found[name] = sorted(r for r in refs if isinstance(r, str))
+    return found
+
+
+def check_remote_code(spec: Any, folder: Path, from_hub: bool) -> None:
+    """Remote code runs only when asked for (`trust_remote_code`), and from a Hub model only at
+    a pinned commit unless `allow_unpinned` (unpinned code can change between runs)."""
+    from carbon_vep.config.run import setting_name
+
+    found = remote_code_files(folder)
+    if not found:
+        return
+    name, classes = next(iter(found.items()))
+    if not spec.trust_remote_code:
+        raise RemoteCodeError(
+            folder / name,
+            f"{spec.path} needs remote code ({', '.join(classes)}), which runs only when "
+            f"asked for: read it, then set {setting_name('trust_remote_code')} to true",
+        )
+    if from_hub and not is_pinned(spec.revision) and not spec.allow_unpinned:
+        raise RemoteCodeError(
+            folder / name,
+            f"{spec.path} runs remote code at revision {spec.revision or 'main'!r}, which can "
+            f"change between runs: pin {setting_name('revision')} to a commit (40 hex digits; "
+            f"this snapshot is {folder.name}), or set {setting_name('allow_unpinned')} to true",
+        )
+
+
+def is_local_model(path: str) -> bool:
+    """A local directory is used as-is; anything else is a Hub id (as transformers decides)."""
+    return Path(path).is_dir()
+
+
+def cache_location(cache_dir: str | Path | None = None) -> str:
+    return str(cache_dir or constants.HF_HUB_CACHE)
+
+
+def require_cached(repo_id: str, revision: str | None, cache_dir: str | Path | None = None) -> Path:
+    """The cached snapshot of `repo_id` at `revision`, or ModelNotCachedError saying what to run."""
+    try:
+        folder = snapshot_download(
+            repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True
+        )
+    except HFValidationError as err:
+        raise ModelNotCachedError(
+            repo_id, f"neither a local directory nor a valid Hub id ({err})"
+        ) from err
+    except LocalEntryNotFoundError as err:
+        fetch = f"carbon-vep fetch-model --model {repo_id}"
+        fetch += f" --revision {revision}" if revision else ""
+        raise ModelNotCachedError(
+            repo_id,
+            f"revision {revision or 'main'} is not in the Hugging Face cache "
+            f"{cache_location(cache_dir)}, and this job runs offline (HF_HUB_OFFLINE=1: compute "
+            "nodes have no internet). Fetch it into the same HF_HOME from a machine with "
+            "internet: the workflow's fetch_model rule does so on the head node before any "
+            f"scoring job, or run `{fetch} --out FILE`",
+        ) from err
+    return Path(folder)
+
+
+def remote_code_repos(snapshot: Path, repo_id: str) -> list[str]:
+    """Other repositories that the snapshot's `auto_map` loads code from (`repo--module.Class`)."""
+    repos: set[str] = set()
+    for name in _AUTO_MAP_FILES:
+        path = snapshot / name
+        if not path.is_file():
+            continue
+        auto_map = json.loads(path.read_text()).get("auto_map") or {}
+        for refs in auto_map.values():
+            for ref in refs if isinstance(refs, list) else [refs]:
+                if isinstance(ref, str) and "--" in ref:
+                    repos.add(ref.split("--", 1)[0])
+    repos.discard(repo_id)
+    return sorted(repos)
+
+
+def fetch_snapshot(
+    repo_id: str, revision: str | None, cache_dir: str | Path | None = None
+) -> dict[str, Any]:
+    """Download `repo_id` at `revision` (and remote code kept in other repositories) into the
+    Hub cache, then check it loads offline. Returns what was fetched, for the record file."""
+    folder = _download(repo_id, revision, cache_dir)
+    # transformers loads code kept in another repository from that repository's main branch
+    code_repos = remote_code_repos(folder, repo_id)
+    for code_repo in code_repos:
+        _download(code_repo, None, cache_dir)
+    require_cached(repo_id, revision, cache_dir)
+    return {
+        "model": repo_id,
+        "revision": revision,
+        "commit": folder.name,
+        "snapshot": str(folder),
+        "cache": cache_location(cache_dir),
+        "remote_code_repos": code_repos,
+    }
+
+
+def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) -> Path:
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir))
+    except HFValidationError as err:
+        raise InputError(repo_id, f"neither a local directory nor a valid Hub id ({err})") from err
+    except RepositoryNotFoundError as err:
+        raise InputError(
+            repo_id,
+            "no such local directory, and no such repository on the Hub (a gated or private "
+            "one needs `hf auth login` first)",
+        ) from err
+    except RevisionNotFoundError as err:
+        raise InputError(repo_id, f"the Hub has no revision {revision!r}") from err
+    except LocalEntryNotFoundError as err:
+        raise ModelNotCachedError(
+            repo_id,
+            f"could not be downloaded into {cache_location(cache_dir)} (no internet, or "
+            f"HF_HUB_OFFLINE=1) and is not cached there: {err}",
+        ) from err
+
+
+def model_folder(spec: Any) -> tuple[Path, bool]:
+    """The model's files: its local directory, or the Hub snapshot at its revision (from the
+    cache, downloaded if this process may). (folder, whether it came from the Hub)."""
+    if is_local_model(spec.path):
+        return Path(spec.path), False
+    if constants.HF_HUB_OFFLINE:
+        return require_cached(spec.path, spec.revision), True
+    return _download(spec.path, spec.revision, None), True

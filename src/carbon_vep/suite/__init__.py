@@ -1,0 +1,6 @@
+"""The zero-shot suite's tasks other than variant panels: task files (`tasks`), sequence
+recovery (`recovery`) and perturbation pairs (`perturbation`), each ending in a metrics JSON
+that the results table reads.
+
+May import: `evaluate`, `model`, `config`, `genome` and the shared modules.
+"""

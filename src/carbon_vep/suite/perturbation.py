@@ -1,0 +1,154 @@
+"""Perturbation pairs: CAG triplet expansion and synonymous codons (zero-shot-suite.md §4).
+
+Each row holds a real `original_sequence` and a perturbed `sequence` of the same length. Both
+are scored as in the centered recipe: `<dna>` + the sequence cut to whole k-mers from the right,
+mean log-probability per token (full-vocabulary normaliser by default; `dna_block` and the
+bp-level FNS score are options, recorded in every row). A pair is correct iff
+S(original) > S(perturbed), strictly: ties count as wrong and are counted on their own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict
+
+import polars as pl
+
+from carbon_vep.columns import Status
+from carbon_vep.config.stages import EvaluationSettings, PerturbationSettings
+from carbon_vep.model.batching import FAILED_ALONE
+from carbon_vep.model.engine import Engine
+from carbon_vep.model.tokens import non_acgt_count
+from carbon_vep.suite.tasks import bootstrap_mean_interval
+
+ACCURACY_DEFINITION = (
+    "share of scored pairs with S(original_sequence) > S(sequence), strictly (ties count as "
+    "wrong); S = mean log-likelihood of the sequence cut to whole k-mers ({scoring})"
+)
+SCORING_TEXT = {
+    "token": "per 6-mer token, normaliser {normalization}",
+    "bp": "per base, FNS marginals over the 6-mer block",
+}
+
+
+def whole_kmers(seq: str, k: int) -> str:
+    """`seq` cut to whole k-mers from the right (seq[:len - len % k]), as the recipes do."""
+    return seq[: len(seq) - len(seq) % k]
+
+
+def _problem(original: str | None, perturbed: str | None, k: int) -> str:
+    if not original or not perturbed:
+        return "missing original_sequence or sequence"
+    if len(original) != len(perturbed):
+        return f"lengths differ ({len(original)} vs {len(perturbed)} bp)"
+    if len(original) < 2 * k:
+        return f"shorter than {2 * k} bp: fewer than two {k}-mer tokens"
+    return ""
+
+
+def score_pairs(
+    table: pl.DataFrame, engine: Engine, settings: PerturbationSettings
+) -> pl.DataFrame:
+    """One row per input pair: both scores, margin, correct / tie, status and reason.
+
+    Identical sequences are scored once. Bases other than ACGT reach the model as `<oov>`
+    (as in the published script) and are counted in `non_acgt`.
+    """
+    k = engine.k
+    rows = table.select(
+        "row_id",
+        "source",
+        pl.col("original_sequence").cast(pl.Utf8).str.to_uppercase(),
+        pl.col("sequence").cast(pl.Utf8).str.to_uppercase(),
+    ).to_dicts()
+    problems = [_problem(r["original_sequence"], r["sequence"], k) for r in rows]
+    unique = list(
+        dict.fromkeys(
+            whole_kmers(r[c], k)
+            for r, problem in zip(rows, problems, strict=True)
+            if not problem
+            for c in ("original_sequence", "sequence")
+        )
+    )
+    values = engine.sequence_scores(unique, settings.scoring, settings.resolved_normalization)
+    scores = dict(zip(unique, values, strict=True))
+    out = []
+    for r, problem in zip(rows, problems, strict=True):
+        record = {
+            "row_id": r["row_id"],
+            "source": r["source"],
+            "status": Status.INVALID.value,
+            "reason": problem,
+            "length_bp": len(r["original_sequence"] or ""),
+            "non_acgt": None,
+            "score_original": None,
+            "score_perturbed": None,
+            "margin": None,
+            "correct": None,
+            "tie": None,
+        }
+        if not problem:
+            orig = scores[whole_kmers(r["original_sequence"], k)]
+            pert = scores[whole_kmers(r["sequence"], k)]
+            record["non_acgt"] = sum(map(non_acgt_count, (r["original_sequence"], r["sequence"])))
+            if orig is None or pert is None:
+                record.update(status=Status.FAILED.value, reason=FAILED_ALONE)
+            else:
+                s_orig, s_pert = orig.mean, pert.mean
+                record.update(
+                    status=Status.SCORED.value,
+                    reason="",
+                    score_original=s_orig,
+                    score_perturbed=s_pert,
+                    margin=s_orig - s_pert,
+                    correct=s_orig > s_pert,
+                    tie=s_orig == s_pert,
+                )
+        out.append(record)
+    return pl.DataFrame(out, infer_schema_length=None).with_columns(
+        pl.lit(settings.scoring).alias("scoring"),
+        pl.lit(settings.resolved_normalization).alias("normalization"),
+    )
+
+
+def perturbation_metrics(
+    pairs: pl.DataFrame,
+    settings: PerturbationSettings,
+    evaluation: EvaluationSettings | None = None,
+) -> dict:
+    """Accuracy (ties wrong), tie count, interval, counts, parameters and definitions."""
+    evaluation = evaluation or EvaluationSettings()
+    scored = pairs.filter(pl.col("status") == Status.SCORED)
+    correct = scored["correct"].cast(pl.Float64).to_numpy()
+    n_ties = int(scored["tie"].sum()) if scored.height else 0
+    result: dict = {
+        "kind": "perturbation",
+        "n_rows": pairs.height,
+        "n_scored": scored.height,
+        "n_correct": int(correct.sum()),
+        "n_ties": n_ties,
+        "status_counts": dict(sorted(Counter(pairs["status"].to_list()).items())),
+        "metrics": {
+            "accuracy": float(correct.mean()) if len(correct) else None,
+            "mean_margin": float(scored["margin"].mean()) if scored.height else None,
+        },
+        "confidence_intervals": {},
+        "definitions": {
+            "accuracy": ACCURACY_DEFINITION.format(
+                scoring=SCORING_TEXT[settings.scoring].format(normalization=settings.normalization)
+            ),
+            "mean_margin": "mean over scored pairs of S(original_sequence) − S(sequence)",
+            "n_ties": "scored pairs with S(original_sequence) == S(sequence) (counted wrong)",
+        },
+        "parameters": {**asdict(settings), "normalization": settings.resolved_normalization},
+        "warnings": [],
+    }
+    interval = bootstrap_mean_interval(correct, evaluation.bootstrap, evaluation.seed)
+    if interval:
+        result["confidence_intervals"]["accuracy"] = interval
+    if n_ties:
+        result["warnings"].append(f"{n_ties} pairs tie exactly (identical sequences?)")
+    if scored.height and int((scored["non_acgt"] > 0).sum()):
+        n = int((scored["non_acgt"] > 0).sum())
+        result["warnings"].append(f"{n} pairs contain non-ACGT bases (sent as <oov>)")
+    return result

@@ -1,0 +1,272 @@
+"""One home for every setting: the schema, the CLI and the rules all read carbon_vep.config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from carbon_vep import cli
+from carbon_vep.config.fields import (
+    INTERFACE_VARIABLE,
+    ConfigError,
+    default_of,
+    flat_fields,
+    from_args,
+    from_flat,
+    is_required,
+    spec_json,
+    to_flat,
+)
+from carbon_vep.config.run import (
+    SECTIONS,
+    DatasetConfig,
+    RunConfig,
+    TaskConfig,
+    run_fields,
+    setting_name,
+)
+from carbon_vep.config.schema import json_schema, schema_yaml
+from carbon_vep.config.stages import LabelSettings, ModelSettings, PanelSettings, RecipeSettings
+from carbon_vep.config.workflow import check_gpu_profile
+from carbon_vep.errors import InputError
+from carbon_vep.genome.builds import check_reference_build, check_shared_references
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+CONFIGS = sorted((ROOT / "config").glob("*.yaml"))
+
+
+def test_schema_file_is_generated_from_the_package():
+    assert SCHEMA.read_text() == schema_yaml(), (
+        "workflow/schemas/config.schema.yaml is stale: run "
+        "`carbon-vep config-schema --out workflow/schemas/config.schema.yaml`"
+    )
+
+
+def test_every_schema_default_is_the_dataclass_default():
+    """Walk the committed schema: each default equals its field's default in carbon_vep.config."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    checked = 0
+    for section, (entry_cls, _, _) in SECTIONS.items():
+        props = schema["properties"][section]["additionalProperties"]["properties"]
+        for f, _ in flat_fields(entry_cls):
+            if f.metadata["scope"] != "entry":
+                continue
+            prop = props[f.name]
+            assert ("default" in prop) == (not is_required(f)), f.name
+            if not is_required(f):
+                default = default_of(f)
+                expected = list(default) if isinstance(default, tuple) else default
+                assert prop["default"] == expected, f"{section}.{f.name}"
+                checked += 1
+    for name, (f, _) in run_fields().items():
+        assert schema["properties"][name]["default"] == f.default, name
+        checked += 1
+    assert checked >= 40  # every setting, not a handful
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_validate_and_load(path):
+    config = yaml.safe_load(path.read_text())
+    validate(config, str(SCHEMA))
+    run = RunConfig.from_dict(config)
+    assert (run.datasets or run.scans) and run.models  # the genome configs scan only
+    for dataset in run.datasets.values():
+        assert dataset.scoring.normalization == "published"
+
+
+def test_schema_rejects_unknown_recipe():
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["datasets"]["demo_centered"]["recipe"] = "centred"
+    with pytest.raises(Exception, match="centred"):
+        validate(config, str(SCHEMA))
+
+
+def test_config_entries_nest_groups_and_take_run_level_keys():
+    config = {
+        "shard_size": 7,
+        "bootstrap": 3,
+        "min_ref_concordance": 0.5,
+        "models": {"m": {"path": "x"}},
+        "datasets": {
+            "d": {
+                "panel": "p.vcf",
+                "reference": "r.fa",
+                "build": "hg38",
+                "recipe": "nexttoken",
+                "info_fields": ["AF"],
+                "tile_bp": 600,
+                "label_source": "clinvar_clnsig",
+            }
+        },
+    }
+    run = RunConfig.from_dict(config)
+    dataset = run.datasets["d"]
+    assert dataset.checks == PanelSettings("hg38", info_fields=("AF",), min_ref_concordance=0.5)
+    assert dataset.scoring.tiles.tile_bp == 600 and dataset.shards.shard_size == 7
+    assert dataset.metrics.evaluation.bootstrap == 3
+    assert dataset.scoring.resolved_normalization == "acgt_strings"
+    assert run.entry_models(dataset) == ["m"]
+    # a ClinVar dataset needs no second `label_column: label` for its metrics
+    assert dataset.labels.column == "label"
+
+
+def test_config_mistakes_are_named():
+    base = {"models": {"m": {"path": "x"}}}
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": "centered"}
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['windw_bp'\]"):
+        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "windw_bp": 6}}})
+    with pytest.raises(ConfigError, match=r"unknown model\(s\) \['n'\]"):
+        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "models": ["n"]}}})
+    with pytest.raises(ConfigError, match="reserved"):
+        RunConfig.from_dict({**base, "datasets": {"suite": dataset}})
+    task = {"kind": "sequence_recovery", "path": "t.tsv", "scoring": "bp"}
+    with pytest.raises(ConfigError, match=r"\['scoring'\] do not apply"):
+        RunConfig.from_dict({**base, "datasets": {"d": dataset}, "tasks": {"t": task}})
+
+
+def test_from_scan_dataset_needs_a_scan_that_runs_its_models():
+    models = {"m": {"path": "x"}, "n": {"path": "y"}}
+    scan = {"reference": "r", "build": "hg38", "regions": "all", "models": ["m"]}
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": "from_scan"}
+    lookup = {**dataset, "scan": "g", "models": ["m"]}
+    ok = RunConfig.from_dict({"models": models, "scans": {"g": scan}, "datasets": {"d": lookup}})
+    assert ok.scan_lookups() == {"d": "g"} and ok.scans["g"].regions == ("all",)
+    with pytest.raises(ConfigError, match=r"needs `scan:`, one of \['g'\]"):
+        RunConfig.from_dict({"models": models, "scans": {"g": scan}, "datasets": {"d": dataset}})
+    with pytest.raises(ConfigError, match=r"does not run model\(s\) \['n'\]"):
+        RunConfig.from_dict(
+            {"models": models, "scans": {"g": scan}, "datasets": {"d": {**dataset, "scan": "g"}}}
+        )
+    with pytest.raises(ConfigError, match="applies to recipe from_scan only"):
+        RunConfig.from_dict(
+            {"models": models, "scans": {"g": scan},
+             "datasets": {"d": {**dataset, "recipe": "centered", "scan": "g"}}}
+        )  # fmt: skip
+
+
+def test_datasets_on_one_reference_must_share_a_build(tmp_path):
+    fasta = tmp_path / "genome.fa"
+    entries = [("dataset 'a'", str(fasta), "hg38"), ("dataset 'b'", str(fasta), "GRCh38")]
+    check_shared_references(entries)  # synonyms of one build
+    with pytest.raises(ValueError, match="same reference"):
+        check_shared_references([*entries, ("scan 's'", str(fasta), "hg19")])
+
+
+class _Reference:
+    """What the build check needs of a reference: its contig lengths and path."""
+
+    path = Path("GRCh37.fa")
+    lengths = {"chr1": 249_250_621, "chrX": 155_270_560, "chrUn_gl000220": 161_802}
+
+
+def test_a_reference_of_another_build_is_refused_by_ingest(tmp_path):
+    check_reference_build("GRCh37", _Reference.lengths, _Reference.path)
+    check_reference_build("hg38", {"chr17": 40_000}, "fragment.fa")  # unknown: no verdict
+    with pytest.raises(InputError, match="lengths are those of GRCh37, but the build declared is"):
+        check_reference_build("hg38", _Reference.lengths, _Reference.path)
+    # `carbon-vep score` and check-panel go through ingest_panel, which checks it first
+    from carbon_vep.variants.ingest import ingest_panel
+
+    with pytest.raises(InputError, match="GRCh37.fa: its chromosome lengths"):
+        ingest_panel(tmp_path / "unused.vcf", _Reference(), PanelSettings("hg38"))
+
+
+def test_gpu_profile_check_lives_in_the_package():
+    cpu, gpu = ModelSettings("m"), ModelSettings("m", device="cuda")
+    check_gpu_profile("score_shard", {"gpu": "0", "mem_mb": 4000}, {"a": cpu})
+    check_gpu_profile("score_shard", {"gpu": 1, "gpu_model": "'h100'"}, {"a": gpu})
+    with pytest.raises(ConfigError, match="gives score_shard a GPU .*device 'cpu'"):
+        check_gpu_profile("score_shard", {"gpu_model": "'a10'"}, {"a": cpu, "b": gpu})
+
+
+# ---- the command line reads the same definitions --------------------------------------------
+def _parse(command: str, *argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args([command, *argv])
+
+
+def test_cli_defaults_are_the_dataclass_defaults():
+    args = _parse(
+        "score", "--panel", "p", "--reference", "r", "--model", "m", "--build", "hg38",
+        "--recipe", "centered", "--out", "o",
+    )  # fmt: skip
+    model, panel, labels, recipe = from_args(
+        args, ModelSettings, PanelSettings, LabelSettings, RecipeSettings
+    )
+    assert model == ModelSettings("m")
+    assert panel == PanelSettings("hg38")
+    assert labels == LabelSettings()
+    assert recipe == RecipeSettings("centered")
+
+
+def test_cli_options_and_the_rules_settings_mean_the_same():
+    """What a rule passes (`--settings` JSON) and the same values as options give one object."""
+    recipe = RecipeSettings("centered", "dna_block", window_bp=240, rc_average=True)
+    labels = LabelSettings(label_column="LABEL", positive_labels=("yes",))
+    spec = shlex.split(spec_json(recipe, labels))[0]
+    from_rule = from_args(argparse.Namespace(settings=spec), RecipeSettings, LabelSettings)
+    args = _parse(
+        "score", "--panel", "p", "--reference", "r", "--model", "m", "--build", "b",
+        "--recipe", "centered", "--normalization", "dna_block", "--window-bp", "240",
+        "--rc-average", "--label-column", "LABEL", "--positive", "yes", "--out", "o",
+    )  # fmt: skip
+    assert from_args(args, RecipeSettings, LabelSettings) == from_rule == (recipe, labels)
+    # an option on the command line overrides the rule's value (the retry's batch size)
+    args = _parse(
+        "score-shard", "--shard", "s", "--reference", "r", "--out", "o", "--batch-size", "2",
+        "--settings", json.dumps({"path": "m", "batch_size": 8, "recipe": "nexttoken"}),
+    )  # fmt: skip
+    model, recipe = from_args(args, ModelSettings, RecipeSettings)
+    assert model.batch_size == 2 and recipe.recipe == "nexttoken"
+
+
+def test_round_trip_of_every_entry_through_its_flat_form():
+    for entry in (
+        DatasetConfig("p", "r", checks=PanelSettings("hg19"), scoring=RecipeSettings("fns")),
+        TaskConfig("perturbation", "t.tsv"),
+        ModelSettings("m", revision="abc"),
+    ):
+        flat = to_flat(entry)
+        assert from_flat(type(entry), json.loads(json.dumps(flat)), "test") == entry
+
+
+def test_settings_are_named_for_the_interface_in_use(monkeypatch):
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
+    assert setting_name("format") == "`--format`"
+    assert setting_name("info_fields") == "`--info-field`"
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")
+    assert setting_name("format") == "the config key `format`"
+    assert setting_name("min_ref_concordance") == "the top-level config key `min_ref_concordance`"
+    with pytest.raises(ConfigError, match="the config key `recipe` is 'centred'"):
+        from_flat(RecipeSettings, {"recipe": "centred"}, "datasets.d")
+
+
+def test_a_missing_required_option_names_its_flag(monkeypatch):
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
+    args = _parse("check-panel", "--panel", "p", "--reference", "r", "--out", "o", "--summary", "s")
+    with pytest.raises(ConfigError, match="`--build` is required"):
+        from_args(args, PanelSettings, LabelSettings)
+
+
+def test_every_setting_has_help_and_a_distinct_flag_per_command():
+    for entry_cls, _, _ in SECTIONS.values():
+        for f, _ in flat_fields(entry_cls):
+            assert f.metadata["help"], f.name
+    parser = cli.build_parser()  # argparse refuses two options with one flag
+    assert parser.parse_args(["config-schema", "--out", "x"]).out == "x"
+    assert {f.name for f in fields(PanelSettings)} >= {"build", "format", "columns"}
+
+
+def test_json_schema_lists_every_entry_setting():
+    schema = json_schema()
+    dataset = schema["properties"]["datasets"]["additionalProperties"]
+    names = {f.name for f, _ in flat_fields(DatasetConfig) if f.metadata["scope"] == "entry"}
+    assert set(dataset["properties"]) == names
+    assert dataset["required"] == ["panel", "reference", "build", "recipe"]

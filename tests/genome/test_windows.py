@@ -1,0 +1,87 @@
+import polars as pl
+import pytest
+
+from carbon_vep.config.recipes import RECIPES
+from carbon_vep.genome.windows import (
+    assign_shards,
+    centered_window,
+    kmer_usable_length,
+    prepare_right_context,
+    rc_index,
+    reverse_complement,
+    right_end_window,
+    substitute,
+)
+
+
+def test_centered_window_puts_variant_at_flank_index():
+    w = centered_window(pos=10_000, contig_length=50_000, window_bp=8192)
+    assert (w.start, w.end, w.variant_index) == (9_999 - 4096, 9_999 + 4096, 4096)
+    assert w.length == 8192
+
+
+def test_centered_window_clipped_at_contig_start_keeps_variant_at_p():
+    w = centered_window(pos=50, contig_length=50_000, window_bp=8192)
+    assert (w.start, w.variant_index) == (0, 49)
+    assert w.end == 49 + 4096
+
+
+def test_centered_window_clipped_at_contig_end():
+    w = centered_window(pos=3_000, contig_length=3_000, window_bp=8192)
+    assert w.end == 3_000 and w.start == 0 and w.variant_index == 2_999
+
+
+def test_kmer_usable_length_trims_right_end():
+    assert kmer_usable_length(8192) == 8190
+    assert kmer_usable_length(8190) == 8190
+    assert kmer_usable_length(5) == 0
+
+
+def test_right_end_context_is_strictly_before_the_variant():
+    w = right_end_window(pos=30_001, contig_length=50_000, window_bp=24_000)
+    assert (w.start, w.end) == (6_000, 30_000)
+    assert w.end == 30_001 - 1  # 0-based index of the variant base: the context stops before it
+    assert w.variant_index == w.length
+
+
+def test_prepare_right_context_strips_leading_n_and_trims_from_left():
+    assert prepare_right_context("NNNACGTACGTA") == "ACGTACGTA"[3:]
+    out = prepare_right_context("NN" + "C" + "ACGTAC" * 2)
+    assert out == "ACGTAC" * 2 and len(out) % 6 == 0
+
+
+def test_reverse_complement_index_of_even_window():
+    window = "AAAACGTTTT"  # 10 bp, variant at 4 ("C")
+    rc = reverse_complement(window)
+    assert rc == "AAAACGTTTT"[::-1].translate(str.maketrans("ACGT", "TGCA"))
+    assert rc[rc_index(len(window), 4)] == "G"
+    assert rc_index(8192, 4096) == 4095
+
+
+def test_substitute_checks_ref():
+    assert substitute("ACGT", 1, "C", "T") == "ATGT"
+    with pytest.raises(ValueError, match="expected REF"):
+        substitute("ACGT", 1, "G", "T")
+
+
+def _variants(rows):
+    return pl.DataFrame(rows, schema=["ref_chrom", "pos", "ref", "alt"], orient="row")
+
+
+def test_assign_shards_keeps_sites_together_and_is_deterministic():
+    rows = [("chr1", p, "A", alt) for p in (5, 1, 9) for alt in "CGT"] + [("chr2", 3, "A", "C")]
+    variants = _variants(rows)
+    a = assign_shards(variants, shard_size=2)
+    b = assign_shards(variants.sample(fraction=1.0, shuffle=True, seed=3), shard_size=2)
+    assert a.equals(b)
+    per_site = a.group_by("ref_chrom", "pos").agg(pl.col("shard").n_unique())
+    assert per_site["shard"].max() == 1
+    assert a.height == variants.height
+
+
+def test_add_windows_uses_recipe():
+    variants = _variants([("chr1", 100, "A", "C")])
+    centered = RECIPES["centered"].add_windows(variants, {"chr1": 1000}, 64)
+    assert centered.row(0, named=True)["window_start"] == 99 - 32
+    nexttoken = RECIPES["nexttoken"].add_windows(variants, {"chr1": 1000}, 60)
+    assert nexttoken.row(0, named=True)["window_end"] == 99

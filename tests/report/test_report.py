@@ -1,0 +1,202 @@
+"""Reports: the Markdown page per dataset x model, the run's HTML page and its summary."""
+
+import base64
+import json
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+
+from carbon_vep.config.stages import (
+    EvaluationSettings,
+    LabelSettings,
+    MetricSettings,
+    PerturbationSettings,
+    RecoverySettings,
+)
+from carbon_vep.evaluate.metrics import evaluated_rows, vep_metrics
+from carbon_vep.report.html import load_run, render_html
+from carbon_vep.report.markdown import render_report, render_summary
+from carbon_vep.report.results_table import results_markdown, results_table
+from carbon_vep.suite.perturbation import perturbation_metrics
+from carbon_vep.suite.recovery import recovery_metrics
+
+LABELS = LabelSettings(label_column="label")
+
+PROVENANCE = {
+    "model": "org/model-{m}",
+    "revision": "abc123",
+    "dtype": "bfloat16",
+    "config_sha256": "0123456789abcdef",
+}
+
+
+def _scores(seed: int) -> pl.DataFrame:
+    """40 variants on chr1 / chr2 plus chr3 with negatives only, and two unscored rows."""
+    rng = np.random.default_rng(seed)
+    labels = np.array([0, 1] * 16 + [0] * 8)
+    scores = labels * 1.0 + rng.normal(0, 0.8, labels.size)
+    chroms = ["chr1"] * 16 + ["chr2"] * 16 + ["chr3"] * 8
+    frame = pl.DataFrame(
+        {
+            "chrom": chroms,
+            "pos": list(range(1, 41)),
+            "ref": ["A"] * 40,
+            "alt": ["C"] * 40,
+            "status": ["scored"] * 40,
+            "reason": [""] * 40,
+            "score": scores,
+            "label": [str(v) for v in labels],
+            "recipe": ["centered"] * 40,
+            "normalization": ["full_vocab"] * 40,
+            "region": ["coding", "intron"] * 20,
+        }
+    )
+    extra = pl.DataFrame(
+        {
+            "chrom": ["chr1", "chr9"],
+            "pos": [50, 60],
+            "ref": ["A", "G"],
+            "alt": ["T", "C"],
+            "status": ["ref_mismatch", "unknown_contig"],
+            "reason": ["REF A but reference has C", "contig 'chr9' not in the reference"],
+            "score": [None, None],
+            "label": ["1", "0"],
+            "recipe": [None, None],
+            "normalization": [None, None],
+            "region": ["coding", "coding"],
+        }
+    )
+    merged = pl.concat([frame, extra], how="vertical_relaxed")
+    return merged.with_row_index("row_id").with_columns(pl.col("row_id").cast(pl.Int64))
+
+
+def _named(result: dict, task: str, model: str, headline: list[str]) -> dict:
+    provenance = {k: v.format(m=model) for k, v in PROVENANCE.items()}
+    return {
+        **result,
+        "task": task,
+        "model_key": model,
+        "headline_metrics": headline,
+        "provenance": provenance,
+    }
+
+
+def _write(folder, name: str, result: dict, rows: pl.DataFrame, rows_name: str):
+    """The metrics JSON in `folder`, its row file in a folder of its own: the report pairs the
+    files it is given, it does not look for them by name."""
+    folder.mkdir(parents=True)
+    rows_path = folder.parent / f"{folder.name}_rows" / rows_name
+    rows_path.parent.mkdir()
+    rows.write_parquet(rows_path)
+    (folder / "metrics.json").write_text(json.dumps(result))
+    return folder / "metrics.json", rows_path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("run")
+    paths = []
+    options = MetricSettings(evaluation=EvaluationSettings(bootstrap=30))
+    for i, model in enumerate(("m1", "m2")):
+        scores = _scores(i)
+        result = _named(
+            vep_metrics(scores, LABELS, options),
+            "ds",
+            model,
+            ["auroc", "average_precision_by_chrom_weighted_drop_single_class"],
+        )
+        evaluated = evaluated_rows(scores, LABELS)
+        paths.append(_write(tmp_path / "ds" / model, "ds", result, evaluated, "evaluated.parquet"))
+    predictions = pl.DataFrame(
+        {
+            "status": ["scored"] * 4,
+            "accuracy": [0.5, 0.25, 1.0, 0.75],
+            "type": ["a", "a", "b", "b"],
+            "label": ["A" * 30] * 4,
+            "prompt_non_acgt": [0] * 4,
+        }
+    )
+    result = recovery_metrics(predictions, RecoverySettings(), EvaluationSettings(bootstrap=30))
+    result = _named(result, "rec", "m1", ["accuracy"])
+    paths.append(
+        _write(tmp_path / "suite/rec/m1", "rec", result, predictions, "predictions.parquet")
+    )
+    pairs = pl.DataFrame(
+        {
+            "status": ["scored"] * 3,
+            "correct": [True, True, False],
+            "tie": [False, False, True],
+            "margin": [0.3, 0.1, 0.0],
+            "non_acgt": [0, 0, 0],
+        }
+    )
+    result = perturbation_metrics(pairs, PerturbationSettings(), EvaluationSettings(bootstrap=30))
+    result = _named(result, "cag", "m2", ["accuracy"])
+    result["warnings"].append("<b>not bold</b>")
+    paths.append(_write(tmp_path / "suite/cag/m2", "cag", result, pairs, "predictions.parquet"))
+    return load_run([m for m, _ in paths], [r for _, r in paths])
+
+
+@pytest.fixture(scope="module")
+def page(run):
+    return render_html(run, results_table([r.metrics for r in run]))
+
+
+def test_html_is_one_self_contained_page_with_every_section(page):
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page)
+    assert "<script" not in page and "<link" not in page
+    images = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,([^"]+)"', page)
+    alts = [alt for alt, _ in images]
+    assert len(images) == 5, alts  # ROC/PR, score distributions, chromosome bars, recovery, pairs
+    assert all(base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n" for _, data in images)
+    for text in (
+        "ROC and PR, ds",
+        "scores, ds",
+        "AUROC by chromosome, ds",
+        "recovery accuracy by type, rec",
+        "margins, cag",
+    ):
+        assert text in alts
+    for anchor in ("results", "ds", "rec", "cag", "provenance"):
+        assert f"id='{anchor}'" in page
+
+
+def test_html_comparison_table_status_counts_and_provenance(run, page):
+    ds_m1 = run[0].metrics
+    assert f"{100 * ds_m1['metrics']['auroc']:.2f} [" in page  # x100 with its interval
+    assert "average_precision_by_chrom_weighted_drop_single_class" in page
+    assert "<td>ref_mismatch</td>" in page and "<td>unknown_contig</td>" in page
+    assert "chr3 (20.0%)" in page  # the one-class chromosome and its weight of all rows
+    assert "org/model-m1" in page and "org/model-m2" in page and "0123456789abcdef" in page
+    assert "&lt;b&gt;not bold&lt;/b&gt;" in page and "<b>not bold</b>" not in page
+    assert "ties" in page and "chance = 0.25" in page
+
+
+def test_summary_markdown_has_the_results_table(run):
+    metrics = [r.metrics for r in run]
+    summary = render_summary(metrics, results_markdown(metrics))
+    assert "| task | metric (×100) | m1 | m2 |" in summary
+    assert "| rec | accuracy | 62.50" in summary and " — |" in summary  # m2 did not run rec
+    assert "- ds / m1: ref_mismatch: 1, scored: 40, unknown_contig: 1" in summary
+
+
+def test_markdown_report_per_dataset(run):
+    page = render_report(_scores(0), run[0].metrics, "ds scored by m1")
+    assert "## Input status counts" in page and "| ref_mismatch | 1 |" in page
+    assert "dropped one-class chromosomes chr3 (n=8, weight 0.200)" in page
+    assert "average_precision_by_chrom_weighted_keep_all" in page
+    assert "REF A but reference has C" in page
+
+
+def test_the_report_plots_the_rows_the_metrics_used(run):
+    """The curves come from the evaluated rows compute_metrics wrote (labels as 0/1, conflicts
+    and unscored rows already left out), not from labels recomputed by the report."""
+    rows = run[0].rows
+    assert rows.columns == ["row_id", "chrom", "label01", "score"]
+    assert rows.height == run[0].metrics["n_labelled"] == 40
+    assert run[0].metrics["parameters"]["recipe"] == "centered"
+    with pytest.raises(ValueError, match="2 metrics files but 1 row files"):
+        load_run(["a.json", "b.json"], ["a.parquet"])

@@ -1,0 +1,387 @@
+"""A whole multi-contig genome scanned through the real Snakefile with the demo model: one config
+entry (`regions: all`) -> plan checkpoint -> chunk jobs -> per-contig hive Parquet + tabix TSV;
+a chunk job killed mid-write is redone alone and the merged files are byte-identical; a panel is
+annotated from the scan without a model.
+
+The genome is built from the shipped lambda phage genome (resources/genome): two contigs with
+assembly gaps (N runs, upper and lower case), soft-masked bases, and a run of 3 ACGT bases
+between gaps (too short for one 6-mer: counted, not scored)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pysam
+import pytest
+import yaml
+from support.cluster import run_snakemake, workflow_env
+from support.files import write_fasta
+
+from carbon_vep.scan.plan import acgt_runs
+
+pytestmark = pytest.mark.workflow
+ROOT = Path(__file__).resolve().parents[2]
+LAMBDA = ROOT / "resources/genome/lambda_phage.fa"
+TILE_BP, MIN_CONTEXT, CHUNK_BP = 600, 240, 1500
+SCAN = "results/scans/genome/demo"
+LOOKUP = "results/lookup/demo/scores.parquet"
+TARGETS = ("--cores", "2", f"{SCAN}/summary.json", f"{SCAN}/summary.md", LOOKUP)
+KILLED_CHUNK = 1  # the bases of chrA on both sides of its gap
+
+
+def _lambda() -> str:
+    return "".join(line.strip() for line in LAMBDA.read_text().splitlines()[1:])
+
+
+def _genome() -> dict[str, str]:
+    seq = _lambda()
+    chr_a = seq[:1800] + "N" * 100 + seq[1800:3000]
+    chr_b = (
+        "NN" + seq[10_000:10_600] + seq[10_600:10_900].lower() + seq[10_900:11_200]
+        + "nnnn" + seq[11_200:11_203] + "N" * 10 + seq[12_000:12_600]
+    )  # fmt: skip
+    return {"chrA": chr_a, "chrB": chr_b}
+
+
+def _panel_records(genome: dict[str, str]) -> list[tuple[str, int, str, str]]:
+    """SNVs on chrA (scored) and on chrB's 3 ACGT bases between gaps (not scanned)."""
+    alt_of = {b: "G" if b != "G" else "T" for b in "ACGT"}
+    short = 2 + 1200 + 4 + 1  # chrB's 3 ACGT bases between gaps (1-based)
+    return [
+        ("chrA", 100, genome["chrA"][99], alt_of[genome["chrA"][99]]),
+        ("chrA", 2500, genome["chrA"][2499], alt_of[genome["chrA"][2499]]),
+        ("chrB", short, genome["chrB"][short - 1], alt_of[genome["chrB"][short - 1]]),
+    ]
+
+
+def _write_vcf(path: Path, records) -> Path:
+    lines = ["##fileformat=VCFv4.2", "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
+    lines += [f"{c}\t{p}\t.\t{r}\t{a}\t.\t.\t." for c, p, r, a in records]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _config(workdir: Path, shared: Path, model_dir: Path) -> Path:
+    config = {
+        "outdir": "results",
+        "chunk_bp": CHUNK_BP,
+        "models": {
+            "demo": {
+                "path": str(model_dir),
+                "trust_remote_code": True,  # the demo model's tokenizer ships as remote code
+                "dtype": "float32",
+                "device": "cpu",
+                "batch_size": 4,
+            }
+        },
+        "scans": {
+            "genome": {
+                "reference": str(shared / "genome.fa"),
+                "build": "lambda_test",
+                "regions": "all",
+                "tile_bp": TILE_BP,
+                "min_context": MIN_CONTEXT,
+            }
+        },
+        "datasets": {  # a panel scored by lookup in the scan: no model job
+            "lookup": {
+                "panel": str(shared / "panel.vcf"),
+                "format": "vcf",
+                "reference": str(shared / "genome.fa"),
+                "build": "lambda_test",
+                "recipe": "from_scan",
+                "scan": "genome",
+            }
+        },
+    }
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    """The genome, in one place for every run (configs and outputs then match byte for byte)."""
+    folder = tmp_path_factory.mktemp("genome")
+    write_fasta(folder / "genome.fa", _genome())
+    _write_vcf(folder / "panel.vcf", _panel_records(_genome()))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def genome_run(tmp_path_factory, shared, demo_model_dir) -> Path:
+    workdir = tmp_path_factory.mktemp("scan_run")
+    result = run_snakemake(workdir, _config(workdir, shared, demo_model_dir), *TARGETS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def _positions(run: Path) -> pl.DataFrame:
+    return pl.read_parquet(run / SCAN / "positions", hive_partitioning=True).sort("chrom", "pos")
+
+
+def test_every_acgt_base_once_and_counts_add_up(genome_run):
+    plan = json.loads((genome_run / "results/scans/genome/plan.json").read_text())
+    summary = json.loads((genome_run / SCAN / "summary.json").read_text())
+    positions = _positions(genome_run)
+    genome = _genome()
+    expected, skipped, short = [], 0, 0
+    for chrom, seq in genome.items():
+        runs = acgt_runs(seq)
+        skipped += len(seq) - sum(b - a for a, b in runs)
+        short += sum(b - a for a, b in runs if b - a < 6)
+        expected += [(chrom, p + 1) for a, b in runs if b - a >= 6 for p in range(a, b)]
+    got = list(zip(positions["chrom"].cast(pl.Utf8), positions["pos"], strict=True))
+    assert got == expected  # every ACGT base exactly once, no N, in order
+    totals = plan["totals"]
+    assert totals["scored_bp"] == len(expected) == summary["bases_written"]
+    assert totals["snvs"] == 3 * len(expected)
+    assert totals["skipped_non_acgt_bp"] == skipped == 100 + 2 + 4 + 10
+    assert totals["n_runs"] == 4 and totals["unscorable_bp"] == short == 3
+    length = sum(len(s) for s in genome.values())
+    assert totals["targeted_bp"] == length == totals["scored_bp"] + skipped + short
+    assert totals["chunks"] == -(-len(expected) // CHUNK_BP)
+    refs = [genome[c][p - 1].upper() for c, p in expected]
+    assert positions["ref"].to_list() == refs
+    logs = positions.select(pl.col(f"log_fns_{b}").cast(pl.Float64) for b in "ACGT")
+    probs = logs.select(pl.all().exp()).sum_horizontal()
+    assert (probs - 1).abs().max() < 2e-3  # float16 log-marginals: 2^-11 relative each
+
+
+def test_context_stops_at_gaps_and_contig_starts(genome_run):
+    """A base after a gap gets its context back to the gap's end, as at a contig start."""
+    positions = _positions(genome_run)
+    genome = _genome()
+    for chrom, seq in genome.items():
+        part = positions.filter(pl.col("chrom") == chrom)
+        starts = np.zeros(len(seq), dtype=np.int64)
+        for a, b in acgt_runs(seq):
+            starts[a:b] = a
+        back = part["pos"].to_numpy() - 1 - starts[part["pos"].to_numpy() - 1]
+        context = part["context_bp"].to_numpy()
+        assert (context <= back).all()
+        assert (context >= np.minimum(back, MIN_CONTEXT)).all()
+        assert (part["phase"].to_numpy() == context % 6).all()
+
+
+def test_scores_match_next_token_scoring_at_phase_zero(genome_run, loaded):
+    from carbon_vep.model.engine import Engine
+
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
+    genome = _genome()
+    phase0 = _positions(genome_run).filter(pl.col("phase") == 0)
+    after_gap = phase0.filter((pl.col("chrom") == "chrA") & (pl.col("pos") > 1900)).head(3)
+    picks = pl.concat([phase0.gather([5, 60, 200, phase0.height - 1]), after_gap])
+    for row in picks.iter_rows(named=True):
+        end = row["pos"] - 1
+        context = genome[row["chrom"]][end - row["context_bp"] : end].upper()
+        assert "N" not in context and len(context) % 6 == 0
+        lp = engine.next_base_log_probs([engine.vocab.encode(context)], "dna_block")[0]
+        expected = lp[[0, 2, 3, 1]]  # ATCG -> ACGT
+        got = [row[f"log_fns_{b}"] for b in "ACGT"]
+        assert got == pytest.approx(expected, rel=2**-10, abs=1e-5), row  # float16 storage
+
+
+def test_tabix_files_answer_region_queries(genome_run):
+    positions = _positions(genome_run)
+    for chrom in ("chrA", "chrB"):
+        path = genome_run / SCAN / f"snvs/{chrom}.tsv.gz"
+        header = [line for line in pysam.BGZFile(str(path)).read().decode().splitlines()
+                  if line.startswith("#")]  # fmt: skip
+        text = "\n".join(header)
+        for needed in ("##model=", "##revision=", "##normalization=dna_block", "##sign=",
+                       "##column=score", "#chrom\tpos\tref\talt\tscore"):  # fmt: skip
+            assert needed in text, needed
+        with pysam.TabixFile(str(path)) as tabix:
+            assert list(tabix.contigs) == [chrom]
+            rows = [line.split("\t") for line in tabix.fetch(chrom, 1899, 1910)]
+        expect = positions.filter((pl.col("chrom") == chrom) & pl.col("pos").is_between(1900, 1910))
+        assert len(rows) == 3 * expect.height
+        assert [int(r[1]) for r in rows] == sorted(3 * expect["pos"].to_list())
+        for r in rows:
+            base = expect.filter(pl.col("pos") == int(r[1])).row(0, named=True)
+            assert r[2] == base["ref"] and r[3] != r[2] and r[3] in "ACGT"
+            score = base[f"log_fns_{r[2]}"] - base[f"log_fns_{r[3]}"]
+            assert float(r[4]) == pytest.approx(score, abs=0.005 + 1e-6)
+    chr_a = positions.filter(pl.col("chrom") == "chrA")
+    assert chr_a.filter(pl.col("pos").is_between(1801, 1900)).height == 0  # the gap
+
+
+def test_summary_reports_bytes_per_snv(genome_run):
+    summary = json.loads((genome_run / SCAN / "summary.json").read_text())
+    files = list((genome_run / SCAN).glob("positions/chrom=*/part-0.parquet"))
+    assert summary["parquet_bytes"] == sum(f.stat().st_size for f in files)
+    assert summary["parquet_bytes_per_snv"] > 0 and summary["tsv_bytes_per_snv"] > 0
+    report = (genome_run / SCAN / "summary.md").read_text()
+    assert "scan plan" in report and "scan summary (measured)" in report
+
+
+KILL_SHIM = '''#!{python}
+"""carbon-vep, except that scan-chunk of chunk $SHIM_CHUNK is killed (SIGKILL) after writing
+its first row group under the temporary name."""
+import os, signal, sys
+
+from carbon_vep import cli
+from carbon_vep.scan import outputs as scan_outputs
+
+argv = sys.argv[1:]
+if argv[:1] == ["scan-chunk"] and argv[argv.index("--chunk") + 1] == os.environ["SHIM_CHUNK"]:
+    write = scan_outputs.BaseWriter.write
+
+    def write_then_die(self, frame):
+        write(self, frame)
+        self.writer.close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    scan_outputs.BaseWriter.write = write_then_die
+sys.exit(cli.main(argv))
+'''
+
+
+def _outputs(run: Path) -> dict[str, bytes]:
+    scan = run / SCAN
+    files = [*scan.glob("positions/chrom=*/part-0.parquet"), *scan.glob("snvs/*")]
+    return {str(f.relative_to(scan)): f.read_bytes() for f in sorted(files)}
+
+
+def test_killed_chunk_is_redone_alone_with_identical_files(genome_run, shared, demo_model_dir,
+                                                           tmp_path):  # fmt: skip
+    workdir = tmp_path / "resume"
+    workdir.mkdir()
+    config = _config(workdir, shared, demo_model_dir)
+    bindir = tmp_path / "shim"
+    bindir.mkdir()
+    (bindir / "carbon-vep").write_text(KILL_SHIM.format(python=sys.executable))
+    (bindir / "carbon-vep").chmod(0o755)
+    env = workflow_env(SHIM_CHUNK=f"{KILLED_CHUNK:05d}")
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    killed = run_snakemake(workdir, config, *TARGETS, "--keep-going", env=env)
+    assert killed.returncode != 0
+    chunks = workdir / SCAN / "chunks"
+    name = f"chunk_{KILLED_CHUNK:05d}"
+    assert not (chunks / f"{name}.parquet").exists() and not (chunks / f"{name}.json").exists()
+    assert list(chunks.glob(f".{name}.parquet.tmp-*"))  # the killed job's half-written file
+    assert not (workdir / SCAN / "snvs/chrA.tsv.gz").exists()  # its merge waits for the chunk
+    assert (chunks / "chunk_00000.parquet").exists()
+
+    rerun = run_snakemake(workdir, config, *TARGETS)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    log = rerun.stdout + rerun.stderr
+    redone = re.findall(r"wildcards: scan=genome, model=demo, chunk=(\d+)", log)
+    assert redone == [f"{KILLED_CHUNK:05d}"]  # the other chunks are not scored again
+    assert not list(chunks.glob(".*.tmp-*"))  # the stale temporary file is gone
+    assert _outputs(workdir) == _outputs(genome_run)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_dry_run_prints_the_plan(genome_run, shared, demo_model_dir):
+    config = _config(genome_run, shared, demo_model_dir)
+    result = run_snakemake(genome_run, config, "-n", "--forceall")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "bases scored:" in result.stderr and "jobs (chunks):" in result.stderr
+    assert "Estimated GPU-hours" in result.stderr
+
+
+def test_plan_scan_command_prints_estimates(shared, tmp_path):
+    out = subprocess.run(
+        ["carbon-vep", "plan-scan", "--reference", str(shared / "genome.fa"),
+         "--regions", "chrA", "chrB:1-500", "--chunk-bp", "1000", "--tile-bp", "600",
+         "--min-context", "240", "--model", "big=HuggingFaceBio/Carbon-3B",
+         "--out", str(tmp_path / "plan.json")],
+        capture_output=True, text=True, env=workflow_env(), check=True,
+    )  # fmt: skip
+    assert "bases scored:" in out.stdout and "| big | Carbon-3B |" in out.stdout
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["totals"]["skipped_non_acgt_bp"] == 100 + 2
+    assert all(sum(p["end"] - p["start"] for p in c) <= 1000 for c in plan["chunks"])
+
+
+def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_path):
+    genome = _genome()
+    moved = dict(genome)  # the panel's reference differs from the scanned one at chrA:200
+    other = "A" if genome["chrA"][199] != "A" else "C"
+    moved["chrA"] = genome["chrA"][:199] + other + genome["chrA"][200:]
+    reference = write_fasta(tmp_path / "other.fa", moved)
+    alt_of = {b: "G" if b != "G" else "T" for b in "ACGT"}
+    scored, _, short = _panel_records(genome)
+    records = [
+        scored,
+        ("chrB", 1500, genome["chrB"][1499].upper(), "A" if genome["chrB"][1499] != "a" else "C"),
+        short,
+        ("chrA", 200, other, alt_of[other]),  # the scan's base here is another
+        ("chrA", 300, genome["chrA"][299:301], genome["chrA"][299]),  # a deletion: skipped
+    ]
+    vcf = _write_vcf(tmp_path / "panel.vcf", records)
+    out = tmp_path / "annotated.parquet"
+    subprocess.run(
+        ["carbon-vep", "annotate", "--scan", str(genome_run / SCAN), "--panel", str(vcf),
+         "--reference", str(reference), "--build", "lambda_test", "--out", str(out)],
+        check=True, env=workflow_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    rows = pl.read_parquet(out).sort("row_id")
+    assert rows["status"].to_list() == [
+        "scored", "scored", "not_scanned", "ref_mismatch", "skipped"
+    ]  # fmt: skip
+    positions = _positions(genome_run)
+    for i in (0, 1):
+        chrom, pos, ref, alt = records[i]
+        base = positions.filter((pl.col("chrom") == chrom) & (pl.col("pos") == pos)).row(
+            0, named=True
+        )
+        expected = base[f"log_fns_{ref}"] - base[f"log_fns_{alt}"]
+        assert rows["score"][i] == pytest.approx(expected, abs=1e-6)
+        assert rows["window_bp"][i] == base["context_bp"]
+    assert rows.filter(pl.col("status") != "scored")["score"].null_count() == 3
+    assert "the scan's base here is" in rows["reason"][3]
+
+
+def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):
+    scores = pl.read_parquet(genome_run / LOOKUP).sort("row_id")
+    assert scores["status"].to_list() == ["scored", "scored", "not_scanned"]
+    assert set(scores["recipe"].drop_nulls()) == {"from_scan"}
+    positions = _positions(genome_run)
+    for i, (chrom, pos, ref, alt) in enumerate(_panel_records(_genome())[:2]):
+        base = positions.filter((pl.col("chrom") == chrom) & (pl.col("pos") == pos)).row(
+            0, named=True
+        )
+        expected = base[f"log_fns_{ref}"] - base[f"log_fns_{alt}"]
+        assert scores["score"][i] == pytest.approx(expected, abs=1e-6)
+    log = genome_run / "logs/results/lookup/demo/annotate_from_scan.log"
+    assert "annotated 3 rows" in log.read_text()
+    assert not (genome_run / "results/lookup/shards").exists()  # no shard, no model job
+
+
+def test_scan_through_real_slurm_gives_the_local_files(genome_run, shared, demo_model_dir,
+                                                       tmp_path):  # fmt: skip
+    """The same scan on the single-node SLURM of scripts/start_local_slurm.sh: every job (plan,
+    chunks, merges, summary) is an sbatch job; the merged files equal the local run's."""
+    from support.slurm import REASON, THROUGH_CPU_PARTITION, slurm_jobs
+
+    if REASON is not None:
+        pytest.skip(REASON)
+    workdir = tmp_path / "slurm"
+    workdir.mkdir()
+    config = _config(workdir, shared, demo_model_dir)
+    targets = (f"{SCAN}/summary.json", f"{SCAN}/summary.md")
+    # the profile's chunk_bp (one GPU class) set back to this test's: the same config, the same
+    # chunks, the same files
+    result = run_snakemake(workdir, config, *THROUGH_CPU_PARTITION, "--config",
+                           f"chunk_bp={CHUNK_BP}", "--", *targets, timeout=900)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
+    # plan, the model's input record (sha256 of its files), chunks, merges, summary
+    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + 2 + 1
+    assert "record_model_inputs" in output
+    jobs = slurm_jobs(output)
+    assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
+    assert _outputs(workdir) == _outputs(genome_run)

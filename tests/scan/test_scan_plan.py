@@ -1,0 +1,93 @@
+"""Scan planning without a model: targets (all, contigs, regions, BED, aliases), ACGT runs and
+gaps, chunks of at most chunk_bp scored bases, every ACGT base in exactly one tile."""
+
+from __future__ import annotations
+
+import pytest
+from support.files import random_dna, write_fasta
+
+from carbon_vep.config.stages import ScanChunkSettings, TileSettings
+from carbon_vep.errors import InputError
+from carbon_vep.genome.reference import open_reference
+from carbon_vep.scan.plan import acgt_runs, chunk_pieces, plan_scan, resolve_targets
+
+LENGTHS = {"chr1": 1000, "chr2": 500}
+
+
+def test_targets_all_regions_bed_and_aliases(tmp_path):
+    assert resolve_targets(["all"], LENGTHS) == {"chr1": [(0, 1000)], "chr2": [(0, 500)]}
+    bed = tmp_path / "t.bed"
+    bed.write_text("track name=x\n1\t10\t20\n1\t20\t30\nchr1\t25\t40\n2\t0\t5\n1\t100\t110\n")
+    assert resolve_targets([str(bed)], LENGTHS) == {
+        "chr1": [(10, 40), (100, 110)],  # overlapping and adjacent intervals merged
+        "chr2": [(0, 5)],
+    }
+    assert resolve_targets(["2:11-20", "chr2"], LENGTHS) == {"chr2": [(0, 500)]}
+
+
+@pytest.mark.parametrize(
+    ("regions", "message"),
+    [
+        (["chr3"], "contig 'chr3' is not in the reference"),
+        (["chr1:900-1,200"], "past the end of chr1"),
+        (["missing.bed"], "BED file of the scan's regions not found"),
+    ],
+)
+def test_bad_targets_are_named(regions, message):
+    with pytest.raises(InputError, match=message):
+        resolve_targets(regions, LENGTHS)
+
+
+def test_bad_bed_line_names_file_and_line(tmp_path):
+    bed = tmp_path / "t.bed"
+    bed.write_text("chr1\t10\t20\nchr1\tten\t20\n")
+    with pytest.raises(InputError, match=r"t.bed:line 2.*not integers"):
+        resolve_targets([str(bed)], LENGTHS)
+
+
+def test_acgt_runs_skip_gaps_of_any_case():
+    assert acgt_runs("NNACGTnnacgtN") == [(2, 6), (8, 12)]
+    assert acgt_runs("") == []
+
+
+@pytest.mark.parametrize(("chunk_bp", "tile_bp", "context"), [(1000, 120, 60), (1777, 600, 240)])
+def test_every_acgt_base_in_one_tile_and_chunks_bounded(tmp_path, chunk_bp, tile_bp, context):
+    seq = random_dna(4000, 3)
+    seq = seq[:700] + "N" * 50 + seq[750:760] + "n" * 5 + seq[765:768] + "N" * 9 + seq[777:]
+    fasta = write_fasta(tmp_path / "g.fa", {"c1": seq, "c2": random_dna(900, 4)})
+    with open_reference(fasta) as reference:
+        targets = resolve_targets(["all"], reference.lengths)
+        tiles = TileSettings(tile_bp, context)
+        plan = plan_scan(reference, targets, tiles, ScanChunkSettings(chunk_bp=chunk_bp))
+        scored: dict[str, list[int]] = {"c1": [], "c2": []}
+        for index in range(len(plan["chunks"])):
+            pieces = chunk_pieces(plan, index)
+            assert sum(p.end - p.start for p in pieces) <= chunk_bp
+            for piece in pieces:
+                for tile in piece.tiles(tiles):
+                    window = reference.fetch(piece.chrom, tile.start, tile.end)
+                    assert "N" not in window and len(window) % 6 == 0  # no N token, ever
+                    assert len(window) <= tile_bp
+                    back = tile.score_start - piece.seg_start
+                    # a run's last bases are scored from the whole-6-mer tile ending on the run's
+                    # end: in a run shorter than a tile, up to 5 bases less than all there is
+                    slack = 5 if tile.end == piece.seg_end else 0
+                    assert tile.score_start - tile.start >= min(context, back) - slack
+                    scored[piece.chrom] += range(tile.score_start, tile.score_end)
+    for chrom, positions in scored.items():
+        if chrom == "c2":
+            assert sorted(positions) == list(range(900))
+            continue
+        runs = [(a, b) for a, b in acgt_runs(seq) if b - a >= 6]
+        assert sorted(positions) == [p for a, b in runs for p in range(a, b)]
+    totals = plan["totals"]
+    assert totals["skipped_non_acgt_bp"] == 50 + 5 + 9 and totals["n_runs"] == 3
+    assert totals["unscorable_bp"] == 3  # the 3 bases between two gaps
+    assert totals["scored_bp"] + 64 + 3 == totals["targeted_bp"] == 4900
+
+
+def test_targets_without_a_scoreable_base_are_refused(tmp_path):
+    fasta = write_fasta(tmp_path / "g.fa", {"c1": "N" * 100 + "ACG" + "N" * 20})
+    with open_reference(fasta) as reference, pytest.raises(InputError, match="nothing to scan"):
+        plan_scan(reference, resolve_targets(["all"], reference.lengths), TileSettings(120, 60),
+                  ScanChunkSettings(chunk_bp=1000))  # fmt: skip

@@ -1,0 +1,61 @@
+import polars as pl
+import pytest
+
+from carbon_vep.scoring.merge import MergeError, merge_scores
+from carbon_vep.scoring.shard import SCORE_SCHEMA
+
+
+def _checked():
+    rows = [
+        (0, "1", "chr1", 10, "A", "C", "ok"),
+        (1, "1", "chr1", 10, "A", "G", "ok"),
+        (2, "1", "chr1", 20, "T", "C", "ref_mismatch"),
+        (3, "1", "chr1", 30, "G", "A", "ok"),
+        (4, "1", "chr1", 30, "G", "A", "ok"),  # duplicate row: scored once, kept twice
+        (5, "9", None, 5, "A", "C", "unknown_contig"),
+    ]
+    frame = pl.DataFrame(
+        rows, schema=["row_id", "chrom", "ref_chrom", "pos", "ref", "alt", "status"], orient="row"
+    )
+    return frame.with_columns(pl.lit("").alias("reason"), pl.lit("x").alias("source"))
+
+
+def _scores(keys, values):
+    rows = []
+    for (chrom, pos, ref, alt), score in zip(keys, values, strict=True):
+        row = dict.fromkeys(SCORE_SCHEMA)
+        row.update(ref_chrom=chrom, pos=pos, ref=ref, alt=alt, score=score,
+                   score_status="scored", score_reason="", recipe="centered")  # fmt: skip
+        rows.append(row)
+    return pl.from_dicts(rows, schema=SCORE_SCHEMA)
+
+
+KEYS = [("chr1", 10, "A", "C"), ("chr1", 10, "A", "G"), ("chr1", 30, "G", "A")]
+
+
+def test_merge_joins_on_key_not_row_order():
+    checked = _checked()
+    a = merge_scores(checked, [_scores(KEYS[:1], [1.0]), _scores(KEYS[1:], [2.0, 3.0])])
+    b = merge_scores(checked, [_scores(KEYS[::-1], [3.0, 2.0, 1.0])])
+    assert a.equals(b)
+    assert a["row_id"].to_list() == [0, 1, 2, 3, 4, 5]
+    assert a["score"].to_list() == [1.0, 2.0, None, 3.0, 3.0, None]
+    assert a["status"].to_list() == [
+        "scored", "scored", "ref_mismatch", "scored", "scored", "unknown_contig"
+    ]  # fmt: skip
+
+
+def test_missing_score_is_an_error():
+    with pytest.raises(MergeError, match="1 scoreable variants have no score"):
+        merge_scores(_checked(), [_scores(KEYS[:2], [1.0, 2.0])])
+
+
+def test_duplicate_score_across_shards_is_an_error():
+    with pytest.raises(MergeError, match="share a key"):
+        merge_scores(_checked(), [_scores(KEYS, [1.0, 2.0, 3.0]), _scores(KEYS[:1], [1.0])])
+
+
+def test_stray_score_is_an_error():
+    extra = [*KEYS, ("chr1", 99, "A", "C")]
+    with pytest.raises(MergeError, match="1 scores match no variant"):
+        merge_scores(_checked(), [_scores(extra, [1.0, 2.0, 3.0, 4.0])])

@@ -1,0 +1,259 @@
+"""The suite: task files, the results table, Hub fetches (offline) and the workflow's rules."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from carbon_vep.cli import main
+from carbon_vep.errors import InputError
+from carbon_vep.report.results_table import load_results, results_markdown, results_table
+from carbon_vep.sources.download import fetch_hub_file
+from carbon_vep.suite.tasks import read_task_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_read_task_table_tsv_and_parquet(tmp_path):
+    tsv = tmp_path / "rec.tsv"
+    tsv.write_text("sequence\tlabel\ttype\nACGT\tAC\tx\nGGCC\tTT\ty\n")
+    table = read_task_table(tsv, ["sequence", "label"])
+    assert table["row_id"].to_list() == [0, 1]
+    assert table["source"].to_list() == [f"{tsv}:line 2", f"{tsv}:line 3"]
+    table.drop("row_id", "source").write_parquet(tmp_path / "rec.parquet")
+    assert read_task_table(tmp_path / "rec.parquet", ["type"])["source"][1].endswith("row 2")
+
+
+def test_read_task_table_errors_name_the_file_and_problem(tmp_path):
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("original\tsequence\nACGT\tACGA\n")
+    with pytest.raises(
+        InputError, match=r"pairs\.tsv: missing column\(s\) \['original_sequence'\]"
+    ):
+        read_task_table(tsv, ["original_sequence", "sequence"])
+    empty = tmp_path / "empty.csv"
+    empty.write_text("sequence,label\n")
+    with pytest.raises(InputError, match="no rows"):
+        read_task_table(empty, ["sequence"])
+    with pytest.raises(InputError, match="not found"):
+        read_task_table(tmp_path / "nope.tsv", ["sequence"])
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(InputError, match="unknown task file type"):
+        read_task_table(tmp_path / "x.json", ["sequence"])
+
+
+def _result(task, model, metric, value, ci=None, kind="vep"):
+    return {
+        "kind": kind,
+        "task": task,
+        "model_key": model,
+        "headline_metrics": [metric],
+        "metrics": {metric: value},
+        "definitions": {metric: f"the {metric}"},
+        "confidence_intervals": {metric: {"low": ci[0], "high": ci[1]}} if ci else {},
+        "n_labelled": 10,
+    }
+
+
+RESULTS = [
+    _result("brca2", "carbon3b", "auroc", 0.8463, (0.82, 0.87)),
+    _result("brca2", "generator", "auroc", 0.8193),
+    _result("cag", "carbon3b", "accuracy", 0.852, kind="perturbation"),
+]
+
+
+def test_results_table_rows_are_tasks_and_metrics_columns_are_models():
+    table = results_table(RESULTS)
+    assert table.columns == ["task", "metric", "carbon3b", "generator"]
+    assert table.rows() == [("brca2", "auroc", 0.8463, 0.8193), ("cag", "accuracy", 0.852, None)]
+
+
+def test_results_markdown_is_x100_with_intervals_and_definitions():
+    text = results_markdown(RESULTS)
+    assert "| brca2 | auroc | 84.63 [82.0, 87.0] | 81.93 |" in text
+    assert "| cag | accuracy | 85.20 | — |" in text
+    assert "- `auroc` (vep): the auroc" in text and "- `accuracy` (perturbation)" in text
+
+
+def test_load_results_refuses_json_without_names(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"metrics": {}}))
+    with pytest.raises(InputError, match="lacks"):
+        load_results([path])
+
+
+def test_fetch_hub_file_concatenates_a_glob_of_parquets(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    snapshot = tmp_path / "snapshot"
+    for part, rows in (
+        ("motif_human/test-00001.parquet", [3]),
+        ("motif_human/test-00000.parquet", [1, 2]),
+        ("syn_human/test-00000.parquet", [9]),
+    ):
+        (snapshot / part).parent.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame({"x": rows}).write_parquet(snapshot / part)
+    calls = []
+
+    def fake_snapshot(repo_id, repo_type, revision, allow_patterns):
+        calls.append((repo_id, repo_type, revision, allow_patterns))
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    out = fetch_hub_file("org/bench", "motif_human/*.parquet", tmp_path / "motif.parquet")
+    assert pl.read_parquet(out)["x"].to_list() == [1, 2, 3]  # name order
+    assert calls == [("org/bench", "dataset", None, ["motif_human/*.parquet"])]
+    with pytest.raises(InputError, match="no file matches"):
+        fetch_hub_file("org/bench", "other/*.parquet", tmp_path / "other.parquet")
+
+
+# ---- the workflow ------------------------------------------------------------------------
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    return env
+
+
+def _snakemake(workdir: Path, config: dict, *extra: str) -> subprocess.CompletedProcess:
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(path),
+        "--cores",
+        "2",
+        *extra,
+    ]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_published_suite_config_plans_hub_fetches_and_every_suite_rule(tmp_path):
+    """`config/suite.yaml` dry-run: head-node fetch rules feed the datasets and tasks."""
+    config = yaml.safe_load((ROOT / "config/suite.yaml").read_text())
+    hg19 = tmp_path / config["datasets"]["brca2"]["reference"]
+    hg19.parent.mkdir(parents=True)
+    hg19.write_text(">chr13\nACGT\n")  # the one file users bring themselves
+    result = _snakemake(tmp_path, config, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in config["hub_files"]:
+        assert f"rule fetch_hub_{name}:" in result.stdout
+    for rule in (
+        "score_recovery",
+        "score_perturbation",
+        "make_results_table",
+        "write_run_report",
+        "export_vcf",
+        "check_panel",
+    ):
+        assert f"rule {rule}:" in result.stdout
+
+
+def test_task_commands_name_their_results(tmp_path, demo_model_dir):
+    """What the suite rules run: per-row predictions plus a named, defined metrics JSON."""
+    (tmp_path / "rec.tsv").write_text("sequence\tlabel\ttype\n" + "ACGTTG" * 8 + "\tACGTTGA\tx\n")
+    pair = "ACGTTGCAT" * 6
+    (tmp_path / "pairs.tsv").write_text(f"original_sequence\tsequence\n{pair}\t{pair[::-1]}\n")
+    common = [
+        "--model",
+        str(demo_model_dir),
+        "--trust-remote-code",
+        "--model-key",
+        "demo",
+        "--bootstrap",
+        "20",
+        "--provenance",
+        "model=org/demo",
+        "--provenance",
+        "revision=abc",
+    ]
+    assert (
+        main(
+            [
+                "score-recovery",
+                "--tasks-file",
+                str(tmp_path / "rec.tsv"),
+                "--task",
+                "rec",
+                "--decoder",
+                "fns_conditional",
+                "--out",
+                str(tmp_path / "rec.parquet"),
+                "--metrics",
+                str(tmp_path / "rec.json"),
+                *common,
+            ]
+        )
+        == 0
+    )
+    recovery = json.loads((tmp_path / "rec.json").read_text())
+    assert recovery["kind"] == "sequence_recovery" and recovery["task"] == "rec"
+    assert recovery["model_key"] == "demo" and recovery["headline_metrics"] == ["accuracy"]
+    assert recovery["parameters"]["decoder"] == "fns_conditional"
+    assert recovery["provenance"] == {"model": "org/demo", "revision": "abc"}
+    assert pl.read_parquet(tmp_path / "rec.parquet")["label"].to_list() == ["ACGTTGA"]
+    assert (
+        main(
+            [
+                "score-perturbation",
+                "--tasks-file",
+                str(tmp_path / "pairs.tsv"),
+                "--task",
+                "pairs",
+                "--scoring",
+                "bp",
+                "--out",
+                str(tmp_path / "pairs.parquet"),
+                "--metrics",
+                str(tmp_path / "pairs.json"),
+                *common,
+            ]
+        )
+        == 0
+    )
+    pairs = json.loads((tmp_path / "pairs.json").read_text())
+    assert pairs["parameters"] == {"scoring": "bp", "normalization": "dna_block"}
+    assert pairs["n_scored"] == 1 and pairs["task"] == "pairs"
+    assert (
+        main(
+            [
+                "results-table",
+                "--metrics",
+                str(tmp_path / "rec.json"),
+                str(tmp_path / "pairs.json"),
+                "--out-parquet",
+                str(tmp_path / "t.parquet"),
+                "--out-tsv",
+                str(tmp_path / "t.tsv"),
+                "--out-md",
+                str(tmp_path / "t.md"),
+            ]
+        )
+        == 0
+    )
+    assert pl.read_csv(tmp_path / "t.tsv", separator="\t")["task"].to_list() == ["rec", "pairs"]
+    missing = [
+        "score-recovery",
+        "--tasks-file",
+        str(tmp_path / "pairs.tsv"),
+        "--task",
+        "x",
+        "--out",
+        str(tmp_path / "x.parquet"),
+        "--metrics",
+        str(tmp_path / "x.json"),
+        *common,
+    ]
+    assert main(missing) == 2  # a task file without its columns: a named error, exit 2
+    assert not (tmp_path / "x.json").exists()

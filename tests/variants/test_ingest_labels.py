@@ -1,0 +1,124 @@
+"""ClinVar CLNSIG -> label mapping, duplicate label conflicts, and the schema's defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.files import random_dna, write_fasta
+
+from carbon_vep.config.stages import DEFAULT_CLNSIG_LABELS, LabelSettings, PanelSettings
+from carbon_vep.errors import InputError
+from carbon_vep.genome.reference import open_reference
+from carbon_vep.variants.ingest import ingest_panel
+from carbon_vep.variants.labels import clnsig_label
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("clnsig", "expected"),
+    [
+        ("Pathogenic", (1, False)),
+        ("Likely_pathogenic", (1, False)),
+        ("Pathogenic/Likely_pathogenic", (1, False)),
+        ("Pathogenic/Likely_pathogenic|risk_factor", (1, False)),
+        ("Likely_pathogenic,_low_penetrance", (1, False)),
+        ("Benign", (0, False)),
+        ("Likely_benign", (0, False)),
+        ("Benign/Likely_benign", (0, False)),
+        ("Benign|drug_response", (0, False)),
+        ("Uncertain_significance", (None, False)),
+        ("not_provided", (None, False)),
+        ("drug_response", (None, False)),
+        ("Conflicting_classifications_of_pathogenicity", (None, True)),
+        ("Conflicting_interpretations_of_pathogenicity|other", (None, True)),
+        ("Pathogenic|Benign", (None, True)),
+        ("Likely_pathogenic/Likely_benign", (None, True)),
+        (None, (None, False)),
+    ],
+)
+def test_clnsig_label(clnsig, expected):
+    assert clnsig_label(clnsig, DEFAULT_CLNSIG_LABELS) == expected
+
+
+def test_custom_mapping_and_case():
+    mapping = {**DEFAULT_CLNSIG_LABELS, "Uncertain_significance": 0}
+    assert clnsig_label("uncertain_significance", mapping) == (0, False)
+    assert clnsig_label("Pathogenic", {"Benign": 0}) == (None, False)
+
+
+CLINVAR_HEADER = """##fileformat=VCFv4.1
+##fileDate=2025-01-05
+##source=ClinVar
+##reference=GRCh38
+##ID=<Description="ClinVar Variation ID">
+##INFO=<ID=AF_ESP,Number=1,Type=Float,Description="allele frequencies from GO-ESP">
+##INFO=<ID=ALLELEID,Number=1,Type=Integer,Description="the ClinVar Allele ID">
+##INFO=<ID=CLNDN,Number=.,Type=String,Description="ClinVar's preferred disease name">
+##INFO=<ID=CLNREVSTAT,Number=.,Type=String,Description="ClinVar review status">
+##INFO=<ID=CLNSIG,Number=.,Type=String,Description="Aggregate germline classification">
+##INFO=<ID=CLNVC,Number=1,Type=String,Description="Variant type">
+##INFO=<ID=GENEINFO,Number=1,Type=String,Description="Gene(s) for the variant">
+##INFO=<ID=MC,Number=.,Type=String,Description="comma separated list of molecular consequence">
+##INFO=<ID=RS,Number=.,Type=String,Description="dbSNP ID (i.e. rs number)">
+#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO
+"""
+
+
+def _clinvar_vcf(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    seq = random_dna(2000, 21)
+    reference = write_fasta(tmp_path / "hg38.fa", {"chr1": seq, "chrM": random_dna(300, 22)})
+    sig = [
+        "Pathogenic", "Benign", "Likely_benign", "Uncertain_significance",
+        "Conflicting_classifications_of_pathogenicity", "Pathogenic/Likely_pathogenic|risk_factor",
+        "Benign/Likely_benign",
+    ]  # fmt: skip
+    lines = []
+    for i, pos in enumerate(range(100, 1300, 40)):
+        ref = seq[pos - 1]
+        alt = "ACGT".replace(ref, "")[i % 3]
+        info = (
+            f"ALLELEID={1000 + i};CLNDN=Hereditary_cancer-predisposing_syndrome|not_provided;"
+            f"CLNREVSTAT=criteria_provided,_multiple_submitters,_no_conflicts;"
+            f"CLNSIG={sig[i % len(sig)]};CLNVC=single_nucleotide_variant;GENEINFO=BRCA2:675;"
+            f"MC=SO:0001583|missense_variant;RS={5000 + i}"
+        )
+        lines.append(f"1\t{pos}\t{i}\t{ref}\t{alt}\t.\t.\t{info}")
+    lines.append("1\t99\t90\tN\t.\t.\t.\tALLELEID=9;CLNSIG=not_provided;CLNVC=Deletion")
+    # the same variant submitted twice, once benign, once pathogenic
+    first = lines[0].split("\t")
+    lines.append("\t".join([*first[:2], "77", *first[3:7], "ALLELEID=77;CLNSIG=Benign"]))
+    path = tmp_path / "clinvar.vcf"
+    path.write_text(CLINVAR_HEADER + "\n".join(lines) + "\n")
+    return path, reference, sig
+
+
+def test_clinvar_vcf_labels_conflicts_and_duplicates(tmp_path):
+    path, reference, sig = _clinvar_vcf(tmp_path)
+    panel = PanelSettings("hg38", info_fields=("GENEINFO",))
+    with open_reference(reference) as ref:
+        checked, summary = ingest_panel(path, ref, panel, LabelSettings("clinvar_clnsig"))
+    assert checked.height == 32 and summary["n_rows"] == 32
+    assert sum(summary["status_counts"].values()) == 32
+    assert checked["CLNSIG"][0] == "Pathogenic" and checked["GENEINFO"][0] == "BRCA2:675"
+    expected = {"Pathogenic": 1, "Benign": 0, "Likely_benign": 0, "Uncertain_significance": None}
+    for row in checked.head(30).iter_rows(named=True):
+        if row["CLNSIG"] in expected:
+            assert row["label"] == expected[row["CLNSIG"]]
+    conflicted = checked.filter("label_conflict")
+    assert set(conflicted["CLNSIG"].to_list()) == {
+        "Conflicting_classifications_of_pathogenicity", "Pathogenic", "Benign",
+    }  # fmt: skip
+    # the duplicate pair: both rows kept, the second points at the first, both flagged
+    pair = checked.filter(checked["id"].is_in(["0", "77"]))
+    assert pair["duplicate_of"].to_list() == [None, 0] and pair["label_conflict"].all()
+    assert checked.filter(checked["id"] == "90")["status"].to_list() == ["skipped"]
+
+
+def test_clnsig_source_needs_the_field(tmp_path):
+    path, reference, _ = _clinvar_vcf(tmp_path)
+    text = path.read_text().replace("CLNSIG", "CLINSIG")
+    path.write_text(text)
+    with open_reference(reference) as ref, pytest.raises(InputError, match=r"CLNSIG"):
+        ingest_panel(path, ref, PanelSettings("hg38"), LabelSettings("clinvar_clnsig"))

@@ -1,0 +1,95 @@
+"""Proof on a real SLURM: the workflow runs through snakemake-executor-plugin-slurm on the
+single-node cluster of scripts/start_local_slurm.sh (.ci/run starts it) and gives the local
+run's Parquet; a GPU job lands on the GPU partition and its guard stops it at once, as there is
+no CUDA device behind the GRES. Skipped where no SLURM controller answers."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from support.cluster import (
+    ROOT,
+    SCORES,
+    copy_run,
+    demo_config,
+    run_snakemake,
+    shard_scores,
+)
+from support.slurm import REASON, START, THROUGH_CPU_PARTITION, slurm_jobs
+
+pytestmark = [pytest.mark.workflow, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+
+
+def test_workflow_through_slurm_equals_local_run(uninterrupted_run, demo_model_dir, tmp_path):
+    """Every job, score_shard included (routed to the cpu partition by profiles/slurm-local),
+    is an sbatch job; the merged Parquet equals the local run's, frame for frame."""
+    workdir = tmp_path / "wf"
+    workdir.mkdir()
+    config = demo_config(workdir, demo_model_dir)
+    result = run_snakemake(workdir, config, *THROUGH_CPU_PARTITION, SCORES, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    n_shards = len(list((uninterrupted_run / shard_scores(0)).parent.glob("shard_*.parquet")))
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
+    # the dataset's and the model's input records, check_panel, make_shards, the shards, merge
+    assert len(submitted) == 5 + n_shards
+    jobs = slurm_jobs(output)
+    assert sorted(job[0] for job in jobs) == sorted(submitted)
+    assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
+    scores = pl.read_parquet(workdir / SCORES)
+    assert scores.equals(pl.read_parquet(uninterrupted_run / SCORES))
+
+
+def test_gpu_job_without_cuda_fails_at_once_on_the_gpu_partition(
+    uninterrupted_run, demo_model_dir, tmp_path
+):
+    """The H100 profile's GPU request (--gpus=h100:1, gpu partition) is accepted and scheduled by
+    a real slurmctld; on this node without CUDA the job's guard stops it with a message naming
+    the shard, the node and the SLURM job."""
+    workdir = copy_run(uninterrupted_run, tmp_path / "wf")
+    (workdir / shard_scores(0)).unlink()
+    config = demo_config(workdir, demo_model_dir, device="cuda")
+    site = yaml.safe_load((ROOT / "profiles/slurm-local/config.yaml").read_text())
+    gpu_rule = yaml.safe_load((ROOT / "profiles/slurm-h100/config.yaml").read_text())
+    gpu_rule = gpu_rule["set-resources"]["score_shard"]
+    site["set-resources"]["score_shard"] = {
+        **gpu_rule, "slurm_partition": "gpu", "cpus_per_gpu": 1, "mem_mb": 2000, "runtime": 10,
+    }  # fmt: skip
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site/config.yaml").write_text(yaml.safe_dump(site))
+    profiles = ["--profile", str(ROOT / "profiles/slurm-h100"), "--profile", str(tmp_path / "site")]
+    result = run_snakemake(
+        workdir, config, *profiles, "--workflow-profile", "none", "--retries", "0",
+        shard_scores(0), timeout=600,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-4000:]
+    [(job_id, partition, state)] = slurm_jobs(output)
+    assert partition == "gpu" and state == "FAILED"
+    log = (workdir / "logs/results/demo_centered/demo/score_shard_00000.log").read_text()
+    assert (
+        "results/demo_centered/shards/shard_00000.parquet: device 'cuda' requested but no CUDA "
+        "device is visible on node"
+    ) in log
+    assert f"(SLURM job {job_id})" in log and "Traceback" not in log
+    assert not (workdir / shard_scores(0)).exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason=f"{START} needs root")
+def test_start_script_is_idempotent():
+    """Running the start script on a cluster that is up restarts nothing and reports it ready."""
+    pids = [Path(f"/run/{daemon}.pid") for daemon in ("slurmctld", "slurmd")]
+    before = [p.read_text() for p in pids if p.exists()]
+    result = subprocess.run(
+        ["bash", str(ROOT / START)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "local SLURM ready" in result.stdout
+    assert [p.read_text() for p in pids if p.exists()] == before
+    assert Path("/etc/slurm/slurm.conf").read_text().count("PartitionName=") == 2

@@ -1,0 +1,310 @@
+"""Run the real Snakefile on the demo data through snakemake, then check the outputs' content."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pysam
+import pytest
+import yaml
+from support.cluster import run_snakemake, workflow_env
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "resources/demo"
+PANEL_ROWS = 56  # 44 VCF records, multi-allelic ones split into one row per ALT
+pytestmark = pytest.mark.workflow
+
+
+def _absolute(node):
+    """The shipped config's repository-relative resource paths, made absolute."""
+    if isinstance(node, dict):
+        return {key: _absolute(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_absolute(value) for value in node]
+    if isinstance(node, str) and node.startswith("resources/demo/"):
+        return str(ROOT / node)
+    return node
+
+
+def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
+    """config/ci.yaml (the demo with short windows, gated on baselines/demo.yaml), the model
+    built in `workdir`, ten variants a shard; with `panel` instead of the demo panel."""
+    config = _absolute(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
+    config["shard_size"] = 10  # several shards (the metrics must not depend on it)
+    config["models"]["demo"]["path"] = str(model_dir)
+    for ds in config["datasets"].values():
+        if panel != DEMO / "demo_panel.vcf":
+            ds.update(panel=str(panel))
+        if panel.suffix != ".vcf":
+            ds.update(format="auto", info_fields=[])
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _snakemake(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_snakemake(workdir, config, "--cores", "2", *extra, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("wf")
+    result = _snakemake(workdir, _config(workdir, workdir / "resources/demo_model"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def test_dry_run_lists_every_stage(tmp_path):
+    result = _snakemake(tmp_path, _config(tmp_path, tmp_path / "m"), "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for rule in ("check_panel", "make_shards", "merge_scores", "compute_metrics", "write_report"):
+        assert rule in result.stdout
+
+
+@pytest.mark.parametrize("dataset", ["demo_centered", "demo_nexttoken", "demo_scan_lookup"])
+def test_scores_have_one_row_per_input_variant(demo_run, dataset):
+    scores = pl.read_parquet(demo_run / f"results/{dataset}/demo/scores.parquet")
+    assert scores.height == PANEL_ROWS
+    assert scores["row_id"].to_list() == list(range(PANEL_ROWS))
+    counts = dict(scores.group_by("status").len().iter_rows())
+    assert counts["ref_mismatch"] == 1
+    assert counts["skipped"] >= 3  # insertion, <DEL>, N allele (+ trimmed-tail site for centered)
+    assert sum(counts.values()) == PANEL_ROWS
+    scored = scores.filter(pl.col("status") == "scored")
+    assert scored["score"].is_finite().all() and scored["score"].null_count() == 0
+    assert scores.filter(pl.col("status") != "scored")["score"].null_count() == (
+        PANEL_ROWS - scored.height
+    )
+    # the conflicting duplicate is scored once and reported on both rows
+    dup = scores.filter(pl.col("n_copies_in_panel") == 2)
+    assert dup.height == 2 and dup["score"].n_unique() == 1 and dup["LABEL"].n_unique() == 2
+    # the multi-allelic site got three different scores, not one copied three times
+    site = scored.filter(pl.col("pos") == 5883)
+    assert site.height == 3 and site["score"].n_unique() == 3
+
+
+def test_nexttoken_probabilities_and_centered_deltas_are_consistent(demo_run):
+    nt = pl.read_parquet(demo_run / "results/demo_nexttoken/demo/scores.parquet")
+    nt = nt.filter(pl.col("status") == "scored")
+    assert ((nt["p_ref"] > 0) & (nt["p_ref"] < 1) & (nt["p_alt"] > 0)).all()
+    expected = (nt["p_ref"] / nt["p_alt"]).log()
+    assert (nt["score"] - expected).abs().max() < 1e-6
+    assert set(nt["normalization"]) == {"acgt_strings"}
+    ce = pl.read_parquet(demo_run / "results/demo_centered/demo/scores.parquet")
+    ce = ce.filter(pl.col("status") == "scored")
+    assert ((ce["score"] + ce["delta"]).abs() < 1e-12).all()
+    assert (ce["ref_ll"] < 0).all() and ce["delta_rc"].null_count() == 0
+    last = ce.filter(pl.col("pos") == 40000)
+    assert last.height == 0  # the contig's last base falls in the trimmed tail: skipped
+
+
+def test_scan_outputs_and_panel_lookup_agree(demo_run):
+    base = demo_run / "results/scans/demo_scan/demo"
+    positions = pl.read_parquet(base / "positions", hive_partitioning=True)
+    assert positions["chrom"].cast(pl.Utf8).unique().to_list() == ["chr17"]
+    assert positions["pos"].to_list() == list(range(30_001, 32_001))
+    assert (positions["context_bp"] >= 240).all()
+    logs = positions.select(pl.col(f"log_fns_{b}").cast(pl.Float64) for b in "ACGT")
+    assert (logs.select(pl.all().exp()).sum_horizontal() - 1).abs().max() < 2e-3
+    with pysam.TabixFile(str(base / "snvs/chr17.tsv.gz")) as tabix:
+        snvs = [line.split("\t") for line in tabix.fetch("chr17", 30_000, 32_000)]
+    assert len(snvs) == 3 * 2_000
+    snvs = pl.DataFrame(
+        {"pos": [int(r[1]) for r in snvs], "alt": [r[3] for r in snvs],
+         "score_tsv": [float(r[4]) for r in snvs]}
+    )  # fmt: skip
+    lookup = pl.read_parquet(demo_run / "results/demo_scan_lookup/demo/scores.parquet")
+    inside = lookup.filter(
+        (pl.col("status") == "scored") & pl.col("pos").is_between(30_001, 32_000)
+    )
+    joined = inside.join(snvs, on=["pos", "alt"])
+    assert joined.height == inside.height > 0
+    # the same base may sit at another offset in its tile: same model, different context
+    assert (joined["window_bp"] >= 240).all()
+
+
+def test_metrics_and_report(demo_run):
+    metrics = json.loads((demo_run / "results/demo_centered/demo/metrics.json").read_text())
+    assert sum(metrics["status_counts"].values()) == PANEL_ROWS
+    for name in ("auroc", "auprc_trapezoid", "average_precision"):
+        assert 0.0 <= metrics["metrics"][name] <= 1.0
+        assert name in metrics["definitions"]
+    # the two rows of the conflicting duplicate are kept but left out of the metrics
+    excluded = metrics["n_excluded_label_conflict"]
+    assert excluded == 2
+    assert metrics["n_labelled"] + excluded == metrics["status_counts"]["scored"]
+    assert metrics["provenance"]["build"] == "hg19"
+    report = (demo_run / "results/demo_centered/demo/report.md").read_text()
+    assert "## Input status counts" in report and "REF A but reference has C" in report
+
+
+def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
+    out = tmp_path / "cli.parquet"
+    cmd = [
+        sys.executable, "-m", "carbon_vep.cli", "score", "--panel", str(DEMO / "demo_panel.vcf"),
+        "--info-field", "LABEL", "--info-field", "NOTE",
+        "--reference", str(DEMO / "chr17.hg19.part.fa"),
+        "--model", str(demo_run / "resources/demo_model"), "--trust-remote-code",
+        "--recipe", "centered",
+        "--rc-average", "--window-bp", "240", "--build", "hg19", "--out", str(out),
+    ]  # fmt: skip
+    subprocess.run(cmd, env=workflow_env(), check=True, capture_output=True, timeout=600)
+    wf = pl.read_parquet(demo_run / "results/demo_centered/demo/scores.parquet")
+    cli = pl.read_parquet(out)
+    assert wf.select("row_id", "status").equals(cli.select("row_id", "status"))
+    diff = (wf["score"] - cli["score"]).abs().max()
+    assert diff is not None and diff < 1e-6
+
+
+def test_unusable_panel_stops_before_scoring(tmp_path):
+    panel = tmp_path / "shifted.tsv"
+    lines = ["chrom\tpos\tref\talt"]
+    seq = "".join(
+        line.strip() for line in (DEMO / "chr17.hg19.part.fa").read_text().splitlines()[1:]
+    ).upper()
+    for pos0 in range(1000, 31000, 1000):  # 0-based positions, as from a BED file
+        ref = seq[pos0]
+        lines.append(f"chr17\t{pos0}\t{ref}\t{'A' if ref != 'A' else 'C'}")
+    panel.write_text("\n".join(lines) + "\n")
+    config = _config(tmp_path, tmp_path / "m", panel=panel)
+    # --keep-going: another dataset's check_panel (same bad panel) may fail first
+    result = _snakemake(tmp_path, config, "--keep-going")
+    assert result.returncode != 0
+    log = (tmp_path / "logs/results/demo_centered/check_panel.log").read_text()
+    assert "add 1 to POS" in log and "shifted.tsv" in log
+    assert not (tmp_path / "results/demo_centered/checked.parquet").exists()
+    assert not list(tmp_path.glob("results/*/demo/shard_scores/*.parquet"))
+
+
+def test_snakemake_report_bundles_the_reports(demo_run, tmp_path):
+    """`snakemake --report report.zip` bundles the run report, the results table and every
+    dataset's report (marked with report() in the rules) with the rule graph."""
+    import zipfile
+
+    bundle = tmp_path / "report.zip"
+    config = demo_run / "config.yaml"
+    result = _snakemake(demo_run, config, "--report", str(bundle))
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = zipfile.ZipFile(bundle).namelist()
+    assert any(n.endswith("report/report.html") for n in names)  # Snakemake's own page
+    assert sum(n.endswith("/report.md") for n in names) == 3  # one per dataset x model
+    assert any(n.endswith("/results_table.tsv") for n in names)
+    assert sum(n.endswith("/report.html") for n in names) == 2  # ours, inside the bundle
+
+
+def test_every_written_column_and_status_is_defined(demo_run):
+    from carbon_vep import columns
+
+    defined = columns.by_name(
+        columns.PANEL, columns.VCF_RECORD, columns.LABEL, columns.CHECK, columns.SCORE
+    )
+    carried = {"LABEL", "NOTE"}  # the panel's INFO fields asked for in the config
+    statuses = {s.value for s in columns.OUTPUT_STATUSES}
+    for dataset in ("demo_centered", "demo_nexttoken", "demo_scan_lookup"):
+        scores = pl.read_parquet(demo_run / f"results/{dataset}/demo/scores.parquet")
+        assert set(scores.columns) <= set(defined) | carried
+        for name in set(scores.columns) - carried - {"status", "reason"}:
+            assert scores[name].dtype == defined[name].dtype, name
+        assert set(scores["status"]) <= statuses
+    part = demo_run / "results/scans/demo_scan/demo/positions/chrom=chr17/part-0.parquet"
+    expected = columns.schema(columns.SCAN_BASE)
+    del expected["chrom"]  # the hive partition key, in the folder name
+    assert pl.read_parquet(part).schema == pl.Schema(expected)
+
+
+# ---- the comparison gate and deterministic reruns (config/ci.yaml, baselines/demo.yaml) ------
+def test_demo_matches_its_baseline(demo_run):
+    """The run above is config/ci.yaml gated on baselines/demo.yaml (found next to the
+    Snakefile): its last rule passed, every metric of the demo is within 1e-6 of the baseline.
+    A change that moves a demo metric fails here until the baseline is regenerated on purpose."""
+    gate = pl.read_csv(demo_run / "results/baseline_comparison.tsv", separator="\t")
+    baseline = yaml.safe_load((ROOT / "baselines/demo.yaml").read_text())["values"]
+    expected = {(t, m, k) for t, metrics in baseline.items() for m, v in metrics.items() for k in v}
+    assert set(gate.select("task", "metric", "model").iter_rows()) == expected
+    assert set(gate["verdict"]) == {"ok"}
+    junit = (demo_run / "results/baseline_comparison.junit.xml").read_text()
+    assert 'failures="0"' in junit and f'tests="{len(expected)}"' in junit
+
+
+def _rerun_config(run: Path, **changes) -> Path:
+    config = yaml.safe_load((run / "config.yaml").read_text()) | changes
+    path = run / "rerun.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_workflow_fails_on_drift_with_a_table_and_junit(demo_run, tmp_path):
+    """`baseline:` makes the gate the last rule: a planted drift fails snakemake itself, the log
+    holds the table and the JUnit XML names the drifted value; only the gate reruns."""
+    from support.cluster import copy_run
+
+    run = copy_run(demo_run, tmp_path / "run")
+    drifted = yaml.safe_load((ROOT / "baselines/demo.yaml").read_text())
+    drifted["values"]["demo_centered"]["auroc"]["demo"] += 0.05
+    (run / "drifted.yaml").write_text(yaml.safe_dump(drifted))
+    config = _rerun_config(run, baseline=str(run / "drifted.yaml"))
+    # mtime only: the changed config hash in the provenance params must not rerun the scoring
+    result = _snakemake(run, config, "--rerun-triggers", "mtime")
+    assert result.returncode != 0
+    assert "compare_baseline" in result.stderr and "score_shard" not in result.stderr
+    log = (run / "logs/results/compare_baseline.log").read_text()
+    header = next(line for line in log.splitlines() if line.startswith("task"))
+    assert header.split() == ["task", "metric", "model", "baseline", "now", "difference",
+                              "allowed", "verdict"]  # fmt: skip
+    drift = [line for line in log.splitlines() if "DRIFT" in line]
+    assert len(drift) == 1 and drift[0].split()[:3] == ["demo_centered", "auroc", "demo"]
+    assert drift[0].split()[5] == "-0.0500" and "FAILED: 1 of 7" in log
+    import xml.etree.ElementTree as ET
+
+    cases = ET.parse(run / "results/baseline_comparison.junit.xml").getroot().iter("testcase")
+    failed = [(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None]
+    assert failed == [("demo_centered", "auroc [demo]")]
+    assert not (run / "results/baseline_comparison.tsv").exists()
+
+
+def test_cpu_reruns_are_identical(demo_run, tmp_path):
+    """The same config on CPU twice: every model job run again gives identical Parquet values,
+    metrics and results table (the baselines' 1e-6 tolerance is for printing, not for noise)."""
+    from support.cluster import copy_run
+
+    run = copy_run(demo_run, tmp_path / "run")
+    model_rules = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
+    result = _snakemake(run, run / "config.yaml", "--forcerun", *model_rules)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "score_shard" in result.stderr  # the models did score again
+    tables = sorted(p.relative_to(demo_run) for p in (demo_run / "results").rglob("*.parquet"))
+    assert len(tables) > 15
+    for name in tables:
+        first, second = pl.read_parquet(demo_run / name), pl.read_parquet(run / name)
+        assert first.equals(second), name
+    for name in sorted(p.relative_to(demo_run) for p in demo_run.glob("results/**/metrics.json")):
+        first, second = (json.loads((r / name).read_text()) for r in (demo_run, run))
+        assert first == second, name
+
+
+def test_every_result_records_its_inputs_hashes(demo_run):
+    """The provenance of each result: the sha256 of its panel, reference or task file and of
+    every file of the model (weights, tokenizer, remote code), and the model's Hub commit."""
+    import hashlib
+
+    model = demo_run / "resources/demo_model"
+
+    def sha(path):
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    centered = json.loads((demo_run / "results/demo_centered/demo/metrics.json").read_text())
+    recovery = json.loads((demo_run / "results/suite/demo_recovery/demo/metrics.json").read_text())
+    for metrics, own in (
+        (centered, [DEMO / "demo_panel.vcf", DEMO / "chr17.hg19.part.fa"]),
+        (recovery, [DEMO / "demo_recovery.tsv"]),
+    ):
+        hashes = metrics["provenance"]["inputs_sha256"]
+        for path in own:
+            assert hashes[str(path)] == sha(path)
+        for name in ("model.safetensors", "tokenization_hybrid_dna.py", "config.json"):
+            assert hashes[f"{model}/{name}"] == sha(model / name)
+        assert metrics["provenance"]["model_commit"] is None  # a local directory
