@@ -24,6 +24,7 @@ from carbon_vep.config.fields import (
     spec_json,
     to_flat,
 )
+from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.run import (
     SECTIONS,
     DatasetConfig,
@@ -130,6 +131,57 @@ def test_config_mistakes_are_named():
     task = {"kind": "sequence_recovery", "path": "t.tsv", "scoring": "bp"}
     with pytest.raises(ConfigError, match=r"\['scoring'\] do not apply"):
         RunConfig.from_dict({**base, "datasets": {"d": dataset}, "tasks": {"t": task}})
+
+
+@pytest.mark.parametrize(
+    ("recipe", "refused", "computed"),
+    [
+        ("scan", "full_vocab", "dna_block"),  # the scan's marginals are over the 6-mer block
+        ("scan", "acgt_strings", "dna_block"),
+        ("fns", "full_vocab", "dna_block"),
+        ("from_scan", "full_vocab", "dna_block"),
+        ("centered", "acgt_strings", "full_vocab or dna_block"),
+    ],
+)
+def test_a_normalization_the_recipe_does_not_compute_is_refused(
+    recipe, refused, computed, monkeypatch
+):
+    """Rows must never say a normalisation their scorer did not compute (the scan recipe with
+    full_vocab used to be accepted, its rows saying full_vocab over dna_block values)."""
+    base = {"models": {"m": {"path": "x"}}}
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": recipe,
+               "normalization": refused}  # fmt: skip
+    if recipe == "from_scan":
+        base["scans"] = {"g": {"reference": "r", "build": "hg38", "regions": "all"}}
+        dataset["scan"] = "g"
+    with pytest.raises(ConfigError, match=rf"`--normalization {refused}`: recipe {recipe}"):
+        RunConfig.from_dict({**base, "datasets": {"d": dataset}})
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")  # the Snakefile names config keys
+    expected = (
+        rf"datasets\.d: the config key `normalization` \(`normalization: {refused}`\): "
+        rf"recipe {recipe} computes {computed} only, not {refused}"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        RunConfig.from_dict({**base, "datasets": {"d": dataset}})
+    monkeypatch.delenv(INTERFACE_VARIABLE)
+    with pytest.raises(ConfigError, match=rf"`--normalization {refused}`: recipe {recipe}"):
+        RecipeSettings(recipe, normalization=refused)
+
+
+def test_every_normalization_a_recipe_computes_is_accepted():
+    for name, recipe in RECIPES.items():
+        for normalization in ("published", *recipe.normalizations):
+            settings = RecipeSettings(name, normalization=normalization)
+            assert settings.resolved_normalization in recipe.normalizations
+    assert RecipeSettings("nexttoken").resolved_normalization == "acgt_strings"
+
+
+def test_the_cli_refuses_the_scan_recipe_with_full_vocab(tmp_path, capsys):
+    out = tmp_path / "scores.parquet"
+    code = cli.main(["score", "--model", "m", "--reference", "r.fa", "--panel", "p.vcf",
+                     "--build", "hg38", "--recipe", "scan", "--normalization", "full_vocab",
+                     "--out", str(out)])  # fmt: skip
+    assert code == 2 and not out.exists()
 
 
 def test_from_scan_dataset_needs_a_scan_that_runs_its_models():

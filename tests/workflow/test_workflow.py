@@ -65,6 +65,21 @@ def test_dry_run_lists_every_stage(tmp_path):
         assert rule in result.stdout
 
 
+def test_a_normalization_the_recipe_does_not_compute_stops_the_dry_run(tmp_path):
+    """The scan recipe computes dna_block only: a config asking for full_vocab is refused
+    while the Snakefile parses, naming the config key (its rows used to say full_vocab)."""
+    path = _config(tmp_path, tmp_path / "m")
+    config = yaml.safe_load(path.read_text())
+    config["datasets"]["demo_scan_lookup"]["normalization"] = "full_vocab"
+    path.write_text(yaml.safe_dump(config))
+    result = _snakemake(tmp_path, path, "-n")
+    assert result.returncode != 0
+    assert (
+        "datasets.demo_scan_lookup: the config key `normalization` (`normalization: full_vocab`): "
+        "recipe scan computes dna_block only" in result.stdout + result.stderr
+    ), result.stdout[-2000:]
+
+
 @pytest.mark.parametrize("dataset", ["demo_centered", "demo_nexttoken", "demo_scan_lookup"])
 def test_scores_have_one_row_per_input_variant(demo_run, dataset):
     scores = pl.read_parquet(demo_run / f"results/{dataset}/demo/scores.parquet")

@@ -12,12 +12,12 @@ from carbon_vep.config.fields import INTERFACE_VARIABLE, spec_json
 
 # The schema is generated from carbon_vep.config.schema (`carbon-vep config-schema`); RunConfig is the
 # same config typed, every default filled in, builds and model keys checked.
+os.environ[INTERFACE_VARIABLE] = "workflow"  # errors name config keys, not CLI flags
 validate(config, schema="../schemas/config.schema.yaml")
 RUN = RunConfig.from_dict(config)
 for rule_name in MODEL_RULES:
     profile = workflow.resource_settings.overwrite_resources.get(rule_name, {})
     check_gpu_profile(rule_name, {k: v.raw for k, v in profile.items()}, RUN.models)
-os.environ[INTERFACE_VARIABLE] = "workflow"  # errors name config keys, not CLI flags
 
 OUTDIR = RUN.outdir
 # models that the workflow builds itself (the tiny demo model): no download

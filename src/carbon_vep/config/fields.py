@@ -146,7 +146,10 @@ def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
             kwargs[f.name] = _coerce(values[f.name], hints[f.name], f, where)
         elif is_required(f):
             raise ConfigError(f"{where}: {describe(f)} is required")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:  # a combination of settings its class refuses (__post_init__)
+        raise ConfigError(f"{where}: {err}") from err
 
 
 def _coerce(value: Any, hint: Any, f: dataclasses.Field, where: str) -> Any:

@@ -35,7 +35,7 @@ class Recipe:
     window: Callable[[int, int, int], Window]  # (pos, contig length, window_bp) -> Window
     default_window_bp: int
     window_meaning: str  # what `window_bp` is for this recipe
-    published_normalization: str
+    normalizations: tuple[str, ...]  # what its scorer computes; the published one first
     likelihood: Literal["token", "bp", "next_base", "scan", "lookup"]
     scorer: str  # "module:function" in carbon_vep (needs torch: imported on use); "" = no model
 
@@ -43,9 +43,23 @@ class Recipe:
     def needs_model(self) -> bool:
         return bool(self.scorer)
 
+    @property
+    def published_normalization(self) -> str:
+        return self.normalizations[0]
+
     def normalization(self, requested: str) -> str:
         """The normalisation actually used: the published one unless another is named."""
         return self.published_normalization if requested == PUBLISHED else requested
+
+    def unsupported_normalization(self, requested: str) -> str | None:
+        """Why `requested` cannot be this recipe's normalisation (None when it can): a scorer
+        that computes one normalisation must not label its rows with another."""
+        if requested == PUBLISHED or requested in self.normalizations:
+            return None
+        return (
+            f"recipe {self.name} computes {' or '.join(self.normalizations)} only, not "
+            f"{requested}; choose one of {[PUBLISHED, *self.normalizations]}"
+        )
 
     def add_windows(
         self, variants: pl.DataFrame, lengths: dict[str, int], window_bp: int | None = None
@@ -70,7 +84,7 @@ RECIPES: dict[str, Recipe] = {
             centered_window,
             8192,
             "the whole centered window",
-            "full_vocab",
+            ("full_vocab", "dna_block"),
             "token",
             "scoring.shard:score_windows",
         ),
@@ -81,7 +95,7 @@ RECIPES: dict[str, Recipe] = {
             centered_window,
             8192,
             "the whole centered window",
-            "dna_block",
+            ("dna_block",),  # FNS marginals are over the 6-mer block
             "bp",
             "scoring.shard:score_windows",
         ),
@@ -92,7 +106,7 @@ RECIPES: dict[str, Recipe] = {
             right_end_window,
             24000,
             "the left context",
-            "acgt_strings",
+            ("acgt_strings", "full_vocab", "dna_block"),
             "next_base",
             "scoring.shard:score_next_base",
         ),
@@ -103,7 +117,7 @@ RECIPES: dict[str, Recipe] = {
             right_end_window,
             24000,
             "the left context recorded with the shard (scans use tile_bp and min_context)",
-            "dna_block",
+            ("dna_block",),  # FNS marginals are over the 6-mer block
             "scan",
             "scoring.shard:score_from_scan",
         ),
@@ -114,7 +128,7 @@ RECIPES: dict[str, Recipe] = {
             right_end_window,
             0,
             "not used: each base's left context in the scan (`min_context` or back to a gap)",
-            "dna_block",
+            ("dna_block",),  # what the scan computed
             "lookup",
             "",
         ),

@@ -11,10 +11,10 @@ config entries that group them are in `config.run`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
-from carbon_vep.config.fields import group, setting
+from carbon_vep.config.fields import ConfigError, describe, group, setting
 from carbon_vep.config.recipes import NORMALIZATIONS, PUBLISHED, RECIPES, Recipe
 
 
@@ -158,7 +158,8 @@ class RecipeSettings:
     normalization: str = setting(
         PUBLISHED,
         choices=(PUBLISHED, *NORMALIZATIONS),
-        help="published = the recipe's published one; or any of " + ", ".join(NORMALIZATIONS),
+        help="published = the recipe's published one; or another the recipe computes: "
+        + "; ".join(f"{r.name}: {', '.join(r.normalizations)}" for r in RECIPES.values()),
     )
     window_bp: int | None = setting(
         None,
@@ -176,6 +177,12 @@ class RecipeSettings:
         help="recipe from_scan: the key of the scan (in `scans:`) whose outputs the panel is "
         "looked up in, no model (each of the dataset's models needs that scan)",
     )
+
+    def __post_init__(self) -> None:
+        problem = self.definition.unsupported_normalization(self.normalization)
+        if problem:  # rows must never name a normalisation their scorer did not compute
+            normalization = next(f for f in fields(self) if f.name == "normalization")
+            raise ConfigError(f"{describe(normalization, self.normalization)}: {problem}")
 
     @property
     def definition(self) -> Recipe:

@@ -17,6 +17,7 @@ damaging); `score_conditional` is the same with the conditional.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import polars as pl
@@ -35,45 +36,90 @@ from carbon_vep.scan.tiling import Tile, tile_region
 _TO_ATCG = [BASES.index(b) for b in SCAN_BASES]
 
 
-@torch.inference_mode()
 def scan_tiles(engine: Engine, reference: Reference, chrom: str, tiles: list[Tile]) -> pl.DataFrame:
     """Per-position probabilities for the scored bases of each tile (SCAN_POSITION columns)."""
-    if tiles:
-        engine.check_window_bp(max(t.end - t.start for t in tiles), "scan tiles")
-
-    def work(batch: list[Tile]) -> list[pl.DataFrame]:
-        seqs = [reference.fetch(chrom, t.start, t.end) for t in batch]
-        hidden, _ = engine.hidden_states([engine.vocab.encode(s) for s in seqs])
-        return [
-            _tile_positions(engine, chrom, tile, seq, hidden[row, : len(seq) // engine.k])
-            for row, (tile, seq) in enumerate(zip(batch, seqs, strict=True))
-        ]
-
-    frames = []
-    progress = Progress(len(tiles), "tiles", f"scan of {chrom}")
-    for index, values in in_batches(tiles, work, engine.batch_size, engine.device, progress):
-        if values[0] is None:  # a tile has no per-row status to fail with: stop the job
-            tile = tiles[index[0]]
-            raise torch.OutOfMemoryError(
-                f"scan tile {chrom}:{tile.start + 1}-{tile.end} ({tile.end - tile.start} bp) runs "
-                "out of memory even alone; lower tile_bp"
-            )
-        frames += values
+    progress = Progress(
+        sum(t.score_end - t.score_start for t in tiles), "bases", f"scan of {chrom}"
+    )
+    cut, timing = [(chrom, t) for t in tiles], {"forward_s": 0.0}
+    frames = list(_scored_batches(engine, reference, cut, progress, timing, log=False))
     progress.close()
     if not frames:
         return pl.DataFrame(schema=columns.schema(columns.SCAN_POSITION))
     return pl.concat(frames)
 
 
-def _tile_positions(
-    engine: Engine, chrom: str, tile: Tile, seq: str, hidden: torch.Tensor
+@torch.inference_mode()
+def _scored_batches(
+    engine: Engine,
+    reference: Reference,
+    cut: list[tuple[str, Tile]],
+    progress: Progress,
+    timing: dict[str, float],
+    *,
+    log: bool,
+) -> Iterator[pl.DataFrame]:
+    """The tile loop of every scan: one frame of per-base rows per batch of tiles, in order.
+
+    Batches hold tiles of one length (consecutive equal-length runs: a batch never pads) and
+    halve on running out of memory; a tile that fails alone stops the job (a tile has no row
+    status to fail with). Rows are the region scan's probabilities (`log=False`, SCAN_POSITION)
+    or the genome scan's log-probabilities (`log=True`, SCAN_BASE). `progress` counts bases;
+    `timing["forward_s"]` adds up the model's forward passes (body and the 4,096-row DNA head),
+    the rest being overhead."""
+    if cut:
+        engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
+
+    def work(batch: list[tuple[str, Tile]]) -> list[pl.DataFrame]:
+        seqs = [reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
+        ids = [engine.vocab.encode(s) for s in seqs]
+        began = time.monotonic()
+        hidden, _ = engine.hidden_states(ids)
+        kmer_lps = [engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
+                    for row, seq in enumerate(seqs)]  # fmt: skip
+        if hidden.device.type == "cuda":
+            torch.cuda.synchronize(hidden.device)
+        timing["forward_s"] += time.monotonic() - began
+        return [
+            _tile_frame(engine, chrom, tile, seq, kmer_lp, log=log)
+            for (chrom, tile), seq, kmer_lp in zip(batch, seqs, kmer_lps, strict=True)
+        ]
+
+    for run in _equal_length_runs(cut):
+        for index, values in in_batches(run, work, engine.batch_size, engine.device):
+            if values[0] is None:
+                chrom, tile = run[index[0]]
+                raise torch.OutOfMemoryError(
+                    f"scan tile {chrom}:{tile.start + 1}-{tile.end} ({tile.end - tile.start} bp) "
+                    "runs out of memory even alone; lower tile_bp"
+                )
+            frame = pl.concat(values)
+            progress.update(frame.height)
+            yield frame
+
+
+def _equal_length_runs(tiles: list[tuple[str, Tile]]) -> list[list[tuple[str, Tile]]]:
+    """Consecutive tiles of equal length grouped (a batch never pads; order is kept)."""
+    runs: list[list[tuple[str, Tile]]] = []
+    for item in tiles:
+        _, tile = item
+        if runs and runs[-1][0][1].end - runs[-1][0][1].start == tile.end - tile.start:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
+
+
+def _tile_frame(
+    engine: Engine, chrom: str, tile: Tile, seq: str, kmer_lp: torch.Tensor, *, log: bool
 ) -> pl.DataFrame:
-    kmer_lp = engine.dna_log_probs(hidden, "dna_block")
+    """The scored bases of one tile: FNS marginals and within-token conditionals per base."""
     codes = torch.as_tensor(base_codes(seq, engine.k), device=kmer_lp.device)
-    marginal = engine.kmer_base_marginals(kmer_lp).reshape(-1, 4)
-    conditional = engine.within_token_conditionals(kmer_lp, codes).reshape(-1, 4)
+    marginals = engine.kmer_base_marginals(kmer_lp)
+    conditional = engine.within_token_conditionals(kmer_lp, codes, marginals)
+    marginal, conditional = marginals.reshape(-1, 4), conditional.reshape(-1, 4)
     lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
-    return _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k, log=False)
+    return _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k, log=log)
 
 
 def _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k, *, log: bool) -> pl.DataFrame:
@@ -134,19 +180,6 @@ def scan_region(
 
 
 # ---- whole-genome chunks: streamed, bounded memory ------------------------------------------
-def _equal_length_runs(tiles: list[tuple[str, Tile]]) -> list[list[tuple[str, Tile]]]:
-    """Consecutive tiles of equal length grouped (a batch never pads; order is kept)."""
-    runs: list[list[tuple[str, Tile]]] = []
-    for item in tiles:
-        _, tile = item
-        if runs and runs[-1][0][1].end - runs[-1][0][1].start == tile.end - tile.start:
-            runs[-1].append(item)
-        else:
-            runs.append([item])
-    return runs
-
-
-@torch.inference_mode()
 def scan_chunk(
     engine: Engine, reference: Reference, pieces, tiles: TileSettings, writer, what: str
 ) -> dict[str, float]:
@@ -155,47 +188,10 @@ def scan_chunk(
     size. Returns timings (wall; the model's forward passes, body and DNA output layer, the
     rest being overhead: marginals, conditionals, tables, Parquet) and the bases written."""
     cut = [(p.chrom, t) for p in pieces for t in p.tiles(tiles)]
-    if cut:
-        engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
-    total = sum(t.score_end - t.score_start for _, t in cut)
-    progress = Progress(total, "bases", what)
-    start, forward = time.monotonic(), 0.0
-
-    def work(batch: list[tuple[str, Tile]]) -> list[pl.DataFrame]:
-        nonlocal forward
-        seqs = [reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
-        ids = [engine.vocab.encode(s) for s in seqs]
-        began = time.monotonic()  # the model's forward pass: body and the 4,096-row DNA head
-        hidden, _ = engine.hidden_states(ids)
-        lengths = [len(seq) // engine.k for seq in seqs]
-        kmer_lps = [engine.dna_log_probs(hidden[row, :n], "dna_block")
-                    for row, n in enumerate(lengths)]  # fmt: skip
-        if hidden.device.type == "cuda":
-            torch.cuda.synchronize(hidden.device)
-        forward += time.monotonic() - began
-        frames = []
-        for (chrom, tile), seq, kmer_lp in zip(batch, seqs, kmer_lps, strict=True):
-            codes = torch.as_tensor(base_codes(seq, engine.k), device=kmer_lp.device)
-            marginals = engine.kmer_base_marginals(kmer_lp)
-            conditional = engine.within_token_conditionals(kmer_lp, codes, marginals)
-            marginal, conditional = marginals.reshape(-1, 4), conditional.reshape(-1, 4)
-            lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
-            rows = _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k, log=True)
-            frames.append(rows)
-        return frames
-
-    written = 0
-    for run in _equal_length_runs(cut):
-        for index, values in in_batches(run, work, engine.batch_size, engine.device):
-            if values[0] is None:
-                chrom, tile = run[index[0]]
-                raise torch.OutOfMemoryError(
-                    f"scan tile {chrom}:{tile.start + 1}-{tile.end} runs out of memory even "
-                    "alone; lower tile_bp"
-                )
-            frame = pl.concat(values)
-            writer.write(frame)
-            written += frame.height
-            progress.update(frame.height)
+    progress = Progress(sum(t.score_end - t.score_start for _, t in cut), "bases", what)
+    start, timing, written = time.monotonic(), {"forward_s": 0.0}, 0
+    for frame in _scored_batches(engine, reference, cut, progress, timing, log=True):
+        writer.write(frame)
+        written += frame.height
     progress.close()
-    return {"bases": written, "wall_s": time.monotonic() - start, "forward_s": forward}
+    return {"bases": written, "wall_s": time.monotonic() - start, **timing}
