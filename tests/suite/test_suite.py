@@ -1,5 +1,6 @@
 """The suite: task files, the results table, Hub fetches (offline) and the workflow's rules."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -27,6 +28,20 @@ def test_read_task_table_tsv_and_parquet(tmp_path):
     assert table["source"].to_list() == [f"{tsv}:line 2", f"{tsv}:line 3"]
     table.drop("row_id", "source").write_parquet(tmp_path / "rec.parquet")
     assert read_task_table(tmp_path / "rec.parquet", ["type"])["source"][1].endswith("row 2")
+
+
+def test_task_files_take_the_panel_readers_names_gzip_included(tmp_path):
+    """Task files are read by the panel reader's table code: a gzipped TSV or CSV works (it
+    used to be refused as an unknown type), every column stays text (leading zeros kept)."""
+    rows = "sequence\tlabel\ttype\nACGT\t007\tx\nGGCC\tTT\ty\n"
+    with gzip.open(tmp_path / "rec.tsv.gz", "wt") as handle:
+        handle.write(rows)
+    with gzip.open(tmp_path / "rec.csv.gz", "wt") as handle:
+        handle.write(rows.replace("\t", ","))
+    for name in ("rec.tsv.gz", "rec.csv.gz"):
+        table = read_task_table(tmp_path / name, ["sequence", "label"])
+        assert table["label"].to_list() == ["007", "TT"]
+        assert table["source"][1] == f"{tmp_path / name}:line 3"
 
 
 def test_read_task_table_errors_name_the_file_and_problem(tmp_path):

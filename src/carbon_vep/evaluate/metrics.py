@@ -16,7 +16,7 @@ import polars as pl
 from sklearn.metrics import auc, average_precision_score, precision_recall_curve, roc_auc_score
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import LabelSettings, MetricSettings
+from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
 
 SIGN_FLIP_AUROC = 0.35
 CI_LEVEL = 0.95
@@ -216,6 +216,16 @@ def bootstrap_intervals(
     return out
 
 
+def bootstrap_mean_interval(values: np.ndarray, n_resamples: int, seed: int) -> dict | None:
+    """Percentile 95% interval of a row mean (accuracy) over row resamples."""
+    if n_resamples <= 0 or len(values) == 0:
+        return None
+    intervals = bootstrap_intervals(
+        len(values), lambda i: {"mean": float(values[i].mean())}, n_resamples, seed
+    )
+    return intervals.get("mean")
+
+
 def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     """Spearman ρ (average ranks for ties); None for fewer than 3 pairs or a constant input."""
     if len(x) < 3:
@@ -251,9 +261,27 @@ def vep_metrics(
     The label column is `labels.column`: the configured one, or the `label` column that
     ingest derives from ClinVar's CLNSIG (so a ClinVar dataset needs no second setting)."""
     options = options or MetricSettings()
-    evaluation = options.evaluation
-    label_column = labels.column
-    result: dict = {
+    result = _vep_result(merged, labels, options.evaluation)
+    if options.spearman_column:
+        _add_spearman(merged, options, result)
+    if not labels.column or labels.column not in merged.columns:
+        result["warnings"].append("no label column: label metrics not computed")
+        return result
+    _count_label_conflicts(merged, result)
+    labelled = labelled_rows(merged, labels.column, labels.positive_labels, labels.negative_labels)
+    _count_labels(merged, labelled, labels, result)
+    if labelled["label01"].n_unique() < 2:
+        result["warnings"].append("labelled scored rows hold fewer than two classes")
+        return result
+    _add_label_metrics(labelled, options, result)
+    return result
+
+
+def _vep_result(
+    merged: pl.DataFrame, labels: LabelSettings, evaluation: EvaluationSettings
+) -> dict:
+    """A dataset's metrics JSON before any metric: status counts, definitions, parameters."""
+    return {
         "kind": "vep",
         "n_rows": merged.height,
         "status_counts": dict(sorted(Counter(merged["status"].to_list()).items())),
@@ -264,7 +292,7 @@ def vep_metrics(
         "warnings": [],
         "definitions": dict(DEFINITIONS),
         "parameters": {
-            "label_column": label_column,
+            "label_column": labels.column,
             "positive_labels": list(labels.positive_labels),
             "negative_labels": list(labels.negative_labels),
             "bootstrap_resamples": evaluation.bootstrap,
@@ -273,38 +301,42 @@ def vep_metrics(
             **_scoring_parameters(merged),
         },
     }
-    if options.spearman_column:
-        _add_spearman(merged, options, result)
-    if not label_column or label_column not in merged.columns:
-        result["warnings"].append("no label column: label metrics not computed")
-        return result
-    if "label_conflict" in merged.columns:
-        conflicted = merged.filter(
-            (pl.col("status") == Status.SCORED) & pl.col("label_conflict").fill_null(False)
-        )
-        result["n_excluded_label_conflict"] = conflicted.height
-        if conflicted.height:
-            result["warnings"].append(
-                f"{conflicted.height} scored rows with conflicting labels excluded from metrics"
-            )
-    positive, negative = labels.positive_labels, labels.negative_labels
-    labelled = labelled_rows(merged, label_column, positive, negative)
-    labels01 = labelled["label01"].to_numpy()
-    scores = labelled["score"].to_numpy()
-    unlabelled = binary_labels(merged[label_column], positive, negative)
-    result.update(
-        n_labelled=int(len(labels01)),
-        n_positive=int(labels01.sum()) if len(labels01) else 0,
-        n_scored_without_label=int(
-            ((merged["status"] == Status.SCORED) & unlabelled.is_null()).sum()
-        ),
-    )
-    if len(set(labels01.tolist())) < 2:
-        result["warnings"].append("labelled scored rows hold fewer than two classes")
-        return result
 
+
+def _count_label_conflicts(merged: pl.DataFrame, result: dict) -> None:
+    """Scored rows whose label sources disagree are left out of the metrics: count them."""
+    if "label_conflict" not in merged.columns:
+        return
+    conflicted = merged.filter(
+        (pl.col("status") == Status.SCORED) & pl.col("label_conflict").fill_null(False)
+    )
+    result["n_excluded_label_conflict"] = conflicted.height
+    if conflicted.height:
+        result["warnings"].append(
+            f"{conflicted.height} scored rows with conflicting labels excluded from metrics"
+        )
+
+
+def _count_labels(
+    merged: pl.DataFrame, labelled: pl.DataFrame, labels: LabelSettings, result: dict
+) -> None:
+    unlabelled = binary_labels(
+        merged[labels.column], labels.positive_labels, labels.negative_labels
+    ).is_null()
+    result.update(
+        n_labelled=labelled.height,
+        n_positive=int(labelled["label01"].sum()) if labelled.height else 0,
+        n_scored_without_label=int(((merged["status"] == Status.SCORED) & unlabelled).sum()),
+    )
+
+
+def _add_label_metrics(labelled: pl.DataFrame, options: MetricSettings, result: dict) -> None:
+    """AUROC, AUPRCs and by-chromosome averages, their bootstrap intervals, the breakdowns,
+    and a warning when the AUROC says the sign is flipped."""
+    labels01, scores = labelled["label01"].to_numpy(), labelled["score"].to_numpy()
     evaluate = _label_statistics(labelled, labels01, scores, result)
     result["metrics"].update(evaluate(np.arange(len(labels01))))
+    evaluation = options.evaluation
     if evaluation.bootstrap > 0:
         result["confidence_intervals"].update(
             bootstrap_intervals(len(labels01), evaluate, evaluation.bootstrap, evaluation.seed)
@@ -316,7 +348,6 @@ def vep_metrics(
             f"AUROC {value:.3f} is far below 0.5: sign flipped? "
             "(scores must be oriented larger = more damaging)"
         )
-    return result
 
 
 def _scoring_parameters(merged: pl.DataFrame) -> dict[str, str | None]:

@@ -167,65 +167,26 @@ def _labelled_curves(results: Sequence[TaskResult]) -> dict[str, tuple]:
 
 
 def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
-    summary = []
-    for r in results:
-        m = r.metrics
-        summary.append(
-            [
-                r.model,
-                m["parameters"].get("recipe") or "n/a",
-                m["parameters"].get("normalization") or "n/a",
-                m.get("n_labelled", 0),
-                m.get("n_positive", 0),
-                m.get("n_excluded_label_conflict", 0),
-            ]
-        )
-    header = [
-        "model",
-        "recipe",
-        "normalisation",
-        "labelled scored rows",
-        "positives",
-        "excluded: label conflict",
-    ]
+    """A variant panel: what was scored, status counts and metrics, the curves and figures,
+    breakdowns and warnings."""
     names = ordered_metrics(list(dict.fromkeys(n for r in results for n in r.metrics["metrics"])))
-    parts = [
-        f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(variant effect)</span></h2>",
-        _html_table(header, summary, numeric_from=3),
-        _row(
-            _block("Input status counts", _status_table(results)),
-            _block("Metrics", _metric_table(results, names)) if names else "",
-        ),
-    ]
     curves = _labelled_curves(results)
-    if curves:
-        parts.append(_figure(plots.roc_pr_figure(curves, colours), f"ROC and PR, {task}"))
     by_chrom = {
         r.model: r.metrics["by_chromosome"]["auroc"]["drop_single_class"]
         for r in results
         if r.metrics.get("by_chromosome", {}).get("auroc")
     }
-    parts.append(
+    parts = [
+        f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(variant effect)</span></h2>",
+        _vep_summary_table(results),
         _row(
-            _block(
-                "Score distributions by class",
-                _figure(
-                    plots.score_distributions(curves, ("negative", "positive")), f"scores, {task}"
-                ),
-            )
-            if curves
-            else "",
-            _block(
-                "AUROC by chromosome",
-                _figure(
-                    plots.chromosome_bars(by_chrom, "auroc", colours),
-                    f"AUROC by chromosome, {task}",
-                ),
-            )
-            if by_chrom
-            else "",
-        )
-    )
+            _block("Input status counts", _status_table(results)),
+            _block("Metrics", _metric_table(results, names)) if names else "",
+        ),
+    ]
+    if curves:
+        parts.append(_figure(plots.roc_pr_figure(curves, colours), f"ROC and PR, {task}"))
+    parts.append(_vep_figures(task, curves, by_chrom, colours))
     if by_chrom:
         parts.append(
             "<details><summary>By-chromosome averages under both conventions</summary>"
@@ -237,6 +198,38 @@ def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) 
         _warnings([f"{r.model}: {w}" for r in results for w in r.metrics.get("warnings", [])]),
     ]
     return "".join(parts)
+
+
+def _vep_summary_table(results: Sequence[TaskResult]) -> str:
+    """Per model: recipe, normalisation and the rows the metrics used."""
+    header = ["model", "recipe", "normalisation", "labelled scored rows", "positives",
+              "excluded: label conflict"]  # fmt: skip
+    rows = [
+        [
+            r.model,
+            r.metrics["parameters"].get("recipe") or "n/a",
+            r.metrics["parameters"].get("normalization") or "n/a",
+            r.metrics.get("n_labelled", 0),
+            r.metrics.get("n_positive", 0),
+            r.metrics.get("n_excluded_label_conflict", 0),
+        ]
+        for r in results
+    ]
+    return _html_table(header, rows, numeric_from=3)
+
+
+def _vep_figures(task: str, curves: dict, by_chrom: dict, colours: dict[str, str]) -> str:
+    """Score distributions by class, and AUROC by chromosome, side by side (where they exist)."""
+    distributions = plots.score_distributions(curves, ("negative", "positive")) if curves else None
+    chromosomes = plots.chromosome_bars(by_chrom, "auroc", colours) if by_chrom else None
+    return _row(
+        _block("Score distributions by class", _figure(distributions, f"scores, {task}"))
+        if curves
+        else "",
+        _block("AUROC by chromosome", _figure(chromosomes, f"AUROC by chromosome, {task}"))
+        if by_chrom
+        else "",
+    )
 
 
 def _chromosome_table(results: Sequence[TaskResult]) -> str:

@@ -16,10 +16,10 @@ import polars as pl
 
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, PerturbationSettings
+from carbon_vep.evaluate.metrics import bootstrap_mean_interval
 from carbon_vep.model.batching import FAILED_ALONE
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.tokens import non_acgt_count
-from carbon_vep.suite.tasks import bootstrap_mean_interval
 
 ACCURACY_DEFINITION = (
     "share of scored pairs with S(original_sequence) > S(sequence), strictly (ties count as "

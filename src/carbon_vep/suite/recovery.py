@@ -33,11 +33,11 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
+from carbon_vep.evaluate.metrics import bootstrap_mean_interval
 from carbon_vep.model.batching import FAILED_ALONE, in_batches
 from carbon_vep.model.loading import LoadedModel
 from carbon_vep.model.tokens import non_acgt_count
 from carbon_vep.progress import Progress
-from carbon_vep.suite.tasks import bootstrap_mean_interval
 
 CHANCE_ACCURACY = 0.25
 ACCURACY_DEFINITION = (

@@ -231,38 +231,47 @@ def _check_rows(
 ) -> pl.DataFrame:
     """Every row's checked key, variant type, status and reason (see the module docstring),
     and the `WORKING_COLUMNS`."""
+    frame = _normalized_alleles(panel)
+    work = _allele_policy(frame, *_invalid_rows(frame))
+    work = _against_reference(work, mapping, unmapped, reference)
+    return _with_status(work)
+
+
+def _normalized_alleles(panel: pl.DataFrame) -> pl.DataFrame:
+    """The key columns typed, alleles stripped and upper-cased, an empty ALT as `.`."""
     upper = pl.col("ref").cast(pl.Utf8).fill_null("").str.strip_chars().str.to_uppercase()
     alt = pl.col("alt").cast(pl.Utf8).fill_null("").str.strip_chars().str.to_uppercase()
-    frame = panel.select(
+    return panel.select(
         pl.col("chrom").cast(pl.Utf8),
         pl.col("pos").cast(pl.Int64),
         upper.alias("ref"),
         pl.when(alt == "").then(pl.lit(".")).otherwise(alt).alias("alt"),
         pl.col("input_pos").cast(pl.Utf8),
     )
-    # -- invalid: no usable key
+
+
+def _invalid_rows(frame: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """(invalid, reason): rows with no usable key (no CHROM, a POS that is no integer, no REF)."""
     no_chrom = frame["chrom"].is_null() | (frame["chrom"].str.strip_chars() == "")
     no_pos = ~no_chrom & frame["pos"].is_null()
     no_ref = ~no_chrom & ~no_pos & frame["ref"].is_in(["", "."])
-    invalid = no_chrom | no_pos | no_ref
-    raw_pos = frame["input_pos"].filter(no_pos)
     pos_reasons = _python_text(
-        raw_pos,
+        frame["input_pos"].filter(no_pos),
         lambda raw: "missing POS" if raw in (None, "", ".") else f"POS {raw!r} is not an integer",
     )
-    invalid_reason = pl.repeat(None, frame.height, dtype=pl.Utf8, eager=True)
-    invalid_reason = _scatter(
-        invalid_reason, no_chrom, pl.repeat("missing CHROM", no_chrom.sum(), eager=True)
-    )
-    invalid_reason = _scatter(invalid_reason, no_pos, pos_reasons)
-    invalid_reason = _scatter(
-        invalid_reason, no_ref, pl.repeat("missing REF", no_ref.sum(), eager=True)
-    )
-    # -- allele policy, on the trimmed alleles
+    reason = pl.repeat(None, frame.height, dtype=pl.Utf8, eager=True)
+    reason = _scatter(reason, no_chrom, pl.repeat("missing CHROM", no_chrom.sum(), eager=True))
+    reason = _scatter(reason, no_pos, pos_reasons)
+    reason = _scatter(reason, no_ref, pl.repeat("missing REF", no_ref.sum(), eager=True))
+    return no_chrom | no_pos | no_ref, reason
+
+
+def _allele_policy(frame: pl.DataFrame, invalid: pl.Series, reason: pl.Series) -> pl.DataFrame:
+    """The trimmed alleles (`short_*`), the variant type and why a type is not scored."""
     short_pos, short_ref, short_alt = _trimmed(frame, ~invalid)
     work = frame.with_columns(
         short_pos.alias("short_pos"), short_ref.alias("short_ref"), short_alt.alias("short_alt"),
-        invalid.alias("invalid"), invalid_reason.alias("invalid_reason"),
+        invalid.alias("invalid"), reason.alias("invalid_reason"),
     )  # fmt: skip
     variant_type, skip_reason = _classify_exprs(pl.col("short_ref"), pl.col("short_alt"))
     work = work.with_columns(
@@ -270,14 +279,23 @@ def _check_rows(
         skip_reason.alias("skip_reason"),
     )
     symbolic = work["variant_type"] == "symbolic"
-    work = work.with_columns(
+    return work.with_columns(
         _scatter(
             work["skip_reason"], symbolic,
             _python_text(work["short_alt"].filter(symbolic),
                          lambda a: f"symbolic, star or missing ALT {_short(a)!r}"),
         ).alias("skip_reason")
     )  # fmt: skip
-    # -- contig, bounds (of the allele as given), REF against the genome
+
+
+def _against_reference(
+    work: pl.DataFrame,
+    mapping: Mapping[str, str],
+    unmapped: Mapping[str, str],
+    reference: Reference,
+) -> pl.DataFrame:
+    """The contig in the reference (`ref_chrom`), bounds of the allele as given, and the genome's
+    bases where REF is compared (`genome`, `ref_checked`)."""
     lengths = {c: reference.lengths[r] for c, r in mapping.items()}
     work = work.with_columns(
         pl.when(~pl.col("invalid"))
@@ -302,11 +320,15 @@ def _check_rows(
         reference, looked_up["ref_chrom"], looked_up["pos"] - 1, looked_up["end"]
     )
     no_text = pl.repeat(None, work.height, dtype=pl.Utf8, eager=True)
-    work = work.with_columns(
+    return work.with_columns(
         _scatter(no_text, compare, genome).alias("genome"),
         _scatter(no_text, unknown, unknown_reason).alias("unknown_reason"),
         compare.alias("ref_checked"),
     )
+
+
+def _with_status(work: pl.DataFrame) -> pl.DataFrame:
+    """The checked rows: key (an SNV in its trimmed form), variant type, status, reason."""
     mismatch = pl.col("ref_checked") & (pl.col("genome") != pl.col("ref"))
     status = (
         pl.when("invalid").then(pl.lit(Status.INVALID.value))

@@ -33,7 +33,7 @@ from carbon_vep.columns import PANEL_KEY as KEY
 from carbon_vep.columns import RESERVED as RESERVED_COLUMNS
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import InputError
-from carbon_vep.genome.htslib import captured_messages
+from carbon_vep.genome.htslib import Messages, captured_messages
 
 INPUT_COLUMNS = ("input_pos", "input_ref", "input_alt")
 # Header spellings accepted for the key columns of a table (compared case-insensitively,
@@ -47,7 +47,12 @@ KEY_ALIASES = {
 ALL_INFO = "*"
 _BATCH_ROWS = 100_000  # rows of a table checked at a time (a table is read whole by polars)
 _VCF_SUFFIXES = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
-_TABLE_SEPARATORS = {".tsv": "\t", ".tsv.gz": "\t", ".txt": "\t", ".csv": ",", ".csv.gz": ","}
+# table file names -> format (panels and suite task files alike); gzip is read transparently
+TABLE_SUFFIXES = {
+    ".parquet": "parquet",
+    ".tsv": "tsv", ".tsv.gz": "tsv", ".txt": "tsv", ".txt.gz": "tsv",
+    ".csv": "csv", ".csv.gz": "csv",
+}  # fmt: skip
 
 
 @dataclass
@@ -65,16 +70,20 @@ def detect_format(path: str | Path) -> str:
     name = str(path).lower()
     if name.endswith(_VCF_SUFFIXES):
         return "vcf"
-    if name.endswith(".parquet"):
-        return "parquet"
-    for suffix, sep in _TABLE_SEPARATORS.items():
-        if name.endswith(suffix):
-            return "csv" if sep == "," else "tsv"
+    fmt = table_format(path)
+    if fmt is not None:
+        return fmt
     raise InputError(
         path,
         "cannot tell the panel format from the name (.vcf, .vcf.gz, .bcf, .parquet, .tsv, "
         f".csv, .gz too); set {setting_name('format')}",
     )
+
+
+def table_format(path: str | Path) -> str | None:
+    """parquet, tsv or csv, from a table file's name (None when the name says none of them)."""
+    name = str(path).lower()
+    return next((fmt for suffix, fmt in TABLE_SUFFIXES.items() if name.endswith(suffix)), None)
 
 
 def read_panel(
@@ -265,15 +274,22 @@ def _key_sources(found: Sequence[str], columns: Mapping[str, str], path: Path) -
     return sources
 
 
-def _read_text_table(
-    path: Path, sep: str, overrides: dict[str, Any], n_rows: int | None = None
+def read_text_table(
+    path: str | Path,
+    fmt: str,
+    overrides: Mapping[str, Any] | None = None,
+    n_rows: int | None = None,
+    all_text: bool = False,
 ) -> pl.DataFrame:
+    """A TSV or CSV (plain or gzipped) as polars reads it: `##` lines are comments, a quote in a
+    TSV is a character; `all_text` reads every column as a string."""
+    sep = "," if fmt == "csv" else "\t"
     return pl.read_csv(
         path,
         separator=sep,
         comment_prefix="##",
         quote_char='"' if sep == "," else None,  # a quote in a TSV is a character
-        infer_schema_length=None,
+        infer_schema_length=0 if all_text else None,
         schema_overrides=overrides,
         n_rows=n_rows,
     )
@@ -285,7 +301,7 @@ def _read_table(path: Path, fmt: str, columns: Mapping[str, str]) -> Panel:
         if fmt == "parquet":
             found = pl.read_parquet_schema(path)
         else:
-            found = _read_text_table(path, sep, {}, n_rows=0).columns
+            found = read_text_table(path, fmt, n_rows=0).columns
     except (pl.exceptions.PolarsError, OSError) as err:
         raise InputError(path, f"cannot read the {fmt} panel: {err}") from err
     names = list(found)
@@ -295,7 +311,7 @@ def _read_table(path: Path, fmt: str, columns: Mapping[str, str]) -> Panel:
             frame = pl.read_parquet(path)
         else:
             overrides = {src: pl.Utf8 for std, src in sources.items() if std in KEY}
-            frame = _read_text_table(path, sep, overrides)
+            frame = read_text_table(path, fmt, overrides)
     except pl.exceptions.ComputeError as err:
         ragged = None if fmt == "parquet" else _ragged_line(path, sep, len(names))
         if ragged:
@@ -750,8 +766,6 @@ def _vcf_batches(reader: PanelReader) -> Iterator[pl.DataFrame]:
     """The VCF's rows, `_BATCH_RECORDS` records at a time (see `PanelReader`)."""
     path = reader.path
     header = _text_header(path)
-    failure: Exception | None = None
-    record_number = 0
     with _vcf_stream(path, header) as handle:
         vcf = _open_vcf(handle, path)
         reader.declared_lengths = {
@@ -759,62 +773,99 @@ def _vcf_batches(reader: PanelReader) -> Iterator[pl.DataFrame]:
             if vcf.header.contigs[c].length
         }  # fmt: skip
         specs = _info_specs(vcf.header, reader.info_fields, reader._raw)
-        undeclared = {s.name for s in specs if not s.declared}
         declared_info = sorted(vcf.header.info)
-        seen_info: set[str] = set()
-        batches = _VcfBatches(path, header, specs)
-        text = _RecordText(path, header)
-        renames, taken = {}, {"source", *_VCF_COLUMNS, *INPUT_COLUMNS}
-        for spec in specs:
-            renames[spec.name] = carry_name(spec.name, taken)
-            taken.add(renames[spec.name])
-        renames = {k: v for k, v in renames.items() if k != v}
-        records = iter(vcf)
+        records = _VcfRecords(path, header, specs, reader._raw)
+        renames = _carried_renames(specs)
         with captured_messages() as messages:
             try:
-                while True:
-                    try:
-                        record = next(records)
-                    except StopIteration:
-                        break
-                    except (OSError, ValueError) as err:
-                        failure = err  # the record after the last one read is malformed
-                        break
-                    record_number += 1
-                    text.record, text.number = record, record_number
-                    try:
-                        info, alts = record.info, record.alts
-                        values = [_decode_info(info, spec, alts, text) for spec in specs]
-                        batches.add(record_number, record, alts, values)
-                    except _Undecodable as found:
-                        reader._raw[found.spec.name] = (
-                            f"{found.why}, {_where(header, record_number)}"
-                        )
-                        raise ReadAgain(found.spec.name) from None
-                    except (OSError, ValueError, TypeError) as err:  # this record, not the next
-                        line = None if header is None else header.n_lines + record_number
-                        raise _vcf_error(path, err, str(err), line, record_number - 1) from err
-                    if undeclared:
-                        seen_info.update(name for name in undeclared if name in info)
-                    if batches.full():
-                        yield _checked_batch(path, header, batches.flush(), messages, renames)
-                batch = batches.flush()
-                if batch is not None:
+                for batch in records.batches(iter(vcf)):
                     yield _checked_batch(path, header, batch, messages, renames)
             finally:
-                text.close()
+                records.text.close()
                 vcf.close()
-    line = None if header is None else header.n_lines + record_number + 1
+    _end_of_vcf(reader, records, messages, declared_info, renames)
+
+
+def _carried_renames(specs: list[_InfoSpec]) -> dict[str, str]:
+    """INFO field -> its output column, where the name is taken by a column of ours."""
+    renames, taken = {}, {"source", *_VCF_COLUMNS, *INPUT_COLUMNS}
+    for spec in specs:
+        renames[spec.name] = carry_name(spec.name, taken)
+        taken.add(renames[spec.name])
+    return {k: v for k, v in renames.items() if k != v}
+
+
+class _VcfRecords:
+    """The record loop: every ALT of every record into `_VcfBatches`, INFO decoded as declared
+    (or re-read as text, `ReadAgain`), and where the loop stopped (`record_number`, `failure`:
+    the record after the last one read is malformed)."""
+
+    def __init__(
+        self, path: Path, header: _TextHeader | None, specs: list[_InfoSpec], raw: dict[str, str]
+    ) -> None:
+        self.path, self.header, self.specs, self.raw = path, header, specs, raw
+        self.rows = _VcfBatches(path, header, specs)
+        self.text = _RecordText(path, header)
+        self.undeclared = {s.name for s in specs if not s.declared}
+        self.seen_info: set[str] = set()  # undeclared fields some record has
+        self.record_number = 0
+        self.failure: Exception | None = None
+
+    def batches(self, records: Iterator[Any]) -> Iterator[pl.DataFrame]:
+        while True:
+            try:
+                record = next(records)
+            except StopIteration:
+                break
+            except (OSError, ValueError) as err:
+                self.failure = err
+                break
+            self.record_number += 1
+            self._add(record)
+            if self.rows.full():
+                yield self.rows.flush()
+        batch = self.rows.flush()
+        if batch is not None:
+            yield batch
+
+    def _add(self, record: Any) -> None:
+        number = self.text.number = self.record_number
+        self.text.record = record
+        try:
+            info, alts = record.info, record.alts
+            values = [_decode_info(info, spec, alts, self.text) for spec in self.specs]
+            self.rows.add(number, record, alts, values)
+        except _Undecodable as found:
+            self.raw[found.spec.name] = f"{found.why}, {_where(self.header, number)}"
+            raise ReadAgain(found.spec.name) from None
+        except (OSError, ValueError, TypeError) as err:  # this record, not the next
+            line = None if self.header is None else self.header.n_lines + number
+            raise _vcf_error(self.path, err, str(err), line, number - 1) from err
+        if self.undeclared:
+            self.seen_info.update(name for name in self.undeclared if name in info)
+
+
+def _end_of_vcf(
+    reader: PanelReader,
+    records: _VcfRecords,
+    messages: Messages,
+    declared_info: list[str],
+    renames: dict[str, str],
+) -> None:
+    """After the last record: a malformed record stops the read (blank lines at the end are a
+    warning); INFO fields asked for but found nowhere stop it; the reader's notes are set."""
+    path, header, rows = reader.path, records.header, records.rows
+    line = None if header is None else header.n_lines + records.record_number + 1
     warnings = messages.lines("W")
-    if failure is not None:
+    if records.failure is not None:
         if line is not None and _blank_from(path, line):
             warnings = ["blank line(s) at the end of the file ignored"]  # htslib's complaint
         else:
             htslib_says = messages.errors() or "; ".join(messages.lines("W")[-2:])
-            raise _vcf_error(path, failure, htslib_says, line, record_number)
-    if batches.n_rows != batches.n_flushed:  # cannot happen; guards "no row is ever dropped"
-        raise AssertionError(f"{path}: {batches.n_rows} ALTs read, {batches.n_flushed} rows out")
-    unknown = [n for n in sorted(undeclared) if n not in seen_info]
+            raise _vcf_error(path, records.failure, htslib_says, line, records.record_number)
+    if rows.n_rows != rows.n_flushed:  # cannot happen; guards "no row is ever dropped"
+        raise AssertionError(f"{path}: {rows.n_rows} ALTs read, {rows.n_flushed} rows out")
+    unknown = [n for n in sorted(records.undeclared) if n not in records.seen_info]
     if unknown:
         raise InputError(
             path,
@@ -822,9 +873,11 @@ def _vcf_batches(reader: PanelReader) -> Iterator[pl.DataFrame]:
             f"declared in the header nor present in any record; declared: {declared_info}",
         )
     reader.null_columns = [
-        renames.get(s.name, s.name) for s in specs if s.name not in batches.filled
+        renames.get(s.name, s.name) for s in records.specs if s.name not in rows.filled
     ]
-    reader.notes = _vcf_notes(header, specs, reader._raw) + [f"htslib: {m}" for m in warnings]
+    reader.notes = _vcf_notes(header, records.specs, reader._raw) + [
+        f"htslib: {m}" for m in warnings
+    ]
 
 
 def _where(header: _TextHeader | None, record_number: int) -> str:
@@ -856,7 +909,7 @@ def _checked_batch(
     path: Path,
     header: _TextHeader | None,
     batch: pl.DataFrame,
-    messages: Any,
+    messages: Messages,
     renames: Mapping[str, str],
 ) -> pl.DataFrame:
     """A batch of rows, once no record in it turns out to be space-separated."""
