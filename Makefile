@@ -1,4 +1,6 @@
-# Two commands for a fresh machine: `make demo` and `make test`. Both set up .venv first.
+# Two commands for a fresh machine: `make demo` (the demo on 2 CPU cores) and `make test` (lint,
+# then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest
+# and bench-scan), scan-lambda and lint; clean removes the outputs and the demo model (README.md).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(abspath $(VENV))/bin

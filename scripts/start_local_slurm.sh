@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Bring up a single-node SLURM cluster on this machine (Debian's slurm-wlm and munge, no
-# systemd), for tests/test_slurm.py and CI. Idempotent: installs the packages when missing,
-# (re)writes the config, starts only the daemons that are not running, and waits until `sinfo`
-# shows the node idle. Needs root.
+# systemd), for tests/workflow/test_slurm.py and CI. Idempotent: installs the packages when
+# missing, (re)writes the config, starts only the daemons that are not running, and waits until
+# `sinfo` shows the node idle. Needs root.
 #
 # Partitions: `cpu` (default) and `gpu`, both on this node. The node declares one GRES
 # `gpu:h100` with no device behind it, so `--gpus=h100:1` jobs are scheduled (and the GPU guard

@@ -1,5 +1,6 @@
 """One vocabulary for tables: statuses, keys and columns are defined once (columns.py) and
-every table, the reserved names and the README's tables are derived from those definitions."""
+every table, the reserved names and the documentation's generated tables (README.md, docs/,
+config/README.md) are derived from those definitions."""
 
 from __future__ import annotations
 
@@ -12,21 +13,97 @@ import polars as pl
 import pytest
 
 from carbon_vep import columns
+from carbon_vep.cli import main
 from carbon_vep.columns import CHECK_STATUSES, OUTPUT_STATUSES, RESERVED, Status
-from carbon_vep.report.doc_tables import TABLES, render_readme
+from carbon_vep.config.run import SECTIONS
+from carbon_vep.config.schema import json_schema
+from carbon_vep.errors import InputError
+from carbon_vep.report.doc_tables import TABLES, doc_pages, missing_tables, render_page
 from carbon_vep.scoring.merge import merge_scores
 from carbon_vep.variants.panel import carry_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_tables_are_generated_from_the_definitions():
-    readme = (ROOT / "README.md").read_text()
-    assert render_readme(readme) == readme, (
-        "README.md's generated tables are stale: run `carbon-vep readme-tables`"
+def test_every_documentation_page_has_current_generated_tables():
+    pages = {path: path.read_text() for path in doc_pages(ROOT)}
+    assert {ROOT / "README.md", ROOT / "config/README.md", ROOT / "docs/outputs.md"} <= set(pages)
+    stale = [str(p.relative_to(ROOT)) for p, t in pages.items() if render_page(t, str(p)) != t]
+    assert not stale, f"generated tables are stale in {stale}: run `carbon-vep doc-tables`"
+    assert missing_tables(pages) == [], "every generated table belongs in some page"
+
+
+def test_render_page_rewrites_each_block_and_refuses_unknown_ones():
+    table = columns.status_table()
+    stale = "intro\n<!-- generated: statuses -->\nold\n<!-- end: statuses -->\noutro\n"
+    current = render_page(stale)
+    assert (
+        current == f"intro\n<!-- generated: statuses -->\n{table}\n<!-- end: statuses -->\noutro\n"
     )
-    for name in TABLES:
-        assert f"<!-- generated: {name} -->" in readme
+    assert render_page(current) == current
+    empty = "<!-- generated: recipes -->\n<!-- end: recipes -->"
+    assert "| `centered` |" in render_page(empty)
+    with pytest.raises(InputError, match=r"p\.md:2: no generated table named 'nope'"):
+        render_page("x\n<!-- generated: nope -->\n<!-- end: nope -->\n", "p.md")
+    with pytest.raises(InputError, match="has no `<!-- end: statuses -->`"):
+        render_page("<!-- generated: statuses -->\nold\n", "p.md")
+
+
+def test_doc_tables_command_finds_the_pages_rewrites_and_checks(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    for page in doc_pages(ROOT):
+        copy = repo / page.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(page.read_text())
+    (repo / "Snakefile").write_text("")
+    outputs = repo / "docs/outputs.md"
+    current = outputs.read_text()
+    outputs.write_text(current.replace(columns.status_table(), "| stale |"))
+    monkeypatch.chdir(repo / "docs")  # the pages are found from the repository root above
+    assert main(["doc-tables", "--check"]) == 1
+    assert "| stale |" in outputs.read_text()  # --check rewrites nothing
+    assert main(["doc-tables"]) == 0
+    assert outputs.read_text() == current
+    assert main(["doc-tables", "--check"]) == 0
+    assert main(["doc-tables", "--check", str(outputs)]) == 0  # or the pages named
+    (repo / "config/README.md").unlink()  # its tables are then in no page
+    assert main(["doc-tables", "--check"]) == 2
+
+
+def _table_keys(name: str) -> list[str]:
+    rows = TABLES[name]().splitlines()[2:]
+    return [row.split("|")[1].strip().strip("`") for row in rows]
+
+
+def test_config_reference_lists_every_key_of_the_schema_once():
+    """config/README.md's tables hold exactly the schema's keys: each section's entry keys
+    (nested groups flattened, run-level keys left to the top-level table) and every top-level
+    key; the schema is the one the workflow validates configs with."""
+    schema = json_schema()["properties"]
+    assert sorted(_table_keys("config-top-level")) == sorted(schema)
+    for section in SECTIONS:
+        keys = _table_keys(f"config-{section.replace('_', '-')}")
+        assert sorted(keys) == sorted(schema[section]["additionalProperties"]["properties"])
+    # the run-level keys apply to the sections that have them
+    top = {row.split("|")[1].strip("` "): row for row in TABLES["config-top-level"]().splitlines()}
+    assert "every entry of `datasets`, `tasks` |" in top["bootstrap"]
+    assert "every entry of `scans` |" in top["chunk_bp"]
+
+
+def test_config_reference_writes_types_and_defaults_as_yaml_reads_them():
+    datasets = TABLES["config-datasets"]()
+    assert '| `positive_labels` | list of string | `["1", "1.0", "True", "true"]` |' in datasets
+    assert "| `window_bp` | integer ≥ 6 or null | `null` | `scoring` |" in datasets
+    assert "| `build` | string | **required** | `checks` |" in datasets
+    assert "| `min_context` | integer ≥ 0 | `24000` | `tiles` |" in datasets
+    scans = TABLES["config-scans"]()
+    assert "| `regions` | list of string, or one string | **required** | — |" in scans
+    assert "| `tsv_decimals` | integer, 1 to 6 | `2` | `chunks` |" in scans
+    assert "| `clnsig_labels` | map of string to one of `0`, `1` |" in datasets
+    assert (
+        "| `decoder` | one of `token`, `fns_marginal`, `fns_conditional` | `token` | `recovery` |"
+        in TABLES["config-tasks"]()
+    )
 
 
 def test_status_values_are_distinct_and_described():

@@ -1,8 +1,8 @@
 """The table vocabulary: every row status and every column the pipeline writes, defined once.
 
 Each stage imports its statuses, keys and columns from here; the Parquet schemas, the names a
-panel column may not take (`RESERVED`), the VCF INFO descriptions and the README's column and
-status tables are derived from these definitions (`markdown_table`). No torch here.
+panel column may not take (`RESERVED`), the VCF INFO descriptions and the documentation's
+column and status tables (`report.doc_tables`) are derived from these definitions. No torch.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ SCORE_SHARD = (*(by_name(PANEL, CHECK)[k] for k in VARIANT_KEY), *SCORE)
 
 
 def markdown_table(columns: Iterable[Column]) -> str:
-    """A `| column | type | meaning |` table (the README's column tables are generated here)."""
+    """A `| column | type | meaning |` table (the docs' column tables are generated here)."""
     lines = ["| column | type | meaning |", "|---|---|---|"]
     lines += [f"| `{c.name}` | {_dtype_name(c.dtype)} | {c.description} |" for c in columns]
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Remote code only when asked for: trust_remote_code is off by default, a model that needs
 remote code stops naming the file and the key to set, and a Hub model's remote code needs a
 pinned commit (or allow_unpinned). Models are the demo model laid out locally or as a Hub cache
-snapshot (tests/test_hub.py's layout); nothing here downloads or loads torch."""
+snapshot (tests/sources/test_hub.py's layout); nothing here downloads or loads torch."""
 
 from __future__ import annotations
 

@@ -32,8 +32,9 @@ use rule * from carbon
 
 
 def _user_repo(tmp_path: Path, demo_model_dir: Path) -> Path:
-    """The three-line outer Snakefile (README) and the user's config: config/ci.yaml as shipped
-    (its resources/demo/ paths and baselines/demo.yaml are the workflow's), one override."""
+    """The three-line outer Snakefile (docs/reproducibility.md) and the user's config:
+    config/ci.yaml as shipped (its resources/demo/ paths and baselines/demo.yaml are the
+    workflow's), one override."""
     (tmp_path / "Snakefile").write_text(OUTER.format(snakefile=ROOT / "Snakefile"))
     config = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
     config["models"]["demo"].update(path=str(demo_model_dir), build_demo=False)

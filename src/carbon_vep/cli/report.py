@@ -12,6 +12,7 @@ import polars as pl
 
 from carbon_vep import atomic
 from carbon_vep.cli.common import log, pairs
+from carbon_vep.errors import InputError
 
 
 def add_results_table(sub) -> None:
@@ -119,17 +120,43 @@ def export_tabix(args: argparse.Namespace) -> None:
     write_tabix_tsv(pl.read_parquet(args.scores), args.out, args.column, order)
 
 
-def add_readme_tables(sub) -> None:
-    p = sub.add_parser("readme-tables", help="rewrite the README's generated tables")
-    p.add_argument("--readme", default="README.md")
-    p.set_defaults(func=readme_tables)
+def add_doc_tables(sub) -> None:
+    p = sub.add_parser(
+        "doc-tables",
+        help="rewrite the generated tables of the documentation pages (README.md, docs/*.md, "
+        "config/README.md)",
+    )
+    p.add_argument(
+        "pages",
+        nargs="*",
+        type=Path,
+        help="pages to rewrite (default: every page of the repository around the current folder)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="rewrite nothing; exit 1 when a page's generated table is stale",
+    )
+    p.set_defaults(func=doc_tables)
 
 
-def readme_tables(args: argparse.Namespace) -> None:
-    from carbon_vep.report.doc_tables import render_readme
+def doc_tables(args: argparse.Namespace) -> int:
+    from carbon_vep.report.doc_tables import doc_pages, find_root, missing_tables, render_page
 
-    path = Path(args.readme)
-    atomic.write_text(render_readme(path.read_text()), path)
+    paths = args.pages or doc_pages(find_root(Path.cwd().resolve()))
+    texts = {path: path.read_text() for path in paths}
+    if not args.pages and (missing := missing_tables(texts)):
+        raise InputError(paths[0].parent, f"no page holds the generated table(s) {missing}")
+    stale = []
+    for path, text in texts.items():
+        current = render_page(text, str(path))
+        if current != text:
+            stale.append(path)
+            if not args.check:
+                atomic.write_text(current, path)
+    verb = "stale" if args.check else "rewritten"
+    log.info("%d page(s) checked; %s: %s", len(texts), verb, ", ".join(map(str, stale)) or "none")
+    return 1 if args.check and stale else 0
 
 
 COMMANDS = (
@@ -138,5 +165,5 @@ COMMANDS = (
     add_report,
     add_export_vcf,
     add_export_tabix,
-    add_readme_tables,
+    add_doc_tables,
 )

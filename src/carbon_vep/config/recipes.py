@@ -1,9 +1,9 @@
-"""The recipes, one registry entry each (zero-shot-suite.md §4).
+"""The recipes, one registry entry each (the published ones: docs/suite-conventions.md#recipes).
 
 An entry says everything the pipeline needs to know about a recipe: its name, the window it
 cuts around a variant (geometry and default length), the normalisation the published numbers
 use, what kind of log-likelihood it compares, and the function that scores a shard. The config
-schema, the CLI's choices, `make-shards`, scoring and the README read it from here. No torch:
+schema, the CLI's choices, `make-shards`, scoring and the docs' tables read it from here. No torch:
 the scoring function is named, and imported only by the model stage that runs it.
 """
 

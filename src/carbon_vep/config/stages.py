@@ -48,7 +48,7 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class PanelSettings:
-    """How a panel is read and checked against the reference (check-panel)."""
+    """How a panel is read and checked against the reference (check-panel, score, annotate)."""
 
     build: str = setting(
         help="genome build the panel and reference are on (e.g. hg38); datasets sharing a "
@@ -96,7 +96,8 @@ CLNSIG_LABEL_COLUMN = "label"  # the column label_source clinvar_clnsig derives
 
 @dataclass(frozen=True)
 class LabelSettings:
-    """Where a panel's labels come from and which values are positive (check-panel, metrics)."""
+    """Where a panel's labels come from and which values are positive (check-panel, score,
+    annotate, metrics)."""
 
     label_source: Literal["column", "clinvar_clnsig"] = setting(
         "column",
@@ -149,7 +150,7 @@ class TileSettings:
 
 @dataclass(frozen=True)
 class RecipeSettings:
-    """Which recipe scores a dataset, and its options (make-shards, score-shard)."""
+    """Which recipe scores a dataset, and its options (make-shards, score-shard, score)."""
 
     recipe: str = setting(
         choices=tuple(RECIPES),
@@ -268,7 +269,7 @@ class PerturbationSettings:
 
 @dataclass(frozen=True)
 class ScanChunkSettings:
-    """How a scan's targets are cut into jobs (plan-scan) and written (scan-chunk, merge-scan)."""
+    """How a scan's targets are cut into jobs (plan-scan) and its TSV is written (merge-scan)."""
 
     chunk_bp: int = setting(
         50_000_000,

@@ -30,7 +30,7 @@ def check_gpu_profile(
             f"the profile gives {rule} a GPU ({', '.join(requested)}), but model(s) "
             f"{', '.join(cpu_models)} have device {models[cpu_models[0]].device!r}: set "
             "`device: cuda` for them, or run them under a profile that sends "
-            f"{rule} to a CPU partition (README, 'Running on a cluster')"
+            f"{rule} to a CPU partition (docs/cluster.md)"
         )
 
 

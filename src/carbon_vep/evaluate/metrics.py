@@ -1,4 +1,4 @@
-"""Zero-shot VEP metrics with explicit names and definitions (zero-shot-suite.md §5).
+"""Zero-shot VEP metrics, each named and defined (docs/suite-conventions.md#metric-conventions).
 
 Every number written by `vep_metrics` has a name in `metrics` and a sentence in `definitions`;
 the two published AUPRCs (trapezoid and step-wise average precision) never share a name, and

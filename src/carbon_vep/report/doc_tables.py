@@ -1,17 +1,33 @@
-"""The README's tables, generated from their one definition (columns.py, recipes.py).
+"""The documentation's tables, generated from their one definition (columns, recipes, settings).
 
-Each table sits in README.md between `<!-- generated: NAME -->` and `<!-- end: NAME -->`;
-`carbon-vep readme-tables --readme README.md` rewrites them and a test fails when they are
-stale, so the README cannot drift from the code.
+A table sits in a documentation page (README.md, docs/*.md, config/README.md) between
+`<!-- generated: NAME -->` and `<!-- end: NAME -->`. `carbon-vep doc-tables` rewrites every such
+block of every page and a test fails when one is stale, so the pages cannot drift from the code:
+the status and column tables come from `columns`, the recipe and normalisation tables from the
+recipe registry, and the configuration reference (config/README.md) from the settings'
+definitions, through the same JSON-schema properties the workflow validates a config with.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
 
 from carbon_vep import columns
+from carbon_vep.config.fields import is_required, schema_property
 from carbon_vep.config.recipes import NORMALIZATIONS, RECIPES
+from carbon_vep.config.run import SECTIONS, run_fields
+from carbon_vep.config.schema import json_schema
+from carbon_vep.errors import InputError
+
+# the pages that may hold generated tables, relative to the repository root
+PAGE_PATTERNS = ("README.md", "docs/*.md", "config/README.md")
 
 
 def _normalizations() -> str:
@@ -36,6 +52,113 @@ def _recipes() -> str:
     return "\n".join(lines)
 
 
+# ---- the configuration reference ------------------------------------------------------------
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _value(value: Any) -> str:
+    """A default as it would be written in YAML (flow style)."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, str) and yaml.safe_load(value) == value:
+        return value  # plain YAML reads it back as this string
+    return json.dumps(value)  # null, true/false, numbers, and strings YAML would read otherwise
+
+
+_KIND = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}
+
+
+def _type(prop: Mapping[str, Any]) -> str:
+    """A schema property's type in words: `list of string`, `integer ≥ 1`, `one of a, b`."""
+    if "anyOf" in prop:  # a list that also takes one bare item (`regions: all`)
+        listed, single = prop["anyOf"]
+        return f"{_type(listed)}, or one {_type(single)}"
+    kinds = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
+    nullable = "null" in kinds
+    kind = next(k for k in kinds if k != "null")
+    if "enum" in prop:
+        text = "one of " + ", ".join(f"`{_value(v)}`" for v in prop["enum"] if v is not None)
+    elif kind == "array":
+        text = f"list of {_type(prop['items'])}"
+    elif kind == "object":
+        values = prop["additionalProperties"]
+        text = f"map of string to {_type(values)}"
+    else:
+        text = _KIND[kind]
+        low, high = prop.get("minimum"), prop.get("maximum")
+        if low is not None and high is not None:
+            text += f", {low:,} to {high:,}"
+        elif low is not None:
+            text += f" ≥ {low:,}"
+    return text + (" or null" if nullable else "")
+
+
+def _default(f: dataclasses.Field, prop: Mapping[str, Any]) -> str:
+    return "**required**" if is_required(f) else f"`{_value(prop['default'])}`"
+
+
+def _entry_settings(cls: type, group: str = "—") -> Iterator[tuple[str, dataclasses.Field, Any]]:
+    """Every setting of a config entry with the settings group it belongs to (the name of the
+    group field nesting it; `—` for the entry's own settings)."""
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("group"):
+            yield from _entry_settings(hints[f.name], f.name)
+        else:
+            yield group, f, hints[f.name]
+
+
+def _config_top_level() -> str:
+    """The config's top-level keys: the run's own, the run-level settings (one value for every
+    entry of the sections that have them) and the sections."""
+    properties = json_schema()["properties"]
+    lines = ["| key | type | default | applies to | meaning |", "|---|---|---|---|---|"]
+    for name in ("outdir", "baseline", "sha256"):
+        prop = properties[name]
+        lines.append(
+            f"| `{name}` | {_type(prop)} | `{_value(prop['default'])}` | the run "
+            f"| {_cell(prop['description'])} |"
+        )
+    for name, (f, _) in run_fields().items():
+        prop = properties[name]
+        users = [s for s, (cls, _, _) in SECTIONS.items() if _has_setting(cls, name)]
+        lines.append(
+            f"| `{name}` | {_type(prop)} | {_default(f, prop)} | every entry of "
+            f"{', '.join(f'`{s}`' for s in users)} | {_cell(prop['description'])} |"
+        )
+    for name, (_, required, description) in SECTIONS.items():
+        default = "**required** (at least one entry)" if required else "`{}`"
+        lines.append(
+            f"| `{name}` | map of entry key to entry | {default} | the run | {_cell(description)} |"
+        )
+    return "\n".join(lines)
+
+
+def _has_setting(cls: type, name: str) -> bool:
+    return any(f.name == name for _, f, _ in _entry_settings(cls))
+
+
+def _config_section(section: str) -> Callable[[], str]:
+    def table() -> str:
+        cls = SECTIONS[section][0]
+        lines = ["| key | type | default | group | meaning |", "|---|---|---|---|---|"]
+        for group, f, hint in _entry_settings(cls):
+            if f.metadata["scope"] != "entry":  # run-level keys sit in the top-level table
+                continue
+            prop = schema_property(f, hint)
+            lines.append(
+                f"| `{f.name}` | {_cell(_type(prop))} | {_cell(_default(f, prop))} "
+                f"| {group if group == '—' else f'`{group}`'} | {_cell(prop['description'])} |"
+            )
+        return "\n".join(lines)
+
+    return table
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "statuses": columns.status_table,
     "recipes": _recipes,
@@ -50,21 +173,67 @@ TABLES: dict[str, Callable[[], str]] = {
     "scan-snv-columns": lambda: columns.markdown_table(columns.SCAN_SNV),
     "scan-base-columns": lambda: columns.markdown_table(columns.SCAN_BASE),
     "scan-tsv-columns": lambda: columns.markdown_table(columns.SCAN_TSV),
+    "config-top-level": _config_top_level,
+    **{f"config-{name.replace('_', '-')}": _config_section(name) for name in SECTIONS},
 }
 
 
-def _block(name: str) -> re.Pattern[str]:
-    return re.compile(
-        rf"(<!-- generated: {re.escape(name)} -->\n)(?:.*?\n)?(<!-- end: {re.escape(name)} -->)",
-        re.DOTALL,
+# ---- the pages --------------------------------------------------------------------------
+_START = re.compile(r"<!-- generated: ([A-Za-z0-9_-]+) -->\n")
+
+
+def _end(name: str) -> str:
+    return f"<!-- end: {name} -->"
+
+
+def generated_blocks(text: str) -> list[str]:
+    """The names of the generated blocks of a page, in order."""
+    return _START.findall(text)
+
+
+def render_page(text: str, where: str = "page") -> str:
+    """`text` with every generated block replaced by its table's current content.
+
+    A block naming no known table, or without its end marker, is an error naming the page
+    (`where`) and the line.
+    """
+    out, position = [], 0
+    for start in _START.finditer(text):
+        name, line = start[1], text.count("\n", 0, start.start()) + 1
+        if name not in TABLES:
+            known = ", ".join(TABLES)
+            raise InputError(where, f"no generated table named {name!r} (known: {known})", line)
+        if start.start() < position:
+            raise InputError(where, f"generated block {name!r} starts inside another block", line)
+        end = text.find(_end(name), start.end())
+        if end < 0:
+            raise InputError(where, f"`<!-- generated: {name} -->` has no `{_end(name)}`", line)
+        out += [text[position : start.end()], TABLES[name](), "\n"]
+        position = end
+    return "".join(out) + text[position:]
+
+
+def find_root(start: Path) -> Path:
+    """The repository root at or above `start`: the folder holding the Snakefile and docs/."""
+    for folder in (start, *start.parents):
+        if (folder / "Snakefile").is_file() and (folder / "docs").is_dir():
+            return folder
+    raise InputError(
+        start,
+        "no repository root (a folder with Snakefile and docs/) here or above: run "
+        "`carbon-vep doc-tables` in the repository, or name the pages",
     )
 
 
-def render_readme(text: str) -> str:
-    """`text` with every generated table replaced by its current content."""
-    for name, table in TABLES.items():
-        pattern = _block(name)
-        if not pattern.search(text):
-            raise ValueError(f"README has no block `<!-- generated: {name} -->`")
-        text = pattern.sub(lambda m, t=table: m[1] + t() + "\n" + m[2], text)
-    return text
+def doc_pages(root: Path) -> list[Path]:
+    """Every documentation page of the repository that may hold generated tables."""
+    pages: list[Path] = []
+    for pattern in PAGE_PATTERNS:
+        pages += sorted(root.glob(pattern))
+    return pages
+
+
+def missing_tables(pages: Mapping[Path, str]) -> list[str]:
+    """Tables that no page holds (each table belongs in some page)."""
+    present = {name for text in pages.values() for name in generated_blocks(text)}
+    return [name for name in TABLES if name not in present]

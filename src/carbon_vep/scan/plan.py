@@ -10,8 +10,8 @@ of the targets lands in exactly one chunk; runs shorter than one 6-mer cannot be
 counted as such.
 
 The plan also carries the estimates printed before any model job: SNVs, jobs, GPU-hours per GPU
-class for each model (arithmetic from shared/docs/performance-targets.md: FLOPs per token of
-Carbon's shapes at an assumed 50% of each GPU's bf16 peak) and output bytes (per-SNV sizes
+class for each model (arithmetic, docs/performance.md#the-recipes-at-the-ceiling: FLOPs per
+token of Carbon's shapes at an assumed 50% of each GPU's bf16 peak) and output bytes (per-SNV sizes
 measured on the demo genome, docs/benchmarks.md).
 """
 
@@ -37,7 +37,7 @@ _ACGT = np.zeros(256, dtype=bool)
 _ACGT[list(b"ACGTacgt")] = True
 _REGION = re.compile(r"^[^:]+:[0-9,]+-[0-9,]+$")
 
-# ---- the cost model (estimates: shared/docs/performance-targets.md) -------------------------
+# ---- the cost model (estimates: docs/performance.md#cost-per-token) -------------------------
 # GFLOP per token: body (2 x non-embedding parameters) + the 4,096 DNA rows of the output layer,
 # and attention per token per token of context (0.25 / 0.08 GFLOP at 1,366 tokens).
 MODEL_SHAPES = {
@@ -305,7 +305,7 @@ def describe_plan(plan: Mapping[str, Any], title: str = "scan plan") -> str:
         lines += [
             "",
             f"Estimated GPU-hours (arithmetic at {est['assumed_efficiency']:.0%} of bf16 peak, "
-            "shared/docs/performance-targets.md; not measured):",
+            "docs/performance.md; not measured):",
             "",
             "| model | shape | " + " | ".join(gpus) + " |",
             "|---|---|" + "---|" * len(gpus),

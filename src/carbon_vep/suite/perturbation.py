@@ -1,4 +1,4 @@
-"""Perturbation pairs: CAG triplet expansion and synonymous codons (zero-shot-suite.md §4).
+"""Perturbation pairs: CAG expansion, synonymous codons (docs/suite-conventions.md#recipes).
 
 Each row holds a real `original_sequence` and a perturbed `sequence` of the same length. Both
 are scored as in the centered recipe: `<dna>` + the sequence cut to whole k-mers from the right,

@@ -1,4 +1,4 @@
-"""Sequence recovery, GENERator's generative task (zero-shot-suite.md §4).
+"""Sequence recovery, GENERator's generative task (docs/suite-conventions.md#recipes).
 
 Published recipe: prompt = DNA prefix + the rightmost ⌊min(len, 6144)/6⌋·6 bases of `sequence`;
 greedy-generate 5 tokens (30 bp) with the tokenizer's special tokens suppressed; per row,
