@@ -275,7 +275,7 @@ class ScanChunkSettings:
         50_000_000,
         scope="run",
         minimum=1_000,
-        help="scored bases per scan job: 50 Mbp is ~12 min of Carbon-3B on one A100 at 50% of "
+        help="scored bases per scan job: 50 Mbp is ~13 min of Carbon-3B on one A100 at 50% of "
         "bf16 peak (estimate; profiles/slurm-a10 and slurm-h100 set 30 and 150 Mbp)",
     )
     tsv_decimals: int = setting(

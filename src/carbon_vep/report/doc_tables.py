@@ -31,12 +31,15 @@ PAGE_PATTERNS = ("README.md", "docs/*.md", "config/README.md")
 
 
 def _normalizations() -> str:
-    published = {}
+    published, computed = {}, {}
     for recipe in RECIPES.values():
         published.setdefault(recipe.published_normalization, []).append(recipe.name)
-    lines = ["| option | meaning | published for |", "|---|---|---|"]
+        for name in recipe.normalizations:
+            computed.setdefault(name, []).append(recipe.name)
+    lines = ["| option | meaning | published for | computed by |", "|---|---|---|---|"]
     lines += [
-        f"| `{name}` | {text} | {', '.join(published.get(name, [])) or '—'} |"
+        f"| `{name}` | {text} | {', '.join(published.get(name, [])) or '—'} | "
+        f"{', '.join(computed.get(name, [])) or '—'} |"
         for name, text in NORMALIZATIONS.items()
     ]
     return "\n".join(lines)

@@ -39,7 +39,8 @@ _REGION = re.compile(r"^[^:]+:[0-9,]+-[0-9,]+$")
 
 # ---- the cost model (estimates: docs/performance.md#cost-per-token) -------------------------
 # GFLOP per token: body (2 x non-embedding parameters) + the 4,096 DNA rows of the output layer,
-# and attention per token per token of context (0.25 / 0.08 GFLOP at 1,366 tokens).
+# and attention per token of window: 0.25 / 0.08 GFLOP per token at 1,366 tokens is already the
+# causal average (a token attends to half the window on average), so it scales with the window.
 MODEL_SHAPES = {
     "Carbon-3B": {"body_gflop": 5.95 + 0.025, "attention_gflop_per_token": 0.25 / 1366},
     "Carbon-500M": {"body_gflop": 0.70 + 0.008, "attention_gflop_per_token": 0.08 / 1366},
@@ -63,7 +64,7 @@ def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:
     stride = max(K, window - tiles.min_context)
     tokens = bases / K * window / stride  # every scored base is read window/stride times
     cost = MODEL_SHAPES[shape]
-    per_token = cost["body_gflop"] + cost["attention_gflop_per_token"] * window / K / 2
+    per_token = cost["body_gflop"] + cost["attention_gflop_per_token"] * window / K
     seconds = tokens * per_token * 1e9 / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY)
     return seconds / 3600
 
