@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from carbon_vep.config.gpus import GPU_CLASSES
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
 from carbon_vep.errors import InputError
 from carbon_vep.genome.contigs import alias_candidates
@@ -44,7 +45,7 @@ MODEL_SHAPES = {
     "Carbon-3B": {"body_gflop": 5.95 + 0.025, "attention_gflop_per_token": 0.25 / 1366},
     "Carbon-500M": {"body_gflop": 0.70 + 0.008, "attention_gflop_per_token": 0.08 / 1366},
 }
-GPU_PEAK_TFLOPS = {"A10": 125.0, "A100": 312.0, "H100": 800.0}  # bf16, dense
+GPU_PEAK_TFLOPS = {name: gpu.bf16_tflops for name, gpu in GPU_CLASSES.items()}  # bf16, dense
 ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
 # bytes per SNV of the outputs (measured on the demo genome with the demo model, tsv_decimals 2;
 # docs/benchmarks.md): the Parquet dataset of per-base marginals, the tabix TSV (+ index)
