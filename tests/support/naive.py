@@ -232,6 +232,9 @@ def per_tile_scan_values(
         return values
 
     lengths = [t.end - t.start for _, t in cut]
-    for _, values in in_batches(cut, work, engine.batch_size, engine.device, keys=lengths):
+    tokens = [n // engine.k + 1 for n in lengths]
+    batches = in_batches(cut, work, engine.batch_size, engine.device, tokens=tokens,
+                         batch_tokens=engine.batch_tokens, keys=lengths)  # fmt: skip
+    for _, values in batches:
         out += values
     return out
