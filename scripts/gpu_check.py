@@ -79,10 +79,9 @@ from carbon_vep.model.demo import ROPE_THETA, make_tokenizer  # noqa: E402
 from carbon_vep.model.engine import Engine  # noqa: E402
 from carbon_vep.model.loading import LoadedModel, load_model  # noqa: E402
 from carbon_vep.model.tokens import dna_vocab  # noqa: E402
-from carbon_vep.progress import Progress  # noqa: E402
 from carbon_vep.scan.outputs import BaseWriter  # noqa: E402
 from carbon_vep.scan.plan import chunk_pieces, plan_scan  # noqa: E402
-from carbon_vep.scan.tiles import _new_timing, _scored_batches, scan_chunk, scan_region  # noqa: E402
+from carbon_vep.scan.tiles import scan_chunk, scan_region  # noqa: E402
 from carbon_vep.scoring.merge import merge_scores  # noqa: E402
 from carbon_vep.scoring.shard import score_shard  # noqa: E402
 from carbon_vep.suite.perturbation import score_pairs  # noqa: E402
@@ -575,9 +574,6 @@ def ablations(model: Model, reference, inputs: Inputs, work: Path, device) -> li
     ]
     tiles = TileSettings(sizes.tile_bp, sizes.min_context)
     length = reference.lengths["scan"]
-    from carbon_vep.scan.tiling import tile_region
-
-    cut = [("scan", t) for t in tile_region(length, 0, length, tiles.tile_bp, tiles.min_context)]
     rows = []
 
     def compare(change, before, after, items, values=None):
@@ -660,25 +656,16 @@ def ablations(model: Model, reference, inputs: Inputs, work: Path, device) -> li
         group_syncs,
     )
 
-    def progress():
-        return Progress(sum(t.score_end - t.score_start for _, t in cut), "bases", "gpu-check")
-
-    few = cut[
-        : 2 * sizes.scan_batch_tiles
-    ]  # two batches: the second launched before the first lands
-    compare(
-        f"scan values: one copy per batch, one batch ahead ({len(few)} tiles)",
-        lambda: naive.per_tile_scan_values(scan_engine, reference, few, log=True),
-        lambda: list(
-            _scored_batches(scan_engine, reference, few, progress(), _new_timing(), log=True)
-        ),
-        len(few),
-    )
-
     pieces = chunk_pieces(
         plan_scan(reference, {"scan": [(0, length)]}, tiles, ScanChunkSettings(chunk_bp=length)), 0
     )
+    cut = [(p.chrom, t) for p in pieces for t in p.tiles(tiles)]
     shares = {}
+
+    def chunk_before():
+        writer = BaseWriter(work / "ablation_before.parquet")
+        naive.per_tile_scan_chunk(scan_engine, reference, cut, writer)
+        writer.close()
 
     def chunk(overlap):
         def run():
@@ -692,16 +679,29 @@ def ablations(model: Model, reference, inputs: Inputs, work: Path, device) -> li
 
         return run
 
+    def same_file(a: str, b: str) -> bool:
+        return (work / a).read_bytes() == (work / b).read_bytes()
+
     compare(
-        "scan-chunk: rows written on a worker thread",
+        f"scan-chunk as it was -> now ({len(cut)} tiles: per-tile copies, rows written before "
+        "the next batch -> one copy a batch, one batch ahead, rows written on a thread)",
+        chunk_before,
+        chunk(True),
+        len(cut),
+        lambda: {
+            "device_idle_after": shares[True],
+            "identical_files": same_file("ablation_before.parquet", "ablation_True.parquet"),
+        },
+    )
+    compare(
+        "scan-chunk: rows written on a worker thread (the rest as now)",
         chunk(False),
         chunk(True),
         len(cut),
         lambda: {
             "device_idle_before": shares[False],
             "device_idle_after": shares[True],
-            "identical_files": (work / "ablation_False.parquet").read_bytes()
-            == (work / "ablation_True.parquet").read_bytes(),
+            "identical_files": same_file("ablation_False.parquet", "ablation_True.parquet"),
         },
     )
 

@@ -65,6 +65,7 @@ def test_each_removed_cost_keeps_the_values(smoke):
     assert copies["syncs_after"] < copies["syncs_before"]
     group = rows["one copy per window group"]
     assert group["syncs_after"] < group["syncs_before"]
+    assert rows["scan-chunk as it was -> now"]["identical_files"] is True
     assert rows["scan-chunk: rows written on a worker thread"]["identical_files"] is True
     assert {"upcast_output_layer cost: centered, dna_block",
             "upcast_output_layer cost: centered, full_vocab"} <= set(rows)  # fmt: skip

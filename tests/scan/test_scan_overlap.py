@@ -88,6 +88,18 @@ def _chunk(engine, reference, path, overlap):
     return stats
 
 
+def test_the_chunk_file_is_the_one_the_loop_as_it_was_wrote(engine, reference, tmp_path):
+    """Per-tile copies, rows written before the next batch starts (support/naive.py) against
+    one copy per batch, the device one batch ahead, rows written on a thread: the same bytes."""
+    _chunk(engine, reference, tmp_path / "now.parquet", overlap=True)
+    pieces = [Piece("chr17", 1_000, 3_000, 0, reference.lengths["chr17"])]
+    cut = [(p.chrom, t) for p in pieces for t in p.tiles(TILES)]
+    writer = BaseWriter(tmp_path / "before.parquet")
+    assert naive.per_tile_scan_chunk(engine, reference, cut, writer) == 2_000
+    writer.close()
+    assert (tmp_path / "now.parquet").read_bytes() == (tmp_path / "before.parquet").read_bytes()
+
+
 def test_writing_on_a_thread_gives_byte_identical_files(engine, reference, tmp_path):
     inline = _chunk(engine, reference, tmp_path / "inline.parquet", overlap=False)
     threaded = _chunk(engine, reference, tmp_path / "threaded.parquet", overlap=True)

@@ -15,6 +15,7 @@ values; scripts/gpu_check.py times both on a GPU.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -207,15 +208,15 @@ def per_item_window_group(
 
 
 @torch.inference_mode()
-def per_tile_scan_values(
+def per_tile_scan_batches(
     engine: Any, reference: Reference, cut: list, *, log: bool
-) -> list[np.ndarray]:
-    """Per tile, its scored bases' [2, bases, 4] values (FNS marginal, conditional; ATCG order)
-    copied to the host tile by tile, in batches of equal-length tiles as the scan cuts them."""
+) -> Iterator[list[np.ndarray]]:
+    """The scan's loop as it was: batch by batch (equal-length tiles, as the scan cuts them),
+    each tile's scored bases' [2, bases, 4] values (FNS marginal, conditional; ATCG order)
+    copied to the host on their own (two copies a tile), the next batch started only when the
+    caller is done with this one."""
     from carbon_vep.model.batching import in_batches
     from carbon_vep.model.tokens import base_codes
-
-    out = []
 
     def work(batch):
         seqs = [reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
@@ -236,5 +237,36 @@ def per_tile_scan_values(
     batches = in_batches(cut, work, engine.batch_size, engine.device, tokens=tokens,
                          batch_tokens=engine.batch_tokens, keys=lengths)  # fmt: skip
     for _, values in batches:
-        out += values
-    return out
+        yield values
+
+
+def per_tile_scan_values(engine: Any, reference: Reference, cut: list, *, log: bool) -> list:
+    """Every tile's values from the loop as it was (per_tile_scan_batches), in order."""
+    return [v for values in per_tile_scan_batches(engine, reference, cut, log=log) for v in values]
+
+
+def per_tile_scan_chunk(engine: Any, reference: Reference, cut: list, writer: Any) -> int:
+    """The chunk job as it was: per batch, per-tile copies, the batch's rows built and written
+    (one row group) before the next batch starts on the device. Returns the bases written."""
+    import polars as pl
+
+    from carbon_vep.columns import SCAN_BASES
+    from carbon_vep.model.tokens import BASES
+    from carbon_vep.scan.tiles import _base_frame
+
+    to_acgt = [BASES.index(b) for b in SCAN_BASES]
+    tiles = iter(cut)
+    written = 0
+    for values in per_tile_scan_batches(engine, reference, cut, log=True):
+        frames = []
+        for value in values:
+            chrom, tile = next(tiles)
+            seq = reference.fetch(chrom, tile.start, tile.end)
+            lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
+            marginal, conditional = (v[:, to_acgt] for v in value)
+            frames.append(_base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k,
+                                      log=True))  # fmt: skip
+        frame = pl.concat(frames)
+        writer.write(frame)
+        written += frame.height
+    return written

@@ -236,9 +236,8 @@ def scan_chunk(
     progress = Progress(sum(t.score_end - t.score_start for _, t in cut), "bases", what)
     start, timing, written = time.monotonic(), _new_timing(), 0
 
-    def write(batch: TileBatch) -> None:
-        for frame in batch.frames(engine.k):
-            writer.write(frame)
+    def write(batch: TileBatch) -> None:  # one row group a batch
+        writer.write(pl.concat(batch.frames(engine.k)))
 
     with BackgroundWriter(write, threaded=overlap) as sink:
         for batch in _scored_batches(engine, reference, cut, progress, timing, log=True):
