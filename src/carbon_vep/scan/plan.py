@@ -40,10 +40,12 @@ _REGION = re.compile(r"^[^:]+:[0-9,]+-[0-9,]+$")
 
 # ---- the cost model (estimates: shared/docs/performance-targets.md) -------------------------
 # GFLOP per token: body (2 x non-embedding parameters) + the 4,096 DNA rows of the output layer,
-# and attention per token per token of context (0.25 / 0.08 GFLOP at 1,366 tokens).
+# and attention per token per token of context: 0.25 / 0.08 GFLOP a token over a 1,366-token
+# window is 683 tokens of context on average (4 x 3,072 x 30 x 683 FLOPs for Carbon-3B: QK^T
+# and AV, 2 FLOPs a multiply-add, over its 32 x 96 attention width and 30 layers).
 MODEL_SHAPES = {
-    "Carbon-3B": {"body_gflop": 5.95 + 0.025, "attention_gflop_per_token": 0.25 / 1366},
-    "Carbon-500M": {"body_gflop": 0.70 + 0.008, "attention_gflop_per_token": 0.08 / 1366},
+    "Carbon-3B": {"body_gflop": 5.95 + 0.025, "attention_gflop_per_token": 0.25 / 683},
+    "Carbon-500M": {"body_gflop": 0.70 + 0.008, "attention_gflop_per_token": 0.08 / 683},
 }
 GPU_PEAK_TFLOPS = {name: gpu.bf16_tflops for name, gpu in GPU_CLASSES.items()}  # bf16, dense
 ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
