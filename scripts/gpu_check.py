@@ -451,6 +451,8 @@ def model_paths(model: Model, reference, inputs: Inputs, work: Path) -> list[Pat
             "outside_forward_share": 1 - stats["forward_s"] / stats["wall_s"],
             "device_idle_share": 1 - stats["device_s"] / stats["wall_s"],
             "writer_wait_s": stats["writer_wait_s"],
+            "write_us_per_base": 1e6 * stats["write_s"] / stats["bases"],
+            "device_us_per_base": 1e6 * stats["device_s"] / stats["bases"],
             "scan_stats": stats,
         }
 
@@ -901,14 +903,15 @@ def markdown(report: dict) -> str:
             "time, CUDA events) while the host builds and writes rows on its thread.",
             "",
             "| model | tiles | SNVs/s | scored bases/s | outside forward | device idle | "
-            "waited for the writer s |",
-            "|---|---|---|---|---|---|---|",
+            "device µs/base | rows built + written µs/base | waited for the writer s |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in scans:
             lines.append(
                 f"| {r['model']} | {r['scan_tiles']} | {r['items_per_s']:,.0f} | "
                 f"{r['scored_bases_per_s']:,.0f} | {r['outside_forward_share']:.1%} | "
-                f"{r['device_idle_share']:.1%} | {r['writer_wait_s']:.2f} |"
+                f"{r['device_idle_share']:.1%} | {r['device_us_per_base']:.2f} | "
+                f"{r['write_us_per_base']:.2f} | {r['writer_wait_s']:.2f} |"
             )
     if report["ablations"]:
         lines += [

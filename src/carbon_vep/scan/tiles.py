@@ -231,13 +231,17 @@ def scan_chunk(
     while the device computes the next batch (the same calls in the same order: the same
     file). Returns the bases written and timings: wall; `forward_s` (the model's forward
     passes, body and DNA output layer) and `device_s` (all of the device's work) on the device's
-    clock; `writer_wait_s` (time the scan waited for the writer)."""
+    clock; `write_s` (building and writing the rows) and `writer_wait_s` (time the scan waited
+    for the writer)."""
     cut = [(p.chrom, t) for p in pieces for t in p.tiles(tiles)]
     progress = Progress(sum(t.score_end - t.score_start for _, t in cut), "bases", what)
     start, timing, written = time.monotonic(), _new_timing(), 0
+    writing = [0.0]  # seconds building and writing rows (on the writer's thread)
 
     def write(batch: TileBatch) -> None:  # one row group a batch
+        began = time.monotonic()
         writer.write(pl.concat(batch.frames(engine.k)))
+        writing[0] += time.monotonic() - began
 
     with BackgroundWriter(write, threaded=overlap) as sink:
         for batch in _scored_batches(engine, reference, cut, progress, timing, log=True):
@@ -245,4 +249,4 @@ def scan_chunk(
             written += batch.bases()
     progress.close()
     return {"bases": written, "wall_s": time.monotonic() - start, **timing,
-            "writer_wait_s": sink.wait_s}  # fmt: skip
+            "write_s": writing[0], "writer_wait_s": sink.wait_s}  # fmt: skip
