@@ -75,7 +75,7 @@ from carbon_vep.config.stages import (  # noqa: E402
 from carbon_vep.evaluate.metrics import vep_metrics  # noqa: E402
 from carbon_vep.genome.reference import open_reference  # noqa: E402
 from carbon_vep.genome.windows import unique_variants  # noqa: E402
-from carbon_vep.model.demo import ROPE_THETA, make_tokenizer  # noqa: E402
+from carbon_vep.model.demo import make_tokenizer  # noqa: E402
 from carbon_vep.model.engine import Engine  # noqa: E402
 from carbon_vep.model.loading import LoadedModel, load_model  # noqa: E402
 from carbon_vep.model.tokens import dna_vocab  # noqa: E402
@@ -283,9 +283,9 @@ def random_model(name: str, shape: dict[str, int], tokenizer, vocab, device, dty
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        max_position_embeddings=8192,
+        max_position_embeddings=32_768,  # Carbon's native context (docs/gpu.md)
         tie_word_embeddings=True,
-        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
+        rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0},
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -17,8 +17,8 @@ from carbon_vep.config.gpus import (
 
 
 def test_shapes_have_carbons_parameter_counts():
-    """shared/docs/performance-targets.md: 2.973 B and 0.352 B non-embedding parameters, 6.90 GB
-    of bf16 weights for Carbon-3B with its 478.5 M-parameter tied embedding."""
+    """2.973 B and 0.352 B non-embedding parameters, 6.90 GB of bf16 weights for Carbon-3B with
+    its 478.5 M-parameter tied embedding (docs/gpu.md)."""
     assert round(body_parameters(CARBON_SHAPES["Carbon-3B"]) / 1e9, 3) == 2.973
     assert round(body_parameters(CARBON_SHAPES["Carbon-500M"]) / 1e9, 3) == 0.352
     assert round(weight_bytes(CARBON_SHAPES["Carbon-3B"]) / 1e9, 2) == 6.90

@@ -10,14 +10,14 @@ for Carbon-3B) are smaller than a layer's MLP and are not held at the same time.
 
 Carbon-3B: 3 x 8,448 x 2 + 3 x 3,072 x 2 + 2 x 30 x 4 x 96 x 2 = 115,200 bytes a token. With a
 25% margin (allocator fragmentation) that is 144 kB a token; the weights take 6.90 GB (2.973 B
-body + 478.5 M tied embedding parameters, 2 bytes each; shared/docs/performance-targets.md),
-and 3 GB are left aside for the CUDA context, cuBLAS workspaces and fixed-size transients (the
-full-vocabulary normaliser's chunks; `upcast_output_layer` casting the output layer to float32
-in generation: 1.9 GB). What remains, divided by the bytes a token, is the budget a GPU class can
-hold; profiles use it rounded down to a power of two and at most SATURATING_TOKENS: beyond a few
-thousand tokens a forward pass's matmuls are already as fast as they get (M >= 16k rows), so a
-larger batch gains no speed, holds more memory, and halves coarser on OOM. These are arithmetic,
-not measurements: `make gpu-check` reports the peak memory a batch really takes (docs/gpu.md).
+body + 478.5 M tied embedding parameters, 2 bytes each), and 3 GB are left aside for the CUDA
+context, cuBLAS workspaces and fixed-size transients (the full-vocabulary normaliser's chunks;
+`upcast_output_layer` casting the output layer to float32 in generation: 1.9 GB). What remains,
+divided by the bytes a token, is the budget a GPU class can hold; profiles use it rounded down
+to a power of two and at most SATURATING_TOKENS: beyond a few thousand tokens a forward pass's
+matmuls are already as fast as they get (M >= 16k rows), so a larger batch gains no speed, holds
+more memory, and halves coarser on OOM. These are arithmetic, not measurements: `make gpu-check`
+reports the peak memory a batch really takes (docs/gpu.md has the arithmetic and its sources).
 No torch here.
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The Llama configs of the Carbon sizes (random-weight stand-ins need nothing else): the model
-# cards' shapes, checked against the parameter counts in shared/docs/performance-targets.md.
+# The Llama configs of the Carbon sizes (random-weight stand-ins need nothing else): the shapes
+# of Carbon's model cards (docs/gpu.md), which give 2.973 B and 0.352 B body parameters.
 CARBON_SHAPES: dict[str, dict[str, int]] = {
     "Carbon-500M": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                         num_attention_heads=16, num_key_value_heads=8, head_dim=64),
