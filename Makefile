@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo ci test lint bench bench-ingest bench-scan scan-lambda clean
+.PHONY: setup demo ci test lint bench bench-ingest bench-scan gpu-check scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,17 @@ bench-ingest: setup
 # per job at two chunk sizes, bytes per SNV, and annotate-by-lookup of a 1,000,000-SNV panel
 bench-scan: setup
 	mkdir -p results && $(BIN)/python scripts/bench_scan.py --json results/bench_scan.json
+
+# every GPU measurement in one run (scripts/gpu_check.py, docs/gpu.md): JSON, Markdown for
+# docs/benchmarks.md and profiler tables in $(GPU_CHECK_OUT). On a GPU node whose python already
+# has torch with CUDA and the package's dependencies: make gpu-check GPU_PYTHON=python3
+# On a CPU (what the tests run): make gpu-check GPU_CHECK_FLAGS=--smoke
+GPU_PYTHON ?= $(BIN)/python
+GPU_CHECK_OUT ?= results/gpu_check
+GPU_CHECK_FLAGS ?=
+gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1 \
+		$(GPU_PYTHON) scripts/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_FLAGS)
 
 # a complete real genome (lambda phage) scanned end to end through the Snakefile, demo model
 scan-lambda: setup

@@ -8,7 +8,9 @@ output layer weighs what Carbon's does. Times are medians of the interleaved run
 measured once per approach in a fresh spawned process: its peak RSS (Linux VmHWM) above its RSS
 with the model loaded, so memory one approach freed cannot hide another's.
 GPU (when CUDA is available): random-weight bf16 models with the exact Carbon-500M and Carbon-3B
-shapes; tokens/s, bp/s and the fraction of the bf16 matmul peak measured in the same run.
+shapes; tokens/s, bp/s and the fraction of the bf16 matmul peak measured in the same run. Every
+other GPU measurement (each recipe, the scan, the removed costs, bf16 against float32) is in
+`make gpu-check` (scripts/gpu_check.py).
 
 Usage: python scripts/bench.py [--reps 2] [--quick] [--json out.json]
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 import polars as pl
 import torch
 
+from carbon_vep.config.gpus import CARBON_SHAPES
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import ModelSettings, RecipeSettings, TileSettings
 from carbon_vep.genome.reference import open_reference
@@ -202,12 +205,6 @@ def cpu_rows(reps: int, quick: bool) -> list[Row]:
 
 
 # ---- GPU -------------------------------------------------------------------------------------
-CARBON_SHAPES = {
-    "Carbon-500M": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                        num_attention_heads=16, num_key_value_heads=8),
-    "Carbon-3B": dict(hidden_size=3072, intermediate_size=8448, num_hidden_layers=30,
-                      num_attention_heads=32, num_key_value_heads=4, head_dim=96),
-}  # fmt: skip
 
 
 def _sync(device: torch.device) -> None:

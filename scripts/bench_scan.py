@@ -69,7 +69,8 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
         for index in range(len(plan["chunks"])):
             wall, peak = _run(
                 "scan-chunk", "--plan", str(plan_path), "--chunk", str(index), "--reference",
-                str(LAMBDA), "--model", str(model), "--dtype", "float32", "--device", "cpu",
+                str(LAMBDA), "--model", str(model), "--trust-remote-code", "--dtype", "float32",
+                "--device", "cpu",
                 "--batch-size", "4", "--out", str(folder / f"chunk_{index:05d}.parquet"),
                 "--stats", str(folder / f"chunk_{index:05d}.json"),
             )  # fmt: skip
@@ -90,6 +91,7 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
             "job_wall_s_with_startup": round(sum(walls), 2),
             "bases_per_s": round(bases / scan_s),
             "overhead_share": round(1 - forward / scan_s, 3),
+            "write_us_per_base": round(1e6 * sum(s["write_s"] for s in stats) / bases, 3),
             "peak_rss_mb_max": round(max(peaks) / 1024),
             "chunks": [str(folder / f"chunk_{i:05d}.parquet") for i in range(len(stats))],
         }

@@ -87,3 +87,53 @@ def test_recovery_survives_oom_and_marks_a_row_that_fails_alone(model_dir, monke
     assert got["prediction"].to_list()[:3] == expected["prediction"].to_list()[:3]
     assert got["status"].to_list() == ["scored"] * 3 + ["failed"]
     assert got["reason"][3] == FAILED_ALONE
+
+
+def test_a_token_budget_replaces_the_batch_size_and_counts_padding():
+    tokens = [10, 10, 10, 30, 30, 30, 30, 70]
+    calls: list[list[int]] = []
+
+    def work(batch):
+        calls.append(list(batch))
+        return batch
+
+    list(in_batches(tokens, work, batch_size=2, tokens=tokens, batch_tokens=60))
+    # 10s: 3 x 10; then 30s: 2 x 30 = 60; the last 30 and 70 each alone (70 > 60: at least one)
+    assert calls == [[10, 10, 10], [30, 30], [30, 30], [70]]
+
+
+def test_out_of_memory_halves_the_token_budget():
+    tokens = [10] * 8
+    calls: list[int] = []
+    out = list(in_batches(tokens, _oom_above(2, calls), 8, tokens=tokens, batch_tokens=80))
+    assert [len(index) for index, _ in out] == [2, 2, 2, 2]
+    assert calls == [8, 4, 2, 2, 2, 2]
+
+
+def test_length_buckets_make_equal_length_batches_without_more_batches():
+    from carbon_vep.model.batching import batch_end, length_buckets
+
+    lengths = [15] * 5 + [18] * 5 + [21] * 6
+    order, keys = length_buckets(lengths, batch_size=4)
+    assert sorted(order) == list(range(16))
+    batches, start = [], 0
+    while start < len(order):
+        end = batch_end(start, len(order), 4, keys=keys)
+        batches.append([lengths[i] for i in order[start:end]])
+        start = end
+    assert batches == [[15] * 4, [18] * 4, [21] * 4, [15, 18, 21, 21]]  # sorting alone: 4 too
+    # with a token budget each length fills as many windows as fit (60 // 15 = 4, 60 // 21 = 2)
+    order, keys = length_buckets(lengths, batch_size=1, batch_tokens=60)
+    assert [lengths[i] for i in order] == [15] * 4 + [18] * 3 + [21] * 6 + [15, 18, 18]
+
+
+def test_run_sorted_returns_results_in_input_order_from_buckets():
+    items = [5, 3, 5, 5, 3, 7, 5, 9, 5]
+    seen: list[list[int]] = []
+
+    def work(batch):
+        seen.append(list(batch))
+        return [x * 10 for x in batch]
+
+    assert run_sorted(items, work, 2, lengths=items) == [x * 10 for x in items]
+    assert [b for b in seen if len(set(b)) > 1] == [[5, 7]]  # only leftovers mix: 5, 7 and 9

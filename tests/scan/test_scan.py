@@ -126,13 +126,16 @@ def test_scan_recipe_looks_up_panel_variants(engine, reference):
     assert scores["normalization"][0] == "dna_block"
 
 
-def test_chunk_batches_hold_tiles_of_one_length_only():
-    """A whole-genome chunk batches consecutive tiles of equal length: no padding, order kept."""
-    from carbon_vep.scan.tiles import _equal_length_runs
+def test_chunk_batches_hold_tiles_of_one_length_only(engine, reference):
+    """A scan batches consecutive tiles of equal length: no padding, order kept."""
+    from carbon_vep.progress import Progress
+    from carbon_vep.scan.tiles import _new_timing, _scored_batches
     from carbon_vep.scan.tiling import Tile
 
-    tiles = [("c", Tile(s, s + n, s, s + n)) for s, n in
-             [(0, 6), (6, 6), (12, 12), (24, 12), (36, 6), (0, 12)]]  # fmt: skip
-    runs = _equal_length_runs(tiles)
-    assert [[t.end - t.start for _, t in run] for run in runs] == [[6, 6], [12, 12], [6], [12]]
-    assert [item for run in runs for item in run] == tiles
+    cut = [("chr17", Tile(s, s + n, s + n - 12, s + n)) for s, n in
+           [(0, 60), (60, 60), (120, 120), (240, 120), (360, 60), (420, 120)]]  # fmt: skip
+    batches = list(_scored_batches(engine, reference, cut, Progress(72, "bases", "test"),
+                                   _new_timing(), log=True))  # fmt: skip
+    lengths = [[t.end - t.start for _, t, _ in batch.tiles] for batch in batches]
+    assert lengths == [[60, 60], [120, 120], [60], [120]]
+    assert [(chrom, t) for batch in batches for chrom, t, _ in batch.tiles] == cut

@@ -1,10 +1,10 @@
 """Known answer: a tiny Llama trained here on a genome with a planted motif must find it.
 
-The synthetic genome is random sequence with one 48 bp motif planted every ~140 bp. A 1-layer
-Llama with a Carbon-like hybrid tokenizer (a small text block, then `<dna>`, `</dna>`, `<oov>`
-and the 4,096 6-mers in ATCG order) learns, in a few seconds on one CPU thread, that a motif
-continues itself. It is saved with `save_pretrained`, loaded with `load_model`, and run through
-the real path: ingest -> windows -> score_shard -> merge -> vep_metrics, recovery, perturbation.
+The synthetic genome and the model are support/known_answer.py's: random sequence with one
+48 bp motif planted every ~140 bp, and a 1-layer Llama with a Carbon-like hybrid tokenizer that
+learns, in a few seconds on one CPU thread, that a motif continues itself. It is saved with
+`save_pretrained`, loaded with `load_model`, and run through the real path: ingest -> windows
+-> score_shard -> merge -> vep_metrics, recovery, perturbation.
 
 - SNVs with at least 12 motif bases to their left and 6 from them to the motif's end (so the
   6-mer holding them is all motif, whatever the token phase) are positives, SNVs in background
@@ -19,16 +19,13 @@ the real path: ingest -> windows -> score_shard -> merge -> vep_metrics, recover
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-import torch
-from support.files import write_fasta
-from transformers import LlamaConfig, LlamaForCausalLM
+from support import known_answer
+from support.known_answer import MIN_LEFT_MOTIF, MOTIF_BP, WINDOW_BP
 
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import (
@@ -44,99 +41,22 @@ from carbon_vep.config.stages import (
 from carbon_vep.evaluate.metrics import auroc, vep_metrics
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.genome.windows import unique_variants
-from carbon_vep.model.assets.tokenization_hybrid_dna import HybridDNATokenizer
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import load_model
-from carbon_vep.model.tokens import dna_vocab
 from carbon_vep.scoring.merge import merge_scores
 from carbon_vep.scoring.shard import score_shard
 from carbon_vep.suite.perturbation import score_pairs
 from carbon_vep.suite.recovery import recover
 from carbon_vep.variants.ingest import ingest_panel
 
-MOTIF_BP = 48
-GENOME_BP = 20_000
-MIN_LEFT_MOTIF = 12  # positives have at least this many motif bases to their left,
-MIN_RIGHT_MOTIF = 6  # and this many from them to the motif's end: their 6-mer is all motif
-WINDOW_BP = {"centered": 96, "fns": 96, "nexttoken": 60}
 OPTIONS = MetricSettings(evaluation=EvaluationSettings(bootstrap=0))
 LABELS = LabelSettings(label_column="label")
-
-
-def _plant_motifs(rng: random.Random) -> tuple[str, str, list[int]]:
-    motif = "".join(rng.choice("ACGT") for _ in range(MOTIF_BP))
-    bases = [rng.choice("ACGT") for _ in range(GENOME_BP)]
-    starts, p = [], 60
-    while p < GENOME_BP - 200:
-        starts.append(p)
-        bases[p : p + MOTIF_BP] = motif
-        p += rng.randint(110, 170)
-    return "".join(bases), motif, starts
-
-
-def _tokenizer(folder: Path) -> HybridDNATokenizer:
-    """Carbon's layout with a 256-entry text block: 4,480 ids instead of 155,776."""
-    config = folder / "dna_config.json"
-    config.write_text(
-        json.dumps({"k": 6, "alphabet": "ATCG", "dna_start_id": 256, "vocab_size": 4480})
-    )
-    HybridDNATokenizer.register_for_auto_class("AutoTokenizer")
-    return HybridDNATokenizer(dna_config_file=str(config), model_max_length=8192)
-
-
-def _train(genome: str, tokenizer: HybridDNATokenizer, rng: random.Random) -> LlamaForCausalLM:
-    vocab = dna_vocab(tokenizer)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # deterministic, and fastest for a model this small
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model = LlamaForCausalLM(config)
-            optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-            for _ in range(150):
-                starts = [rng.randrange(0, len(genome) - 120) for _ in range(64)]
-                ids = torch.as_tensor(np.stack([vocab.encode(genome[s : s + 120]) for s in starts]))
-                loss = model(input_ids=ids, labels=ids).loss
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-    finally:
-        torch.set_num_threads(threads)
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """The trained model on disk, the genome FASTA, the motif and its start positions."""
-    folder = tmp_path_factory.mktemp("known_answer")
-    rng = random.Random(7)
-    genome, motif, starts = _plant_motifs(rng)
-    tokenizer = _tokenizer(folder)
-    model_dir = folder / "model"
-    _train(genome, tokenizer, rng).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    fasta = write_fasta(folder / "genome.fa", {"chrS": genome})
-    return {
-        "model": model_dir,
-        "fasta": fasta,
-        "genome": genome,
-        "motif": motif,
-        "starts": starts,
-        "folder": folder,
-    }
+    return known_answer.build_world(tmp_path_factory.mktemp("known_answer"))
 
 
 @pytest.fixture(scope="module")
@@ -144,32 +64,9 @@ def loaded(world):
     return load_model(ModelSettings(str(world["model"]), trust_remote_code=True))
 
 
-def _background_positions(starts: list[int], margin: int) -> list[int]:
-    """0-based positions at least `margin` bp from every motif occurrence."""
-    out = []
-    for here, after in zip(starts, starts[1:], strict=False):
-        lo, hi = here + MOTIF_BP + margin, after - margin
-        if hi > lo:
-            out.append((lo + hi) // 2)
-    return out
-
-
 @pytest.fixture(scope="module")
 def panel(world):
-    """30 motif-breaking SNVs (label 1) and 30 background SNVs (label 0), as a TSV panel."""
-    rng = random.Random(11)
-    genome, starts = world["genome"], world["starts"]
-    offsets = range(MIN_LEFT_MOTIF, MOTIF_BP - MIN_RIGHT_MOTIF + 1)
-    positives = [s + rng.choice(offsets) for s in starts[2:32]]
-    negatives = _background_positions(starts[2:], margin=30)[:30]
-    lines = ["chrom\tpos\tref\talt\tlabel"]
-    for label, positions in ((1, positives), (0, negatives)):
-        for p in positions:
-            alt = rng.choice([b for b in "ACGT" if b != genome[p]])
-            lines.append(f"chrS\t{p + 1}\t{genome[p]}\t{alt}\t{label}")
-    path = world["folder"] / "panel.tsv"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return known_answer.write_panel(world)
 
 
 def _score(world, panel_path, loaded, recipe: str, shift: int = 0) -> pl.DataFrame:

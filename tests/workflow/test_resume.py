@@ -41,9 +41,10 @@ shard = os.environ["SHIM_SHARD"]
 if argv[:1] == ["score-shard"] and any(arg.endswith(shard) for arg in argv):
     record = Path(os.environ["SHIM_RECORD"])
     batch_size = int(argv[argv.index("--batch-size") + 1])
+    batch_tokens = int(argv[argv.index("--batch-tokens") + 1])
     if os.environ["SHIM_MODE"] == "oom":  # out of memory unless the batch is down to 1
         with record.open("a") as out:
-            out.write(json.dumps(batch_size) + "\\n")
+            out.write(json.dumps([batch_size, batch_tokens]) + "\\n")
         if batch_size > 1:
             sys.exit("torch.OutOfMemoryError: CUDA out of memory (simulated)")
     else:  # "pause": the output is written under its temporary name; wait to be killed
@@ -126,14 +127,18 @@ def test_killed_scoring_job_is_redone_alone(uninterrupted_run, tmp_path):
 
 
 def test_out_of_memory_retries_halve_the_batch(uninterrupted_run, tmp_path):
-    """batch_size is a resource scaled by the attempt: 4, then 2, then 1 (config: 4)."""
+    """batch_size and batch_tokens are resources scaled by the attempt: 4, then 2, then 1
+    (config: 4), and the top-level batch_tokens 3000, then 1500, then 750 (as a profile sets
+    it with `config: ["batch_tokens=3000"]`)."""
     workdir = copy_run(uninterrupted_run, tmp_path / "wf")
     (workdir / shard_scores(1)).unlink()
     env, record = _shim_env(tmp_path, "oom", 1)
     config = workdir / "config.yaml"
-    result = run_snakemake(workdir, config, "--retries", "2", shard_scores(1), env=env)
+    result = run_snakemake(workdir, config, "--retries", "2", shard_scores(1),
+                           "--config", "batch_tokens=3000", env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert [json.loads(line) for line in record.read_text().splitlines()] == [4, 2, 1]
+    attempts = [json.loads(line) for line in record.read_text().splitlines()]
+    assert attempts == [[4, 3000], [2, 1500], [1, 750]]
     scored = pl.read_parquet(workdir / shard_scores(1))
     assert scored.equals(pl.read_parquet(uninterrupted_run / shard_scores(1)))
 

@@ -227,10 +227,18 @@ def attempt_batch_size(wildcards, attempt):
     return max(1, RUN.models[wildcards.model].batch_size // 2 ** (attempt - 1))
 
 
+def attempt_batch_tokens(wildcards, attempt):
+    """The token budget per forward pass (0: none; a GPU profile sets it), halved on each retry."""
+    tokens = RUN.models[wildcards.model].batch_tokens
+    return max(1, tokens // 2 ** (attempt - 1)) if tokens else 0
+
+
 def model_settings(wildcards, *groups):
-    """The model's settings (the batch size is a resource) and `groups`, as `--settings`."""
+    """The model's settings (the batch sizes are resources) and `groups`, as `--settings`."""
     model = RUN.models[wildcards.model]
-    return spec_json(model, *groups, exclude=("batch_size", "build_demo"))
+    return spec_json(
+        model, *groups, exclude=("batch_size", "batch_tokens", "build_demo")
+    )
 
 
 def dataset_settings(*groups):
@@ -337,6 +345,7 @@ def model_provenance(model_key):
         "model": model.path,
         "revision": model.revision or "default",
         "dtype": model.dtype,
+        "upcast_output_layer": model.upcast_output_layer,
         "config_sha256": CONFIG_SHA256[:16],
     }
 

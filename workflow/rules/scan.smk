@@ -39,6 +39,7 @@ rule scan_chunk:
     resources:
         gpu=gpu_count,
         batch_size=attempt_batch_size,
+        batch_tokens=attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
@@ -47,7 +48,8 @@ rule scan_chunk:
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep scan-chunk --plan {input.plan} --chunk {wildcards.chunk}"
         " --reference {input.reference} --settings {params.settings}"
-        " --batch-size {resources.batch_size} --out {output.chunk} --stats {output.stats}"
+        " --batch-size {resources.batch_size}"
+        " --batch-tokens {resources.batch_tokens} --out {output.chunk} --stats {output.stats}"
         " > {log} 2>&1"
 
 

@@ -13,6 +13,7 @@ rule score_shard:
     resources:
         gpu=gpu_count,
         batch_size=attempt_batch_size,
+        batch_tokens=attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
@@ -22,4 +23,5 @@ rule score_shard:
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep score-shard --shard {input.shard} --reference {input.reference}"
         " --settings {params.settings} --batch-size {resources.batch_size}"
+        " --batch-tokens {resources.batch_tokens}"
         " --out {output} > {log} 2>&1"

@@ -17,6 +17,7 @@ rule score_recovery:
     resources:
         gpu=gpu_count,
         batch_size=attempt_batch_size,
+        batch_tokens=attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
@@ -26,7 +27,8 @@ rule score_recovery:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep score-recovery --tasks-file {input.tasks} --settings {params.settings}"
-        " --batch-size {resources.batch_size} --task {wildcards.task}"
+        " --batch-size {resources.batch_size}"
+        " --batch-tokens {resources.batch_tokens} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
         " --provenance @{input.task_inputs} --provenance @{input.model}"
         " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
@@ -50,6 +52,7 @@ rule score_perturbation:
     resources:
         gpu=gpu_count,
         batch_size=attempt_batch_size,
+        batch_tokens=attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
@@ -59,7 +62,8 @@ rule score_perturbation:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep score-perturbation --tasks-file {input.tasks} --settings {params.settings}"
-        " --batch-size {resources.batch_size} --task {wildcards.task}"
+        " --batch-size {resources.batch_size}"
+        " --batch-tokens {resources.batch_tokens} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
         " --provenance @{input.task_inputs} --provenance @{input.model}"
         " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"

@@ -94,7 +94,9 @@ def load_engine(model: ModelSettings, job: str | None):
     loaded = load_model(model, job)
     from carbon_vep.model.engine import Engine, verify_output_layer
 
-    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=model.batch_size)
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=model.batch_size,
+                    batch_tokens=model.batch_tokens,
+                    upcast_output_layer=model.upcast_output_layer)  # fmt: skip
     verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
     return engine
 

@@ -38,7 +38,7 @@ def score_recovery(args: argparse.Namespace) -> None:
     )
     table = read_task_table(args.tasks_file, ["sequence", "label"])
     loaded = load_model(model, args.tasks_file)
-    predictions = recover(table, loaded, settings, model.batch_size)
+    predictions = recover(table, loaded, settings, model.batch_size, model.batch_tokens)
     atomic.write_parquet(predictions, args.out)
     write_task_result(recovery_metrics(predictions, settings, evaluation), args, ["accuracy"])
 

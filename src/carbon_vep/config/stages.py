@@ -40,7 +40,25 @@ class ModelSettings:
         help="allow a Hub model's remote code at a revision that is not a commit (it can "
         "change between runs; the commit used is recorded in the provenance)",
     )
-    batch_size: int = setting(8, minimum=1, help="windows per forward pass (halved on OOM)")
+    batch_size: int = setting(
+        8, minimum=1, help="windows per forward pass (halved on OOM), unless batch_tokens is set"
+    )
+    batch_tokens: int = setting(
+        0,
+        scope="run",
+        minimum=0,
+        help="tokens per forward pass, padding included: a batch holds batch_tokens // (its "
+        "windows' token length) windows (at least one), so one value fits every window length; "
+        "set, it replaces batch_size (0 = batch_size decides). The GPU profiles set it per GPU "
+        "class from memory arithmetic for Carbon-3B (docs/gpu.md); halved on OOM",
+    )
+    upcast_output_layer: bool = setting(
+        False,
+        help="compute every product with the output layer (the 4,096 DNA rows, the "
+        "full-vocabulary normaliser) in float32 from the model's bf16 hidden states and "
+        "weights, as the official Carbon evaluation's --upcast_lm_head does against bf16 "
+        "rounding of the logits; recorded in the provenance",
+    )
     build_demo: bool = setting(
         False, cli=False, help="build the tiny Carbon-shaped demo model at `path` (no download)"
     )

@@ -1,14 +1,21 @@
 """Batches that survive running out of GPU memory: the one out-of-memory backoff.
 
 Every model stage (variant scoring, scans, sequence recovery, perturbation pairs) feeds its
-items through `in_batches`: a batch that raises `torch.OutOfMemoryError` is retried at half the
-size, down to one item; an item that still fails alone yields `None` for that item, and the
-caller marks it `failed` (or, where one item cannot fail alone, stops with the error).
+items through `in_batches`: a batch that raises `torch.OutOfMemoryError` is retried smaller
+(half the windows and half the token budget), down to one item; an item that still fails alone
+yields `None` for that item, and the caller marks it `failed` (or, where one item cannot fail
+alone, stops with the error).
+
+A batch holds at most `batch_size` items and, with a token budget (`batch_tokens`, set per GPU
+class by the profiles), at most `batch_tokens // (its longest item's tokens)` items, so one
+budget fits every window length. `run_sorted` orders items by length and cuts equal-length
+batches wherever the data allows: such a batch needs no padding and no attention mask, so
+scaled-dot-product attention can run its fused causal kernel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TypeVar
 
 import torch
@@ -18,6 +25,31 @@ from carbon_vep.progress import Progress
 FAILED_ALONE = "out of memory even at batch size 1"  # the reason of a row that failed alone
 T = TypeVar("T")
 R = TypeVar("R")
+_MIXED = object()  # the key of the pooled remainders of run_sorted's length buckets
+
+
+def batch_end(
+    start: int,
+    stop: int,
+    batch_size: int,
+    tokens: Sequence[int] | None = None,
+    batch_tokens: int = 0,
+    keys: Sequence[Hashable] | None = None,
+) -> int:
+    """End (exclusive, at most `stop`) of the batch that starts at `start`: at most `batch_size`
+    items and at most `batch_tokens` tokens, counted as items x the longest item's tokens
+    (padding included), never across a change of `keys`; at least one item."""
+    end, longest = start + 1, tokens[start] if tokens is not None else 0
+    limit = min(start + batch_size, stop)
+    while end < limit:
+        if keys is not None and keys[end] != keys[start]:
+            break
+        if batch_tokens and tokens is not None:
+            longest = max(longest, tokens[end])
+            if (end - start + 1) * longest > batch_tokens:
+                break
+        end += 1
+    return end
 
 
 def in_batches(
@@ -26,27 +58,62 @@ def in_batches(
     batch_size: int,
     device: torch.device | None = None,
     progress: Progress | None = None,
+    *,
+    tokens: Sequence[int] | None = None,
+    batch_tokens: int = 0,
+    keys: Sequence[Hashable] | None = None,
 ) -> Iterator[tuple[list[int], list[R | None]]]:
-    """(indices, results) for consecutive batches of `items`, in order, halving on OOM.
+    """(indices, results) for consecutive batches of `items`, in order, shrinking on OOM.
 
-    The halved size is kept for the rest of the items (memory that ran out once will again).
-    `progress` counts the items done.
+    `tokens` are the items' token counts: with a token budget `batch_tokens` (> 0) a batch holds
+    as many items as fit in it, and `batch_size` is not used. `keys` keep a batch within a run
+    of equal keys (batch_end). On OOM both limits halve until the batch is smaller, and stay
+    halved for the rest of the items (memory that ran out once will again). `progress` counts
+    the items done.
     """
-    start, size = 0, max(1, batch_size)
+    start, size, budget = 0, _window_cap(batch_size, batch_tokens, len(items)), batch_tokens
     while start < len(items):
-        index = list(range(start, min(start + size, len(items))))
+        end = batch_end(start, len(items), size, tokens, budget, keys)
+        index = list(range(start, end))
         try:
             values: list[R | None] = list(work([items[i] for i in index]))
         except torch.OutOfMemoryError:
             release_memory(device)
-            if size > 1:
-                size = max(1, size // 2)
+            if len(index) > 1:
+                while batch_end(start, end, size, tokens, budget, keys) == end:
+                    size, budget = max(1, size // 2), budget and max(1, budget // 2)
                 continue
             values = [None]
         if progress is not None:
             progress.update(len(index))
         yield index, values
         start += len(index)
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int, batch_tokens: int = 0):
+    """Run order and batch keys for items of these lengths: for each length (ascending) as many
+    whole batches of that length as it fills, then the remainders (fewer than a batch of their
+    length) pooled, sorted by length. As many batches as sorting alone gives, and every batch
+    but the pooled ones holds one length (no padding)."""
+    by_length: dict[int, list[int]] = {}
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        by_length.setdefault(lengths[i], []).append(i)
+    order: list[int] = []
+    keys: list[Hashable] = []
+    pooled: list[int] = []
+    for length, members in by_length.items():
+        cap = _window_cap(batch_size, batch_tokens, len(members))
+        per_batch = batch_end(0, cap, cap, [length] * cap, batch_tokens)
+        whole = len(members) - len(members) % per_batch
+        order += members[:whole]
+        keys += [length] * whole
+        pooled += members[whole:]
+    return order + pooled, keys + [_MIXED] * len(pooled)
+
+
+def _window_cap(batch_size: int, batch_tokens: int, n_items: int) -> int:
+    """Items per batch before the token budget: a token budget replaces `batch_size`."""
+    return max(1, n_items) if batch_tokens > 0 else max(1, batch_size)
 
 
 def run_sorted(
@@ -56,13 +123,17 @@ def run_sorted(
     lengths: Sequence[int],
     device: torch.device | None = None,
     unit: str = "items",
+    batch_tokens: int = 0,
 ) -> list[R | None]:
-    """`work` over batches of items of similar length (sorted), results in the input order;
-    progress is logged in `unit`s."""
-    order = sorted(range(len(items)), key=lengths.__getitem__)
+    """`work` over batches of items of equal length where the data allows (length_buckets),
+    results in the input order; progress is logged in `unit`s."""
+    order, keys = length_buckets(lengths, batch_size, batch_tokens)
     results: list[R | None] = [None] * len(items)
     progress = Progress(len(items), unit, "scoring")
-    for index, values in in_batches([items[i] for i in order], work, batch_size, device, progress):
+    batches = in_batches([items[i] for i in order], work, batch_size, device, progress,
+                         tokens=[lengths[i] for i in order], batch_tokens=batch_tokens,
+                         keys=keys)  # fmt: skip
+    for index, values in batches:
         for i, value in zip(index, values, strict=True):
             results[order[i]] = value
     progress.close()

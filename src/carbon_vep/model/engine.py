@@ -4,9 +4,17 @@ The model body gives hidden states; the output layer is applied only where neede
 - the 4**k k-mer rows give FNS marginals and block-normalised log-probs;
 - a full-vocabulary normaliser, where a published recipe needs one, is a log-sum-exp computed
   in vocabulary chunks and never stored as [batch, length, vocabulary].
-Batches are right-padded with an attention mask; results do not depend on the batch size.
-Reference/alternate windows that differ only from one token on share the prefix's forward pass
-through the KV cache (`window_group_log_likelihoods`).
+A batch of sequences of one length goes to the model without an attention mask (so
+scaled-dot-product attention can take its fused causal kernel); mixed lengths are right-padded
+with a mask. Results do not depend on the batch size. Reference/alternate windows that differ
+only from one token on share the prefix's forward pass through the KV cache
+(`window_group_scores`).
+
+The host waits for the device once per batch, not once per item: index arrays go to the
+device without a host synchronisation (`to_device`), per-item sums stay on the device and come
+back stacked in one copy (`to_host`). With `upcast_output_layer` every product with the output
+layer runs in float32 (bf16 hidden states and weights cast up, as the official Carbon
+evaluation's `--upcast_lm_head` does to reduce bf16 rounding of the logits).
 """
 
 from __future__ import annotations
@@ -50,18 +58,43 @@ class Engine:
         batch_size: int,  # ModelSettings.batch_size: windows per forward pass
         vocab_chunk: int = 16384,
         position_chunk: int = 2048,
+        *,
+        batch_tokens: int = 0,  # ModelSettings.batch_tokens: tokens per forward pass (0: none)
+        upcast_output_layer: bool = False,  # ModelSettings.upcast_output_layer
     ) -> None:
         self.model, self.vocab, self.device = model, vocab, device
-        self.batch_size = batch_size
+        self.batch_size, self.batch_tokens = batch_size, batch_tokens
         self.vocab_chunk, self.position_chunk = vocab_chunk, position_chunk
         head = model.get_output_embeddings()
         self.out_weight = head.weight  # [V, H], used in chunks only
         self.out_bias = getattr(head, "bias", None)
+        self.upcast_output_layer = upcast_output_layer
+        self.head_dtype = torch.float32 if upcast_output_layer else self.out_weight.dtype
         kmer_ids = torch.as_tensor(vocab.kmer_ids, device=device)
-        self.dna_weight = self.out_weight[kmer_ids]  # [4**k, H]
+        self.dna_weight = self.out_weight[kmer_ids].to(self.head_dtype)  # [4**k, H]
         self.dna_bias = None if self.out_bias is None else self.out_bias[kmer_ids]
+        self.acgt_ids = {b: torch.as_tensor(ids, dtype=torch.long, device=device)
+                         for b, ids in vocab.acgt_string_ids.items()}  # fmt: skip
         self.k = vocab.k
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model
+
+    # ---- moving data: no host synchronisation inside a batch ----------------------------
+    def to_device(self, values: Any) -> torch.Tensor:
+        """Host values on the device without waiting for it (a copy from pageable memory is
+        staged at once, so the source may change afterwards; a blocking copy would first wait
+        for every kernel queued before it)."""
+        return torch.as_tensor(values).to(self.device, non_blocking=True)
+
+    @staticmethod
+    def to_host(values: torch.Tensor) -> np.ndarray:
+        """One device-to-host copy (the batch's one wait for the device)."""
+        return values.cpu().numpy()
+
+    @staticmethod
+    def to_host_async(values: torch.Tensor) -> torch.Tensor:
+        """A device-to-host copy that the host does not wait for: on a GPU it lands in pinned
+        memory once the device gets there (wait on a DeviceClock mark placed after it)."""
+        return values.to("cpu", non_blocking=True)
 
     def check_window_bp(self, window_bp: int, what: str) -> None:
         """Raise before any forward pass when `window_bp` bases (+ the prefix) exceed the model."""
@@ -74,10 +107,10 @@ class Engine:
             )
 
     # ---- forward -------------------------------------------------------------------------
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None, cache: Any = None):
+    def _forward(self, ids: Any, mask: Any = None, cache: Any = None):
         out = self.body(
-            input_ids=ids.to(self.device),
-            attention_mask=None if mask is None else mask.to(self.device),
+            input_ids=self.to_device(ids),
+            attention_mask=None if mask is None else self.to_device(mask),
             past_key_values=cache,
             use_cache=cache is not None,
         )
@@ -85,19 +118,29 @@ class Engine:
 
     @torch.inference_mode()
     def hidden_states(self, batch: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
-        """Final hidden states [B, T, H] of right-padded id sequences, and their lengths."""
+        """Final hidden states [B, T, H] of right-padded id sequences, and their lengths.
+
+        Sequences of one length go without a mask: nothing is padded, and attention then runs
+        SDPA's fused causal kernel (with a mask it cannot, and transformers would first read
+        the mask back to the host to see whether it may drop it)."""
         lengths = [len(ids) for ids in batch]
+        if len(set(lengths)) == 1:
+            hidden, _ = self._forward(np.stack(batch))
+            return hidden, lengths
         width = max(lengths)
-        ids = torch.full((len(batch), width), self.vocab.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        ids = np.full((len(batch), width), self.vocab.pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
         for row, seq in enumerate(batch):
-            ids[row, : len(seq)] = torch.as_tensor(seq)
+            ids[row, : len(seq)] = seq
             mask[row, : len(seq)] = 1
         hidden, _ = self._forward(ids, mask)
         return hidden, lengths
 
     def _logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
-        logits = (hidden @ weight.T).float()  # matmul in model dtype, softmax maths in fp32
+        """hidden @ weight.T in the output layer's dtype (the model's, or float32 when upcast);
+        softmax maths always in float32."""
+        dtype = self.head_dtype
+        logits = (hidden.to(dtype) @ weight.to(dtype).T).float()
         return logits if bias is None else logits + bias.float()
 
     def full_logsumexp(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -169,10 +212,12 @@ class Engine:
         lengths: Sequence[int] | None = None,
         unit: str = "windows",
     ) -> list:
-        """`work` over length-sorted batches, results in input order; an OOM halves the batch
-        and an item that fails alone gets `None` (batching.py); progress logged in `unit`s."""
+        """`work` over batches of equal (else sorted) token lengths, results in input order; an
+        OOM halves the batch and an item that fails alone gets `None` (batching.py); progress
+        logged in `unit`s."""
         sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
-        return run_sorted(items, work, self.batch_size, sizes, self.device, unit)
+        return run_sorted(items, work, self.batch_size, sizes, self.device, unit,
+                          self.batch_tokens)  # fmt: skip
 
     # ---- per-target values ---------------------------------------------------------------
     def _token_terms(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
@@ -181,7 +226,8 @@ class Engine:
         for lo in range(0, rows.shape[0], self.position_chunk):
             h = rows[lo : lo + self.position_chunk]
             t = targets[lo : lo + self.position_chunk]
-            target_logit = (h * self.out_weight[t]).sum(-1).float()
+            target_logit = h.to(self.head_dtype) * self.out_weight[t].to(self.head_dtype)
+            target_logit = target_logit.sum(-1).float()
             if self.out_bias is not None:
                 target_logit = target_logit + self.out_bias[t].float()
             if normalization == "dna_block":
@@ -201,30 +247,31 @@ class Engine:
         ]
         return torch.cat(parts)
 
-    def _score_targets(
+    def _target_terms(
         self, rows: torch.Tensor, target_ids: np.ndarray, target_codes: np.ndarray, kind: str,
         normalization: str,
-    ) -> SequenceScore:  # fmt: skip
-        """Sum/count of log-likelihood terms for hidden `rows` predicting the given targets.
+    ) -> tuple[torch.Tensor, int]:  # fmt: skip
+        """Sum (a 0-d tensor, left on the device) and count of log-likelihood terms for hidden
+        `rows` predicting the given targets; nothing here waits for the device.
 
         kind "token": log p(token), <oov> targets left out under the block normaliser (their
         block-normalised probability is meaningless). kind "bp": log FNS marginal of each
-        ACGT base of the target tokens.
+        ACGT base of the target tokens. Which terms count is decided on the host, from the
+        targets, so selecting them needs no device-to-host read.
         """
         if rows.shape[0] == 0:
-            return SequenceScore(0.0, 0)
+            return torch.zeros((), device=rows.device), 0
         if kind == "bp":
             marginals = self._marginal_terms(rows)
-            codes = torch.as_tensor(target_codes, device=rows.device)
+            codes = self.to_device(target_codes)
             picked = marginals.gather(2, codes.clamp(min=0)[..., None])[..., 0]
-            keep = codes >= 0
-            return SequenceScore(float(picked[keep].sum()), int(keep.sum()))
-        targets = torch.as_tensor(target_ids, device=rows.device)
-        terms = self._token_terms(rows, targets, normalization)
+            keep = np.flatnonzero(np.asarray(target_codes).reshape(-1) >= 0)
+            return picked.reshape(-1)[self.to_device(keep)].sum(), len(keep)
+        terms = self._token_terms(rows, self.to_device(target_ids), normalization)
         if normalization == "dna_block" and self.vocab.oov_id is not None:
-            keep = targets != self.vocab.oov_id
-            return SequenceScore(float(terms[keep].sum()), int(keep.sum()))
-        return SequenceScore(float(terms.sum()), int(terms.numel()))
+            keep = np.flatnonzero(np.asarray(target_ids) != self.vocab.oov_id)
+            return terms[self.to_device(keep)].sum(), len(keep)
+        return terms.sum(), int(terms.shape[0])
 
     # ---- quantities used by the recipes ---------------------------------------------------
     @torch.inference_mode()
@@ -237,12 +284,14 @@ class Engine:
 
         def work(batch_index: Sequence[int]) -> list[SequenceScore]:
             hidden, lengths = self.hidden_states([encoded[i] for i in batch_index])
-            return [
-                self._score_targets(
+            terms = [
+                self._target_terms(
                     hidden[row, : n - 1], encoded[i][1:], codes[i], kind, normalization
                 )
                 for row, (n, i) in enumerate(zip(lengths, batch_index, strict=True))
             ]
+            totals = self.to_host(torch.stack([total for total, _ in terms]))
+            return [SequenceScore(float(t), n) for t, (_, n) in zip(totals, terms, strict=True)]
 
         return self.run_batched(range(len(sequences)), work, [len(e) for e in encoded])
 
@@ -268,32 +317,28 @@ class Engine:
         ref_codes = base_codes(ref, self.k)
         differs = (alt_ids != ref_ids[None, :]).any(axis=0)
         split = int(np.argmax(differs)) if differs.any() else len(ref_ids) - 1
-        prefix_hidden, cache = self._forward(
-            torch.as_tensor(ref_ids[None, :split]), cache=_new_cache(self.model)
-        )
+        prefix_hidden, cache = self._forward(ref_ids[None, :split], cache=_new_cache(self.model))
         prefix_hidden = prefix_hidden[0]
         # targets 1..split-1 are predicted inside the prefix: identical for all alleles
-        shared = self._score_targets(
+        terms = [self._target_terms(
             prefix_hidden[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
-        )
-        ref_suffix, _ = self._forward(
-            torch.as_tensor(ref_ids[None, split:]), cache=copy.deepcopy(cache)
-        )
+        )]  # fmt: skip
+        ref_suffix, _ = self._forward(ref_ids[None, split:], cache=copy.deepcopy(cache))
         rows = torch.cat([prefix_hidden[-1:], ref_suffix[0, :-1]])
-        ref_score = _add(shared, self._score_targets(
+        terms.append(self._target_terms(
             rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization
         ))  # fmt: skip
         cache.batch_repeat_interleave(len(alts))
-        alt_suffix, _ = self._forward(torch.as_tensor(alt_ids[:, split:]), cache=cache)
-        alt_scores = []
+        alt_suffix, _ = self._forward(alt_ids[:, split:], cache=cache)
         for row, alt in enumerate(alts):
             rows = torch.cat([prefix_hidden[-1:], alt_suffix[row, :-1]])
-            own = self._score_targets(
+            terms.append(self._target_terms(
                 rows, alt_ids[row, split:], base_codes(alt, self.k)[split - 1 :], kind,
                 normalization,
-            )  # fmt: skip
-            alt_scores.append(_add(shared, own))
-        return ref_score, alt_scores
+            ))  # fmt: skip
+        totals = self.to_host(torch.stack([total for total, _ in terms]))  # one copy per group
+        shared, *own = (SequenceScore(float(t), n) for t, (_, n) in zip(totals, terms, strict=True))
+        return _add(shared, own[0]), [_add(shared, score) for score in own[1:]]
 
     @torch.inference_mode()
     def next_base_log_probs(
@@ -305,9 +350,9 @@ class Engine:
             hidden, lengths = self.hidden_states(batch)
             last = torch.stack([hidden[row, n - 1] for row, n in enumerate(lengths)])
             if normalization == "acgt_strings":
-                return list(self._acgt_string_first_base(last).cpu().numpy())
+                return list(self.to_host(self._acgt_string_first_base(last)))
             first = self.kmer_base_marginals(self.dna_log_probs(last, normalization))[:, 0]
-            return list(first.cpu().numpy())
+            return list(self.to_host(first))
 
         return self.run_batched(sequences, work, unit="contexts")
 
@@ -317,7 +362,7 @@ class Engine:
         log_z = self.full_logsumexp(last)
         columns = []
         for base in "ATCG":
-            ids = torch.as_tensor(self.vocab.acgt_string_ids[base], device=self.device)
+            ids = self.acgt_ids[base]
             bias = None if self.out_bias is None else self.out_bias[ids]
             logits = self._logits(last, self.out_weight[ids], bias)
             columns.append(torch.logsumexp(logits, dim=-1) - log_z)

@@ -49,6 +49,29 @@ def resolve_device(requested: str, job: str | None = None) -> torch.device:
     return torch.device(requested)
 
 
+class Float32OutputLayer(torch.nn.Module):
+    """The model's output layer computed in float32 from its own (bf16) weights and bf16 hidden
+    states, so generation's logits carry no bf16 rounding (ModelSettings.upcast_output_layer).
+    The weight is the same parameter (still tied to the input embedding), cast at each call."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.weight = layer.weight
+        self.bias = getattr(layer, "bias", None)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.float()
+        return torch.nn.functional.linear(hidden.float(), self.weight.float(), bias)
+
+
+def upcast_output_layer(model: Any) -> None:
+    """Swap the model's output layer for its float32 version (generation uses it; the engine
+    reads the same weight and applies its own upcast)."""
+    layer = model.get_output_embeddings()
+    if not isinstance(layer, Float32OutputLayer):
+        model.set_output_embeddings(Float32OutputLayer(layer))
+
+
 def load_model(spec: ModelSettings) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -67,6 +90,8 @@ def load_model(spec: ModelSettings) -> LoadedModel:
         trust_remote_code=spec.trust_remote_code,
     )
     model.to(device).eval()
+    if spec.upcast_output_layer:
+        upcast_output_layer(model)
     vocab = dna_vocab(tokenizer)
     if model.get_output_embeddings().weight.shape[0] < int(vocab.kmer_ids.max()) + 1:
         raise RuntimeError(f"{spec.path}: output layer smaller than the tokenizer's k-mer ids")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -29,8 +31,10 @@ from carbon_vep.config.stages import TileSettings
 from carbon_vep.genome.reference import Reference
 from carbon_vep.model.batching import in_batches
 from carbon_vep.model.engine import Engine
+from carbon_vep.model.timing import DeviceClock
 from carbon_vep.model.tokens import BASES, base_codes
 from carbon_vep.progress import Progress
+from carbon_vep.scan.background import BackgroundWriter
 from carbon_vep.scan.tiling import Tile, tile_region
 
 _TO_ATCG = [BASES.index(b) for b in SCAN_BASES]
@@ -41,12 +45,43 @@ def scan_tiles(engine: Engine, reference: Reference, chrom: str, tiles: list[Til
     progress = Progress(
         sum(t.score_end - t.score_start for t in tiles), "bases", f"scan of {chrom}"
     )
-    cut, timing = [(chrom, t) for t in tiles], {"forward_s": 0.0}
-    frames = list(_scored_batches(engine, reference, cut, progress, timing, log=False))
+    cut, timing = [(chrom, t) for t in tiles], _new_timing()
+    batches = _scored_batches(engine, reference, cut, progress, timing, log=False)
+    frames = [frame for batch in batches for frame in batch.frames(engine.k)]
     progress.close()
     if not frames:
         return pl.DataFrame(schema=columns.schema(columns.SCAN_POSITION))
     return pl.concat(frames)
+
+
+@dataclass
+class TileBatch:
+    """One batch of tiles and its per-base values: [tiles, 2, bases, 4] (FNS marginal,
+    within-token conditional; ATCG order), log-probabilities or probabilities (`log`). Until
+    `ready` they may still be on their way from the device (one copy per batch)."""
+
+    tiles: list[tuple[str, Tile, str]]  # chrom, tile, its sequence
+    values: Any  # torch.Tensor on the host (pinned on a GPU) until ready, then numpy
+    log: bool
+    marks: tuple[Any, ...]  # DeviceClock marks: launched, forward done, values done, copied
+    on_device: Any = None  # the device tensor, kept alive until its copy has landed
+
+    def bases(self) -> int:
+        return sum(t.score_end - t.score_start for _, t, _ in self.tiles)
+
+    def frames(self, k: int) -> list[pl.DataFrame]:
+        """One frame of per-base rows per tile (host only: numpy and polars, no device)."""
+        out = []
+        for (chrom, tile, seq), values in zip(self.tiles, self.values, strict=True):
+            lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
+            marginal, conditional = (v[lo:hi][:, _TO_ATCG] for v in values)
+            out.append(_base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k,
+                                   log=self.log))  # fmt: skip
+        return out
+
+
+def _new_timing() -> dict[str, float]:
+    return {"forward_s": 0.0, "device_s": 0.0}
 
 
 @torch.inference_mode()
@@ -58,75 +93,81 @@ def _scored_batches(
     timing: dict[str, float],
     *,
     log: bool,
-) -> Iterator[pl.DataFrame]:
-    """The tile loop of every scan: one frame of per-base rows per batch of tiles, in order.
+) -> Iterator[TileBatch]:
+    """The tile loop of every scan: each batch of tiles with its per-base values, in order.
 
-    Batches hold tiles of one length (consecutive equal-length runs: a batch never pads) and
-    halve on running out of memory; a tile that fails alone stops the job (a tile has no row
-    status to fail with). Rows are the region scan's probabilities (`log=False`, SCAN_POSITION)
-    or the genome scan's log-probabilities (`log=True`, SCAN_BASE). `progress` counts bases;
-    `timing["forward_s"]` adds up the model's forward passes (body and the 4,096-row DNA head),
-    the rest being overhead."""
-    if cut:
-        engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
+    Batches hold tiles of one length (a batch never pads, so no attention mask) and halve on
+    running out of memory; a tile that fails alone stops the job (a tile has no row status to
+    fail with). Values are the region scan's probabilities (`log=False`, SCAN_POSITION) or the
+    genome scan's log-probabilities (`log=True`, SCAN_BASE).
 
-    def work(batch: list[tuple[str, Tile]]) -> list[pl.DataFrame]:
+    The device runs one batch ahead: batch i+1 is queued before the host waits for batch i's
+    values (one copy per batch), so the device computes while the caller builds and writes
+    batch i's rows. `progress` counts bases; `timing` adds up, from the device's own clock,
+    `forward_s` (the model's forward passes: body and the 4,096-row DNA head) and `device_s`
+    (all the device's work: forward, marginals, conditionals)."""
+    if not cut:
+        return
+    engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
+    clock = DeviceClock(engine.device)
+
+    def launch(batch: list[tuple[str, Tile]]) -> list[TileBatch]:
         seqs = [reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
         ids = [engine.vocab.encode(s) for s in seqs]
-        began = time.monotonic()
+        codes = engine.to_device(np.stack([base_codes(s, engine.k) for s in seqs]))
+        began = clock.mark()
         hidden, _ = engine.hidden_states(ids)
         kmer_lps = [engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
                     for row, seq in enumerate(seqs)]  # fmt: skip
-        if hidden.device.type == "cuda":
-            torch.cuda.synchronize(hidden.device)
-        timing["forward_s"] += time.monotonic() - began
-        return [
-            _tile_frame(engine, chrom, tile, seq, kmer_lp, log=log)
-            for (chrom, tile), seq, kmer_lp in zip(batch, seqs, kmer_lps, strict=True)
-        ]
+        forward = clock.mark()
+        values = torch.stack([_per_base(engine, lp, codes[row]) for row, lp in enumerate(kmer_lps)])
+        values = values if log else values.exp()
+        done = clock.mark()
+        host = engine.to_host_async(values)  # lands by `ready`
+        tiles = [(chrom, t, seq) for (chrom, t), seq in zip(batch, seqs, strict=True)]
+        marks = (began, forward, done, clock.mark())
+        return [TileBatch(tiles, host, log, marks, values)] * len(batch)  # one per batch
 
-    for run in _equal_length_runs(cut):
-        for index, values in in_batches(run, work, engine.batch_size, engine.device):
-            if values[0] is None:
-                chrom, tile = run[index[0]]
-                raise torch.OutOfMemoryError(
-                    f"scan tile {chrom}:{tile.start + 1}-{tile.end} ({tile.end - tile.start} bp) "
-                    "runs out of memory even alone; lower tile_bp"
-                )
-            frame = pl.concat(values)
-            progress.update(frame.height)
-            yield frame
+    def ready(batch: TileBatch) -> TileBatch:
+        began, forward, done, copied = batch.marks
+        clock.wait(copied)
+        timing["forward_s"] += clock.seconds(began, forward)
+        timing["device_s"] += clock.seconds(began, done)
+        batch.values, batch.on_device = batch.values.numpy(), None
+        progress.update(batch.bases())
+        return batch
+
+    lengths = [t.end - t.start for _, t in cut]
+    tokens = [n // engine.k + 1 for n in lengths]
+    pending = None
+    for index, values in in_batches(cut, launch, engine.batch_size, engine.device,
+                                    tokens=tokens, batch_tokens=engine.batch_tokens,
+                                    keys=lengths):  # fmt: skip
+        if values[0] is None:
+            chrom, tile = cut[index[0]]
+            raise torch.OutOfMemoryError(
+                f"scan tile {chrom}:{tile.start + 1}-{tile.end} ({tile.end - tile.start} bp) "
+                "runs out of memory even alone; lower tile_bp"
+            )
+        if pending is not None:
+            yield ready(pending)
+        pending = values[0]
+    if pending is not None:
+        yield ready(pending)
 
 
-def _equal_length_runs(tiles: list[tuple[str, Tile]]) -> list[list[tuple[str, Tile]]]:
-    """Consecutive tiles of equal length grouped (a batch never pads; order is kept)."""
-    runs: list[list[tuple[str, Tile]]] = []
-    for item in tiles:
-        _, tile = item
-        if runs and runs[-1][0][1].end - runs[-1][0][1].start == tile.end - tile.start:
-            runs[-1].append(item)
-        else:
-            runs.append([item])
-    return runs
-
-
-def _tile_frame(
-    engine: Engine, chrom: str, tile: Tile, seq: str, kmer_lp: torch.Tensor, *, log: bool
-) -> pl.DataFrame:
-    """The scored bases of one tile: FNS marginals and within-token conditionals per base."""
-    codes = torch.as_tensor(base_codes(seq, engine.k), device=kmer_lp.device)
+def _per_base(engine: Engine, kmer_lp: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """FNS marginals and within-token conditionals of every base of one tile: [2, bases, 4]
+    (log-probabilities, ATCG order); `codes` [tokens, k] are the tile's base codes."""
     marginals = engine.kmer_base_marginals(kmer_lp)
     conditional = engine.within_token_conditionals(kmer_lp, codes, marginals)
-    marginal, conditional = marginals.reshape(-1, 4), conditional.reshape(-1, 4)
-    lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
-    return _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k, log=log)
+    return torch.stack([marginals.reshape(-1, 4), conditional.reshape(-1, 4)])
 
 
 def _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k, *, log: bool) -> pl.DataFrame:
-    """One row per base of tile[lo:hi]: the region scan's probabilities (SCAN_POSITION), or
-    the genome scan's log-probabilities (SCAN_BASE, stored as float16 by the merge)."""
-    m, c = (x[lo:hi] if log else x[lo:hi].exp() for x in (marginal, conditional))
-    m, c = (x.cpu().numpy()[:, _TO_ATCG] for x in (m, c))
+    """One row per base of tile[lo:hi] from its values (numpy, ACGT order): the region scan's
+    probabilities (SCAN_POSITION), or the genome scan's log-probabilities (SCAN_BASE, stored
+    as float16 by the merge)."""
     prefix = "log_" if log else ""
     offsets = np.arange(lo, hi)
     values = {
@@ -136,8 +177,8 @@ def _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k, *, log: bool
         "context_bp": offsets,
         "phase": offsets % k,
     }
-    values |= {f"{prefix}fns_{b}": m[:, i] for i, b in enumerate(SCAN_BASES)}
-    values |= {f"{prefix}cond_{b}": c[:, i] for i, b in enumerate(SCAN_BASES)}
+    values |= {f"{prefix}fns_{b}": marginal[:, i] for i, b in enumerate(SCAN_BASES)}
+    values |= {f"{prefix}cond_{b}": conditional[:, i] for i, b in enumerate(SCAN_BASES)}
     table = columns.SCAN_BASE if log else columns.SCAN_POSITION
     return pl.DataFrame(values, schema=columns.schema(table))
 
@@ -181,17 +222,31 @@ def scan_region(
 
 # ---- whole-genome chunks: streamed, bounded memory ------------------------------------------
 def scan_chunk(
-    engine: Engine, reference: Reference, pieces, tiles: TileSettings, writer, what: str
-) -> dict[str, float]:
+    engine: Engine, reference: Reference, pieces, tiles: TileSettings, writer, what: str,
+    *, overlap: bool = True,
+) -> dict[str, float]:  # fmt: skip
     """Score every base of `pieces` (scan.plan.Piece) and hand each batch's rows to
-    `writer.write` as soon as it is done: memory holds one batch of tiles, whatever the chunk's
-    size. Returns timings (wall; the model's forward passes, body and DNA output layer, the
-    rest being overhead: marginals, conditionals, tables, Parquet) and the bases written."""
+    `writer.write` as soon as they are on the host: memory holds a few batches of tiles,
+    whatever the chunk's size. With `overlap` the rows are built and written on a worker thread
+    while the device computes the next batch (the same calls in the same order: the same
+    file). Returns the bases written and timings: wall; `forward_s` (the model's forward
+    passes, body and DNA output layer) and `device_s` (all of the device's work) on the device's
+    clock; `write_s` (building and writing the rows) and `writer_wait_s` (time the scan waited
+    for the writer)."""
     cut = [(p.chrom, t) for p in pieces for t in p.tiles(tiles)]
     progress = Progress(sum(t.score_end - t.score_start for _, t in cut), "bases", what)
-    start, timing, written = time.monotonic(), {"forward_s": 0.0}, 0
-    for frame in _scored_batches(engine, reference, cut, progress, timing, log=True):
-        writer.write(frame)
-        written += frame.height
+    start, timing, written = time.monotonic(), _new_timing(), 0
+    writing = [0.0]  # seconds building and writing rows (on the writer's thread)
+
+    def write(batch: TileBatch) -> None:  # one row group a batch
+        began = time.monotonic()
+        writer.write(pl.concat(batch.frames(engine.k)))
+        writing[0] += time.monotonic() - began
+
+    with BackgroundWriter(write, threaded=overlap) as sink:
+        for batch in _scored_batches(engine, reference, cut, progress, timing, log=True):
+            sink.put(batch)
+            written += batch.bases()
     progress.close()
-    return {"bases": written, "wall_s": time.monotonic() - start, **timing}
+    return {"bases": written, "wall_s": time.monotonic() - start, **timing,
+            "write_s": writing[0], "writer_wait_s": sink.wait_s}  # fmt: skip

@@ -134,10 +134,12 @@ def _processors(loaded: LoadedModel, settings: RecoverySettings) -> LogitsProces
 
 @torch.inference_mode()
 def generate_continuations(
-    loaded: LoadedModel, prompts: list[str], settings: RecoverySettings, batch_size: int
-) -> list[str | None]:
+    loaded: LoadedModel, prompts: list[str], settings: RecoverySettings, batch_size: int,
+    batch_tokens: int = 0,
+) -> list[str | None]:  # fmt: skip
     """Greedy continuation text of each prompt (bases only, prefix added here); None where a
-    prompt ran out of memory even alone."""
+    prompt ran out of memory even alone. A batch holds `batch_size` prompts, or as many as fit
+    in `batch_tokens` (prompt and generated tokens) when that is set."""
     encoded = [loaded.vocab.encode(p) for p in prompts]
     config = _generation_config(loaded, settings)
     processors = _processors(loaded, settings)
@@ -154,12 +156,15 @@ def generate_continuations(
             generation_config=config,
             logits_processor=processors,
         )
-        width = ids.shape[1]
-        return [loaded.tokenizer.decode(row[width:].tolist()) for row in generated]
+        new_ids = generated[:, ids.shape[1] :].cpu().tolist()  # one copy per batch
+        return [loaded.tokenizer.decode(row) for row in new_ids]
 
     progress = Progress(len(prompts), "prompts", "sequence recovery")
-    for _, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
-        for index, values in in_batches(members, work, batch_size, loaded.device, progress):
+    for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
+        tokens = [length + settings.new_tokens] * len(members)
+        batches = in_batches(members, work, batch_size, loaded.device, progress, tokens=tokens,
+                             batch_tokens=batch_tokens)  # fmt: skip
+        for index, values in batches:
             for i, value in zip(index, values, strict=True):
                 out[members[i]] = value
     progress.close()
@@ -168,8 +173,9 @@ def generate_continuations(
 
 # ---- the task ----------------------------------------------------------------------------
 def recover(
-    table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings, batch_size: int
-) -> pl.DataFrame:
+    table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings, batch_size: int,
+    batch_tokens: int = 0,
+) -> pl.DataFrame:  # fmt: skip
     """One output row per input row: prompt size, prediction, matches, accuracy, status.
 
     Rows without a sequence or label are kept with status `invalid` and no accuracy. Bases
@@ -191,7 +197,9 @@ def recover(
         for r in rows
         if r["sequence"] and r["label"]
     }
-    generated = generate_continuations(loaded, list(prompt_of.values()), settings, batch_size)
+    generated = generate_continuations(
+        loaded, list(prompt_of.values()), settings, batch_size, batch_tokens
+    )
     predictions = dict(zip(prompt_of, generated, strict=True))
     out = []
     for r in rows:

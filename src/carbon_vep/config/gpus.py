@@ -1,0 +1,89 @@
+"""GPU classes and Carbon's shapes: the memory arithmetic behind each GPU profile's batch size.
+
+A batch is sized in tokens (`batch_tokens`): the memory a forward pass needs beyond the weights
+grows with the tokens in the batch, whatever the window length. Per token, in bf16, the most any
+model stage holds at once is one decoder layer's MLP (gate, up and their product: 3 x the
+intermediate size) plus the residual stream (3 x the hidden size), and, for sequence recovery,
+the KV cache of every layer (2 x layers x KV heads x head dim) filled during the prefill. The
+scoring stages' own tensors per token (final hidden state, 4,096 float32 k-mer log-probs: 22 KB
+for Carbon-3B) are smaller than a layer's MLP and are not held at the same time.
+
+Carbon-3B: 3 x 8,448 x 2 + 3 x 3,072 x 2 + 2 x 30 x 4 x 96 x 2 = 115,200 bytes a token. With a
+25% margin (allocator fragmentation) that is 144 kB a token; the weights take 6.90 GB (2.973 B
+body + 478.5 M tied embedding parameters, 2 bytes each), and 3 GB are left aside for the CUDA
+context, cuBLAS workspaces and fixed-size transients (the full-vocabulary normaliser's chunks;
+`upcast_output_layer` casting the output layer to float32 in generation: 1.9 GB). What remains,
+divided by the bytes a token, is the budget a GPU class can hold; profiles use it rounded down
+to a power of two and at most SATURATING_TOKENS: beyond a few thousand tokens a forward pass's
+matmuls are already as fast as they get (M >= 16k rows), so a larger batch gains no speed, holds
+more memory, and halves coarser on OOM. These are arithmetic, not measurements: `make gpu-check`
+reports the peak memory a batch really takes (docs/gpu.md has the arithmetic and its sources).
+No torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The Llama configs of the Carbon sizes (random-weight stand-ins need nothing else): the shapes
+# of Carbon's model cards (docs/gpu.md), which give 2.973 B and 0.352 B body parameters.
+CARBON_SHAPES: dict[str, dict[str, int]] = {
+    "Carbon-500M": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                        num_attention_heads=16, num_key_value_heads=8, head_dim=64),
+    "Carbon-3B": dict(hidden_size=3072, intermediate_size=8448, num_hidden_layers=30,
+                      num_attention_heads=32, num_key_value_heads=4, head_dim=96),
+}  # fmt: skip
+CARBON_VOCAB = 155_776
+BF16 = 2
+
+
+@dataclass(frozen=True)
+class GpuClass:
+    memory_gb: float  # device memory as CUDA reports it (nvidia-smi's total, in 10^9 bytes)
+    bf16_tflops: float  # dense bf16 peak, for estimates (H100: as measured, not the data sheet)
+
+
+GPU_CLASSES = {
+    "A10": GpuClass(memory_gb=24.1, bf16_tflops=125.0),
+    "A100": GpuClass(memory_gb=85.1, bf16_tflops=312.0),  # the 80 GB model
+    "H100": GpuClass(memory_gb=85.5, bf16_tflops=800.0),  # 80 GB HBM3
+}
+RESERVED_GB = 3.0  # CUDA context, workspaces, fixed-size transients
+MARGIN = 1.25  # allocator fragmentation
+SATURATING_TOKENS = 131_072
+
+
+def body_parameters(shape: dict[str, int]) -> int:
+    """Parameters of the decoder layers (attention and MLP; the norms are negligible)."""
+    h, heads, kv = shape["hidden_size"], shape["num_attention_heads"], shape["num_key_value_heads"]
+    d = shape["head_dim"]
+    attention = h * heads * d * 2 + h * kv * d * 2  # q and o, k and v
+    return shape["num_hidden_layers"] * (attention + 3 * h * shape["intermediate_size"])
+
+
+def weight_bytes(shape: dict[str, int], vocab: int = CARBON_VOCAB) -> int:
+    """bf16 weights: the body and the tied embedding / output layer."""
+    return BF16 * (body_parameters(shape) + vocab * shape["hidden_size"])
+
+
+def bytes_per_token(shape: dict[str, int]) -> int:
+    """The most a batch holds per token beyond the weights, in any model stage (bf16)."""
+    layer = BF16 * (3 * shape["intermediate_size"] + 3 * shape["hidden_size"])
+    kv_cache = (
+        BF16 * 2 * shape["num_hidden_layers"] * shape["num_key_value_heads"] * shape["head_dim"]
+    )
+    scoring = BF16 * shape["hidden_size"] + 4 * 4096
+    return max(layer, scoring) + kv_cache
+
+
+def memory_batch_tokens(memory_gb: float, shape: dict[str, int]) -> int:
+    """Tokens a batch of this shape can hold on a GPU with `memory_gb` (arithmetic)."""
+    free = memory_gb * 1e9 - weight_bytes(shape) - RESERVED_GB * 1e9
+    return max(0, int(free / (bytes_per_token(shape) * MARGIN)))
+
+
+def profile_batch_tokens(memory_gb: float, shape: str = "Carbon-3B") -> int:
+    """A profile's batch_tokens: the memory budget of the largest model it serves, rounded down
+    to a power of two, at most SATURATING_TOKENS."""
+    fits = memory_batch_tokens(memory_gb, CARBON_SHAPES[shape])
+    return min(SATURATING_TOKENS, 1 << max(0, fits.bit_length() - 1)) if fits else 0

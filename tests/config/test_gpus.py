@@ -1,0 +1,48 @@
+"""The memory arithmetic behind the GPU profiles' batch sizes (config/gpus.py)."""
+
+from __future__ import annotations
+
+import yaml
+from support.cluster import ROOT
+
+from carbon_vep.config.gpus import (
+    CARBON_SHAPES,
+    GPU_CLASSES,
+    body_parameters,
+    bytes_per_token,
+    memory_batch_tokens,
+    profile_batch_tokens,
+    weight_bytes,
+)
+
+
+def test_shapes_have_carbons_parameter_counts():
+    """2.973 B and 0.352 B non-embedding parameters, 6.90 GB of bf16 weights for Carbon-3B with
+    its 478.5 M-parameter tied embedding (docs/gpu.md)."""
+    assert round(body_parameters(CARBON_SHAPES["Carbon-3B"]) / 1e9, 3) == 2.973
+    assert round(body_parameters(CARBON_SHAPES["Carbon-500M"]) / 1e9, 3) == 0.352
+    assert round(weight_bytes(CARBON_SHAPES["Carbon-3B"]) / 1e9, 2) == 6.90
+
+
+def test_bytes_per_token_is_a_layer_and_the_kv_cache():
+    # 3 x 8,448 x 2 (MLP) + 3 x 3,072 x 2 (residual) + 2 x 30 x 4 x 96 x 2 (KV cache)
+    assert bytes_per_token(CARBON_SHAPES["Carbon-3B"]) == 50_688 + 18_432 + 46_080
+
+
+def _profile_config(name: str) -> dict[str, str]:
+    profile = yaml.safe_load((ROOT / f"profiles/{name}/config.yaml").read_text())
+    return dict(item.split("=", 1) for item in profile["config"])
+
+
+def test_gpu_profiles_set_the_batch_their_memory_holds():
+    for name, gpu in (("slurm-a10", "A10"), ("slurm-h100", "H100")):
+        tokens = int(_profile_config(name)["batch_tokens"])
+        memory = GPU_CLASSES[gpu].memory_gb
+        assert tokens == profile_batch_tokens(memory)
+        for shape in CARBON_SHAPES.values():  # fits either model, with the margin
+            assert tokens <= memory_batch_tokens(memory, shape)
+            need = weight_bytes(shape) + tokens * bytes_per_token(shape)
+            assert need < memory * 1e9
+    assert int(_profile_config("slurm-a10")["batch_tokens"]) == 65_536
+    assert int(_profile_config("slurm-h100")["batch_tokens"]) == 131_072
+    assert _profile_config("slurm-local") == {"batch_tokens": "0"}  # CPU jobs: batch_size
