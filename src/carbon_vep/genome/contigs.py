@@ -54,3 +54,31 @@ def alias_candidates(contig: str, reference_contigs: Iterable[str]) -> list[str]
     """Reference contigs that spell the same chromosome as `contig` in another convention."""
     canonical = canonical_contig(contig)
     return [name for name in reference_contigs if canonical_contig(name) == canonical]
+
+
+# ---- contig names in file names ------------------------------------------------------------
+# Kept as they are: ASCII letters, digits and `._-` (POSIX's portable file-name characters), but
+# not `._-` as the first character (a hidden file; pyarrow's dataset discovery skips names that
+# start with `.` or `_`; a leading `-` reads as a command-line option). Every other byte of the
+# name's UTF-8 is written %XX, upper-case hex: the percent-encoding that pyarrow, polars and
+# DuckDB decode in hive partition values, and `urllib.parse.unquote` decodes.
+_NAME_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+
+
+def encode_name(name: str) -> str:
+    """A contig name as a shell-safe file-name part that decodes back to exactly `name`
+    (`HLA-A*01:01:01:01` -> `HLA-A%2A01%3A01%3A01%3A01`; `chr1` stays `chr1`)."""
+    out = []
+    for index, char in enumerate(name):
+        if char in _NAME_SAFE and (index or char.isalnum()):
+            out.append(char)
+        else:
+            out += [f"%{byte:02X}" for byte in char.encode("utf-8")]
+    return "".join(out)
+
+
+def decode_name(text: str) -> str:
+    """The contig name of an `encode_name` file-name part (standard percent-decoding)."""
+    from urllib.parse import unquote
+
+    return unquote(text, errors="strict")
