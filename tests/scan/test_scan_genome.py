@@ -1,5 +1,7 @@
 """A whole multi-contig genome scanned through the real Snakefile with the demo model: one config
-entry (`regions: all`) -> plan checkpoint -> chunk jobs -> per-contig hive Parquet + tabix TSV;
+entry (`regions: all`) -> plan checkpoint -> chunk jobs -> per-contig Parquet + tabix TSV (each
+contig large enough for its own files here; tests/scan/test_scan_contig_names.py groups small
+ones);
 a chunk job killed mid-write is redone alone and the merged files are byte-identical; a panel is
 annotated from the scan without a model.
 
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.workflow
 ROOT = Path(__file__).resolve().parents[2]
 LAMBDA = ROOT / "resources/genome/lambda_phage.fa"
 TILE_BP, MIN_CONTEXT, CHUNK_BP = 600, 240, 1500
+GROUP_BP = 1500  # chrA (2,900 scored bases) and chrB (1,800) each get their own files
 SCAN = "results/scans/genome/demo"
 LOOKUP = "results/lookup/demo/scores.parquet"
 TARGETS = ("--cores", "2", f"{SCAN}/summary.json", f"{SCAN}/summary.md", LOOKUP)
@@ -89,6 +92,7 @@ def _config(workdir: Path, shared: Path, model_dir: Path) -> Path:
                 "regions": "all",
                 "tile_bp": TILE_BP,
                 "min_context": MIN_CONTEXT,
+                "group_bp": GROUP_BP,
             }
         },
         "datasets": {  # a panel scored by lookup in the scan: no model job
@@ -125,7 +129,7 @@ def genome_run(tmp_path_factory, shared, demo_model_dir) -> Path:
 
 
 def _positions(run: Path) -> pl.DataFrame:
-    return pl.read_parquet(run / SCAN / "positions", hive_partitioning=True).sort("chrom", "pos")
+    return pl.read_parquet(run / SCAN / "positions").sort("chrom", "pos")
 
 
 def test_every_acgt_base_once_and_counts_add_up(genome_run):
@@ -197,6 +201,9 @@ def test_tabix_files_answer_region_queries(genome_run):
         header = [line for line in pysam.BGZFile(str(path)).read().decode().splitlines()
                   if line.startswith("#")]  # fmt: skip
         text = "\n".join(header)
+        assert text.isascii()
+        with pysam.TabixFile(str(path)) as tabix:  # pysam decodes header lines as ASCII
+            assert list(tabix.header) == header
         for needed in ("##model=", "##revision=", "##normalization=dna_block", "##sign=",
                        "##column=score", "#chrom\tpos\tref\talt\tscore"):  # fmt: skip
             assert needed in text, needed
@@ -217,7 +224,8 @@ def test_tabix_files_answer_region_queries(genome_run):
 
 def test_summary_reports_bytes_per_snv(genome_run):
     summary = json.loads((genome_run / SCAN / "summary.json").read_text())
-    files = list((genome_run / SCAN).glob("positions/chrom=*/part-0.parquet"))
+    files = list((genome_run / SCAN).glob("positions/*.parquet"))
+    assert sorted(f.name for f in files) == ["chrA.parquet", "chrB.parquet"]
     assert summary["parquet_bytes"] == sum(f.stat().st_size for f in files)
     assert summary["parquet_bytes_per_snv"] > 0 and summary["tsv_bytes_per_snv"] > 0
     report = (genome_run / SCAN / "summary.md").read_text()
@@ -248,7 +256,7 @@ sys.exit(cli.main(argv))
 
 def _outputs(run: Path) -> dict[str, bytes]:
     scan = run / SCAN
-    files = [*scan.glob("positions/chrom=*/part-0.parquet"), *scan.glob("snvs/*")]
+    files = [*scan.glob("positions/*.parquet"), *scan.glob("snvs/*")]
     return {str(f.relative_to(scan)): f.read_bytes() for f in sorted(files)}
 
 
@@ -321,9 +329,9 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
     ]
     vcf = _write_vcf(tmp_path / "panel.vcf", records)
     out = tmp_path / "annotated.parquet"
-    subprocess.run(
+    subprocess.run(  # no --build: the scan's; the reference differs in one base only
         ["carbon-vep", "annotate", "--scan", str(genome_run / SCAN), "--panel", str(vcf),
-         "--reference", str(reference), "--build", "lambda_test", "--out", str(out)],
+         "--reference", str(reference), "--out", str(out)],
         check=True, env=workflow_env(), capture_output=True, text=True,
     )  # fmt: skip
     rows = pl.read_parquet(out).sort("row_id")
@@ -341,6 +349,40 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
         assert rows["window_bp"][i] == base["context_bp"]
     assert rows.filter(pl.col("status") != "scored")["score"].null_count() == 3
     assert "the scan's base here is" in rows["reason"][3]
+
+
+def _annotate(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["carbon-vep", "annotate", *argv], env=workflow_env(),
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def test_annotate_takes_the_scans_build_and_reference(genome_run, shared, tmp_path):
+    """No --build and no --reference: the scan's (scan.json); a --build of the same assembly
+    is accepted, another refused; a reference whose contigs have other lengths is refused."""
+    record = json.loads((genome_run / SCAN / "scan.json").read_text())
+    assert record["build"] == "lambda_test"
+    assert record["reference"] == str((shared / "genome.fa").resolve())
+    assert record["contigs"]["chrA"] == {"file": "chrA", "length": 3000 + 100,
+                                         "scored_bp": 3000}  # fmt: skip
+    scan, vcf = str(genome_run / SCAN), str(shared / "panel.vcf")
+    out = tmp_path / "a.parquet"
+    done = _annotate("--scan", scan, "--panel", vcf, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "build lambda_test" in done.stderr
+    assert pl.read_parquet(out)["status"].to_list() == ["scored", "scored", "not_scanned"]
+    key = ["row_id", "status", "score"]
+    assert pl.read_parquet(out).select(key).equals(pl.read_parquet(genome_run / LOOKUP).select(key))
+    same = _annotate("--scan", scan, "--panel", vcf, "--build", "lambda_test", "--out", str(out))
+    assert same.returncode == 0, same.stderr
+
+    other = _annotate("--scan", scan, "--panel", vcf, "--build", "hg38", "--out", str(out))
+    assert other.returncode != 0
+    assert "--build hg38 (GRCh38) disagrees with the scan's build lambda_test" in other.stderr
+    longer = dict(_genome(), chrA=_genome()["chrA"] + "ACGT")
+    fasta = write_fasta(tmp_path / "longer.fa", longer)
+    moved = _annotate("--scan", scan, "--panel", vcf, "--reference", str(fasta), "--out", "x")
+    assert moved.returncode != 0
+    assert "contig 'chrA' is 3,104 bp here but 3,100 bp in the scan's reference" in moved.stderr
 
 
 def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):
