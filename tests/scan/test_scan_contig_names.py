@@ -210,9 +210,9 @@ def test_small_contigs_share_files_and_every_contig_is_in_exactly_one(scan, reco
             assert sum(bases) + len(scored[after[0]]) > GROUP_BP
         assert decode_name(name.split("+")[0]) == contigs[0]
         assert shlex.quote(name) == name  # no shell quoting needed
-    assert files["gi%7C9626243%7Cref%7CNC_001416.1%7C"] == ["gi|9626243|ref|NC_001416.1|"]
-    assert files["HLA-A%2A01%3A01%3A01%3A01"] == ["HLA-A*01:01:01:01"]
-    assert "HLA-B%2A07%3A02%3A01+" in next(iter(n for n in files if "+" in n))[:22]
+    assert files["gi@7C9626243@7Cref@7CNC_001416.1@7C"] == ["gi|9626243|ref|NC_001416.1|"]
+    assert files["HLA-A@2A01@3A01@3A01@3A01"] == ["HLA-A*01:01:01:01"]
+    assert "HLA-B@2A07@3A02@3A01+" in next(iter(n for n in files if "+" in n))[:22]
     assert len(files) == 11  # 2 large contigs; 61 small ones (8,259 bases) in 9 files
     assert record["contigs"]["chrUn_allN"]["file"] is None
     on_disk = sorted(p.name for p in (scan / SCAN / "snvs").glob("*.tsv.gz"))

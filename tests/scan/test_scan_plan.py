@@ -35,6 +35,12 @@ def test_targets_all_regions_bed_and_aliases(tmp_path):
         "chr2": [(0, 5)],
     }
     assert resolve_targets(["2:11-20", "chr2"], LENGTHS) == {"chr2": [(0, 500)]}
+    hla = {"HLA-A*01:01:01:01": 3000, "HLA-B*07:02": 2000, "chr1:1-5": 10}
+    assert resolve_targets(["HLA-A*01:01:01:01:11-20", "HLA-B*07:02", "chr1:1-5"], hla) == {
+        "HLA-A*01:01:01:01": [(10, 20)],  # the name holds `:`; the region after the last one
+        "HLA-B*07:02": [(0, 2000)],
+        "chr1:1-5": [(0, 10)],  # a contig named like a region is the contig
+    }
 
 
 @pytest.mark.parametrize(
@@ -127,11 +133,11 @@ def test_small_contigs_share_files_up_to_group_bp_in_reference_order():
 
 
 def test_a_shared_file_is_named_after_its_first_contig():
-    assert file_stem(["HLA-A*01:01:01:01"]) == "HLA-A%2A01%3A01%3A01%3A01"
-    assert file_stem(["HLA-A*01:01:01:01", "HLA-B*07:02"]) == "HLA-A%2A01%3A01%3A01%3A01+1"
+    assert file_stem(["HLA-A*01:01:01:01"]) == "HLA-A@2A01@3A01@3A01@3A01"
+    assert file_stem(["HLA-A*01:01:01:01", "HLA-B*07:02"]) == "HLA-A@2A01@3A01@3A01@3A01+1"
     long = "contig_" + "|" * 300  # 900+ characters once encoded
     stem = file_stem([long])
-    assert len(stem) <= MAX_STEM and re.fullmatch(r"contig_(%7C)+\+h[0-9a-f]{12}", stem)
+    assert len(stem) <= MAX_STEM and re.fullmatch(r"contig_(@7C)+\+h[0-9a-f]{12}", stem)
     assert file_stem([long + "x"]) != stem and file_stem([long, "b"]) == stem + "+1"
 
 

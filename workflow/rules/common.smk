@@ -52,8 +52,8 @@ wildcard_constraints:
     shard=r"\d{5}",
     scan="|".join(RUN.scans) or "^$",
     chunk=r"\d{5}",
-    # an output file of a scan: contig names percent-encoded, `+N` for shared files
-    file=r"[A-Za-z0-9._%+-]+",
+    # an output file of a scan: contig names encoded (@XX), `+N` for shared files
+    file=r"[A-Za-z0-9._@+-]+",
 
 
 # ---- what the run produces -------------------------------------------------------------------

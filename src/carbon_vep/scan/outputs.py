@@ -13,7 +13,7 @@ plan order (which is reference order), into
   the file answers region queries), 3 rows per base, with `##` header lines (ASCII only)
   naming the model, revision, normalisation, sign convention, columns and contigs.
 
-`<name>` is the contig's name percent-encoded (`genome.contigs.encode_name`), or
+`<name>` is the contig's name encoded (`genome.contigs.encode_name`), or
 `<first contig>+<N more>` for a shared file. Nothing is half-written: every file goes to a
 temporary name and is renamed when complete, and the merge reads only completed chunks; the
 same chunks give byte-identical merged files. `scan_record` writes `scan.json`: the build,
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pysam
 
@@ -55,30 +54,23 @@ TSV_COLUMNS = columns.names(columns.SCAN_TSV)
 ROW_GROUP_ROWS = 1 << 20  # bases per row group of the merged dataset (~12 MB written)
 
 
-def _arrow(frame: pl.DataFrame, drop: Sequence[str] = ()) -> pa.Table:
-    return frame.drop(drop).to_arrow()
-
-
 class BaseWriter:
     """Per-base rows into one Parquet file, a row group per `write`, under a temporary name
     until `close` renames it into place (a killed job leaves no file at `path`)."""
 
-    def __init__(self, path: str | Path, drop: Sequence[str] = ()) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.drop = tuple(drop)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for stale in self.path.parent.glob(f".{self.path.name}.tmp-*"):  # of a killed job
             stale.unlink(missing_ok=True)
-        names = [c for c in BASE_SCHEMA if c not in self.drop]
-        empty = pl.DataFrame(schema={c: BASE_SCHEMA[c] for c in names})
-        self.schema = _arrow(empty).schema
+        self.schema = pl.DataFrame(schema=BASE_SCHEMA).to_arrow().schema
         self.writer = pq.ParquetWriter(self.tmp, self.schema, **_WRITE_OPTIONS)
         self.rows = 0
 
     def write(self, frame: pl.DataFrame) -> None:
         if frame.height:
-            self.writer.write_table(_arrow(frame, self.drop).cast(self.schema))
+            self.writer.write_table(frame.to_arrow().cast(self.schema))
             self.rows += frame.height
 
     def close(self) -> None:

@@ -13,8 +13,9 @@ It also decides the output files (`output_files`): a contig with at least `group
 bases has its own Parquet file and tabix TSV; smaller ones (unplaced scaffolds, decoys, HLA
 alleles, a draft assembly's contigs) share files, consecutive in reference order, up to
 `group_bp` scored bases a file, so that a genome of thousands of contigs is merged by a few
-dozen jobs. File names are the contig names percent-encoded (`genome.contigs.encode_name`); a
-file of several contigs is named `<first contig>+<how many more>`.
+dozen jobs. File names are the contig names encoded (`genome.contigs.encode_name`: `@XX` for
+each byte other than letters, digits and `._-`); a file of several contigs is named
+`<first contig>+<how many more>`.
 
 The plan also carries the estimates printed before any model job: SNVs, jobs, GPU-hours per GPU
 class for each model (arithmetic from shared/docs/performance-targets.md: FLOPs per token of
@@ -43,7 +44,7 @@ from carbon_vep.scan.tiling import parse_region, tile_segment
 K = 6
 _ACGT = np.zeros(256, dtype=bool)
 _ACGT[list(b"ACGTacgt")] = True
-_REGION = re.compile(r"^[^:]+:[0-9,]+-[0-9,]+$")
+_REGION = re.compile(r"^.+:[0-9,]+-[0-9,]+$")  # the contig name may hold `:` (HLA alleles)
 
 # ---- the cost model (estimates: shared/docs/performance-targets.md) -------------------------
 # GFLOP per token: body (2 x non-embedding parameters) + the 4,096 DNA rows of the output layer,
@@ -117,6 +118,8 @@ def resolve_targets(
         path = Path(item) if base_dir is None else base_dir / item
         if item == "all":
             raw += [(c, 0, n, "regions: all") for c, n in lengths.items()]
+        elif item in lengths:  # a whole contig, named exactly (before reading it as a region)
+            raw.append((item, 0, -1, f"region {item}"))
         elif _REGION.match(item) and not path.is_file():
             chrom, start, end = parse_region(item)
             raw.append((chrom, start, end, f"region {item}"))
@@ -304,14 +307,14 @@ def output_files(scored_bp: Mapping[str, int], group_bp: int) -> list[dict[str, 
 
 
 def file_stem(contigs: Sequence[str]) -> str:
-    """The file-name stem of a file holding `contigs`: the first one's name percent-encoded
+    """The file-name stem of a file holding `contigs`: the first one's name encoded
     (`genome.contigs.encode_name`), then `+N` when N more contigs share the file. `+` never
     occurs in an encoded name, so a shared file's name differs from every contig's; a name
     longer than MAX_STEM is cut and ends `+h<12 hex digits of its SHA-1>`."""
     stem = encode_name(contigs[0])
     if len(stem) > MAX_STEM:
         digest = hashlib.sha1(contigs[0].encode()).hexdigest()[:12]
-        stem = re.sub(r"%[0-9A-F]?$", "", stem[: MAX_STEM - 20]) + f"+h{digest}"
+        stem = re.sub(r"@[0-9A-F]?$", "", stem[: MAX_STEM - 20]) + f"+h{digest}"
     return stem if len(contigs) == 1 else f"{stem}+{len(contigs) - 1}"
 
 

@@ -49,7 +49,15 @@ def resolve_build(record: dict, given: str | None, scan_dir: str | Path) -> str:
 
 
 def check_reference(record: dict, lengths: dict[str, int], reference: str | Path) -> None:
-    """A reference other than the scan's must give the scanned contigs the same lengths."""
+    """A reference other than the scan's must be the same genome: it names the scanned contigs
+    as the scan does (else every row would be `not_scanned`) with the same lengths."""
+    scanned = [c for c, entry in record["contigs"].items() if entry["file"]]
+    if scanned and not set(scanned) & set(lengths):
+        raise InputError(
+            reference,
+            f"none of the scan's contigs ({scanned[0]!r}, ...) is named here: the scan's "
+            f"reference {record['reference']} names them otherwise",
+        )
     for contig, entry in record["contigs"].items():
         if contig in lengths and lengths[contig] != entry["length"]:
             raise InputError(
