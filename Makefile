@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo ci test lint bench bench-ingest bench-scan gpu-check scan-lambda clean
+.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs gpu-check scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ demo: setup
 	@for d in results/*/*/scores.parquet; do \
 		echo "  $$(dirname $$d)/ scores.parquet (one row per input variant), metrics.json, report.md"; \
 	done
-	@echo "  results/scans/*/*/: positions/chrom=*/ (Parquet), snvs/*.tsv.gz (tabix), summary.md"
+	@echo "  results/scans/*/*/: positions/*.parquet, snvs/*.tsv.gz (tabix), scan.json, summary.md"
 	@echo "  results/results_table.md: the suite table (tasks x models)"
 	@echo "  results/report.html: the self-contained HTML report"
 	@echo "Read one: cat results/demo_centered/demo/report.md"
@@ -44,7 +44,7 @@ lint: setup
 	$(BIN)/snakemake --lint
 	$(BIN)/lint-imports --no-cache
 
-bench: setup bench-ingest bench-scan
+bench: setup bench-ingest bench-scan bench-contigs
 	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json
 
 # check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
@@ -66,6 +66,11 @@ GPU_CHECK_FLAGS ?=
 gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1 \
 		$(GPU_PYTHON) scripts/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_FLAGS)
+
+# 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
+# the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)
+bench-contigs: setup
+	mkdir -p results && $(BIN)/python scripts/bench_contigs.py --json results/bench_contigs.json
 
 # a complete real genome (lambda phage) scanned end to end through the Snakefile, demo model
 scan-lambda: setup

@@ -100,17 +100,17 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
 
 def merge(work: Path, chunks: list[str]) -> dict:
     """Merge at 2, 3 and 4 decimals: bytes per SNV, and how much of the ranking survives."""
-    from carbon_vep.scan.outputs import merge_contig, snv_rows
+    from carbon_vep.scan.outputs import merge_group, snv_rows
 
     out = {}
     rng = np.random.default_rng(5)
     for decimals in (2, 3, 4):
         folder = work / f"merged_{decimals}"
-        parquet = folder / "positions/chrom=NC_001416.1/part-0.parquet"
+        parquet = folder / "positions/NC_001416.1.parquet"
         tsv = folder / "snvs/NC_001416.1.tsv.gz"
-        stats = merge_contig(chunks, "NC_001416.1", parquet, tsv, {"model": "demo"}, decimals)
+        stats = merge_group(chunks, ["NC_001416.1"], parquet, tsv, {"model": "demo"}, decimals)
         snvs = stats["snvs"]
-        bases = pl.read_parquet(parquet).with_columns(pl.lit("NC_001416.1").alias("chrom"))
+        bases = pl.read_parquet(parquet)
         x = snv_rows(bases)["score"].to_numpy().astype(np.float64)
         y = pl.read_csv(tsv, separator="\t", comment_prefix="#", has_header=False)[:, 4]
         y = y.to_numpy()
@@ -139,9 +139,10 @@ def merge(work: Path, chunks: list[str]) -> dict:
 
 
 def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
+    from carbon_vep.atomic import write_json
     from carbon_vep.config.stages import LabelSettings, PanelSettings
     from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.outputs import BaseWriter
+    from carbon_vep.scan.outputs import SCAN_RECORD, BaseWriter, scan_record
     from carbon_vep.scoring.annotate import annotate_panel
     from carbon_vep.variants.ingest import ingest_panel
 
@@ -151,7 +152,7 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
     fasta.parent.mkdir(exist_ok=True)
     fasta.write_text(">chrS\n" + "\n".join(seq[i : i + 60] for i in range(0, contig_bp, 60)) + "\n")
     scan_dir = work / "annotate/scan"
-    writer = BaseWriter(scan_dir / "positions/chrom=chrS/part-0.parquet", drop=("chrom",))
+    writer = BaseWriter(scan_dir / "positions/chrS.parquet")
     step = 1 << 20
     for lo in range(0, contig_bp, step):
         hi = min(lo + step, contig_bp)
@@ -165,6 +166,13 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
         })  # fmt: skip
         writer.write(frame.cast({"context_bp": pl.Int32, "phase": pl.UInt8}))
     writer.close()
+    plan = {  # the record of a scan of chrS alone (what annotate reads)
+        "reference": str(fasta),
+        "group_bp": contig_bp,
+        "files": [{"name": "chrS", "contigs": ["chrS"]}],
+        "contigs": {"chrS": {"file": "chrS", "length": contig_bp, "scored_bp": contig_bp}},
+    }
+    write_json(scan_record(plan, {"build": "synthetic"}), scan_dir / SCAN_RECORD)
     pos = np.sort(rng.choice(3 * contig_bp, variants, replace=False))
     base = pos // 3
     ref = np.array(list(seq))[base]

@@ -114,6 +114,19 @@ def test_status_values_are_distinct_and_described():
     assert "`contig_end`" in columns.status_table()
 
 
+def test_descriptions_are_ascii():
+    """They become file header lines (the scan TSV's `##column=`, VCF INFO descriptions) that
+    pysam and other tools read as ASCII."""
+    groups = [getattr(columns, name) for name in dir(columns) if name.isupper()]
+    described = [c for g in groups if isinstance(g, tuple) for c in g
+                 if isinstance(c, columns.Column)]  # fmt: skip
+    assert len(described) > 50
+    for column in described:
+        assert column.description.isascii(), (column.name, column.description)
+    for status in Status:
+        assert status.description.isascii(), status
+
+
 def test_reserved_names_are_every_pipeline_column_but_the_key():
     for group in (columns.CHECK, columns.WINDOW, columns.SCORE, columns.METRIC):
         for column in group:

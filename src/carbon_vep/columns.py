@@ -1,8 +1,10 @@
 """The table vocabulary: every row status and every column the pipeline writes, defined once.
 
 Each stage imports its statuses, keys and columns from here; the Parquet schemas, the names a
-panel column may not take (`RESERVED`), the VCF INFO descriptions and the documentation's
-column and status tables (`report.doc_tables`) are derived from these definitions. No torch.
+panel column may not take (`RESERVED`), the VCF INFO descriptions, the scan TSV's `##column`
+header lines and the documentation's column and status tables (`report.doc_tables`) are derived
+from these definitions. Descriptions are plain ASCII: they end up in file headers that pysam and
+other tools read as ASCII (tests/test_vocabulary.py checks). No torch here.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ SCORE = _columns(
         pl.Float64,
         "log-likelihood of the alternate window (mean per token or base), or log P(alt base)",
     ),
-    ("delta", pl.Float64, "LL(alt window) − LL(ref window) (centered, fns; score = −delta)"),
+    ("delta", pl.Float64, "LL(alt window) - LL(ref window) (centered, fns; score = -delta)"),
     ("delta_rc", pl.Float64, "the same delta on the reverse-complement windows (rc_average)"),
     ("p_ref", pl.Float64, "P(ref base) at the variant (nexttoken, scan)"),
     ("p_alt", pl.Float64, "P(alt base) at the variant (nexttoken, scan)"),
@@ -173,7 +175,7 @@ SCAN_SNV = _columns(
     ("pos", pl.Int64, "1-based position"),
     ("ref", pl.Utf8, "reference base"),
     ("alt", pl.Utf8, "alternate base"),
-    ("score", pl.Float32, "log m(ref) − log m(alt), FNS marginals (larger = more damaging)"),
+    ("score", pl.Float32, "log m(ref) - log m(alt), FNS marginals (larger = more damaging)"),
     ("score_conditional", pl.Float32, "the same with the within-token conditionals"),
     ("p_ref", pl.Float32, "FNS marginal of the reference base"),
     ("p_alt", pl.Float32, "FNS marginal of the alternate base"),
@@ -184,7 +186,7 @@ SCAN_SNV = _columns(
 # float16 (every score within 0.008 of float32 for marginals above e^-16, no underflow; half
 # the bytes), chrom and ref dictionary-encoded, pos and context_bp delta-encoded
 SCAN_BASE = _columns(
-    ("chrom", pl.Utf8, "contig (the hive partition key `chrom=` of the dataset)"),
+    ("chrom", pl.Utf8, "contig (dictionary-encoded; row-group statistics let readers skip to it)"),
     ("pos", pl.Int64, "1-based position"),
     ("ref", pl.Utf8, "reference base"),
     ("context_bp", pl.Int32, "bases of left context the model saw"),
@@ -210,12 +212,12 @@ SCAN_TSV = _columns(
     (
         "score",
         pl.Float32,
-        "log m(ref) − log m(alt), FNS marginals (larger = more damaging), rounded to "
+        "log m(ref) - log m(alt), FNS marginals (larger = more damaging), rounded to "
         "`tsv_decimals`",
     ),
 )
 ANNOTATION = _columns(
-    ("score", pl.Float32, "log m(ref) − log m(alt) looked up in the scan (larger = more damaging)"),
+    ("score", pl.Float32, "log m(ref) - log m(alt) looked up in the scan (larger = more damaging)"),
     ("score_conditional", pl.Float32, "the same with the within-token conditionals"),
     ("p_ref", pl.Float32, "FNS marginal of the reference base"),
     ("p_alt", pl.Float32, "FNS marginal of the alternate base"),

@@ -202,6 +202,14 @@ def test_from_scan_dataset_needs_a_scan_that_runs_its_models():
             {"models": models, "scans": {"g": scan},
              "datasets": {"d": {**dataset, "recipe": "centered", "scan": "g"}}}
         )  # fmt: skip
+    # the panel's build is the scan's (under any spelling), even on another copy of the genome
+    elsewhere = {**lookup, "reference": "r2", "build": "GRCh38"}
+    RunConfig.from_dict({"models": models, "scans": {"g": scan}, "datasets": {"d": elsewhere}})
+    with pytest.raises(ConfigError, match=r"build hg19 but scan 'g' is of hg38"):
+        RunConfig.from_dict(
+            {"models": models, "scans": {"g": scan},
+             "datasets": {"d": {**elsewhere, "build": "hg19"}}}
+        )  # fmt: skip
 
 
 def test_datasets_on_one_reference_must_share_a_build(tmp_path):

@@ -1,5 +1,7 @@
 """A whole multi-contig genome scanned through the real Snakefile with the demo model: one config
-entry (`regions: all`) -> plan checkpoint -> chunk jobs -> per-contig hive Parquet + tabix TSV;
+entry (`regions: all`) -> plan checkpoint -> chunk jobs -> per-contig Parquet + tabix TSV (each
+contig large enough for its own files here; tests/scan/test_scan_contig_names.py groups small
+ones);
 a chunk job killed mid-write is redone alone and the merged files are byte-identical; a panel is
 annotated from the scan without a model.
 
@@ -31,6 +33,11 @@ pytestmark = pytest.mark.workflow
 ROOT = Path(__file__).resolve().parents[2]
 LAMBDA = ROOT / "resources/genome/lambda_phage.fa"
 TILE_BP, MIN_CONTEXT, CHUNK_BP = 600, 240, 1500
+GROUP_BP = 1500  # chrA (3,000 scored bases) and chrB (1,800) each get their own files
+# chrB is named as an HLA allele: `*` and `:` in its name, `@2A` and `@3A` in its file names
+# (and in its merge job's wildcards, which the SLURM executor puts into the job's log path)
+CHR_B = "HLA-B*07:02:01"
+CHR_B_FILE = "HLA-B@2A07@3A02@3A01"
 SCAN = "results/scans/genome/demo"
 LOOKUP = "results/lookup/demo/scores.parquet"
 TARGETS = ("--cores", "2", f"{SCAN}/summary.json", f"{SCAN}/summary.md", LOOKUP)
@@ -48,7 +55,7 @@ def _genome() -> dict[str, str]:
         "NN" + seq[10_000:10_600] + seq[10_600:10_900].lower() + seq[10_900:11_200]
         + "nnnn" + seq[11_200:11_203] + "N" * 10 + seq[12_000:12_600]
     )  # fmt: skip
-    return {"chrA": chr_a, "chrB": chr_b}
+    return {"chrA": chr_a, CHR_B: chr_b}
 
 
 def _panel_records(genome: dict[str, str]) -> list[tuple[str, int, str, str]]:
@@ -58,7 +65,7 @@ def _panel_records(genome: dict[str, str]) -> list[tuple[str, int, str, str]]:
     return [
         ("chrA", 100, genome["chrA"][99], alt_of[genome["chrA"][99]]),
         ("chrA", 2500, genome["chrA"][2499], alt_of[genome["chrA"][2499]]),
-        ("chrB", short, genome["chrB"][short - 1], alt_of[genome["chrB"][short - 1]]),
+        (CHR_B, short, genome[CHR_B][short - 1], alt_of[genome[CHR_B][short - 1]]),
     ]
 
 
@@ -89,6 +96,7 @@ def _config(workdir: Path, shared: Path, model_dir: Path) -> Path:
                 "regions": "all",
                 "tile_bp": TILE_BP,
                 "min_context": MIN_CONTEXT,
+                "group_bp": GROUP_BP,
             }
         },
         "datasets": {  # a panel scored by lookup in the scan: no model job
@@ -125,7 +133,7 @@ def genome_run(tmp_path_factory, shared, demo_model_dir) -> Path:
 
 
 def _positions(run: Path) -> pl.DataFrame:
-    return pl.read_parquet(run / SCAN / "positions", hive_partitioning=True).sort("chrom", "pos")
+    return pl.read_parquet(run / SCAN / "positions").sort("chrom", "pos")
 
 
 def test_every_acgt_base_once_and_counts_add_up(genome_run):
@@ -139,8 +147,9 @@ def test_every_acgt_base_once_and_counts_add_up(genome_run):
         skipped += len(seq) - sum(b - a for a, b in runs)
         short += sum(b - a for a, b in runs if b - a < 6)
         expected += [(chrom, p + 1) for a, b in runs if b - a >= 6 for p in range(a, b)]
+    expected.sort()  # as _positions sorts: by contig name, then position
     got = list(zip(positions["chrom"].cast(pl.Utf8), positions["pos"], strict=True))
-    assert got == expected  # every ACGT base exactly once, no N, in order
+    assert got == expected  # every ACGT base exactly once, no N
     totals = plan["totals"]
     assert totals["scored_bp"] == len(expected) == summary["bases_written"]
     assert totals["snvs"] == 3 * len(expected)
@@ -192,11 +201,14 @@ def test_scores_match_next_token_scoring_at_phase_zero(genome_run, loaded):
 
 def test_tabix_files_answer_region_queries(genome_run):
     positions = _positions(genome_run)
-    for chrom in ("chrA", "chrB"):
-        path = genome_run / SCAN / f"snvs/{chrom}.tsv.gz"
+    for chrom, name in (("chrA", "chrA"), (CHR_B, CHR_B_FILE)):
+        path = genome_run / SCAN / f"snvs/{name}.tsv.gz"
         header = [line for line in pysam.BGZFile(str(path)).read().decode().splitlines()
                   if line.startswith("#")]  # fmt: skip
         text = "\n".join(header)
+        assert text.isascii()
+        with pysam.TabixFile(str(path)) as tabix:  # pysam decodes header lines as ASCII
+            assert list(tabix.header) == header
         for needed in ("##model=", "##revision=", "##normalization=dna_block", "##sign=",
                        "##column=score", "#chrom\tpos\tref\talt\tscore"):  # fmt: skip
             assert needed in text, needed
@@ -217,7 +229,8 @@ def test_tabix_files_answer_region_queries(genome_run):
 
 def test_summary_reports_bytes_per_snv(genome_run):
     summary = json.loads((genome_run / SCAN / "summary.json").read_text())
-    files = list((genome_run / SCAN).glob("positions/chrom=*/part-0.parquet"))
+    files = list((genome_run / SCAN).glob("positions/*.parquet"))
+    assert sorted(f.name for f in files) == [f"{CHR_B_FILE}.parquet", "chrA.parquet"]
     assert summary["parquet_bytes"] == sum(f.stat().st_size for f in files)
     assert summary["parquet_bytes_per_snv"] > 0 and summary["tsv_bytes_per_snv"] > 0
     report = (genome_run / SCAN / "summary.md").read_text()
@@ -248,7 +261,7 @@ sys.exit(cli.main(argv))
 
 def _outputs(run: Path) -> dict[str, bytes]:
     scan = run / SCAN
-    files = [*scan.glob("positions/chrom=*/part-0.parquet"), *scan.glob("snvs/*")]
+    files = [*scan.glob("positions/*.parquet"), *scan.glob("snvs/*")]
     return {str(f.relative_to(scan)): f.read_bytes() for f in sorted(files)}
 
 
@@ -293,7 +306,7 @@ def test_dry_run_prints_the_plan(genome_run, shared, demo_model_dir):
 def test_plan_scan_command_prints_estimates(shared, tmp_path):
     out = subprocess.run(
         ["carbon-vep", "plan-scan", "--reference", str(shared / "genome.fa"),
-         "--regions", "chrA", "chrB:1-500", "--chunk-bp", "1000", "--tile-bp", "600",
+         "--regions", "chrA", f"{CHR_B}:1-500", "--chunk-bp", "1000", "--tile-bp", "600",
          "--min-context", "240", "--model", "big=HuggingFaceBio/Carbon-3B",
          "--out", str(tmp_path / "plan.json")],
         capture_output=True, text=True, env=workflow_env(), check=True,
@@ -314,16 +327,16 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
     scored, _, short = _panel_records(genome)
     records = [
         scored,
-        ("chrB", 1500, genome["chrB"][1499].upper(), "A" if genome["chrB"][1499] != "a" else "C"),
+        (CHR_B, 1500, genome[CHR_B][1499].upper(), "A" if genome[CHR_B][1499] != "a" else "C"),
         short,
         ("chrA", 200, other, alt_of[other]),  # the scan's base here is another
         ("chrA", 300, genome["chrA"][299:301], genome["chrA"][299]),  # a deletion: skipped
     ]
     vcf = _write_vcf(tmp_path / "panel.vcf", records)
     out = tmp_path / "annotated.parquet"
-    subprocess.run(
+    subprocess.run(  # no --build: the scan's; the reference differs in one base only
         ["carbon-vep", "annotate", "--scan", str(genome_run / SCAN), "--panel", str(vcf),
-         "--reference", str(reference), "--build", "lambda_test", "--out", str(out)],
+         "--reference", str(reference), "--out", str(out)],
         check=True, env=workflow_env(), capture_output=True, text=True,
     )  # fmt: skip
     rows = pl.read_parquet(out).sort("row_id")
@@ -341,6 +354,43 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
         assert rows["window_bp"][i] == base["context_bp"]
     assert rows.filter(pl.col("status") != "scored")["score"].null_count() == 3
     assert "the scan's base here is" in rows["reason"][3]
+
+
+def _annotate(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["carbon-vep", "annotate", *argv], env=workflow_env(),
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def test_annotate_takes_the_scans_build_and_reference(genome_run, shared, tmp_path):
+    """No --build and no --reference: the scan's (scan.json); a --build of the same assembly
+    is accepted, another refused; a reference whose contigs have other lengths is refused."""
+    record = json.loads((genome_run / SCAN / "scan.json").read_text())
+    assert record["build"] == "lambda_test"
+    assert record["reference"] == str(shared / "genome.fa")  # absolute, as the config gives it
+    assert record["contigs"]["chrA"] == {"file": "chrA", "length": 3000 + 100,
+                                         "scored_bp": 3000}  # fmt: skip
+    scan, vcf = str(genome_run / SCAN), str(shared / "panel.vcf")
+    out = tmp_path / "a.parquet"
+    done = _annotate("--scan", scan, "--panel", vcf, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "build lambda_test" in done.stderr
+    assert pl.read_parquet(out)["status"].to_list() == ["scored", "scored", "not_scanned"]
+    key = ["row_id", "status", "score"]
+    assert pl.read_parquet(out).select(key).equals(pl.read_parquet(genome_run / LOOKUP).select(key))
+    same = _annotate("--scan", scan, "--panel", vcf, "--build", "lambda_test", "--out", str(out))
+    assert same.returncode == 0, same.stderr
+
+    other = _annotate("--scan", scan, "--panel", vcf, "--build", "hg38", "--out", str(out))
+    assert other.returncode != 0
+    assert "--build hg38 (GRCh38) disagrees with the scan's build lambda_test" in other.stderr
+    longer = dict(_genome(), chrA=_genome()["chrA"] + "ACGT")
+    fasta = write_fasta(tmp_path / "longer.fa", longer)
+    moved = _annotate("--scan", scan, "--panel", vcf, "--reference", str(fasta), "--out", "x")
+    assert moved.returncode != 0
+    assert "contig 'chrA' is 3,104 bp here but 3,100 bp in the scan's reference" in moved.stderr
+    renamed = write_fasta(tmp_path / "renamed.fa", {f"{c}_v2": s for c, s in _genome().items()})
+    names = _annotate("--scan", scan, "--panel", vcf, "--reference", str(renamed), "--out", "x")
+    assert names.returncode != 0 and "none of the scan's contigs" in names.stderr
 
 
 def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):

@@ -3,13 +3,25 @@ gaps, chunks of at most chunk_bp scored bases, every ACGT base in exactly one ti
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from support.files import random_dna, write_fasta
 
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
 from carbon_vep.errors import InputError
+from carbon_vep.genome.contigs import encode_name
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.scan.plan import acgt_runs, chunk_pieces, plan_scan, resolve_targets
+from carbon_vep.scan.plan import (
+    MAX_STEM,
+    acgt_runs,
+    chunk_pieces,
+    describe_plan,
+    file_stem,
+    output_files,
+    plan_scan,
+    resolve_targets,
+)
 
 LENGTHS = {"chr1": 1000, "chr2": 500}
 
@@ -23,6 +35,12 @@ def test_targets_all_regions_bed_and_aliases(tmp_path):
         "chr2": [(0, 5)],
     }
     assert resolve_targets(["2:11-20", "chr2"], LENGTHS) == {"chr2": [(0, 500)]}
+    hla = {"HLA-A*01:01:01:01": 3000, "HLA-B*07:02": 2000, "chr1:1-5": 10}
+    assert resolve_targets(["HLA-A*01:01:01:01:11-20", "HLA-B*07:02", "chr1:1-5"], hla) == {
+        "HLA-A*01:01:01:01": [(10, 20)],  # the name holds `:`; the region after the last one
+        "HLA-B*07:02": [(0, 2000)],
+        "chr1:1-5": [(0, 10)],  # a contig named like a region is the contig
+    }
 
 
 @pytest.mark.parametrize(
@@ -91,3 +109,53 @@ def test_targets_without_a_scoreable_base_are_refused(tmp_path):
     with open_reference(fasta) as reference, pytest.raises(InputError, match="nothing to scan"):
         plan_scan(reference, resolve_targets(["all"], reference.lengths), TileSettings(120, 60),
                   ScanChunkSettings(chunk_bp=1000))  # fmt: skip
+
+
+# ---- output files: large contigs alone, small ones together -------------------------------
+def test_small_contigs_share_files_up_to_group_bp_in_reference_order():
+    scored = {"chr1": 5000, "u1": 400, "u2": 600, "u3": 1, "chr2": 1000, "u4": 999, "u5": 0,
+              "u6": 2, "HLA-A*01:01": 998}  # fmt: skip
+    files = output_files(scored, group_bp=1000)
+    assert [f["contigs"] for f in files] == [
+        ["chr1"],  # >= group_bp: alone
+        ["u1", "u2"],  # 1,000: full
+        ["u3"],  # closed by chr2, a large contig, after it
+        ["chr2"],  # exactly group_bp: alone
+        ["u4"],  # u4 + u6 would be 1,001
+        ["u6", "HLA-A*01:01"],  # u5 has no scored base: no file
+    ]
+    assert [f["name"] for f in files] == [
+        "chr1", "u1+1", "u3", "chr2", "u4", "u6+1"
+    ]  # fmt: skip
+    assert [f["scored_bp"] for f in files] == [5000, 1000, 1, 1000, 999, 1000]
+    alone = output_files(scored, group_bp=1)  # every contig its own files
+    assert [f["name"] for f in alone] == [encode_name(c) for c, n in scored.items() if n]
+
+
+def test_a_shared_file_is_named_after_its_first_contig():
+    assert file_stem(["HLA-A*01:01:01:01"]) == "HLA-A@2A01@3A01@3A01@3A01"
+    assert file_stem(["HLA-A*01:01:01:01", "HLA-B*07:02"]) == "HLA-A@2A01@3A01@3A01@3A01+1"
+    long = "contig_" + "|" * 300  # 900+ characters once encoded
+    stem = file_stem([long])
+    assert len(stem) <= MAX_STEM and re.fullmatch(r"contig_(@7C)+\+h[0-9a-f]{12}", stem)
+    assert file_stem([long + "x"]) != stem and file_stem([long, "b"]) == stem + "+1"
+
+
+def test_the_plan_lists_output_files_with_their_chunks(tmp_path):
+    contigs = {"big": random_dna(3000, 5), **{f"u{i}": random_dna(200, i) for i in range(12)}}
+    contigs["gaps"] = "N" * 50
+    fasta = write_fasta(tmp_path / "g.fa", contigs)
+    with open_reference(fasta) as reference:
+        targets = resolve_targets(["all"], reference.lengths)
+        chunks = ScanChunkSettings(chunk_bp=2000, group_bp=1000)
+        plan = plan_scan(reference, targets, TileSettings(120, 60), chunks)
+    names = [f["name"] for f in plan["files"]]
+    assert names == ["big", "u0+4", "u5+4", "u10+1"]
+    assert plan["totals"]["files"] == 4 and plan["group_bp"] == 1000
+    assert plan["contigs"]["u7"]["file"] == "u5+4" and "file" not in plan["contigs"]["gaps"]
+    assert plan["contigs"]["big"]["length"] == 3000
+    for entry in plan["files"]:  # its chunks are exactly those holding its contigs' bases
+        held = {i for i, chunk in enumerate(plan["chunks"])
+                if any(p["chrom"] in entry["contigs"] for p in chunk)}  # fmt: skip
+        assert entry["chunks"] == sorted(held)
+    assert "output files: 4" in describe_plan(plan)

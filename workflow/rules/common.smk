@@ -1,3 +1,4 @@
+import functools
 import hashlib
 import json
 import os
@@ -51,7 +52,8 @@ wildcard_constraints:
     shard=r"\d{5}",
     scan="|".join(RUN.scans) or "^$",
     chunk=r"\d{5}",
-    contig=r"[^/]+",
+    # an output file of a scan: contig names encoded (@XX), `+N` for shared files
+    file=r"[A-Za-z0-9._@+-]+",
 
 
 # ---- what the run produces -------------------------------------------------------------------
@@ -278,6 +280,12 @@ def scan_model_paths(wildcards):
 
 def _scan_plan(wildcards):
     path = checkpoints.plan_scan.get(scan=wildcards.scan).output.plan
+    return _read_plan(path, os.stat(path).st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_plan(path, mtime_ns):
+    """The plan JSON, read once per version of the file (input functions ask for every job)."""
     with open(path) as handle:
         return json.load(handle)
 
@@ -286,12 +294,11 @@ def _chunk_file(wildcards, index, ext):
     return f"{OUTDIR}/scans/{wildcards.scan}/{wildcards.model}/chunks/chunk_{index:05d}.{ext}"
 
 
-def contig_chunks(wildcards):
-    """The chunks holding bases of this contig, in plan (= reference) order."""
-    contigs = _scan_plan(wildcards)["contigs"]
+def file_chunks(wildcards):
+    """The chunks holding bases of this output file's contigs, in plan (= reference) order."""
+    files = {entry["name"]: entry for entry in _scan_plan(wildcards)["files"]}
     return [
-        _chunk_file(wildcards, i, "parquet")
-        for i in contigs[wildcards.contig]["chunks"]
+        _chunk_file(wildcards, i, "parquet") for i in files[wildcards.file]["chunks"]
     ]
 
 
@@ -300,14 +307,14 @@ def scan_chunk_stats(wildcards):
     return [_chunk_file(wildcards, i, "json") for i in range(len(chunks))]
 
 
-def scan_contig_files(wildcards, kind):
-    """The per-contig Parquet partitions or tabix TSVs of every contig with scored bases."""
-    plan = _scan_plan(wildcards)
+def scan_output_files(wildcards, kind):
+    """The Parquet files or tabix TSVs of the scan: one per output file of the plan (a large
+    contig, or small contigs together)."""
     base = f"{OUTDIR}/scans/{wildcards.scan}/{wildcards.model}"
-    contigs = [c for c, n in plan["contigs"].items() if n["scored_bp"]]
+    names = [entry["name"] for entry in _scan_plan(wildcards)["files"]]
     if kind == "parquet":
-        return [f"{base}/positions/chrom={c}/part-0.parquet" for c in contigs]
-    return [f"{base}/snvs/{c}.tsv.gz" for c in contigs]
+        return [f"{base}/positions/{name}.parquet" for name in names]
+    return [f"{base}/snvs/{name}.tsv.gz" for name in names]
 
 
 def scan_provenance(wildcards):

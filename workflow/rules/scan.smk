@@ -1,4 +1,4 @@
-# Whole-genome (or any regions') scans: plan -> chunk jobs -> per-contig merge -> summary.
+# Whole-genome (or any regions') scans: plan -> chunk jobs -> merge per output file -> summary.
 print_scan_plans()  # dry runs show the plan of every scan already planned
 
 
@@ -53,23 +53,25 @@ rule scan_chunk:
         " > {log} 2>&1"
 
 
-rule merge_scan_contig:
+# one job per output file: a large contig alone, or small contigs together (the plan's `files`)
+rule merge_scan_file:
     input:
-        chunks=contig_chunks,
+        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
+        chunks=file_chunks,
     output:
-        parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/chrom={{contig}}/part-0.parquet",
-        tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{contig}}.tsv.gz",
-        tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{contig}}.tsv.gz.tbi",
+        parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/{{file}}.parquet",
+        tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz",
+        tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz.tbi",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/merge_scan_contig_{{contig}}.log",
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/merge_scan_file_{{file}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
         settings=lambda wc: spec_json(RUN.scans[wc.scan].chunks),
         provenance=scan_provenance,
     shell:
-        "carbon-vep merge-scan --contig {wildcards.contig:q} --chunks {input.chunks}"
-        " --settings {params.settings} --provenance {params.provenance}"
+        "carbon-vep merge-scan --plan {input.plan} --file {wildcards.file:q}"
+        " --chunks {input.chunks} --settings {params.settings} --provenance {params.provenance}"
         " --out-parquet {output.parquet:q} --out-tsv {output.tsv:q} > {log:q} 2>&1"
 
 
@@ -77,10 +79,11 @@ rule summarize_scan:
     input:
         plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         stats=scan_chunk_stats,
-        parquet=lambda wc: scan_contig_files(wc, "parquet"),
-        tsv=lambda wc: scan_contig_files(wc, "tsv"),
+        parquet=lambda wc: scan_output_files(wc, "parquet"),
+        tsv=lambda wc: scan_output_files(wc, "tsv"),
     output:
         json=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
+        record=f"{OUTDIR}/scans/{{scan}}/{{model}}/scan.json",
         md=report(
             f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.md",
             category="Scans",
@@ -90,17 +93,22 @@ rule summarize_scan:
         f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/summarize_scan.log",
     conda:
         "../../envs/carbon-vep.yaml"
+    params:
+        provenance=scan_provenance,
     shell:
         "carbon-vep summarize-scan --plan {input.plan} --chunk-stats {input.stats}"
         " --parquet {input.parquet:q} --tsv {input.tsv:q} --title '{wildcards.scan} / {wildcards.model}'"
-        " --out-json {output.json} --out-md {output.md} > {log} 2>&1"
+        " --provenance {params.provenance} --out-json {output.json} --out-md {output.md}"
+        " --out-record {output.record} > {log} 2>&1"
 
 
-# A dataset with recipe from_scan: its panel looked up in the scan's outputs, no model
+# A dataset with recipe from_scan: its panel looked up in the scan's outputs, no model (the
+# scan's build is the dataset's: RunConfig checks it)
 rule annotate_from_scan:
     input:
         checked=rules.check_panel.output.checked,
         summary=lambda wc: f"{lookup_scan_dir(wc)}/summary.json",
+        record=lambda wc: f"{lookup_scan_dir(wc)}/scan.json",
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
     log:

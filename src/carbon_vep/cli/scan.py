@@ -1,6 +1,6 @@
 """Scans: scan (one region, one process), and the whole-genome path the workflow runs:
-plan-scan (the checkpoint), scan-chunk (one job per chunk), merge-scan (one per contig) and
-summarize-scan."""
+plan-scan (the checkpoint), scan-chunk (one job per chunk), merge-scan (one per output file: a
+large contig, or small contigs together) and summarize-scan."""
 
 from __future__ import annotations
 
@@ -114,8 +114,11 @@ def scan_chunk(args: argparse.Namespace) -> None:
 
 
 def add_merge_scan(sub) -> None:
-    p = sub.add_parser("merge-scan", help="one contig of a scan: Parquet partition + tabix TSV")
-    p.add_argument("--contig", required=True)
+    p = sub.add_parser(
+        "merge-scan", help="one output file of a scan (its contigs): Parquet + tabix TSV"
+    )
+    p.add_argument("--plan", required=True, help="the scan's plan (plan-scan --out)")
+    p.add_argument("--file", required=True, help="the plan's output file (a name in `files`)")
     p.add_argument("--chunks", nargs="+", required=True, help="chunk Parquet files, in order")
     add_flags(p, ScanChunkSettings)
     p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
@@ -125,13 +128,19 @@ def add_merge_scan(sub) -> None:
 
 
 def merge_scan(args: argparse.Namespace) -> None:
-    """One contig's rows of the chunks -> its Parquet partition and tabix TSV."""
-    from carbon_vep.scan.outputs import merge_contig
+    """The rows of one output file's contigs in the chunks -> its Parquet file and tabix TSV."""
+    from carbon_vep.scan.outputs import merge_group, read_json
+    from carbon_vep.scan.plan import plan_file
 
     (chunks,) = from_args(args, ScanChunkSettings)
-    stats = merge_contig(args.chunks, args.contig, args.out_parquet, args.out_tsv,
-                         pairs(args.provenance), chunks.tsv_decimals)  # fmt: skip
-    log.info("merged %s: %s", args.contig, stats)
+    entry = plan_file(read_json(args.plan), args.file)
+    stats = merge_group(args.chunks, entry["contigs"], args.out_parquet, args.out_tsv,
+                        pairs(args.provenance), chunks.tsv_decimals)  # fmt: skip
+    if stats["bases"] != entry["scored_bp"]:
+        raise ValueError(f"{args.file}: the chunks hold {stats['bases']} bases of its contigs; "
+                         f"the plan scores {entry['scored_bp']}")  # fmt: skip
+    stats.pop("bases_per_contig")
+    log.info("merged %s: %s", args.file, stats)
 
 
 def add_summarize_scan(sub) -> None:
@@ -141,21 +150,54 @@ def add_summarize_scan(sub) -> None:
     p.add_argument("--parquet", nargs="+", required=True)
     p.add_argument("--tsv", nargs="+", required=True)
     p.add_argument("--title", default="scan")
+    p.add_argument(
+        "--provenance", action="append", default=[],
+        help="KEY=VALUE or JSON: the scan's build, model, ... (recorded in --out-record)",
+    )  # fmt: skip
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-md", required=True)
+    p.add_argument("--out-record", default=None, help="scan.json: what annotate reads")
     p.set_defaults(func=summarize_scan)
 
 
 def summarize_scan(args: argparse.Namespace) -> None:
-    from carbon_vep.scan.outputs import read_json, summarize, summary_markdown
+    from carbon_vep.scan.outputs import read_json, scan_record, summarize, summary_markdown
     from carbon_vep.scan.plan import describe_plan
 
     plan = read_json(args.plan)
     stats = [read_json(p) for p in args.chunk_stats]
     summary = summarize(plan, stats, args.parquet, args.tsv)
+    if args.out_record:
+        atomic.write_json(scan_record(plan, pairs(args.provenance)), args.out_record)
     atomic.write_json(summary, args.out_json)
     plan_text = describe_plan(plan, f"scan plan: {args.title}")
     atomic.write_text(summary_markdown(summary, plan_text), args.out_md)
 
 
-COMMANDS = (add_scan, add_plan_scan, add_scan_chunk, add_merge_scan, add_summarize_scan)
+def add_concat_scan(sub) -> None:
+    p = sub.add_parser(
+        "concat-scan", help="a scan's tabix TSVs as one file (for `bcftools annotate -a`)"
+    )
+    p.add_argument("--scan", required=True, help="a scan's output folder (holds scan.json)")
+    p.add_argument("--out", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.set_defaults(func=concat_scan)
+
+
+def concat_scan(args: argparse.Namespace) -> None:
+    """Every tabix TSV of a scan in one file, reference order, one header."""
+    from carbon_vep.scan.outputs import concat_tsv
+
+    if not args.out.endswith(".gz"):
+        raise InputError(args.out, "the output is bgzipped and tabix-indexed: name it *.tsv.gz")
+    stats = concat_tsv(args.scan, args.out)
+    log.info("wrote %s: %s", args.out, stats)
+
+
+COMMANDS = (
+    add_scan,
+    add_plan_scan,
+    add_scan_chunk,
+    add_merge_scan,
+    add_summarize_scan,
+    add_concat_scan,
+)

@@ -122,36 +122,58 @@ def score(args: argparse.Namespace) -> None:
 
 def add_annotate(sub) -> None:
     p = sub.add_parser("annotate", help="score a panel by lookup in a scan's outputs, no model")
-    p.add_argument("--scan", required=True, help="a scan's output folder (holds positions/)")
+    p.add_argument("--scan", required=True, help="a scan's output folder (holds scan.json)")
     p.add_argument("--panel", default=None, help="VCF/BCF, Parquet, TSV or CSV (ingested)")
-    p.add_argument("--reference", default=None, help="the panel's reference (for the checks)")
+    p.add_argument(
+        "--reference", default=None,
+        help="the panel's reference for the checks (default: the scan's, from its scan.json)",
+    )  # fmt: skip
     p.add_argument("--checked", default=None, help="or: a checked panel (check-panel --out)")
     add_flags(p, PanelSettings, LabelSettings)
+    p.set_defaults(build=None)  # the scan's build unless given (and then it must agree)
+    for action in p._actions:
+        if action.dest == "build":
+            action.help = "default: the scan's build (scan.json); given, it must name the same"
     p.add_argument("--out", required=True)
     p.set_defaults(func=annotate)
 
 
 def annotate(args: argparse.Namespace) -> None:
-    """A panel scored by lookup in a scan's outputs: no model."""
-    from carbon_vep.scoring.annotate import annotate_panel
+    """A panel scored by lookup in a scan's outputs: no model. The scan's build and reference
+    are used unless given; a `--build` of another assembly is refused."""
+    from carbon_vep.scoring.annotate import (
+        annotate_panel,
+        check_reference,
+        read_scan,
+        resolve_build,
+    )
 
+    record = read_scan(args.scan)
+    args.build = resolve_build(record, args.build, args.scan)
     if args.checked:  # the workflow's check_panel output
         checked = pl.read_parquet(args.checked)
-    elif args.panel and args.reference:
+    elif args.panel:
         from carbon_vep.genome.reference import open_reference
         from carbon_vep.variants.ingest import ingest_panel
 
         panel, labels = from_args(args, PanelSettings, LabelSettings)
-        with open_reference(args.reference) as reference:
+        reference_path = args.reference or record["reference"]
+        if not Path(reference_path).is_file():
+            raise InputError(reference_path, "the scan's reference is not there any more; give "
+                             "--reference (the same genome)")  # fmt: skip
+        with open_reference(reference_path) as reference:
+            if args.reference:
+                check_reference(record, reference.lengths, args.reference)
             checked, _ = ingest_panel(args.panel, reference, panel, labels)
     else:
-        raise InputError("command line", "annotate needs --panel and --reference, or --checked")
+        raise InputError("command line", "annotate needs --panel (or --checked)")
     began = time.monotonic()
     annotated = annotate_panel(checked, args.scan)
     took = time.monotonic() - began
     atomic.write_parquet(annotated, args.out)
-    log.info("annotated %d rows in %.2f s (lookup): %s", annotated.height, took,
-             dict(annotated.group_by("status").len().sort("status").iter_rows()))  # fmt: skip
+    counts = dict(annotated.group_by("status").len().sort("status").iter_rows())
+    log.info("annotated %d rows in %.2f s (lookup; build %s): %s", annotated.height, took,
+             args.build, counts)  # fmt: skip
 
 
 COMMANDS = (add_make_shards, add_score_shard, add_merge, add_score, add_annotate)

@@ -27,7 +27,7 @@ from carbon_vep.config.stages import (
     ShardSettings,
     TileSettings,
 )
-from carbon_vep.genome.builds import check_shared_references
+from carbon_vep.genome.builds import canonical_build, check_shared_references
 
 # ---- config entries ----------------------------------------------------------------------
 ENTRY_KEY = r"^[A-Za-z0-9_.-]+$"
@@ -252,6 +252,12 @@ class RunConfig:
         missing = sorted(set(self.entry_models(dataset)) - set(self.entry_models(self.scans[scan])))
         if missing:
             raise ConfigError(f"datasets.{key}: scan {scan!r} does not run model(s) {missing}")
+        scan_build = self.scans[scan].build
+        if canonical_build(dataset.build) != canonical_build(scan_build):
+            raise ConfigError(
+                f"datasets.{key}: build {dataset.build} but scan {scan!r} is of {scan_build}; a "
+                "panel is looked up in a scan of its own build"
+            )
 
     def scan_lookups(self) -> dict[str, str]:
         """Datasets scored by lookup in a scan (recipe from_scan) -> the scan's key."""

@@ -296,10 +296,18 @@ class ScanChunkSettings:
         help="scored bases per scan job: 50 Mbp is ~13 min of Carbon-3B on one A100 at 50% of "
         "bf16 peak (estimate; profiles/slurm-a10 and slurm-h100 set 30 and 150 Mbp)",
     )
+    group_bp: int = setting(
+        10_000_000,
+        minimum=1,
+        help="output files: a contig with at least this many scored bases gets its own Parquet "
+        "file and tabix TSV (one merge job); smaller contigs (unplaced, decoy, HLA, a draft "
+        "assembly's) share files, consecutive in reference order, up to this many scored bases "
+        "a file (GRCh38's chromosomes but chrM have their own; its ~3,300 other contigs of the "
+        "analysis set share a few dozen)",
+    )
     tsv_decimals: int = setting(
         2,
         minimum=1,
         maximum=6,
-        help="decimals of the score in the per-chromosome tabix TSV (the Parquet dataset keeps "
-        "every marginal)",
+        help="decimals of the score in the tabix TSV (the Parquet dataset keeps every marginal)",
     )

@@ -54,3 +54,35 @@ def alias_candidates(contig: str, reference_contigs: Iterable[str]) -> list[str]
     """Reference contigs that spell the same chromosome as `contig` in another convention."""
     canonical = canonical_contig(contig)
     return [name for name in reference_contigs if canonical_contig(name) == canonical]
+
+
+# ---- contig names in file names ------------------------------------------------------------
+# Kept as they are: ASCII letters, digits and `._-` (POSIX's portable file-name characters), but
+# not `._-` as the first character (a hidden file; pyarrow's dataset discovery skips names that
+# start with `.` or `_`; a leading `-` reads as a command-line option). Every other byte of the
+# name's UTF-8 is written @XX, upper-case hex: percent-encoding with `@` for `%`. Not `%`
+# itself: file names become Snakemake wildcards, which the SLURM executor puts into each job's
+# `--output` path, where SLURM expands `%` sequences (`%2A` is the job ID, `%7C` loses its `%`;
+# expand_stdio_fields in SLURM's src/common/print_fields.c) and the job's log folder is missed.
+_NAME_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+ESCAPE = "@"
+
+
+def encode_name(name: str) -> str:
+    """A contig name as a shell-safe file-name part that decodes back to exactly `name`
+    (`HLA-A*01:01:01:01` -> `HLA-A@2A01@3A01@3A01@3A01`; `chr1` stays `chr1`)."""
+    out = []
+    for index, char in enumerate(name):
+        if char in _NAME_SAFE and (index or char.isalnum()):
+            out.append(char)
+        else:
+            out += [f"{ESCAPE}{byte:02X}" for byte in char.encode("utf-8")]
+    return "".join(out)
+
+
+def decode_name(text: str) -> str:
+    """The contig name of an `encode_name` file-name part: `@` read as `%`, then standard
+    percent-decoding (`urllib.parse.unquote`)."""
+    from urllib.parse import unquote
+
+    return unquote(text.replace(ESCAPE, "%"), errors="strict")

@@ -1,17 +1,23 @@
-"""Whole-genome scan outputs, streamed (no torch): chunk files, the per-chromosome merge, the
-summary.
+"""Whole-genome scan outputs, streamed (no torch): chunk files, the merge into output files,
+the summary and the scan's record.
 
 A scan job writes its chunk as Parquet row groups as it goes (`BaseWriter`): one row per scored
-base (columns.SCAN_BASE). `merge_contig` streams the chunks holding one contig, in plan order
-(which is reference order), into
+base (columns.SCAN_BASE). `merge_group` streams the rows of one output file's contigs (the
+plan's `files`: a large contig alone, or a run of small ones) from the chunks holding them, in
+plan order (which is reference order), into
 
-- `positions/chrom=<contig>/part-0.parquet`: the per-base dataset, hive-partitioned by
-  chromosome (pyarrow / polars / DuckDB read the folder as one table with a `chrom` column), and
-- `snvs/<contig>.tsv.gz` (+ `.tbi`): per-SNV scores, bgzipped and tabix-indexed, 3 rows per base,
-  with `##` header lines naming the model, revision, normalisation, sign convention and columns.
+- `positions/<name>.parquet`: per-base rows with their `chrom`; the folder is one dataset that
+  pyarrow, polars and DuckDB read as one table (row-group statistics on `chrom` and `pos` let
+  them skip to one contig or region), and
+- `snvs/<name>.tsv.gz` (+ `.tbi`): per-SNV scores, bgzipped and tabix-indexed (every contig of
+  the file answers region queries), 3 rows per base, with `##` header lines (ASCII only)
+  naming the model, revision, normalisation, sign convention, columns and contigs.
 
-Nothing is half-written: every file goes to a temporary name and is renamed when complete, and
-the merge reads only completed chunks; the same chunks give byte-identical merged files.
+`<name>` is the contig's name encoded (`genome.contigs.encode_name`), or
+`<first contig>+<N more>` for a shared file. Nothing is half-written: every file goes to a
+temporary name and is renamed when complete, and the merge reads only completed chunks; the
+same chunks give byte-identical merged files. `scan_record` writes `scan.json`: the build,
+reference, model and which file holds each contig (what `carbon-vep annotate` reads).
 """
 
 from __future__ import annotations
@@ -24,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pysam
 
 from carbon_vep import columns
 from carbon_vep.atomic import atomic_path
 from carbon_vep.columns import SCAN_BASES
+from carbon_vep.errors import InputError
 
 BASE_SCHEMA = columns.schema(columns.SCAN_BASE)
 LOG_FNS = [f"log_fns_{b}" for b in SCAN_BASES]
@@ -40,37 +46,31 @@ _WRITE_OPTIONS: dict[str, Any] = {
     "compression_level": 9,
     "use_dictionary": ["chrom", "ref", "phase"],
     "column_encoding": {"pos": "DELTA_BINARY_PACKED", "context_bp": "DELTA_BINARY_PACKED"},
-    "write_statistics": ["pos"],  # row-group min/max of pos: annotate skips row groups
+    # row-group min/max of chrom and pos: readers (annotate, DuckDB, polars) skip row groups
+    "write_statistics": ["chrom", "pos"],
     "store_schema": False,
 }
 TSV_COLUMNS = columns.names(columns.SCAN_TSV)
 ROW_GROUP_ROWS = 1 << 20  # bases per row group of the merged dataset (~12 MB written)
 
 
-def _arrow(frame: pl.DataFrame, drop: Sequence[str] = ()) -> pa.Table:
-    return frame.drop(drop).to_arrow()
-
-
 class BaseWriter:
     """Per-base rows into one Parquet file, a row group per `write`, under a temporary name
     until `close` renames it into place (a killed job leaves no file at `path`)."""
 
-    def __init__(self, path: str | Path, drop: Sequence[str] = ()) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.drop = tuple(drop)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for stale in self.path.parent.glob(f".{self.path.name}.tmp-*"):  # of a killed job
             stale.unlink(missing_ok=True)
-        names = [c for c in BASE_SCHEMA if c not in self.drop]
-        empty = pl.DataFrame(schema={c: BASE_SCHEMA[c] for c in names})
-        self.schema = _arrow(empty).schema
+        self.schema = pl.DataFrame(schema=BASE_SCHEMA).to_arrow().schema
         self.writer = pq.ParquetWriter(self.tmp, self.schema, **_WRITE_OPTIONS)
         self.rows = 0
 
     def write(self, frame: pl.DataFrame) -> None:
         if frame.height:
-            self.writer.write_table(_arrow(frame, self.drop).cast(self.schema))
+            self.writer.write_table(frame.to_arrow().cast(self.schema))
             self.rows += frame.height
 
     def close(self) -> None:
@@ -82,15 +82,35 @@ class BaseWriter:
         self.tmp.unlink(missing_ok=True)
 
 
-def read_chunk_rows(chunks: Sequence[str | Path], contig: str) -> Iterator[pl.DataFrame]:
-    """The rows of `contig` in the chunk files, row group by row group, in order."""
+def read_chunk_rows(chunks: Sequence[str | Path], contigs: Sequence[str]) -> Iterator[pl.DataFrame]:
+    """The rows of `contigs` in the chunk files, row group by row group, in order: each chunk is
+    read once, whatever the number of contigs."""
+    wanted = list(contigs)
     for path in chunks:
         parquet = pq.ParquetFile(path)
         for group in range(parquet.num_row_groups):
             frame = pl.from_arrow(parquet.read_row_group(group))
-            part = frame.filter(pl.col("chrom") == contig)
+            part = frame.filter(pl.col("chrom").is_in(wanted))
             if part.height:
                 yield part
+
+
+def _in_order(frames: Iterator[pl.DataFrame], contigs: Sequence[str]) -> Iterator[pl.DataFrame]:
+    """`frames`, checked to run through `contigs` in the given order, each by rising position
+    (what tabix and the annotate lookup rely on); a chunk out of order stops the merge."""
+    rank = {c: i for i, c in enumerate(contigs)}
+    last = (-1, 0)
+    for frame in frames:
+        order = frame.select(
+            pl.col("chrom").replace_strict(rank, return_dtype=pl.Int64).alias("rank"), "pos"
+        )
+        keys = order["rank"].cast(pl.Int64) * (1 << 32) + order["pos"]
+        first = (order["rank"][0], order["pos"][0])
+        if first <= last or not keys.diff().drop_nulls().gt(0).all():
+            chrom = frame["chrom"][0]
+            raise ValueError(f"{chrom}: chunk rows out of order at {frame['pos'][0]}")
+        last = (order["rank"][-1], order["pos"][-1])
+        yield frame
 
 
 def _row_groups(frames: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
@@ -116,61 +136,81 @@ def _rounded(score: pl.Expr, decimals: int) -> pl.Expr:
 
 
 def snv_rows(bases: pl.DataFrame) -> pl.DataFrame:
-    """Three SNVs per base: chrom, pos, ref, alt, score (float32) from the log-marginals."""
+    """Three SNVs per base: chrom, pos, ref, alt, score (float32) from the log-marginals, in the
+    bases' order (contig by contig in a shared file), then by alt."""
     lp = {b: pl.col(f"log_fns_{b}").cast(pl.Float32) for b in SCAN_BASES}
     lp_ref = pl.coalesce([pl.when(pl.col("ref") == b).then(lp[b]) for b in SCAN_BASES])
+    numbered = bases.with_row_index("base_index")
     parts = [
-        bases.filter(pl.col("ref") != alt).select(
-            "chrom", "pos", "ref", pl.lit(alt).alias("alt"), (lp_ref - lp[alt]).alias("score")
-        )
+        numbered.filter(pl.col("ref") != alt).select(
+            "base_index",
+            "chrom",
+            "pos",
+            "ref",
+            pl.lit(alt).alias("alt"),
+            (lp_ref - lp[alt]).alias("score"),
+        )  # fmt: skip
         for alt in SCAN_BASES
     ]
-    return pl.concat(parts).sort("pos", "alt", maintain_order=True)
+    return pl.concat(parts).sort("base_index", "alt").drop("base_index")
 
 
-def tsv_header(contig: str, provenance: Mapping[str, Any]) -> str:
+def ascii_header(text: str) -> str:
+    """A header value in ASCII (pysam and many parsers read header lines as ASCII): other
+    characters as backslash escapes (`\\u2212`), line breaks as spaces."""
+    flat = " ".join(str(text).splitlines())
+    return flat.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def tsv_header(contigs: Sequence[str], provenance: Mapping[str, Any]) -> str:
     lines = [
         "##carbon_vep_scan=per-SNV scores of every ACGT base (3 SNVs per base)",
         *(f"##{key}={value}" for key, value in provenance.items()),
         "##normalization=dna_block (softmax over the 4,096 6-mers; FNS marginals per base)",
         "##sign=score = log m(ref) - log m(alt): larger = more damaging",
         *(f"##column={c.name}: {c.description}" for c in columns.SCAN_TSV),
-        f"##contig={contig}",
-        "#" + "\t".join(TSV_COLUMNS),
+        *(f"##contig={contig}" for contig in contigs),
     ]
-    return "\n".join(lines) + "\n"
+    lines = [ascii_header(line) for line in lines]
+    return "\n".join([*lines, "#" + "\t".join(TSV_COLUMNS)]) + "\n"
 
 
-def merge_contig(
+def tsv_text(bases: pl.DataFrame, decimals: int) -> str:
+    """The TSV rows of per-base rows: columns.SCAN_TSV, in that order (a column added there is
+    added here), 3 SNVs a base, scores rounded to `decimals`."""
+    snvs = snv_rows(bases).with_columns(_rounded(pl.col("score"), decimals))
+    return snvs.select(TSV_COLUMNS).write_csv(
+        None, separator="\t", include_header=False, float_precision=decimals
+    )
+
+
+def merge_group(
     chunks: Sequence[str | Path],
-    contig: str,
+    contigs: Sequence[str],
     parquet_out: str | Path,
     tsv_out: str | Path,
     provenance: Mapping[str, Any],
     decimals: int,
 ) -> dict[str, Any]:
-    """Stream the contig's rows of `chunks` into its Parquet partition and its tabix TSV."""
+    """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file and
+    one tabix TSV."""
     from pysam.libcbgzf import BGZFile
 
     tsv_out = Path(tsv_out)
-    writer = BaseWriter(parquet_out, drop=("chrom",))
-    start, rows, last_pos = time.monotonic(), 0, 0
+    writer = BaseWriter(parquet_out)
+    start, rows, bases = time.monotonic(), 0, dict.fromkeys(contigs, 0)
     with atomic_path(tsv_out) as tmp:
         work = tmp.with_name(f"{tmp.name}.gz")  # pysam indexes by suffix
         try:
             with BGZFile(str(work), "wb") as out:
-                out.write(tsv_header(contig, provenance).encode())
-                for part in _row_groups(read_chunk_rows(chunks, contig)):
-                    if part["pos"][0] <= last_pos or not part["pos"].is_sorted():
-                        raise ValueError(f"{contig}: chunk rows out of order at {part['pos'][0]}")
-                    last_pos = part["pos"][-1]
+                out.write(tsv_header(contigs, provenance).encode("ascii"))
+                rows_in = _in_order(read_chunk_rows(chunks, contigs), contigs)
+                for part in _row_groups(rows_in):
                     writer.write(part)
-                    snvs = snv_rows(part).with_columns(_rounded(pl.col("score"), decimals))
-                    text = snvs.write_csv(
-                        None, separator="\t", include_header=False, float_precision=decimals
-                    )
-                    out.write(text.encode())
+                    out.write(tsv_text(part, decimals).encode())
                     rows += part.height
+                    for chrom, n in part.group_by("chrom").len().iter_rows():
+                        bases[chrom] += n
             pysam.tabix_index(str(work), force=True, seq_col=0, start_col=1, end_col=1,
                               meta_char="#", zerobased=False)  # fmt: skip
             os.replace(f"{work}.tbi", f"{tsv_out}.tbi")
@@ -183,8 +223,9 @@ def merge_contig(
             work.unlink(missing_ok=True)
     writer.close()
     return {
-        "contig": contig,
+        "contigs": len(contigs),
         "bases": rows,
+        "bases_per_contig": bases,
         "snvs": 3 * rows,
         "parquet_bytes": Path(parquet_out).stat().st_size,
         "tsv_bytes": tsv_out.stat().st_size + Path(f"{tsv_out}.tbi").stat().st_size,
@@ -244,3 +285,94 @@ def summary_markdown(summary: Mapping[str, Any], plan_text: str) -> str:
 
 def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text())
+
+
+SCAN_RECORD = "scan.json"  # in a scan's output folder (scans/<scan>/<model>/)
+RECORD_LAYOUT = 2  # positions/<file>.parquet with a chrom column; snvs/<file>.tsv.gz
+
+
+def scan_record(plan: Mapping[str, Any], provenance: Mapping[str, Any]) -> dict[str, Any]:
+    """What a scan is, for the tools that read it later (`carbon-vep annotate`): its build,
+    reference (absolute path), model and tiles (`provenance`), its output files in reference
+    order with their contigs, and for each contig its file, its length in the reference and its
+    scored bases."""
+    return {
+        "layout": RECORD_LAYOUT,
+        **provenance,
+        "reference": os.path.abspath(plan["reference"]),
+        "group_bp": plan["group_bp"],
+        "files": [{"name": e["name"], "contigs": e["contigs"]} for e in plan["files"]],
+        "contigs": {
+            contig: {"file": n.get("file"), "length": n["length"], "scored_bp": n["scored_bp"]}
+            for contig, n in plan["contigs"].items()
+        },
+    }
+
+
+def read_scan(scan_dir: str | Path) -> dict:
+    """The scan's record (`scan.json`): build, reference, model, which file holds each contig."""
+    path = Path(scan_dir) / SCAN_RECORD
+    if not path.is_file():
+        if (Path(scan_dir) / "positions").is_dir():
+            raise InputError(
+                scan_dir,
+                f"no {SCAN_RECORD}: a scan merged by an older carbon-vep (one positions/chrom=*/ "
+                "folder per contig); run its merge again (delete the folder's positions/, snvs/ "
+                "and summary.json, then rerun the workflow: the chunks are kept if present)",
+            )
+        raise InputError(scan_dir, f"not a scan's output folder (no {SCAN_RECORD})")
+    record = read_json(path)
+    if record.get("layout") != RECORD_LAYOUT:
+        raise InputError(path, f"layout {record.get('layout')!r}; this version reads layout "
+                         f"{RECORD_LAYOUT}")  # fmt: skip
+    return record
+
+
+def _data_bytes(path: str | Path, block: int = 1 << 24) -> Iterator[bytes]:
+    """The data lines of a bgzipped TSV (its `#` header lines left out), in blocks."""
+    from pysam.libcbgzf import BGZFile
+
+    with BGZFile(str(path), "rb") as handle:
+        pending, in_header = b"", True
+        while chunk := handle.read(block):
+            if in_header:
+                pending += chunk
+                while pending.startswith(b"#") and b"\n" in pending:
+                    pending = pending[pending.index(b"\n") + 1 :]
+                if not pending or pending.startswith(b"#"):
+                    continue  # the header goes on in the next block
+                chunk, pending, in_header = pending, b"", False
+            yield chunk
+
+
+def concat_tsv(scan_dir: str | Path, out: str | Path) -> dict[str, Any]:
+    """Every tabix TSV of a scan in one bgzipped, tabix-indexed file, in reference order, with
+    one header (every contig's `##contig` line): for tools that take one annotation file
+    (`bcftools annotate -a`). The rows are copied as they are; nothing is recomputed."""
+    from pysam.libcbgzf import BGZFile
+
+    files = read_scan(scan_dir)["files"]
+    names = [entry["name"] for entry in files]
+    snvs = Path(scan_dir) / "snvs"
+    with pysam.TabixFile(str(snvs / f"{names[0]}.tsv.gz")) as first:
+        header = [h for h in first.header if not h.startswith(("##contig=", "#chrom"))]
+    contigs = [c for entry in files for c in entry["contigs"]]
+    header += [ascii_header(f"##contig={c}") for c in contigs]
+    header.append("#" + "\t".join(TSV_COLUMNS))
+    out = Path(out)
+    with atomic_path(out) as tmp:
+        work = tmp.with_name(f"{tmp.name}.gz")  # pysam indexes by suffix
+        try:
+            with BGZFile(str(work), "wb") as handle:
+                handle.write(("\n".join(header) + "\n").encode("ascii"))
+                for name in names:
+                    for block in _data_bytes(snvs / f"{name}.tsv.gz"):
+                        handle.write(block)
+            pysam.tabix_index(str(work), force=True, seq_col=0, start_col=1, end_col=1,
+                              meta_char="#", zerobased=False)  # fmt: skip
+            os.replace(f"{work}.tbi", f"{out}.tbi")
+            os.replace(work, tmp)
+        finally:
+            work.unlink(missing_ok=True)
+            Path(f"{work}.tbi").unlink(missing_ok=True)
+    return {"files": len(names), "contigs": len(contigs), "bytes": out.stat().st_size}

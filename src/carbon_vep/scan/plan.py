@@ -9,6 +9,14 @@ chunks of at most `chunk_bp` scored bases, one GPU job each, in reference order.
 of the targets lands in exactly one chunk; runs shorter than one 6-mer cannot be scored and are
 counted as such.
 
+It also decides the output files (`output_files`): a contig with at least `group_bp` scored
+bases has its own Parquet file and tabix TSV; smaller ones (unplaced scaffolds, decoys, HLA
+alleles, a draft assembly's contigs) share files, consecutive in reference order, up to
+`group_bp` scored bases a file, so that a genome of thousands of contigs is merged by a few
+dozen jobs. File names are the contig names encoded (`genome.contigs.encode_name`: `@XX` for
+each byte other than letters, digits and `._-`); a file of several contigs is named
+`<first contig>+<how many more>`.
+
 The plan also carries the estimates printed before any model job: SNVs, jobs, GPU-hours per GPU
 class for each model (arithmetic, docs/performance.md#the-recipes-at-the-ceiling: FLOPs per
 token of Carbon's shapes at an assumed 50% of each GPU's bf16 peak) and output bytes (per-SNV sizes
@@ -18,6 +26,7 @@ measured on the demo genome, docs/benchmarks.md).
 from __future__ import annotations
 
 import gzip
+import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,14 +38,14 @@ import numpy as np
 from carbon_vep.config.gpus import GPU_CLASSES
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
 from carbon_vep.errors import InputError
-from carbon_vep.genome.contigs import alias_candidates
+from carbon_vep.genome.contigs import alias_candidates, encode_name
 from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.tiling import parse_region, tile_segment
 
 K = 6
 _ACGT = np.zeros(256, dtype=bool)
 _ACGT[list(b"ACGTacgt")] = True
-_REGION = re.compile(r"^[^:]+:[0-9,]+-[0-9,]+$")
+_REGION = re.compile(r"^.+:[0-9,]+-[0-9,]+$")  # the contig name may hold `:` (HLA alleles)
 
 # ---- the cost model (estimates: docs/performance.md#cost-per-token) -------------------------
 # GFLOP per token: body (2 x non-embedding parameters) + the 4,096 DNA rows of the output layer,
@@ -112,6 +121,8 @@ def resolve_targets(
         path = Path(item) if base_dir is None else base_dir / item
         if item == "all":
             raw += [(c, 0, n, "regions: all") for c, n in lengths.items()]
+        elif item in lengths:  # a whole contig, named exactly (before reading it as a region)
+            raw.append((item, 0, -1, f"region {item}"))
         elif _REGION.match(item) and not path.is_file():
             chrom, start, end = parse_region(item)
             raw.append((chrom, start, end, f"region {item}"))
@@ -170,6 +181,7 @@ class Piece:
 
 @dataclass
 class ContigCounts:
+    length: int = 0  # the contig's length in the reference
     targeted_bp: int = 0  # bases of the targets on this contig
     scored_bp: int = 0  # ACGT bases in runs of >= 6: scored, 3 SNVs each
     skipped_non_acgt_bp: int = 0  # N (assembly gaps) and other non-ACGT bases: not tiled
@@ -181,6 +193,7 @@ class ContigCounts:
 def _contig_runs(reference: Reference, chrom: str, spans, counts: ContigCounts):
     """ACGT runs of the contig clipped to the target spans, as Pieces."""
     length = reference.lengths[chrom]
+    counts.length = length
     seq = reference.fetch(chrom, 0, length)
     runs = acgt_runs(seq)
     for start, end in spans:
@@ -238,13 +251,22 @@ def plan_scan(
     totals["snvs"] = 3 * totals["scored_bp"]
     totals["chunks"] = len(plan_chunks)
     totals["tiles"] = sum(len(p.tiles(tiles)) for chunk in plan_chunks for p in chunk)
+    contigs = {c: asdict(n) for c, n in per_contig.items() if n.scored_bp or n.targeted_bp}
+    files = output_files({c: n.scored_bp for c, n in per_contig.items()}, chunks.group_bp)
+    for entry in files:
+        entry["chunks"] = sorted({i for c in entry["contigs"] for i in per_contig[c].chunks})
+        for contig in entry["contigs"]:
+            contigs[contig]["file"] = entry["name"]
+    totals["files"] = len(files)
     return {
         "reference": str(reference.path),
         "tile_bp": tiles.tile_bp,
         "min_context": tiles.min_context,
         "chunk_bp": chunks.chunk_bp,
+        "group_bp": chunks.group_bp,
         "totals": totals,
-        "contigs": {c: asdict(n) for c, n in per_contig.items() if n.scored_bp or n.targeted_bp},
+        "contigs": contigs,
+        "files": files,
         "chunks": [[asdict(p) for p in chunk] for chunk in plan_chunks],
         "estimates": estimates(totals, tiles, models or {}),
     }
@@ -254,9 +276,57 @@ def chunk_pieces(plan: Mapping[str, Any], index: int) -> list[Piece]:
     return [Piece(**p) for p in plan["chunks"][index]]
 
 
-def contigs_with_bases(plan: Mapping[str, Any]) -> list[str]:
-    """Contigs of the plan with at least one scored base (one output file each), in order."""
-    return [c for c, n in plan["contigs"].items() if n["scored_bp"]]
+# ---- output files ------------------------------------------------------------------------------
+MAX_STEM = 200  # characters of an encoded name in a file name (file systems allow 255 bytes)
+
+
+def output_files(scored_bp: Mapping[str, int], group_bp: int) -> list[dict[str, Any]]:
+    """The merge's output files, in reference order: a contig with at least `group_bp` scored
+    bases alone; runs of smaller contigs packed together up to `group_bp` scored bases a file
+    (a contig is never split). Contigs without a scored base get no file."""
+    groups: list[list[str]] = []
+    pending: list[str] = []
+    held = 0
+    for contig, bases in scored_bp.items():
+        if not bases:
+            continue
+        if bases >= group_bp or (pending and held + bases > group_bp):
+            groups += [pending] if pending else []
+            pending, held = [], 0
+        if bases >= group_bp:
+            groups.append([contig])
+        else:
+            pending.append(contig)
+            held += bases
+    groups += [pending] if pending else []
+    files = [
+        {"name": file_stem(g), "contigs": g, "scored_bp": sum(scored_bp[c] for c in g)}
+        for g in groups
+    ]
+    names = [f["name"] for f in files]
+    if len(set(names)) != len(names):  # only through a hash collision of two long names
+        raise InputError("scan plan", f"two output files would share a name: {names}")
+    return files
+
+
+def file_stem(contigs: Sequence[str]) -> str:
+    """The file-name stem of a file holding `contigs`: the first one's name encoded
+    (`genome.contigs.encode_name`), then `+N` when N more contigs share the file. `+` never
+    occurs in an encoded name, so a shared file's name differs from every contig's; a name
+    longer than MAX_STEM is cut and ends `+h<12 hex digits of its SHA-1>`."""
+    stem = encode_name(contigs[0])
+    if len(stem) > MAX_STEM:
+        digest = hashlib.sha1(contigs[0].encode()).hexdigest()[:12]
+        stem = re.sub(r"@[0-9A-F]?$", "", stem[: MAX_STEM - 20]) + f"+h{digest}"
+    return stem if len(contigs) == 1 else f"{stem}+{len(contigs) - 1}"
+
+
+def plan_file(plan: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The plan's output file called `name` (its contigs, scored bases, chunks)."""
+    for entry in plan["files"]:
+        if entry["name"] == name:
+            return entry
+    raise InputError("scan plan", f"no output file {name!r} in the plan")
 
 
 def estimates(totals: Mapping[str, int], tiles: TileSettings, models: Mapping[str, str]):
@@ -296,6 +366,8 @@ def describe_plan(plan: Mapping[str, Any], title: str = "scan plan") -> str:
         f"- skipped as N / non-ACGT: {t['skipped_non_acgt_bp']:,} bp in {t['n_runs']:,} runs; "
         f"ACGT bases in runs shorter than one 6-mer (not scoreable): {t['unscorable_bp']:,}",
         f"- jobs (chunks): {t['chunks']:,}; tiles (forward passes): {t['tiles']:,}",
+        f"- output files: {t['files']:,} Parquet + {t['files']:,} tabix TSV (merge jobs: "
+        f"{t['files']:,}; contigs under {plan['group_bp']:,} scored bases share files)",
     ]
     est = plan["estimates"]
     out = est["output_bytes"]

@@ -1,10 +1,11 @@
 """Annotate a panel from an existing scan: every row gets the scan's score by lookup, or a
 status saying why not. No model, no torch.
 
-The panel goes through the same ingest as every panel (aliases, REF check, SNV/indel triage);
-its `ok` SNVs are joined on (contig, position) with the scan's per-base dataset
-(`<scan>/positions/chrom=<contig>/part-0.parquet`, reading only the row groups whose position
-range holds a panel position), then
+The panel goes through the same ingest as every panel (aliases, REF check, SNV/indel triage),
+on the scan's build and, unless another is given, the scan's reference (`scan.json`, written
+with the scan's outputs); its `ok` SNVs are joined on (contig, position) with the scan's
+per-base dataset (`<scan>/positions/<file>.parquet`, the file `scan.json` names for the contig,
+reading only the row groups whose contig and position range hold a panel position), then
 
 - `scored`: score = log m(ref) − log m(alt) from the stored log-marginals (as the scan's TSV;
   ref_ll / alt_ll are the log-marginals, window_bp the base's left context in the scan),
@@ -23,6 +24,9 @@ import pyarrow.parquet as pq
 
 from carbon_vep import columns
 from carbon_vep.columns import SCAN_BASES, Status
+from carbon_vep.errors import InputError
+from carbon_vep.genome.builds import canonical_build
+from carbon_vep.scan.outputs import read_scan
 from carbon_vep.scoring.merge import merge_scores
 
 RECIPE = "from_scan"
@@ -31,23 +35,50 @@ NORMALIZATION = "dna_block"  # the scan's: softmax over the 4,096 6-mers, FNS ma
 _READ = ["pos", "ref", "context_bp", *(f"log_fns_{b}" for b in SCAN_BASES)]
 
 
-def partition(scan_dir: str | Path, contig: str) -> Path:
-    return Path(scan_dir) / "positions" / f"chrom={contig}" / "part-0.parquet"
+def resolve_build(record: dict, given: str | None, scan_dir: str | Path) -> str:
+    """The scan's build, or `given` when it names the same assembly (hg38 = GRCh38)."""
+    build = record["build"]
+    if given is not None and canonical_build(given) != canonical_build(build):
+        raise InputError(
+            scan_dir,
+            f"--build {given} ({canonical_build(given)}) disagrees with the scan's build {build} "
+            f"({canonical_build(build)}); a scan answers for the genome it scanned: leave out "
+            "--build, or annotate from a scan of that build",
+        )
+    return build if given is None else given
 
 
-def _lookup(scan_dir: str | Path, contig: str, positions: list[int]) -> pl.DataFrame:
-    path = partition(scan_dir, contig)
-    if not path.is_file() or not positions:
+def check_reference(record: dict, lengths: dict[str, int], reference: str | Path) -> None:
+    """A reference other than the scan's must be the same genome: it names the scanned contigs
+    as the scan does (else every row would be `not_scanned`) with the same lengths."""
+    scanned = [c for c, entry in record["contigs"].items() if entry["file"]]
+    if scanned and not set(scanned) & set(lengths):
+        raise InputError(
+            reference,
+            f"none of the scan's contigs ({scanned[0]!r}, ...) is named here: the scan's "
+            f"reference {record['reference']} names them otherwise",
+        )
+    for contig, entry in record["contigs"].items():
+        if contig in lengths and lengths[contig] != entry["length"]:
+            raise InputError(
+                reference,
+                f"contig {contig!r} is {lengths[contig]:,} bp here but {entry['length']:,} bp in "
+                f"the scan's reference {record['reference']}: not the genome the scan read",
+            )
+
+
+def _lookup(scan_dir: str | Path, file: str | None, contig: str, positions: list[int]):
+    if file is None or not positions:
         return pl.DataFrame(schema={c: columns.schema(columns.SCAN_BASE)[c] for c in _READ})
-    table = pq.read_table(path, columns=_READ, filters=[("pos", "in", positions)])
-    return pl.from_arrow(table)
+    path = Path(scan_dir) / "positions" / f"{file}.parquet"
+    filters = [("chrom", "=", contig), ("pos", "in", positions)]
+    return pl.from_arrow(pq.read_table(path, columns=_READ, filters=filters))
 
 
 def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     """One score row (columns.SCORE_SHARD) per distinct scoreable variant of `checked`: the
     scan's score, or the status saying why not."""
-    if not (Path(scan_dir) / "positions").is_dir():
-        raise FileNotFoundError(f"{scan_dir}: no positions/ dataset (not a scan's output folder)")
+    files = {c: entry["file"] for c, entry in read_scan(scan_dir)["contigs"].items()}
     key = list(columns.VARIANT_KEY)
     ok = checked.filter(pl.col("status") == Status.OK)
     todo = ok.filter(pl.col("variant_type") == "snv").select(key).unique(maintain_order=True)
@@ -55,7 +86,8 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     found = []
     for contig in todo["ref_chrom"].unique(maintain_order=True).to_list():
         rows = todo.filter(pl.col("ref_chrom") == contig)
-        bases = _lookup(scan_dir, contig, rows["pos"].unique().sort().to_list())
+        positions = rows["pos"].unique().sort().to_list()
+        bases = _lookup(scan_dir, files.get(contig), contig, positions)
         found.append(rows.join(bases.rename({"ref": "scan_ref"}), on="pos", how="left"))
     schema = {**todo.schema, "scan_ref": pl.Utf8, **{c: pl.Float16 for c in _READ[3:]}}
     schema["context_bp"] = pl.Int32
