@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs gpu-check scan-lambda clean
+.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate gpu-check scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,7 @@ lint: setup
 	$(BIN)/snakemake --lint
 	$(BIN)/lint-imports --no-cache
 
-bench: setup bench-ingest bench-scan bench-contigs
+bench: setup bench-ingest bench-scan bench-contigs bench-calibrate
 	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json
 
 # check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
@@ -69,13 +69,17 @@ gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 
 # 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
 # the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)
+# a scan's calibration (PHRED, context means) at two genome sizes against a direct sort:
+# SNVs/s per core, peak memory per job, the bytes PHRED adds to the TSV (docs/calibration.md)
+bench-calibrate: setup
+	mkdir -p results && $(BIN)/python scripts/bench_calibrate.py --json results/bench_calibrate.json
+
 bench-contigs: setup
 	mkdir -p results && $(BIN)/python scripts/bench_contigs.py --json results/bench_contigs.json
 
 # a complete real genome (lambda phage) scanned end to end through the Snakefile, demo model
 scan-lambda: setup
-	$(BIN)/snakemake --cores 2 results/scans/lambda/demo/summary.md \
-		--configfile config/lambda_genome.yaml
+	$(BIN)/snakemake --cores 2 --configfile config/lambda_genome.yaml
 
 clean:
 	rm -rf results logs .snakemake resources/demo_model

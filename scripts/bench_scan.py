@@ -6,12 +6,14 @@
    a quarter of it), and again with small tiles (6,000 bp, min_context 3,000) so that the large
    chunk holds several batches of tiles: bases/s, the share of wall time outside the model's
    forward passes (body and DNA output layer), peak memory per job.
-2. Merge: the chunks into the per-contig Parquet partition and tabix TSV: bytes per SNV of each,
-   the hg38 projection (9.3e9 SNVs), and the precision check of the TSV's rounded scores
-   (Spearman correlation with the full scores, and the share of SNV pairs whose order changes).
+2. Merge: the chunks into the contig's Parquet file (and the calibration's counts), then the
+   tabix TSV with each SNV's PHRED: bytes per SNV of each, the hg38 projection (9.3e9 SNVs),
+   and the precision check of the TSV's rounded scores (Spearman correlation with the full
+   scores, and the share of SNV pairs whose order changes).
 3. Annotate: a generated 1 Mbp contig with a synthetic per-base scan dataset (random float16
-   log-marginals, the real writer) and a 1,000,000-SNV panel on it (TSV, numpy seed 11): ingest
-   (start-up) and the lookup timed apart; variants/s of the lookup.
+   log-marginals, the real writer, and its calibration) and a 1,000,000-SNV panel on it (TSV,
+   numpy seed 11): ingest (start-up) and the lookup (score, PHRED, calibrated score) timed
+   apart; variants/s of the lookup.
 
 Usage: python scripts/bench_scan.py [--json results/bench_scan.json] [--workdir DIR]
        python scripts/bench_scan.py --shape 512,8   (scan only, a larger random-weight model)
@@ -99,33 +101,42 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
 
 
 def merge(work: Path, chunks: list[str]) -> dict:
-    """Merge at 2, 3 and 4 decimals: bytes per SNV, and how much of the ranking survives."""
-    from carbon_vep.scan.outputs import merge_group, snv_rows
+    """Merge, calibrate and write the TSV at 2, 3 and 4 decimals: bytes per SNV, and how much of
+    the ranking survives the rounding."""
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.calibrate import Calibration, counts_meta, read_counts
+    from carbon_vep.scan.outputs import merge_group, write_tsv
+    from carbon_vep.scan.snvs import snv_rows
 
     out = {}
     rng = np.random.default_rng(5)
-    for decimals in (2, 3, 4):
-        folder = work / f"merged_{decimals}"
-        parquet = folder / "positions/NC_001416.1.parquet"
-        tsv = folder / "snvs/NC_001416.1.tsv.gz"
-        stats = merge_group(chunks, ["NC_001416.1"], parquet, tsv, {"model": "demo"}, decimals)
-        snvs = stats["snvs"]
-        bases = pl.read_parquet(parquet)
-        x = snv_rows(bases)["score"].to_numpy().astype(np.float64)
-        y = pl.read_csv(tsv, separator="\t", comment_prefix="#", has_header=False)[:, 4]
-        y = y.to_numpy()
-        a, b = rng.integers(0, len(x), (2, 500_000))
-        keep = x[a] != x[b]
-        reversed_ = (np.sign(x[a] - x[b]) * np.sign(y[a] - y[b]) < 0) & keep
-        tied = (y[a] == y[b]) & keep
-        spearman = pl.DataFrame({"x": x, "y": y}).select(pl.corr("x", "y", method="spearman"))
-        out[f"decimals_{decimals}"] = {
-            "tsv_bytes_per_snv": round(stats["tsv_bytes"] / snvs, 3),
-            "hg38_tsv_gb": round(stats["tsv_bytes"] / snvs * HG38_SNVS / 1e9, 1),
-            "spearman_vs_stored": round(spearman.item(), 6),
-            "pairs_reversed": float(reversed_.mean()),
-            "pairs_tied_by_rounding": round(float(tied.mean()), 4),
-        }
+    with open_reference(LAMBDA) as reference:
+        for decimals in (2, 3, 4):
+            folder = work / f"merged_{decimals}"
+            parquet = folder / "positions/NC_001416.1.parquet"
+            counts, tsv = folder / "calibration/counts.parquet", folder / "snvs/NC_001416.1.tsv.gz"
+            meta = counts_meta({"model": "demo"}, decimals, None)
+            stats = merge_group(chunks, ["NC_001416.1"], parquet, counts, meta, reference, None)
+            calibration = Calibration.build(*read_counts([counts])[:2], meta, 100)
+            written = write_tsv(parquet, ["NC_001416.1"], tsv, {"model": "demo"}, calibration,
+                                reference)  # fmt: skip
+            snvs = stats["snvs"]
+            bases = pl.read_parquet(parquet)
+            x = snv_rows(bases)["score"].to_numpy().astype(np.float64)
+            y = pl.read_csv(tsv, separator="\t", comment_prefix="#", has_header=False)[:, 4]
+            y = y.to_numpy()
+            a, b = rng.integers(0, len(x), (2, 500_000))
+            keep = x[a] != x[b]
+            reversed_ = (np.sign(x[a] - x[b]) * np.sign(y[a] - y[b]) < 0) & keep
+            tied = (y[a] == y[b]) & keep
+            spearman = pl.DataFrame({"x": x, "y": y}).select(pl.corr("x", "y", method="spearman"))
+            out[f"decimals_{decimals}"] = {
+                "tsv_bytes_per_snv": round(written["tsv_bytes"] / snvs, 3),
+                "hg38_tsv_gb": round(written["tsv_bytes"] / snvs * HG38_SNVS / 1e9, 1),
+                "spearman_vs_stored": round(spearman.item(), 6),
+                "pairs_reversed": float(reversed_.mean()),
+                "pairs_tied_by_rounding": round(float(tied.mean()), 4),
+            }
     out |= {
         "snvs": snvs,
         "score_range": [round(float(x.min()), 4), round(float(x.max()), 4)],
@@ -136,6 +147,21 @@ def merge(work: Path, chunks: list[str]) -> dict:
         "merge_s": stats["merge_s"],
     }
     return out
+
+
+def calibrate(scan_dir: Path, fasta: Path) -> None:
+    """The synthetic scan's calibration (annotate adds its PHRED and calibrated score)."""
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.calibrate import Calibration, CalibrationCounts, counts_meta
+    from carbon_vep.scan.snvs import snv_rows, with_cells
+
+    counts = CalibrationCounts()
+    bases = pl.read_parquet(scan_dir / "positions/chrS.parquet")
+    with open_reference(fasta) as reference:
+        snvs = with_cells(snv_rows(bases), reference, 2, None)
+    counts.add(snvs["cell"].to_numpy(), snvs["key"].to_numpy(), snvs["neutral"].to_numpy())
+    meta = counts_meta({}, 2, None)
+    Calibration.build(counts.counts(), counts.neutral(), meta, 100).write(scan_dir / "calibration")
 
 
 def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
@@ -173,6 +199,7 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
         "contigs": {"chrS": {"file": "chrS", "length": contig_bp, "scored_bp": contig_bp}},
     }
     write_json(scan_record(plan, {"build": "synthetic"}), scan_dir / SCAN_RECORD)
+    calibrate(scan_dir, fasta)
     pos = np.sort(rng.choice(3 * contig_bp, variants, replace=False))
     base = pos // 3
     ref = np.array(list(seq))[base]

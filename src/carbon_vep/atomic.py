@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 from collections.abc import Iterator
@@ -14,9 +15,12 @@ import polars as pl
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling path; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary sibling path; rename it onto `path` only if the block succeeds. The
+    temporary files of an earlier writer of `path` that was killed are removed first."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{glob.escape(final.name)}.tmp-*"):
+        stale.unlink(missing_ok=True)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     try:
         yield tmp

@@ -204,18 +204,38 @@ SCAN_BASE = _columns(
         for b in "ACGT"
     ),
 )
-SCAN_TSV = _columns(
-    ("chrom", pl.Utf8, "contig (`#chrom` in the header line)"),
-    ("pos", pl.Int64, "1-based position"),
-    ("ref", pl.Utf8, "reference base"),
-    ("alt", pl.Utf8, "alternate base (3 rows per position)"),
+# the scales a scan's calibration gives every SNV (scan.calibrate; docs/calibration.md)
+CALIBRATED = _columns(
     (
-        "score",
+        "phred",
         pl.Float32,
-        "log m(ref) - log m(alt), FNS marginals (larger = more damaging), rounded to "
-        "`tsv_decimals`",
+        "-10 log10(rank / total) of the score among every SNV of the scan (10 = top 10%, "
+        "20 = top 1%), to one decimal",
     ),
+    (
+        "calibrated",
+        pl.Float32,
+        "score minus the mean score of neutral SNVs of the same pentanucleotide context and "
+        "alternate base (or the trinucleotide's, or the global mean)",
+    ),
+    ("calibrated_phred", pl.Float32, "the PHRED of the calibrated score among every SNV"),
 )
+SCAN_TSV = (
+    *_columns(
+        ("chrom", pl.Utf8, "contig (`#chrom` in the header line)"),
+        ("pos", pl.Int64, "1-based position"),
+        ("ref", pl.Utf8, "reference base"),
+        ("alt", pl.Utf8, "alternate base (3 rows per position)"),
+        (
+            "score",
+            pl.Float32,
+            "log m(ref) - log m(alt), FNS marginals (larger = more damaging), rounded to "
+            "`tsv_decimals`",
+        ),
+    ),
+    CALIBRATED[0],  # phred, after the raw score, as CADD lays them out
+)
+SCAN_TSV_CALIBRATED = (*SCAN_TSV, *CALIBRATED[1:])  # with tsv_calibrated: true
 ANNOTATION = _columns(
     ("score", pl.Float32, "log m(ref) - log m(alt) looked up in the scan (larger = more damaging)"),
     ("score_conditional", pl.Float32, "the same with the within-token conditionals"),

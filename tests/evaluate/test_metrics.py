@@ -157,6 +157,23 @@ def test_vep_metrics_by_chromosome_breakdowns_spearman_and_intervals():
         assert interval["low"] <= interval["high"]
 
 
+def test_a_scans_calibrated_score_gets_its_metrics_beside_the_raw_ones():
+    """A from_scan panel carries `calibrated`: the same metrics and intervals on it, equal to
+    the metrics of a panel whose score is the calibrated one."""
+    calibrated = list(CHROM_SCORES[::-1])
+    merged = _merged(list(CHROM_SCORES), [str(v) for v in CHROM_LABELS], chrom=list(CHROMS),
+                     calibrated=calibrated)  # fmt: skip
+    options = MetricSettings(evaluation=EvaluationSettings(bootstrap=30))
+    result = vep_metrics(merged, LABEL, options)
+    swapped = _merged(calibrated, [str(v) for v in CHROM_LABELS], chrom=list(CHROMS))
+    alone = vep_metrics(swapped, LABEL, options)
+    assert result["calibrated"]["metrics"] == alone["metrics"]
+    assert result["calibrated"]["confidence_intervals"] == alone["confidence_intervals"]
+    assert result["metrics"]["auroc"] != result["calibrated"]["metrics"]["auroc"]
+    assert "calibrated" in result["definitions"]
+    assert "calibrated" not in vep_metrics(_merged([0.1, 0.9], ["0", "1"]), LABEL, NO_BOOTSTRAP)
+
+
 def test_sign_flip_warning():
     result = vep_metrics(_merged(list(-SCORES * 10), [str(v) for v in LABELS]), LABEL, NO_BOOTSTRAP)
     assert result["metrics"]["auroc"] == pytest.approx(0.25)

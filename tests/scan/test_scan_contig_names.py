@@ -41,6 +41,9 @@ ROOT = Path(__file__).resolve().parents[2]
 LAMBDA = ROOT / "resources/genome/lambda_phage.fa"
 TILE_BP, MIN_CONTEXT, GROUP_BP, DECIMALS = 600, 240, 1_000, 6
 SCAN = "results/scans/names/demo"
+# bcftools and vcfanno print a Float INFO value with 5-6 significant digits: a PHRED of 35.950123
+# comes back as 35.9501 (the scores, under 10 here, keep their 6 decimals)
+PHRED_REL = 2e-5
 SCORE_HEADER = '##INFO=<ID=CVEP_SCORE,Number=A,Type=Float,Description="carbon-vep scan score">'
 
 
@@ -183,14 +186,25 @@ def record(scan) -> dict:
 
 
 @pytest.fixture(scope="module")
-def annotated(scan) -> dict[tuple[str, int, str, str], float | None]:
+def annotated_rows(scan) -> pl.DataFrame:
     """`carbon-vep annotate` of the query VCF, no --build, no --reference (the scan's)."""
     out = scan / "annotated.parquet"
     _run("carbon-vep", "annotate", "--scan", SCAN, "--panel", "query.vcf", "--out", str(out),
          cwd=scan)  # fmt: skip
-    rows = pl.read_parquet(out)
-    keys = rows.select("chrom", "pos", "ref", "alt").iter_rows()
-    return dict(zip(keys, rows["score"], strict=True))
+    return pl.read_parquet(out)
+
+
+@pytest.fixture(scope="module")
+def annotated(annotated_rows) -> dict[tuple[str, int, str, str], float | None]:
+    keys = annotated_rows.select("chrom", "pos", "ref", "alt").iter_rows()
+    return dict(zip(keys, annotated_rows["score"], strict=True))
+
+
+@pytest.fixture(scope="module")
+def annotated_phred(annotated_rows) -> dict[tuple[str, int, str, str], float | None]:
+    """annotate's PHRED, as the TSV prints it (at its 6 decimals)."""
+    keys = annotated_rows.select("chrom", "pos", "ref", "alt").iter_rows()
+    return dict(zip(keys, annotated_rows["phred"], strict=True))
 
 
 # ---- files, names and jobs ----------------------------------------------------------------
@@ -224,8 +238,10 @@ def test_one_merge_job_per_output_file(scan, record):
     jobs = _jobs((scan / "snakemake.log").read_text())
     assert jobs.count("merge_scan_file") == len(record["files"]) == 11
     assert jobs.count("scan_chunk") == 1
-    # plan, the model's input record, the chunk, the merges, the summary: not 1 per contig
-    assert len(jobs) == 1 + 1 + 1 + 11 + 1
+    assert jobs.count("write_scan_tsv") == 11 and jobs.count("calibrate_scan") == 1
+    # plan, the model's input record, the chunk, a merge and a TSV a file, the calibration and
+    # the summary: not 1 per contig
+    assert len(jobs) == 1 + 1 + 1 + 11 + 1 + 11 + 1
     merge_logs = list((scan / f"logs/{SCAN}").glob("merge_scan_file_*.log"))
     assert len(merge_logs) == 11
 
@@ -240,8 +256,10 @@ def test_a_dry_run_of_3000_contigs_plans_a_few_dozen_jobs(demo_model_dir, tmp_pa
     assert dry.returncode == 0, dry.stderr[-2000:]
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", dry.stdout + dry.stderr, re.MULTILINE))
     assert int(stats["merge_scan_file"]) == 30  # 900,000 scored bases, 30,000 a file
+    assert int(stats["write_scan_tsv"]) == 30
     assert int(stats["scan_chunk"]) == 3
-    assert int(stats["total"]) == 30 + 3 + 1 + 1  # + the model's input record, the summary
+    # + the model's input record, the calibration and the summary
+    assert int(stats["total"]) == 30 + 30 + 3 + 1 + 1 + 1
 
 
 # ---- tabix and pysam ----------------------------------------------------------------------
@@ -303,27 +321,28 @@ def test_duckdb_polars_and_pyarrow_read_every_contig_back(scan):
 
 
 # ---- annotation tools: bcftools and vcfanno against carbon-vep annotate --------------------
-def _info_scores(vcf_text: str) -> dict[tuple[str, int, str, str], float | None]:
+def _info_scores(vcf_text: str, field: str = "CVEP_SCORE") -> dict[tuple, float | None]:
     out = {}
     for line in vcf_text.splitlines():
         if line.startswith("#"):
             continue
         chrom, pos, _, ref, alt, _, _, info = line.split("\t")[:8]
         fields = dict(f.split("=", 1) for f in info.split(";") if "=" in f)
-        value = fields.get("CVEP_SCORE")
+        value = fields.get(field)
         out[(chrom, int(pos), ref, alt)] = None if value is None else float(value)
     return out
 
 
-def _check_against_annotate(got, annotated) -> None:
-    """Every SNV that annotate scores has the same value (at the TSV's 6 decimals), on its own
-    ALT; every SNV it does not score has none."""
+def _check_against_annotate(got, annotated, rel: float = 0.0) -> None:
+    """Every SNV that annotate scores has the same value (at the TSV's 6 decimals; `rel` for
+    values the tool prints with fewer digits), on its own ALT; every SNV it does not score has
+    none."""
     assert set(got) == set(annotated)
     for key, score in annotated.items():
         if score is None:
             assert got[key] is None, key
         else:
-            assert got[key] == pytest.approx(score, abs=0.5e-6 + 1e-6), key
+            assert got[key] == pytest.approx(score, abs=0.5e-6 + 1e-6, rel=rel), key
     scored = [k for k, v in annotated.items() if v is not None]
     assert len(scored) == len(annotated) - 2  # the REF mismatch and the all-N contig
     alts: dict[tuple[str, int], set[float | None]] = {}
@@ -364,14 +383,18 @@ def _run_doc(folder: Path, scan: Path, *blocks: str) -> None:
         assert out.returncode == 0, f"{name}: {out.stderr[-2000:]}"
 
 
-def test_bcftools_annotate_gives_every_snv_the_annotate_score(scan, user_dir, annotated):
+def test_bcftools_annotate_gives_every_snv_the_annotate_score(
+    scan, user_dir, annotated, annotated_phred
+):
     bcftools = _tool("bcftools")
     _run_doc(user_dir, scan, "bcftools-header", "bcftools-each-file")  # one pass per file
     each = _run(bcftools, "view", "annotated.vcf.gz", cwd=user_dir)
     _check_against_annotate(_info_scores(each), annotated)
+    _check_against_annotate(_info_scores(each, "CVEP_PHRED"), annotated_phred, PHRED_REL)
     _run_doc(user_dir, scan, "bcftools-one-file")  # concat-scan, then one pass
-    _check_against_annotate(_info_scores(_run(bcftools, "view", "annotated.vcf.gz",
-                                              cwd=user_dir)), annotated)  # fmt: skip
+    one = _run(bcftools, "view", "annotated.vcf.gz", cwd=user_dir)
+    _check_against_annotate(_info_scores(one), annotated)
+    _check_against_annotate(_info_scores(one, "CVEP_PHRED"), annotated_phred, PHRED_REL)
 
 
 def test_concat_scan_holds_every_contig_once_in_reference_order(scan, record, user_dir):
@@ -391,13 +414,17 @@ def test_concat_scan_holds_every_contig_once_in_reference_order(scan, record, us
     assert [r for r in rows if not r.startswith("#")] == parts  # copied, in order
 
 
-def test_vcfanno_gives_every_snv_the_annotate_score(scan, user_dir, annotated):
+def test_vcfanno_gives_every_snv_the_annotate_score(scan, user_dir, annotated, annotated_phred):
     _tool("vcfanno")
     _run_doc(user_dir, scan, "vcfanno")
-    _check_against_annotate(_info_scores((user_dir / "annotated.vcf").read_text()), annotated)
+    text = (user_dir / "annotated.vcf").read_text()
+    _check_against_annotate(_info_scores(text), annotated)
+    _check_against_annotate(_info_scores(text, "CVEP_PHRED"), annotated_phred, PHRED_REL)
 
 
-def test_a_sites_vcf_for_vep_custom_carries_the_same_scores(scan, user_dir, annotated):
+def test_a_sites_vcf_for_vep_custom_carries_the_same_scores(
+    scan, user_dir, annotated, annotated_phred
+):
     """VEP's --custom reads VCF, not a TSV: the conversion docs/annotation.md gives, checked
     with bcftools and pysam (VEP itself is not installable here)."""
     bcftools = _tool("bcftools")
@@ -408,3 +435,6 @@ def test_a_sites_vcf_for_vep_custom_carries_the_same_scores(scan, user_dir, anno
     sites = _run(bcftools, "annotate", "-a", "cvep_sites.vcf.gz", "-c", "INFO/CVEP_SCORE",
                  "in.vcf.gz", cwd=user_dir)  # fmt: skip
     _check_against_annotate(_info_scores(sites), annotated)
+    sites = _run(bcftools, "annotate", "-a", "cvep_sites.vcf.gz", "-c", "INFO/CVEP_PHRED",
+                 "in.vcf.gz", cwd=user_dir)  # fmt: skip
+    _check_against_annotate(_info_scores(sites, "CVEP_PHRED"), annotated_phred, PHRED_REL)

@@ -261,7 +261,8 @@ sys.exit(cli.main(argv))
 
 def _outputs(run: Path) -> dict[str, bytes]:
     scan = run / SCAN
-    files = [*scan.glob("positions/*.parquet"), *scan.glob("snvs/*")]
+    files = [*scan.glob("positions/*.parquet"), *scan.glob("snvs/*"), *scan.glob("calibration/*.*"),
+             *scan.glob("calibration/counts/*")]  # fmt: skip
     return {str(f.relative_to(scan)): f.read_bytes() for f in sorted(files)}
 
 
@@ -291,6 +292,161 @@ def test_killed_chunk_is_redone_alone_with_identical_files(genome_run, shared, d
     redone = re.findall(r"wildcards: scan=genome, model=demo, chunk=(\d+)", log)
     assert redone == [f"{KILLED_CHUNK:05d}"]  # the other chunks are not scored again
     assert not list(chunks.glob(".*.tmp-*"))  # the stale temporary file is gone
+    assert _outputs(workdir) == _outputs(genome_run)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+# ---- calibration ----------------------------------------------------------------------------
+def _tsv_rows(run: Path) -> pl.DataFrame:
+    """Every row of the scan's tabix TSVs, as printed."""
+    frames = [
+        pl.read_csv(path, separator="\t", comment_prefix="##", schema_overrides={"#chrom": pl.Utf8})
+        for path in sorted((run / SCAN / "snvs").glob("*.tsv.gz"))
+    ]
+    return pl.concat(frames).rename({"#chrom": "chrom"})
+
+
+def test_phred_of_every_tsv_row_equals_a_direct_sort(genome_run):
+    """PHRED = -10 log10(rank / total), rank = how many SNVs score at least as high (as
+    printed), computed here by sorting every score of the scan's TSVs."""
+    rows = _tsv_rows(genome_run)
+    assert rows.columns == ["chrom", "pos", "ref", "alt", "score", "phred"]
+    scores = np.sort(rows["score"].to_numpy())
+    at_least = len(scores) - np.searchsorted(scores, rows["score"].to_numpy(), side="left")
+    expected = 10 * np.log10(len(scores) / at_least)
+    assert np.allclose(rows["phred"].to_numpy(), expected, atol=0.05 + 1e-6)  # one decimal
+    assert len(scores) == 3 * 4800  # every SNV of both contigs is ranked
+    top = rows.filter(pl.col("score") == rows["score"].max())
+    if top.height == 1:  # a unique highest score ranks first
+        assert top["phred"][0] == pytest.approx(10 * np.log10(len(scores)), abs=0.05)
+    order = np.argsort(rows["score"].to_numpy(), kind="stable")
+    assert np.all(np.diff(rows["phred"].to_numpy()[order]) >= 0)  # monotone in the score
+
+
+def _cells_by_hand(genome: dict[str, str], rows: pl.DataFrame) -> list[tuple[str, str]]:
+    """(level, context + alt) of each SNV by slicing the genome: the pentanucleotide when its 5
+    bases are ACGT, else the trinucleotide, else the global cell (an N or a contig end next to
+    the SNV)."""
+    out = []
+    for chrom, pos, alt in rows.select("chrom", "pos", "alt").iter_rows():
+        seq, i = genome[chrom].upper(), pos - 1
+        penta, tri = seq[max(i - 2, 0) : i + 3], seq[max(i - 1, 0) : i + 2]
+        if i >= 2 and len(penta) == 5 and set(penta) <= set("ACGT"):
+            out.append(("pentanucleotide", penta + alt))
+        elif i >= 1 and len(tri) == 3 and set(tri) <= set("ACGT"):
+            out.append(("trinucleotide", tri + alt))
+        else:
+            out.append(("global", ""))  # one global cell, whatever the alternate base
+    return out
+
+
+def test_context_means_equal_a_direct_group_by_with_gaps_and_contig_ends(genome_run):
+    rows = _tsv_rows(genome_run)
+    cells = _cells_by_hand(_genome(), rows)
+    frame = rows.with_columns(
+        pl.Series("level", [c[0] for c in cells]),
+        pl.Series("cell", [c[1] for c in cells]),
+        (pl.col("score") * 100).round().cast(pl.Int64).alias("key"),  # the printed score, x100
+    )
+    levels = dict(frame.group_by("level").len().iter_rows())
+    assert levels["trinucleotide"] > 0 and levels["global"] > 0  # gaps and ends are counted
+    contexts = pl.read_parquet(genome_run / SCAN / "calibration/contexts.parquet")
+    by_level = dict(contexts.group_by("level").agg(pl.col("n_scored").sum()).iter_rows())
+    assert by_level == levels  # no SNV lost, none in the wrong level
+    direct = frame.group_by("level", "cell").agg(
+        pl.col("key").mean().alias("direct"), pl.len().alias("n")
+    )
+    ours = contexts.with_columns(
+        (pl.col("context") + pl.col("alt")).alias("cell")
+    ).join(direct, on=["level", "cell"], how="inner")  # fmt: skip
+    assert ours.height == direct.height  # every cell the SNVs fall in is in the table
+    assert (ours["n_neutral"] == ours["n"]).all()  # neutral set = every scanned SNV
+    assert np.allclose(ours["mean_key_neutral"], ours["direct"])
+
+
+def test_a_panel_from_the_scan_carries_phred_and_the_calibrated_score(genome_run):
+    """The from_scan dataset's rows: the TSV's PHRED for the same SNV; calibrated = the printed
+    score minus the mean its cell uses."""
+    scores = pl.read_parquet(genome_run / LOOKUP).sort("row_id")
+    scored = scores.filter(pl.col("status") == "scored")
+    assert (
+        scored.height == 2
+        and scored.select("phred", "calibrated", "calibrated_phred")
+        .null_count()
+        .sum_horizontal()[0]
+        == 0
+    )  # noqa: E501
+    rows = _tsv_rows(genome_run)
+    contexts = pl.read_parquet(genome_run / SCAN / "calibration/contexts.parquet")
+    genome = _genome()
+    for row in scored.iter_rows(named=True):
+        tsv = rows.filter((pl.col("chrom") == row["chrom"]) & (pl.col("pos") == row["pos"])
+                          & (pl.col("alt") == row["alt"]))  # fmt: skip
+        assert row["phred"] == pytest.approx(tsv["phred"][0], abs=1e-5)  # the same, one decimal
+        seq, i = genome[row["chrom"]].upper(), row["pos"] - 1
+        cell = contexts.filter((pl.col("level") == "pentanucleotide")
+                               & (pl.col("context") == seq[i - 2 : i + 3])
+                               & (pl.col("alt") == row["alt"]))  # fmt: skip
+        expected = np.floor(tsv["score"][0] * 100 - cell["mean_key"][0] + 0.5) / 100
+        assert row["calibrated"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_calibration_of_another_model_is_refused(genome_run, shared, tmp_path):
+    other = tmp_path / "calibration"
+    shutil.copytree(genome_run / SCAN / "calibration", other)
+    record = json.loads((other / "calibration.json").read_text())
+    (other / "calibration.json").write_text(json.dumps({**record, "model": "another/model"}))
+    out = tmp_path / "a.parquet"
+    args = ("--scan", str(genome_run / SCAN), "--panel", str(shared / "panel.vcf"))
+    refused = _annotate(*args, "--calibration", str(other), "--out", str(out))
+    assert refused.returncode == 2 and not out.exists()
+    assert "calibration made for other scores (model: calibrated for 'another/model'" in (
+        refused.stderr
+    )
+    same = _annotate(*args, "--calibration", str(genome_run / SCAN / "calibration"), "--out",
+                     str(out))  # fmt: skip
+    assert same.returncode == 0, same.stderr
+
+
+KILL_CALIBRATION_SHIM = '''#!{python}
+"""carbon-vep, except that calibrate-scan is killed (SIGKILL) after writing its first table."""
+import os, signal, sys
+
+from carbon_vep import cli
+
+argv = sys.argv[1:]
+if argv[:1] == ["calibrate-scan"]:
+    write_parquet = __import__("polars").DataFrame.write_parquet
+
+    def write_then_die(self, *args, **kwargs):
+        write_parquet(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    __import__("polars").DataFrame.write_parquet = write_then_die
+sys.exit(cli.main(argv))
+'''
+
+
+def test_a_killed_calibration_is_redone_with_identical_files(genome_run, shared, demo_model_dir,
+                                                            tmp_path):  # fmt: skip
+    workdir = tmp_path / "calibrate"
+    workdir.mkdir()
+    config = _config(workdir, shared, demo_model_dir)
+    bindir = tmp_path / "shim"
+    bindir.mkdir()
+    (bindir / "carbon-vep").write_text(KILL_CALIBRATION_SHIM.format(python=sys.executable))
+    (bindir / "carbon-vep").chmod(0o755)
+    env = workflow_env()
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    killed = run_snakemake(workdir, config, *TARGETS, env=env)
+    assert killed.returncode != 0
+    folder = workdir / SCAN / "calibration"
+    assert not (folder / "calibration.json").exists()  # written last: marks the folder complete
+    assert not (folder / "phred.parquet").exists()  # the killed write left its temporary name
+    assert not (workdir / SCAN / "snvs").exists()  # no TSV without the calibration
+    rerun = run_snakemake(workdir, config, *TARGETS)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "rule scan_chunk:" not in rerun.stdout + rerun.stderr  # the scan is not redone
     assert _outputs(workdir) == _outputs(genome_run)
     shutil.rmtree(workdir, ignore_errors=True)
 

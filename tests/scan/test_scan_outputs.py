@@ -1,6 +1,7 @@
 """The merge of a scan's chunks into one output file of several contigs, without a model: rows
-of each contig in order and nowhere else, the chunks read once, ASCII headers, and a merge
-that refuses chunks out of order."""
+of each contig in order and nowhere else, the chunks read once, the calibration's counts, the
+TSV written from the Parquet file with every SNV's PHRED, ASCII headers, and a merge that
+refuses chunks out of order."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ import numpy as np
 import polars as pl
 import pysam
 import pytest
+from support.files import random_dna, write_fasta
 
 from carbon_vep import columns
-from carbon_vep.scan.outputs import BaseWriter, merge_group, snv_rows
+from carbon_vep.genome.reference import open_reference
+from carbon_vep.scan.calibrate import Calibration, counts_meta, read_counts
+from carbon_vep.scan.outputs import BaseWriter, merge_group, write_tsv
+from carbon_vep.scan.snvs import snv_rows, with_cells
+
+# the genome the rows are on (a scan's `ref` is the genome's base, which the contexts read)
+GENOME = {
+    c: random_dna(n, i) for i, (c, n) in enumerate({"A": 5, "B": 8, "HLA-C*01:02": 3}.items())
+}
 
 
 def _bases(chrom: str, first: int, last: int, seed: int) -> pl.DataFrame:
@@ -21,7 +31,7 @@ def _bases(chrom: str, first: int, last: int, seed: int) -> pl.DataFrame:
         {
             "chrom": [chrom] * n,
             "pos": np.arange(first, last + 1),
-            "ref": list(rng.choice(list("ACGT"), n)),
+            "ref": list(GENOME[chrom][first - 1 : last]),
             "context_bp": np.arange(n),
             "phase": np.arange(n) % 6,
             **{f"log_fns_{b}": logs[:, i] for i, b in enumerate("ACGT")},
@@ -40,6 +50,13 @@ def _chunk(path, *frames: pl.DataFrame):
 
 
 @pytest.fixture
+def reference(tmp_path):
+    fasta = write_fasta(tmp_path / "genome.fa", GENOME)
+    with open_reference(fasta) as genome:
+        yield genome
+
+
+@pytest.fixture
 def chunks(tmp_path):
     """Chunk 0: A, then B's first bases; chunk 1: the rest of B (B and C in one row group)."""
     first = _chunk(tmp_path / "c0.parquet", _bases("A", 1, 5, 1), _bases("B", 1, 4, 2))
@@ -47,10 +64,11 @@ def chunks(tmp_path):
     return [first, _chunk(tmp_path / "c1.parquet", rest)]
 
 
-def test_a_file_of_several_contigs_holds_each_in_order(chunks, tmp_path):
-    parquet, tsv = tmp_path / "out/positions/B+1.parquet", tmp_path / "out/snvs/B+1.tsv.gz"
+def test_a_file_of_several_contigs_holds_each_in_order(chunks, reference, tmp_path):
+    parquet, counts = tmp_path / "out/positions/B+1.parquet", tmp_path / "out/counts/B+1.parquet"
     provenance = {"model": "/models/modèle", "build": "test"}  # not ASCII: escaped in the header
-    stats = merge_group(chunks, ["B", "HLA-C*01:02"], parquet, tsv, provenance, decimals=4)
+    meta = counts_meta(provenance, 4, None)
+    stats = merge_group(chunks, ["B", "HLA-C*01:02"], parquet, counts, meta, reference, None)
     assert stats["bases"] == 11 and stats["bases_per_contig"] == {"B": 8, "HLA-C*01:02": 3}
     rows = pl.read_parquet(parquet)
     assert list(zip(rows["chrom"], rows["pos"], strict=True)) == [
@@ -58,11 +76,18 @@ def test_a_file_of_several_contigs_holds_each_in_order(chunks, tmp_path):
     ]  # fmt: skip
     source = pl.concat([pl.read_parquet(c) for c in chunks]).filter(pl.col("chrom") != "A")
     assert rows.equals(source)  # every value as the chunks hold it
+    summed, neutral, got_meta = read_counts([counts])
+    assert got_meta == meta and summed["n"].sum() == 3 * 11 == stats["snvs"]
+    calibration = Calibration.build(summed, neutral, got_meta, min_count=1)
+    tsv = tmp_path / "out/snvs/B+1.tsv.gz"
+    write_tsv(parquet, ["B", "HLA-C*01:02"], tsv, provenance, calibration, reference)
     with pysam.TabixFile(str(tsv)) as tabix:
         assert list(tabix.contigs) == ["B", "HLA-C*01:02"]
         header = list(tabix.header)  # pysam reads header lines as ASCII
         assert "##model=/models/mod\\xe8le" in header
-        assert header[-3:] == ["##contig=B", "##contig=HLA-C*01:02", "#chrom\tpos\tref\talt\tscore"]
+        assert header[-3:] == ["##contig=B", "##contig=HLA-C*01:02",
+                               "#chrom\tpos\tref\talt\tscore\tphred"]  # fmt: skip
+        assert any(h.startswith("##phred=-10 log10(rank / total)") for h in header)
         b = [line.split("\t") for line in tabix.fetch("B")]
         c = [line.split("\t") for line in tabix.fetch("HLA-C*01:02", 1, 3)]  # bases 2-3
     assert [int(r[1]) for r in b] == [p for p in range(1, 9) for _ in range(3)]
@@ -74,12 +99,32 @@ def test_a_file_of_several_contigs_holds_each_in_order(chunks, tmp_path):
         expected.select("chrom", "pos", "ref", "alt").iter_rows()
     )
     assert np.allclose([float(r[4]) for r in data], expected["score"], atol=0.5e-4 + 1e-6)
+    phred = calibration.annotate(with_cells(expected, reference, 4, None))["phred"]
+    assert np.allclose([float(r[5]) for r in data], phred, atol=1e-5)  # annotate's, one decimal
+    top = max(range(len(data)), key=lambda i: float(data[i][4]))
+    assert float(data[top][5]) == pytest.approx(10 * np.log10(33), abs=0.05)  # a unique maximum
 
 
-def test_chunks_out_of_order_stop_the_merge_and_leave_nothing(chunks, tmp_path):
-    parquet, tsv = tmp_path / "bad.parquet", tmp_path / "bad.tsv.gz"
+def test_the_tsv_can_carry_the_calibrated_pair(chunks, reference, tmp_path):
+    parquet, counts = tmp_path / "p.parquet", tmp_path / "c.parquet"
+    meta = counts_meta({}, 2, None)
+    merge_group(chunks, ["B"], parquet, counts, meta, reference, None)
+    calibration = Calibration.build(*read_counts([counts])[:2], meta, min_count=1)
+    tsv = tmp_path / "t.tsv.gz"
+    write_tsv(parquet, ["B"], tsv, {}, calibration, reference, with_calibrated=True)
+    with pysam.TabixFile(str(tsv)) as tabix:
+        assert tabix.header[len(tabix.header) - 1].split("\t")[4:] == [
+            "score", "phred", "calibrated", "calibrated_phred"
+        ]  # fmt: skip
+        rows = [line.split("\t") for line in tabix.fetch("B")]
+    assert len(rows) == 24 and all(len(r) == 8 for r in rows)
+
+
+def test_chunks_out_of_order_stop_the_merge_and_leave_nothing(chunks, reference, tmp_path):
+    parquet, counts = tmp_path / "bad.parquet", tmp_path / "bad.counts.parquet"
+    meta = counts_meta({}, 2, None)
     with pytest.raises(ValueError, match="out of order"):
-        merge_group(chunks[::-1], ["B"], parquet, tsv, {}, decimals=2)
+        merge_group(chunks[::-1], ["B"], parquet, counts, meta, reference, None)
     with pytest.raises(ValueError, match="out of order"):  # contigs in another order
-        merge_group(chunks, ["HLA-C*01:02", "B"], parquet, tsv, {}, decimals=2)
+        merge_group(chunks, ["HLA-C*01:02", "B"], parquet, counts, meta, reference, None)
     assert not list(tmp_path.glob("bad*"))

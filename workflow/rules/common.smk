@@ -31,6 +31,8 @@ HUB_MODELS = {
     if not m.build_demo and not os.path.isdir(m.path)
 }
 HUB_MODEL_RECORD = f"{OUTDIR}/hub/{{model}}.json"
+# a scan's calibration, written by calibrate_scan: the rank scales and context means of its SNVs
+SCAN_CALIBRATION = f"{OUTDIR}/scans/{{scan}}/{{model}}/calibration"
 # the sha256 of every input (record_*_inputs; checked against the config's `sha256:` pins),
 # merged into the provenance of each result
 DATASET_INPUTS = f"{OUTDIR}/inputs/dataset_{{dataset}}.json"
@@ -135,12 +137,38 @@ def run_rows():
 
 
 def suite_outputs():
-    """VCF exports of the panels, the results table and the run's HTML report."""
-    names = ("results_table.parquet", "results_table.tsv", "results_table.md")
-    run = [f"{OUTDIR}/{name}" for name in (*names, "report.html", "summary.md")]
-    if not run_results():  # a scan-only config: no metrics to tabulate
-        run = []
-    return vcf_exports() + run
+    """VCF exports of the panels, the results table and the run's HTML report (a scan-only
+    config has no metrics to tabulate, but its report shows the scans' calibration)."""
+    tables = [f"{OUTDIR}/results_table.{ext}" for ext in ("parquet", "tsv", "md")]
+    pages = [f"{OUTDIR}/report.html", f"{OUTDIR}/summary.md"]
+    return (
+        vcf_exports()
+        + (tables if run_results() else [])
+        + (pages if run_dirs() else [])
+    )
+
+
+def run_tables():
+    """The results table (Parquet, Markdown) when the run has metrics, for the run report."""
+    if not run_results():
+        return {}
+    return {
+        "table": f"{OUTDIR}/results_table.parquet",
+        "table_md": f"{OUTDIR}/results_table.md",
+    }
+
+
+def run_scan_dirs():
+    """Every scan's output folder (one per scan and model): the run report shows each."""
+    return [
+        f"{OUTDIR}/scans/{scan}/{model}"
+        for scan in RUN.scans
+        for model in scan_models(scan)
+    ]
+
+
+def run_dirs():
+    return run_results() or run_scan_dirs()
 
 
 def dataset_pattern(lookup):
@@ -308,13 +336,22 @@ def scan_chunk_stats(wildcards):
 
 
 def scan_output_files(wildcards, kind):
-    """The Parquet files or tabix TSVs of the scan: one per output file of the plan (a large
-    contig, or small contigs together)."""
+    """The Parquet files, calibration counts or tabix TSVs of the scan: one per output file of
+    the plan (a large contig, or small contigs together)."""
     base = f"{OUTDIR}/scans/{wildcards.scan}/{wildcards.model}"
     names = [entry["name"] for entry in _scan_plan(wildcards)["files"]]
-    if kind == "parquet":
-        return [f"{base}/positions/{name}.parquet" for name in names]
-    return [f"{base}/snvs/{name}.tsv.gz" for name in names]
+    pattern = {
+        "parquet": "positions/{}.parquet",
+        "counts": "calibration/counts/{}.parquet",
+        "tsv": "snvs/{}.tsv.gz",
+    }[kind]
+    return [f"{base}/{pattern.format(name)}" for name in names]
+
+
+def scan_neutral_regions(wildcards):
+    """The scan's neutral-regions BED (an input of every merge), if it names one."""
+    bed = RUN.scans[wildcards.scan].calibration.neutral_regions
+    return [bed] if bed else []
 
 
 def scan_provenance(wildcards):

@@ -21,13 +21,14 @@ rule write_report:
 
 
 # One self-contained HTML page (and a Markdown summary) for the whole run, from what the
-# earlier stages wrote: each result's metrics with its row file, and the results table.
+# earlier stages wrote: each result's metrics with its row file, the results table, and each
+# scan's calibration.
 rule write_run_report:
     input:
+        unpack(lambda wc: run_tables()),
         metrics=run_metrics(),
         rows=run_rows(),
-        table=rules.make_results_table.output.parquet,
-        table_md=rules.make_results_table.output.md,
+        scans=[f"{folder}/summary.json" for folder in run_scan_dirs()],
     output:
         html=report(
             f"{OUTDIR}/report.html",
@@ -40,7 +41,13 @@ rule write_run_report:
         f"logs/{OUTDIR}/write_run_report.log",
     conda:
         "../../envs/carbon-vep.yaml"
+    params:
+        tables=lambda wc, input: (
+            f"--results-table {input.table} --results-table-md {input.table_md}"
+            if "table" in input.keys()
+            else ""
+        ),
+        scans=" ".join(f"--scan {folder}" for folder in run_scan_dirs()),
     shell:
-        "carbon-vep html-report --metrics {input.metrics} --rows {input.rows}"
-        " --results-table {input.table} --results-table-md {input.table_md}"
-        " --out-html {output.html} --out-md {output.summary} > {log} 2>&1"
+        "carbon-vep html-report --metrics {input.metrics} --rows {input.rows} {params.tables}"
+        " {params.scans} --out-html {output.html} --out-md {output.summary} > {log} 2>&1"

@@ -58,21 +58,75 @@ rule merge_scan_file:
     input:
         plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         chunks=file_chunks,
+        reference=lambda wc: RUN.scans[wc.scan].reference,
+        neutral=scan_neutral_regions,
     output:
         parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/{{file}}.parquet",
-        tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz",
-        tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz.tbi",
+        counts=f"{OUTDIR}/scans/{{scan}}/{{model}}/calibration/counts/{{file}}.parquet",
     log:
         f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/merge_scan_file_{{file}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=lambda wc: spec_json(RUN.scans[wc.scan].chunks),
+        settings=lambda wc: spec_json(
+            RUN.scans[wc.scan].chunks, RUN.scans[wc.scan].calibration
+        ),
         provenance=scan_provenance,
     shell:
         "carbon-vep merge-scan --plan {input.plan} --file {wildcards.file:q}"
-        " --chunks {input.chunks} --settings {params.settings} --provenance {params.provenance}"
-        " --out-parquet {output.parquet:q} --out-tsv {output.tsv:q} > {log:q} 2>&1"
+        " --chunks {input.chunks} --reference {input.reference} --settings {params.settings}"
+        " --provenance {params.provenance} --out-parquet {output.parquet:q}"
+        " --out-counts {output.counts:q} > {log:q} 2>&1"
+
+
+# every output file's counts -> the scan's rank scales (PHRED) and context means
+rule calibrate_scan:
+    input:
+        counts=lambda wc: scan_output_files(wc, "counts"),
+    output:
+        json=f"{SCAN_CALIBRATION}/calibration.json",
+        tables=[
+            f"{SCAN_CALIBRATION}/{name}"
+            for name in (
+                "phred.parquet",
+                "calibrated_phred.parquet",
+                "contexts.parquet",
+            )
+        ],
+    log:
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/calibrate_scan.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=lambda wc: spec_json(RUN.scans[wc.scan].calibration),
+        folder=lambda wc, output: os.path.dirname(output.json),
+    shell:
+        "carbon-vep calibrate-scan --counts {input.counts:q} --settings {params.settings}"
+        " --out {params.folder} > {log} 2>&1"
+
+
+rule write_scan_tsv:
+    input:
+        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
+        parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/{{file}}.parquet",
+        calibration=f"{SCAN_CALIBRATION}/calibration.json",
+        reference=lambda wc: RUN.scans[wc.scan].reference,
+    output:
+        tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz",
+        tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz.tbi",
+    log:
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/write_scan_tsv_{{file}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=lambda wc: spec_json(RUN.scans[wc.scan].calibration),
+        provenance=scan_provenance,
+        calibration=lambda wc, input: os.path.dirname(input.calibration),
+    shell:
+        "carbon-vep write-scan-tsv --plan {input.plan} --file {wildcards.file:q}"
+        " --parquet {input.parquet:q} --calibration {params.calibration}"
+        " --reference {input.reference} --settings {params.settings}"
+        " --provenance {params.provenance} --out-tsv {output.tsv:q} > {log:q} 2>&1"
 
 
 rule summarize_scan:
@@ -81,6 +135,7 @@ rule summarize_scan:
         stats=scan_chunk_stats,
         parquet=lambda wc: scan_output_files(wc, "parquet"),
         tsv=lambda wc: scan_output_files(wc, "tsv"),
+        calibration=f"{SCAN_CALIBRATION}/calibration.json",
     output:
         json=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
         record=f"{OUTDIR}/scans/{{scan}}/{{model}}/scan.json",
@@ -95,9 +150,11 @@ rule summarize_scan:
         "../../envs/carbon-vep.yaml"
     params:
         provenance=scan_provenance,
+        calibration=lambda wc, input: os.path.dirname(input.calibration),
     shell:
         "carbon-vep summarize-scan --plan {input.plan} --chunk-stats {input.stats}"
-        " --parquet {input.parquet:q} --tsv {input.tsv:q} --title '{wildcards.scan} / {wildcards.model}'"
+        " --parquet {input.parquet:q} --tsv {input.tsv:q} --calibration {params.calibration}"
+        " --title '{wildcards.scan} / {wildcards.model}'"
         " --provenance {params.provenance} --out-json {output.json} --out-md {output.md}"
         " --out-record {output.record} > {log} 2>&1"
 
@@ -109,6 +166,7 @@ rule annotate_from_scan:
         checked=rules.check_panel.output.checked,
         summary=lambda wc: f"{lookup_scan_dir(wc)}/summary.json",
         record=lambda wc: f"{lookup_scan_dir(wc)}/scan.json",
+        calibration=lambda wc: f"{lookup_scan_dir(wc)}/calibration/calibration.json",
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
     log:

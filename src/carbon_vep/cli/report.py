@@ -37,12 +37,16 @@ def results_table(args: argparse.Namespace) -> None:
 
 def add_html_report(sub) -> None:
     p = sub.add_parser("html-report", help="one self-contained HTML page for a run")
-    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
+    p.add_argument("--metrics", nargs="*", default=[], help="metrics JSON files")
     p.add_argument(
-        "--rows", nargs="+", required=True, help="each metrics file's row file, in the same order"
+        "--rows", nargs="*", default=[], help="each metrics file's row file, in the same order"
     )
-    p.add_argument("--results-table", required=True, help="results_table.parquet of the run")
-    p.add_argument("--results-table-md", required=True, help="results_table.md of the run")
+    p.add_argument("--results-table", default=None, help="results_table.parquet of the run")
+    p.add_argument("--results-table-md", default=None, help="results_table.md of the run")
+    p.add_argument(
+        "--scan", action="append", default=[],
+        help="a scan's output folder (summary.json, calibration/): its calibration is shown",
+    )  # fmt: skip
     p.add_argument("--title", default="carbon-vep run report")
     p.add_argument("--out-html", required=True)
     p.add_argument("--out-md", required=True)
@@ -54,9 +58,9 @@ def html_report(args: argparse.Namespace) -> None:
     from carbon_vep.report.markdown import render_summary
 
     run = load_run(args.metrics, args.rows)
-    table = pl.read_parquet(args.results_table)
-    atomic.write_text(render_html(run, table, args.title), args.out_html)
-    table_markdown = Path(args.results_table_md).read_text()
+    table = pl.read_parquet(args.results_table) if args.results_table else None
+    atomic.write_text(render_html(run, table, args.title, args.scan), args.out_html)
+    table_markdown = Path(args.results_table_md).read_text() if args.results_table_md else ""
     summary = render_summary([r.metrics for r in run], table_markdown, args.title)
     atomic.write_text(summary, args.out_md)
 

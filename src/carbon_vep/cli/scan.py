@@ -1,6 +1,7 @@
 """Scans: scan (one region, one process), and the whole-genome path the workflow runs:
 plan-scan (the checkpoint), scan-chunk (one job per chunk), merge-scan (one per output file: a
-large contig, or small contigs together) and summarize-scan."""
+large contig, or small contigs together), calibrate-scan (the rank scales and context means),
+write-scan-tsv (one per output file) and summarize-scan; concat-scan for bcftools."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import argparse
 from carbon_vep import atomic
 from carbon_vep.cli.common import load_engine, log, pairs
 from carbon_vep.config.fields import add_flags, from_args
-from carbon_vep.config.stages import ModelSettings, ScanChunkSettings, TileSettings
+from carbon_vep.config.stages import (
+    CalibrationSettings,
+    ModelSettings,
+    ScanChunkSettings,
+    TileSettings,
+)
 from carbon_vep.errors import InputError
 
 
@@ -115,32 +121,102 @@ def scan_chunk(args: argparse.Namespace) -> None:
 
 def add_merge_scan(sub) -> None:
     p = sub.add_parser(
-        "merge-scan", help="one output file of a scan (its contigs): Parquet + tabix TSV"
+        "merge-scan",
+        help="one output file of a scan (its contigs): Parquet + the calibration's counts",
     )
     p.add_argument("--plan", required=True, help="the scan's plan (plan-scan --out)")
     p.add_argument("--file", required=True, help="the plan's output file (a name in `files`)")
     p.add_argument("--chunks", nargs="+", required=True, help="chunk Parquet files, in order")
-    add_flags(p, ScanChunkSettings)
+    p.add_argument("--reference", required=True, help="the scan's reference (SNV contexts)")
+    add_flags(p, ScanChunkSettings, CalibrationSettings)
     p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
     p.add_argument("--out-parquet", required=True)
-    p.add_argument("--out-tsv", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.add_argument("--out-counts", required=True, help="the file's SNVs per cell and score")
     p.set_defaults(func=merge_scan)
 
 
 def merge_scan(args: argparse.Namespace) -> None:
-    """The rows of one output file's contigs in the chunks -> its Parquet file and tabix TSV."""
+    """The rows of one output file's contigs in the chunks -> its Parquet file and counts."""
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.calibrate import counts_meta
     from carbon_vep.scan.outputs import merge_group, read_json
     from carbon_vep.scan.plan import plan_file
 
-    (chunks,) = from_args(args, ScanChunkSettings)
+    chunks, calibration = from_args(args, ScanChunkSettings, CalibrationSettings)
     entry = plan_file(read_json(args.plan), args.file)
-    stats = merge_group(args.chunks, entry["contigs"], args.out_parquet, args.out_tsv,
-                        pairs(args.provenance), chunks.tsv_decimals)  # fmt: skip
+    meta = counts_meta(pairs(args.provenance), chunks.tsv_decimals, calibration.neutral_regions)
+    with open_reference(args.reference) as reference:
+        neutral = _neutral_regions(calibration.neutral_regions, reference.lengths)
+        stats = merge_group(args.chunks, entry["contigs"], args.out_parquet, args.out_counts,
+                            meta, reference, neutral)  # fmt: skip
     if stats["bases"] != entry["scored_bp"]:
         raise ValueError(f"{args.file}: the chunks hold {stats['bases']} bases of its contigs; "
                          f"the plan scores {entry['scored_bp']}")  # fmt: skip
     stats.pop("bases_per_contig")
     log.info("merged %s: %s", args.file, stats)
+
+
+def _neutral_regions(bed: str | None, lengths: dict[str, int]):
+    """The neutral BED's intervals on the reference's contigs (aliases as for scan regions)."""
+    if bed is None:
+        return None
+    from carbon_vep.scan.plan import resolve_targets
+    from carbon_vep.scan.snvs import NeutralRegions
+
+    return NeutralRegions(resolve_targets([bed], lengths))
+
+
+def add_calibrate_scan(sub) -> None:
+    p = sub.add_parser(
+        "calibrate-scan",
+        help="a scan's rank scales (PHRED) and context means from every output file's counts",
+    )
+    p.add_argument("--counts", nargs="+", required=True, help="merge-scan --out-counts files")
+    add_flags(p, CalibrationSettings)
+    p.add_argument("--out", required=True, help="the calibration folder (calibration.json, ...)")
+    p.set_defaults(func=calibrate_scan)
+
+
+def calibrate_scan(args: argparse.Namespace) -> None:
+    from carbon_vep.scan.calibrate import Calibration, read_counts
+
+    (settings,) = from_args(args, CalibrationSettings)
+    counts, neutral, meta = read_counts(args.counts)
+    calibration = Calibration.build(counts, neutral, meta, settings.context_min_count)
+    calibration.write(args.out)
+    log.info("calibrated %s SNVs: %s", f"{calibration.raw.total:,}", calibration.thresholds())
+
+
+def add_write_scan_tsv(sub) -> None:
+    p = sub.add_parser(
+        "write-scan-tsv", help="one output file's tabix TSV: score and PHRED for every SNV"
+    )
+    p.add_argument("--plan", required=True, help="the scan's plan (plan-scan --out)")
+    p.add_argument("--file", required=True, help="the plan's output file (a name in `files`)")
+    p.add_argument("--parquet", required=True, help="the file's Parquet (merge-scan)")
+    p.add_argument("--calibration", required=True, help="the scan's calibration folder")
+    p.add_argument("--reference", required=True, help="the scan's reference (SNV contexts)")
+    add_flags(p, CalibrationSettings)
+    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
+    p.add_argument("--out-tsv", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.set_defaults(func=write_scan_tsv)
+
+
+def write_scan_tsv(args: argparse.Namespace) -> None:
+    from carbon_vep.genome.reference import open_reference
+    from carbon_vep.scan.calibrate import Calibration
+    from carbon_vep.scan.outputs import read_json, write_tsv
+    from carbon_vep.scan.plan import plan_file
+
+    (settings,) = from_args(args, CalibrationSettings)
+    entry = plan_file(read_json(args.plan), args.file)
+    provenance = pairs(args.provenance)
+    calibration = Calibration.read(args.calibration)
+    calibration.check_fingerprint(provenance, args.calibration)
+    with open_reference(args.reference) as reference:
+        stats = write_tsv(args.parquet, entry["contigs"], args.out_tsv, provenance, calibration,
+                          reference, settings.tsv_calibrated)  # fmt: skip
+    log.info("wrote %s: %s", args.out_tsv, stats)
 
 
 def add_summarize_scan(sub) -> None:
@@ -149,6 +225,7 @@ def add_summarize_scan(sub) -> None:
     p.add_argument("--chunk-stats", nargs="+", required=True)
     p.add_argument("--parquet", nargs="+", required=True)
     p.add_argument("--tsv", nargs="+", required=True)
+    p.add_argument("--calibration", required=True, help="the scan's calibration folder")
     p.add_argument("--title", default="scan")
     p.add_argument(
         "--provenance", action="append", default=[],
@@ -161,17 +238,20 @@ def add_summarize_scan(sub) -> None:
 
 
 def summarize_scan(args: argparse.Namespace) -> None:
+    from carbon_vep.scan.calibrate import Calibration, contexts_markdown
     from carbon_vep.scan.outputs import read_json, scan_record, summarize, summary_markdown
     from carbon_vep.scan.plan import describe_plan
 
     plan = read_json(args.plan)
     stats = [read_json(p) for p in args.chunk_stats]
-    summary = summarize(plan, stats, args.parquet, args.tsv)
+    calibration = Calibration.read(args.calibration)
+    summary = summarize(plan, stats, args.parquet, args.tsv, calibration)
     if args.out_record:
         atomic.write_json(scan_record(plan, pairs(args.provenance)), args.out_record)
     atomic.write_json(summary, args.out_json)
     plan_text = describe_plan(plan, f"scan plan: {args.title}")
-    atomic.write_text(summary_markdown(summary, plan_text), args.out_md)
+    text = summary_markdown(summary, plan_text, contexts_markdown(calibration))
+    atomic.write_text(text, args.out_md)
 
 
 def add_concat_scan(sub) -> None:
@@ -198,6 +278,8 @@ COMMANDS = (
     add_plan_scan,
     add_scan_chunk,
     add_merge_scan,
+    add_calibrate_scan,
+    add_write_scan_tsv,
     add_summarize_scan,
     add_concat_scan,
 )

@@ -129,6 +129,11 @@ def add_annotate(sub) -> None:
         help="the panel's reference for the checks (default: the scan's, from its scan.json)",
     )  # fmt: skip
     p.add_argument("--checked", default=None, help="or: a checked panel (check-panel --out)")
+    p.add_argument(
+        "--calibration", default=None,
+        help="the calibration folder whose PHRED and context means to use (default: the scan's "
+        "own, SCAN/calibration; another must be of the same model and settings)",
+    )  # fmt: skip
     add_flags(p, PanelSettings, LabelSettings)
     p.set_defaults(build=None)  # the scan's build unless given (and then it must agree)
     for action in p._actions:
@@ -168,7 +173,7 @@ def annotate(args: argparse.Namespace) -> None:
     else:
         raise InputError("command line", "annotate needs --panel (or --checked)")
     began = time.monotonic()
-    annotated = annotate_panel(checked, args.scan)
+    annotated = annotate_panel(checked, args.scan, args.reference, args.calibration)
     took = time.monotonic() - began
     atomic.write_parquet(annotated, args.out)
     counts = dict(annotated.group_by("status").len().sort("status").iter_rows())

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from carbon_vep.config.fields import ConfigError, describe, flat_fields, from_flat, group, setting
 from carbon_vep.config.stages import (
+    CalibrationSettings,
     EvaluationSettings,
     LabelSettings,
     MetricSettings,
@@ -71,6 +72,7 @@ class ScanConfig:
     models: tuple[str, ...] | None = setting(None, help="model keys to scan with (default all)")
     tiles: TileSettings = group(TileSettings)
     chunks: ScanChunkSettings = group(ScanChunkSettings)
+    calibration: CalibrationSettings = group(CalibrationSettings)
 
 
 TASK_KINDS = ("sequence_recovery", "perturbation")

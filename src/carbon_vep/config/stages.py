@@ -309,5 +309,28 @@ class ScanChunkSettings:
         2,
         minimum=1,
         maximum=6,
-        help="decimals of the score in the tabix TSV (the Parquet dataset keeps every marginal)",
+        help="decimals of the score in the tabix TSV (the Parquet dataset keeps every marginal); "
+        "the calibration counts scores at this precision, so a printed score has one PHRED",
+    )
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """How a scan's scores are calibrated (merge-scan, calibrate-scan, write-scan-tsv)."""
+
+    neutral_regions: str | None = setting(
+        None,
+        help="BED file of neutral regions (e.g. ancestral repeats): the context means are taken "
+        "over the scanned SNVs inside them; default: every scanned SNV",
+    )
+    context_min_count: int = setting(
+        100,
+        minimum=1,
+        help="neutral SNVs a pentanucleotide cell needs for its own mean; below it the "
+        "trinucleotide cell's mean is used, then the global mean",
+    )
+    tsv_calibrated: bool = setting(
+        False,
+        help="the tabix TSV also carries `calibrated` and `calibrated_phred` (always in the "
+        "calibration tables, annotate and from_scan datasets)",
     )

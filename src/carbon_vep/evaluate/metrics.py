@@ -23,6 +23,7 @@ CI_LEVEL = 0.95
 CONVENTIONS = ("drop_single_class", "keep_all")
 BY_CHROM_METRICS = ("auroc", "average_precision")
 CHROM_COLUMN = "chrom"  # by-chromosome metrics group on the panel's contig
+CALIBRATED_SCORE = "calibrated"  # a scan's context-calibrated score (columns.CALIBRATED)
 
 DEFINITIONS = {
     "auroc": "sklearn roc_auc_score(label, score) over labelled scored rows; "
@@ -277,6 +278,23 @@ def vep_metrics(
     return result
 
 
+def _calibrated_metrics(
+    labelled: pl.DataFrame, labels01: np.ndarray, evaluation: EvaluationSettings
+) -> dict:
+    """The same metrics and intervals on the context-calibrated score of a scan (recipe
+    from_scan), to read beside the raw score's: calibration removes the mutational-context
+    bias a raw score carries (docs/calibration.md)."""
+    scratch: dict = {"by_chromosome": {}, "definitions": {}, "warnings": []}
+    scores = labelled[CALIBRATED_SCORE].to_numpy().astype(np.float64)
+    evaluate = _label_statistics(labelled, labels01, scores, scratch)
+    out: dict = {"metrics": evaluate(np.arange(len(labels01))), "confidence_intervals": {}}
+    if evaluation.bootstrap > 0:
+        out["confidence_intervals"] = bootstrap_intervals(
+            len(labels01), evaluate, evaluation.bootstrap, evaluation.seed
+        )
+    return out
+
+
 def _vep_result(
     merged: pl.DataFrame, labels: LabelSettings, evaluation: EvaluationSettings
 ) -> dict:
@@ -342,6 +360,12 @@ def _add_label_metrics(labelled: pl.DataFrame, options: MetricSettings, result: 
             bootstrap_intervals(len(labels01), evaluate, evaluation.bootstrap, evaluation.seed)
         )
     result["breakdowns"] = breakdowns(labelled, options.breakdown_columns)
+    if CALIBRATED_SCORE in labelled.columns and labelled[CALIBRATED_SCORE].null_count() == 0:
+        result[CALIBRATED_SCORE] = _calibrated_metrics(labelled, labels01, evaluation)
+        result["definitions"][CALIBRATED_SCORE] = (
+            "the same metrics on the scan's context-calibrated score: score minus the mean score "
+            "of neutral SNVs of the same pentanucleotide context and alternate base"
+        )
     value = result["metrics"]["auroc"]
     if value < SIGN_FLIP_AUROC:
         result["warnings"].append(

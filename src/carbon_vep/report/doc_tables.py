@@ -176,6 +176,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "scan-snv-columns": lambda: columns.markdown_table(columns.SCAN_SNV),
     "scan-base-columns": lambda: columns.markdown_table(columns.SCAN_BASE),
     "scan-tsv-columns": lambda: columns.markdown_table(columns.SCAN_TSV),
+    "calibrated-columns": lambda: columns.markdown_table(columns.CALIBRATED),
     "config-top-level": _config_top_level,
     **{f"config-{name.replace('_', '-')}": _config_section(name) for name in SECTIONS},
 }

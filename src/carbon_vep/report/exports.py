@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 import pysam
 
+from carbon_vep import columns
 from carbon_vep.atomic import atomic_path
 
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
@@ -138,6 +139,8 @@ SCORE_FIELDS = {
     "p_ref": "P(ref base) at the variant (nexttoken, scan)",
     "p_alt": "P(alt base) at the variant (nexttoken, scan)",
     "label_conflict": "the panel gives this variant conflicting labels (left out of metrics)",
+    # a scan's scales (recipe from_scan): as the scan's TSV and calibration tables define them
+    **{c.name: c.description for c in columns.CALIBRATED},
 }
 
 

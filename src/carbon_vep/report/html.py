@@ -11,18 +11,22 @@ predictions), and the results table; it recomputes nothing.
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from carbon_vep.columns import Status
+from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
 from carbon_vep.report import plots
 from carbon_vep.report.markdown import _fmt, _with_interval, ordered_metrics
 from carbon_vep.report.results_table import load_results
+from carbon_vep.scan.calibrate import Calibration, cpg_site, extreme_contexts
 
 CSS = (resources.files("carbon_vep.report") / "assets" / "report.css").read_text()
 
@@ -114,14 +118,20 @@ def _status_table(results: Sequence[TaskResult]) -> str:
 
 
 def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
-    rows = [[n, *(_with_interval(r.metrics, n, 3) for r in results)] for n in names]
-    return _html_table(["metric (95% bootstrap interval)", *(r.model for r in results)], rows)
+    """Metrics by model; a scan's panel also on the context-calibrated score, side by side."""
+    columns = []
+    for r in results:
+        columns.append((r.model, r.metrics))
+        if r.metrics.get(CALIBRATED_SCORE):
+            columns.append((f"{r.model}, calibrated", r.metrics[CALIBRATED_SCORE]))
+    rows = [[n, *(_with_interval(m, n, 3) for _, m in columns)] for n in names]
+    return _html_table(["metric (95% bootstrap interval)", *(name for name, _ in columns)], rows)
 
 
 # ---- HTML sections -------------------------------------------------------------------------
-def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame) -> str:
+def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame | None) -> str:
     """The results table as make_results_table wrote it, with each value's interval."""
-    if table.height == 0:
+    if table is None or table.height == 0:
         return "<h2 id='results'>Results</h2><p>No results.</p>"
     models = [c for c in table.columns if c not in ("task", "metric")]
     lookup = {(r.task, r.model): r.metrics for r in run}
@@ -388,10 +398,62 @@ def _provenance_section(run: Sequence[TaskResult]) -> str:
     )
 
 
+def _scan_section(scan_dir: str | Path) -> str:
+    """A scan: its totals, the genome-wide score distribution with the PHRED 10 / 20 / 30
+    thresholds, and the context cells (the mean score of each, CpG sites marked)."""
+    folder = Path(scan_dir)
+    summary = json.loads((folder / "summary.json").read_text())
+    calibration = Calibration.read(folder / "calibration")
+    name = f"scan {folder.parent.name} / {folder.name}"
+    scale = calibration.raw.table(calibration.decimals)
+    thresholds = summary["calibration"]["thresholds"]["score"]
+    labelled = {f"PHRED {p}": thresholds[f"phred_{p}"] for p in (10, 20, 30)}
+    histogram = plots.score_histogram(scale["score"].to_numpy(), scale["n"].to_numpy(), labelled)
+    cells = calibration.contexts.filter(pl.col("level") == "pentanucleotide")
+    cells = cells.filter(pl.col("n_neutral") > 0)
+    changes = [f"{r}>{a}" for r, a in zip(cells["ref"], cells["alt"], strict=True)]
+    means = cells["mean_key_neutral"].to_numpy() / 10**calibration.decimals
+    cpg = np.array([cpg_site(c) for c in cells["context"]], dtype=bool)
+    extreme = extreme_contexts(calibration)
+    rows = [[r["context"], f"{r['ref']}>{r['alt']}", "yes" if r["cpg"] else "", r["n_neutral"],
+             f"{r['mean']:.3f}"] for r in extreme.iter_rows(named=True)]  # fmt: skip
+    counts = [
+        ["SNVs", f"{summary['calibration']['snvs']:,}"],
+        ["neutral set", summary["calibration"]["neutral"]],
+        *(
+            [f"lowest score at PHRED {p}", "n/a" if v is None else f"{v:.3f}"]
+            for p, v in zip((10, 20, 30), labelled.values(), strict=True)
+        ),  # fmt: skip
+    ]
+    return "".join(
+        [
+            f"<h2 id='{_e(name)}'>{_e(name)} <span class='sub'>(calibration)</span></h2>",
+            _html_table(["", "value"], counts),
+            _figure(histogram, f"score distribution, {name}"),
+            _row(
+                _block(
+                    "Mean score of each context cell",
+                    _figure(plots.context_strip(changes, means, cpg), f"context means, {name}"),
+                ),
+                _block(
+                    "Cells with the highest and lowest mean",
+                    _html_table(
+                        ["context", "change", "CpG", "neutral SNVs", "mean"], rows, numeric_from=3
+                    ),
+                ),
+            ),  # fmt: skip
+        ]
+    )
+
+
 def render_html(
-    run: Sequence[TaskResult], table: pl.DataFrame, title: str = "carbon-vep run report"
+    run: Sequence[TaskResult],
+    table: pl.DataFrame | None,
+    title: str = "carbon-vep run report",
+    scans: Sequence[str | Path] = (),
 ) -> str:
-    """The whole run as one self-contained HTML page (`table`: the run's results table)."""
+    """The whole run as one self-contained HTML page (`table`: the run's results table;
+    `scans`: the output folders of its scans)."""
     colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
     sections = {
         "vep": _vep_section,
@@ -403,6 +465,10 @@ def render_html(
         for task, results in _by_task(run, kind).items():
             body.append(section(task, results, colours))
             nav.append(f"<a href='#{_e(task)}'>{_e(task)}</a>")
+    for scan_dir in scans:
+        body.append(_scan_section(scan_dir))
+        name = f"scan {Path(scan_dir).parent.name} / {Path(scan_dir).name}"
+        nav.append(f"<a href='#{_e(name)}'>{_e(name)}</a>")
     body.append(_provenance_section(run))
     nav.append("<a href='#provenance'>Provenance</a>")
     models = ", ".join(colours)

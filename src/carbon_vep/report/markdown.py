@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from carbon_vep.columns import Status
+from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
 
 
@@ -42,6 +43,20 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
+def _metrics_table(metrics: dict) -> str:
+    """Each metric with its interval and definition; beside it, for a scan's panel, the same
+    metric on the context-calibrated score."""
+    definitions = metrics.get("definitions", {})
+    calibrated = metrics.get(CALIBRATED_SCORE)
+    header = ["metric", "score", *(["calibrated"] if calibrated else []), "definition"]
+    rows = [
+        [name, _with_interval(metrics, name),
+         *([_with_interval(calibrated, name)] if calibrated else []), definitions.get(name, "")]
+        for name in ordered_metrics(list(metrics["metrics"]))
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
 def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
     """Markdown: provenance, status counts, metrics with definitions, top-scoring variants."""
     provenance = metrics.get("provenance", {})
@@ -57,11 +72,6 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
         _table(["status", "rows"], [[k, v] for k, v in metrics["status_counts"].items()]),
     ]
     if metrics.get("metrics"):
-        definitions = metrics.get("definitions", {})
-        rows = [
-            [name, _with_interval(metrics, name), definitions.get(name, "")]
-            for name in ordered_metrics(list(metrics["metrics"]))
-        ]
         excluded = metrics.get("n_excluded_label_conflict", 0)
         parts += [
             "## Metrics",
@@ -69,7 +79,7 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
             f"{metrics.get('n_positive', 0)} positive"
             + (f"; {excluded} rows with conflicting labels excluded" if excluded else "")
             + ". Brackets: 95% bootstrap interval.",
-            _table(["metric", "value", "definition"], rows),
+            _metrics_table(metrics),
         ]
     for metric, conventions in metrics.get("by_chromosome", {}).items():
         detail = conventions.get("drop_single_class", {})

@@ -209,3 +209,43 @@ def margin_histograms(per_model: Mapping[str, np.ndarray], colours: Mapping[str,
         _style(ax, integer_y=True)
     fig.tight_layout()
     return fig
+
+
+def score_histogram(
+    scores: np.ndarray, counts: np.ndarray, thresholds: Mapping[str, float | None]
+) -> Figure:
+    """The scan's SNVs by score (each distinct score with its count), log-scale counts, and a
+    line at the lowest score of each PHRED threshold (`thresholds`: label -> score)."""
+    fig = Figure(figsize=(8.6, 3.0))
+    ax = fig.subplots()
+    if len(scores):
+        bins = np.histogram_bin_edges(scores, bins=min(80, max(10, len(scores))))
+        ax.hist(scores, bins=bins, weights=counts, color="#7f7f7f", log=True)
+    for (label, value), colour in zip(thresholds.items(), ("#ff7f0e", "#d62728", "#9467bd"),
+                                      strict=False):  # fmt: skip
+        if value is not None:
+            ax.axvline(value, color=colour, linewidth=1.2, label=f"{label}: score ≥ {value:.2f}")
+    ax.set(xlabel="score (larger = more damaging)", ylabel="SNVs (log scale)")
+    _style(ax)
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def context_strip(changes: Sequence[str], means: np.ndarray, cpg: np.ndarray) -> Figure:
+    """Mean score of each pentanucleotide cell, one column per base change (A>C ... T>G),
+    cells at CpG sites in red: the mutational-context bias calibration removes."""
+    order = sorted(set(changes))
+    x = np.array([order.index(c) for c in changes], dtype=float)
+    jitter = (np.random.default_rng(0).random(len(x)) - 0.5) * 0.5
+    fig = Figure(figsize=(8.6, 3.0))
+    ax = fig.subplots()
+    for flag, colour, label in ((False, "#7f7f7f", "other contexts"), (True, "#d62728", "CpG")):
+        keep = cpg == flag
+        ax.scatter(x[keep] + jitter[keep], means[keep], s=5, color=colour, alpha=0.6, label=label)
+    ax.set_xticks(range(len(order)), order)
+    ax.set(xlabel="base change", ylabel="mean score of the cell")
+    _style(ax)
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig

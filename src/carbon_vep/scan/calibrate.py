@@ -1,12 +1,11 @@
 """Scores a user can read: a scan's genome-wide rank scale (PHRED) and context calibration.
 
-Every scanned SNV falls in one calibration cell: its pentanucleotide (the variant's base in the
-middle) and alternate base — 1,024 × 4 slots, 3,072 of them real — or, where the
-pentanucleotide touches an N or a contig end, its trinucleotide cell, or, where even that does,
-the global cell. A scan job counts its SNVs per (cell, score) at the precision the tabix TSV
-prints the score with (`score_key`: the rounded score × 10^decimals, an integer), and the
-neutral set's score sums per cell; counts from every job add up, so memory is bounded by the
-number of cells and score values, never by the genome.
+Every scanned SNV falls in one calibration cell (`scan.snvs`: its pentanucleotide and alternate
+base, or its trinucleotide where the pentanucleotide touches an N or a contig end, or the global
+cell). A merge job counts its SNVs per (cell, score) at the precision the tabix TSV prints the
+score with (`snvs.score_key`: the rounded score × 10^decimals, an integer), and the neutral set's
+score sums per cell; counts from every job add up, so memory is bounded by the number of cells
+and score values, never by the genome.
 
 From the summed counts (`Calibration.build`):
 
@@ -38,75 +37,42 @@ import pyarrow.parquet as pq
 
 from carbon_vep.atomic import atomic_path
 from carbon_vep.errors import InputError
+from carbon_vep.scan.snvs import (
+    GLOBAL_CELL,
+    N_CELLS,
+    TRI_OFFSET,
+    cell_context,
+    key_value,
+)
 
-BASES = "ACGT"
-_CODE = np.full(256, -1, dtype=np.int64)  # byte -> 0..3 for ACGT, -1 for anything else
-for _i, _b in enumerate(BASES):
-    _CODE[ord(_b)] = _i
-PENTA_CELLS = 4**5 * 4  # (pentanucleotide, alt) slots; the 1,024 with alt == ref stay empty
-TRI_OFFSET = PENTA_CELLS  # trinucleotide cells of SNVs whose pentanucleotide is incomplete
-GLOBAL_CELL = TRI_OFFSET + 4**3 * 4  # SNVs whose trinucleotide is incomplete
-N_CELLS = GLOBAL_CELL + 1
 MIN_COUNT = 100  # neutral SNVs a cell needs for its own mean (below: the coarser cell's)
+# PHRED is given to one decimal wherever a row carries it (a 0.1 step is a 2.3% change of rank;
+# each further decimal costs ~0.25 bytes an SNV in the TSV, measured by bench_calibrate)
+PHRED_DECIMALS = 1
+PHRED_COLUMNS = ("phred", "calibrated_phred")
 LEVELS = ("pentanucleotide", "trinucleotide", "global")
-# what a calibration holds for: a table made under other settings must not be applied
-FINGERPRINT_KEYS = ("model", "revision", "normalization", "tile_bp", "min_context", "decimals")
+# what a calibration holds for: scores made otherwise must not be put on its scales
+FINGERPRINT_KEYS = (
+    "model", "revision", "dtype", "upcast_output_layer", "normalization", "tile_bp",
+    "min_context", "decimals",
+)  # fmt: skip
 
 
-# ---- per-SNV keys -------------------------------------------------------------------------
-def rounded_score(score: pl.Expr, decimals: int) -> pl.Expr:
-    """The score as the TSV prints it: rounded, -0 written as 0."""
-    value = score.round(decimals)
-    return pl.when(value == 0).then(pl.lit(0.0, pl.Float32)).otherwise(value)
-
-
-def score_key(score: pl.Expr, decimals: int) -> pl.Expr:
-    """The rounded score as an integer (score × 10^decimals): the unit every count uses."""
-    return (rounded_score(score, decimals).cast(pl.Float64) * 10**decimals).round().cast(pl.Int64)
-
-
-def key_value(key: pl.Expr, decimals: int) -> pl.Expr:
-    """An integer key back to the score it stands for (Float64)."""
-    return key.cast(pl.Float64) / 10**decimals
-
-
-def context_cells(sequence: str, offset: int, pos: np.ndarray, alt: np.ndarray) -> np.ndarray:
-    """The calibration cell of each SNV at 1-based `pos` with alternate base index `alt` (0-3,
-    ACGT), given `sequence` = the contig's bases from 0-based `offset` (upper case; anything not
-    ACGT, and anything outside `sequence`, counts as an N)."""
-    codes = _CODE[np.frombuffer(sequence.encode(), dtype=np.uint8)]
-    index = pos - 1 - offset
-    window = np.full((len(pos), 5), -1, dtype=np.int64)
-    for j, shift in enumerate(range(-2, 3)):
-        at = index + shift
-        inside = (at >= 0) & (at < len(codes))
-        window[inside, j] = codes[at[inside]]
-    tri_ok = (window[:, 1:4] >= 0).all(axis=1)
-    penta_ok = tri_ok & (window[:, 0] >= 0) & (window[:, 4] >= 0)
-    weights = 4 ** np.arange(4, -1, -1)
-    penta = (np.where(window < 0, 0, window) * weights).sum(axis=1)
-    tri = (np.where(window[:, 1:4] < 0, 0, window[:, 1:4]) * weights[2:]).sum(axis=1)
-    return np.where(
-        penta_ok, penta * 4 + alt, np.where(tri_ok, TRI_OFFSET + tri * 4 + alt, GLOBAL_CELL)
-    )
-
-
-def cell_context(cell: int) -> tuple[str, str, str]:
-    """(level, context, alt) of a cell id: e.g. ("pentanucleotide", "ACGTA", "T")."""
-    if cell == GLOBAL_CELL:
-        return "global", "", ""
-    level, width, base = (
-        ("pentanucleotide", 5, cell)
-        if cell < TRI_OFFSET
-        else ("trinucleotide", 3, cell - TRI_OFFSET)
-    )
-    context, alt = divmod(base, 4)
-    letters = "".join(BASES[(context >> (2 * (width - 1 - i))) & 3] for i in range(width))
-    return level, letters, BASES[alt]
+def counts_meta(
+    provenance: Mapping[str, Any], decimals: int, neutral: str | None
+) -> dict[str, Any]:
+    """What a scan's counts hold for: the fingerprint keys its provenance names, the
+    normalisation (a scan's marginals are over the 6-mer block), the printed precision, and the
+    neutral set (a BED file, or every scanned SNV)."""
+    meta = {k: provenance[k] for k in FINGERPRINT_KEYS if k in provenance}
+    meta.update(normalization="dna_block", decimals=decimals)
+    meta["neutral"] = neutral or "every scanned SNV"
+    return meta
 
 
 # ---- counting -----------------------------------------------------------------------------
 COUNT_SCHEMA = {"cell": pl.Int64, "key": pl.Int64, "n": pl.Int64}
+SUMS = "neutral_sums"  # the metadata key of a counts file's neutral sums per cell
 NEUTRAL_SCHEMA = {"cell": pl.Int64, "n": pl.Int64, "key_sum": pl.Int64}
 
 
@@ -151,10 +117,7 @@ class CalibrationCounts:
     def write(self, path: str | Path, meta: Mapping[str, Any]) -> None:
         """One Parquet file: the (cell, key, n) counts, the neutral sums in its metadata."""
         table = self.counts().to_arrow()
-        extra = {
-            "neutral": self.neutral().write_json(),
-            **{k: json.dumps(v) for k, v in meta.items()},
-        }
+        extra = {**{k: json.dumps(v) for k, v in meta.items()}, SUMS: self.neutral().write_json()}
         table = table.replace_schema_metadata({f"carbon_vep.{k}": v for k, v in extra.items()})
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")
@@ -171,7 +134,7 @@ def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, di
         table = pq.read_table(path)
         raw = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
         own = {
-            k.removeprefix("carbon_vep."): v for k, v in raw.items() if k != "carbon_vep.neutral"
+            k.removeprefix("carbon_vep."): v for k, v in raw.items() if k != f"carbon_vep.{SUMS}"
         }
         own = {k: json.loads(v) for k, v in own.items()}
         if meta is None:
@@ -179,7 +142,7 @@ def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, di
         elif own != meta:
             raise InputError(path, f"counts made under other settings ({own} vs {meta})")
         counts.append(pl.from_arrow(table))
-        neutral.append(pl.read_json(raw["carbon_vep.neutral"].encode(), schema=NEUTRAL_SCHEMA))
+        neutral.append(pl.read_json(raw[f"carbon_vep.{SUMS}"].encode(), schema=NEUTRAL_SCHEMA))
     summed = _summed(pl.concat(counts)) if counts else pl.DataFrame(schema=COUNT_SCHEMA)
     neutral_sums = (
         pl.concat(neutral).group_by("cell").agg(pl.col("n").sum(), pl.col("key_sum").sum())
@@ -221,7 +184,7 @@ class RankScale:
         return np.maximum(self.total - below, 1)
 
     def phred(self, keys: np.ndarray) -> np.ndarray:
-        return -10.0 * np.log10(self.ranks(keys) / self.total)
+        return 10.0 * np.log10(self.total / self.ranks(keys))  # >= 0, never -0.0
 
     def table(self, decimals: int) -> pl.DataFrame:
         """score -> n, rank, rank fraction, PHRED: the calibration table of this scale."""
@@ -232,7 +195,7 @@ class RankScale:
                 "n": np.diff(np.concatenate([self.below, [self.total]])),
                 "rank": ranks,
                 "rank_fraction": ranks / self.total,
-                "phred": -10.0 * np.log10(ranks / self.total),
+                "phred": 10.0 * np.log10(self.total / ranks),
             }
         ).sort("score", descending=True)
 
@@ -320,18 +283,57 @@ class Calibration:
         return int(self.meta["decimals"])
 
     def annotate(self, snvs: pl.DataFrame) -> pl.DataFrame:
-        """`snvs` (with `cell` and `key` columns) with phred, calibrated and calibrated_phred."""
+        """`snvs` (with `cell` and `key` columns) with phred and calibrated_phred (to
+        PHRED_DECIMALS) and calibrated (at the printed precision)."""
         means = self.contexts.select("cell", "mean_key")
         frame = snvs.join(means, on="cell", how="left", maintain_order="left")
         frame = frame.with_columns(
             calibrated_keys(pl.col("key"), pl.col("mean_key")).alias("_ckey")
         )
         keys, ckeys = frame["key"].to_numpy(), frame["_ckey"].to_numpy()
+        phred = np.round(self.raw.phred(keys), PHRED_DECIMALS)
+        calibrated_phred = np.round(self.calibrated.phred(ckeys), PHRED_DECIMALS)
         return frame.with_columns(
-            pl.Series("phred", self.raw.phred(keys), dtype=pl.Float32),
+            pl.Series("phred", phred, dtype=pl.Float32),
             key_value(pl.col("_ckey"), self.decimals).cast(pl.Float32).alias("calibrated"),
-            pl.Series("calibrated_phred", self.calibrated.phred(ckeys), dtype=pl.Float32),
+            pl.Series("calibrated_phred", calibrated_phred, dtype=pl.Float32),
         ).drop("mean_key", "_ckey")
+
+    def header_lines(self, with_calibrated: bool = True) -> list[str]:
+        """`##` lines for a file whose rows carry these scales: what PHRED and calibrated mean."""
+        phred = (
+            f"##phred=-10 log10(rank / total) of the score among the {self.raw.total:,} SNVs of "
+            "this scan (rank 1 = the highest score; tied scores share the rank of the last of "
+            "them): 10 = top 10%, 20 = top 1%, 30 = top 0.1%"
+        )
+        if not with_calibrated:
+            return [phred]
+        return [
+            phred,
+            "##calibrated=score minus the mean score of the neutral SNVs "
+            f"({self.meta.get('neutral')}) of its pentanucleotide context and alternate base "
+            f"(cells under {self.meta.get('min_count')} neutral SNVs: the trinucleotide's, then "
+            "the global mean); calibrated_phred = its PHRED among every SNV",
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        """Totals, thresholds, and how many cells used their own mean or a fallback."""
+        cells = self.contexts.filter(pl.col("level") == "pentanucleotide")
+        return {
+            "snvs": self.raw.total,
+            "neutral": self.meta.get("neutral"),
+            "context_min_count": self.meta.get("min_count"),
+            "thresholds": self.thresholds(),
+            "pentanucleotide_cells_by_mean_used": dict(
+                cells.group_by("fallback").len().sort("fallback").iter_rows()
+            ),
+            "snvs_by_context_level": dict(
+                self.contexts.group_by("level")
+                .agg(pl.col("n_scored").sum())
+                .sort("level")
+                .iter_rows()
+            ),
+        }
 
     def thresholds(self) -> dict[str, dict[str, float | None]]:
         """The score at PHRED 10 / 20 / 30 on each scale."""
@@ -390,3 +392,42 @@ class Calibration:
             detail = "; ".join(f"{k}: calibrated for {a!r}, scores made with {b!r}"
                                for k, (a, b) in differs.items())  # fmt: skip
             raise InputError(where, f"calibration made for other scores ({detail})")
+
+
+def cpg_site(context: str) -> bool:
+    """The middle base of a context is the C or the G of a CpG (on either strand)."""
+    middle = len(context) // 2
+    return context[middle : middle + 2] == "CG" or context[middle - 1 : middle + 1] == "CG"
+
+
+def extreme_contexts(calibration: Calibration, n: int = 8) -> pl.DataFrame:
+    """The pentanucleotide cells with their own mean, highest and lowest first (the rows a
+    reader checks: CpG transitions, the commonest mutations, usually score low)."""
+    own = calibration.contexts.filter(
+        (pl.col("level") == "pentanucleotide") & (pl.col("fallback") == "pentanucleotide")
+    ).with_columns(
+        key_value(pl.col("mean_key"), calibration.decimals).alias("mean"),
+        pl.col("context").map_elements(cpg_site, return_dtype=pl.Boolean).alias("cpg"),
+    )
+    ranked = own.sort("mean", descending=True)
+    picked = pl.concat([ranked.head(n), ranked.tail(n)]).unique("cell", maintain_order=True)
+    return picked.select("context", "ref", "alt", "cpg", "n_neutral", "mean")
+
+
+def contexts_markdown(calibration: Calibration, n: int = 8) -> str:
+    table = extreme_contexts(calibration, n)
+    if table.is_empty():
+        return "No pentanucleotide cell has its own mean (too few neutral SNVs a cell).\n"
+    lines = [
+        f"Context cells with the highest and lowest mean score ({n} each; CpG: the variant's "
+        "base is the C or the G of a CpG):",
+        "",
+        "| context | change | CpG | neutral SNVs | mean score |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['context']} | {r['ref']}>{r['alt']} | {'yes' if r['cpg'] else ''} | "
+        f"{r['n_neutral']:,} | {r['mean']:.3f} |"
+        for r in table.iter_rows(named=True)
+    ]
+    return "\n".join(lines) + "\n"

@@ -9,9 +9,15 @@ plan order (which is reference order), into
 - `positions/<name>.parquet`: per-base rows with their `chrom`; the folder is one dataset that
   pyarrow, polars and DuckDB read as one table (row-group statistics on `chrom` and `pos` let
   them skip to one contig or region), and
-- `snvs/<name>.tsv.gz` (+ `.tbi`): per-SNV scores, bgzipped and tabix-indexed (every contig of
-  the file answers region queries), 3 rows per base, with `##` header lines (ASCII only)
-  naming the model, revision, normalisation, sign convention, columns and contigs.
+- `calibration/counts/<name>.parquet`: its SNVs counted per calibration cell and score
+  (`scan.calibrate`), which `calibrate-scan` adds up into the scan's calibration.
+
+Then `write_tsv` writes, from the Parquet file and the calibration,
+
+- `snvs/<name>.tsv.gz` (+ `.tbi`): per-SNV scores and their PHRED, bgzipped and tabix-indexed
+  (every contig of the file answers region queries), 3 rows per base, with `##` header lines
+  (ASCII only) naming the model, revision, normalisation, sign convention, the calibration,
+  columns and contigs.
 
 `<name>` is the contig's name encoded (`genome.contigs.encode_name`), or
 `<first contig>+<N more>` for a shared file. Nothing is half-written: every file goes to a
@@ -22,6 +28,7 @@ reference, model and which file holds each contig (what `carbon-vep annotate` re
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import time
@@ -35,12 +42,17 @@ import pysam
 
 from carbon_vep import columns
 from carbon_vep.atomic import atomic_path
-from carbon_vep.columns import SCAN_BASES
 from carbon_vep.errors import InputError
+from carbon_vep.genome.reference import Reference
+from carbon_vep.scan.calibrate import (
+    PHRED_COLUMNS,
+    PHRED_DECIMALS,
+    Calibration,
+    CalibrationCounts,
+)
+from carbon_vep.scan.snvs import NeutralRegions, rounded_score, snv_rows, with_cells
 
 BASE_SCHEMA = columns.schema(columns.SCAN_BASE)
-LOG_FNS = [f"log_fns_{b}" for b in SCAN_BASES]
-LOG_COND = [f"log_cond_{b}" for b in SCAN_BASES]
 _WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "compression_level": 9,
@@ -50,7 +62,6 @@ _WRITE_OPTIONS: dict[str, Any] = {
     "write_statistics": ["chrom", "pos"],
     "store_schema": False,
 }
-TSV_COLUMNS = columns.names(columns.SCAN_TSV)
 ROW_GROUP_ROWS = 1 << 20  # bases per row group of the merged dataset (~12 MB written)
 
 
@@ -62,7 +73,7 @@ class BaseWriter:
         self.path = Path(path)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in self.path.parent.glob(f".{self.path.name}.tmp-*"):  # of a killed job
+        for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.tmp-*"):  # killed
             stale.unlink(missing_ok=True)
         self.schema = pl.DataFrame(schema=BASE_SCHEMA).to_arrow().schema
         self.writer = pq.ParquetWriter(self.tmp, self.schema, **_WRITE_OPTIONS)
@@ -129,32 +140,6 @@ def _row_groups(frames: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
         yield pl.concat(pending)
 
 
-def _rounded(score: pl.Expr, decimals: int) -> pl.Expr:
-    """Rounded, with -0 written as 0 (a sign that means nothing costs bytes)."""
-    value = score.round(decimals)
-    return pl.when(value == 0).then(pl.lit(0.0, pl.Float32)).otherwise(value).alias("score")
-
-
-def snv_rows(bases: pl.DataFrame) -> pl.DataFrame:
-    """Three SNVs per base: chrom, pos, ref, alt, score (float32) from the log-marginals, in the
-    bases' order (contig by contig in a shared file), then by alt."""
-    lp = {b: pl.col(f"log_fns_{b}").cast(pl.Float32) for b in SCAN_BASES}
-    lp_ref = pl.coalesce([pl.when(pl.col("ref") == b).then(lp[b]) for b in SCAN_BASES])
-    numbered = bases.with_row_index("base_index")
-    parts = [
-        numbered.filter(pl.col("ref") != alt).select(
-            "base_index",
-            "chrom",
-            "pos",
-            "ref",
-            pl.lit(alt).alias("alt"),
-            (lp_ref - lp[alt]).alias("score"),
-        )  # fmt: skip
-        for alt in SCAN_BASES
-    ]
-    return pl.concat(parts).sort("base_index", "alt").drop("base_index")
-
-
 def ascii_header(text: str) -> str:
     """A header value in ASCII (pysam and many parsers read header lines as ASCII): other
     characters as backslash escapes (`\\u2212`), line breaks as spaces."""
@@ -162,24 +147,34 @@ def ascii_header(text: str) -> str:
     return flat.encode("ascii", "backslashreplace").decode("ascii")
 
 
-def tsv_header(contigs: Sequence[str], provenance: Mapping[str, Any]) -> str:
+def tsv_header(
+    contigs: Sequence[str],
+    provenance: Mapping[str, Any],
+    table: Sequence[columns.Column] = columns.SCAN_TSV,
+    calibration: Calibration | None = None,
+) -> str:
     lines = [
         "##carbon_vep_scan=per-SNV scores of every ACGT base (3 SNVs per base)",
         *(f"##{key}={value}" for key, value in provenance.items()),
         "##normalization=dna_block (softmax over the 4,096 6-mers; FNS marginals per base)",
         "##sign=score = log m(ref) - log m(alt): larger = more damaging",
-        *(f"##column={c.name}: {c.description}" for c in columns.SCAN_TSV),
+        *(calibration.header_lines(len(table) > len(columns.SCAN_TSV)) if calibration else []),
+        *(f"##column={c.name}: {c.description}" for c in table),
         *(f"##contig={contig}" for contig in contigs),
     ]
     lines = [ascii_header(line) for line in lines]
-    return "\n".join([*lines, "#" + "\t".join(TSV_COLUMNS)]) + "\n"
+    return "\n".join([*lines, "#" + "\t".join(columns.names(table))]) + "\n"
 
 
-def tsv_text(bases: pl.DataFrame, decimals: int) -> str:
-    """The TSV rows of per-base rows: columns.SCAN_TSV, in that order (a column added there is
-    added here), 3 SNVs a base, scores rounded to `decimals`."""
-    snvs = snv_rows(bases).with_columns(_rounded(pl.col("score"), decimals))
-    return snvs.select(TSV_COLUMNS).write_csv(
+def tsv_text(snvs: pl.DataFrame, table: Sequence[columns.Column], decimals: int) -> str:
+    """TSV rows: the columns of `table`, in that order; scores at `decimals`, PHREDs at
+    PHRED_DECIMALS."""
+    names = columns.names(table)
+    rounded = snvs.with_columns(
+        rounded_score(pl.col("score"), decimals).alias("score"),
+        *(pl.col(c).round(PHRED_DECIMALS).cast(pl.Utf8) for c in PHRED_COLUMNS if c in names),
+    )
+    return rounded.select(names).write_csv(
         None, separator="\t", include_header=False, float_precision=decimals
     )
 
@@ -188,48 +183,76 @@ def merge_group(
     chunks: Sequence[str | Path],
     contigs: Sequence[str],
     parquet_out: str | Path,
-    tsv_out: str | Path,
-    provenance: Mapping[str, Any],
-    decimals: int,
+    counts_out: str | Path,
+    counts_meta: Mapping[str, Any],
+    reference: Reference,
+    neutral: NeutralRegions | None,
 ) -> dict[str, Any]:
-    """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file and
-    one tabix TSV."""
-    from pysam.libcbgzf import BGZFile
-
-    tsv_out = Path(tsv_out)
-    writer = BaseWriter(parquet_out)
+    """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file, and
+    count its SNVs for the calibration (cells read from `reference`)."""
+    decimals = int(counts_meta["decimals"])
+    writer, counts = BaseWriter(parquet_out), CalibrationCounts()
     start, rows, bases = time.monotonic(), 0, dict.fromkeys(contigs, 0)
-    with atomic_path(tsv_out) as tmp:
-        work = tmp.with_name(f"{tmp.name}.gz")  # pysam indexes by suffix
-        try:
-            with BGZFile(str(work), "wb") as out:
-                out.write(tsv_header(contigs, provenance).encode("ascii"))
-                rows_in = _in_order(read_chunk_rows(chunks, contigs), contigs)
-                for part in _row_groups(rows_in):
-                    writer.write(part)
-                    out.write(tsv_text(part, decimals).encode())
-                    rows += part.height
-                    for chrom, n in part.group_by("chrom").len().iter_rows():
-                        bases[chrom] += n
-            pysam.tabix_index(str(work), force=True, seq_col=0, start_col=1, end_col=1,
-                              meta_char="#", zerobased=False)  # fmt: skip
-            os.replace(f"{work}.tbi", f"{tsv_out}.tbi")
-            os.replace(work, tmp)
-        except BaseException:
-            writer.abort()
-            Path(f"{work}.tbi").unlink(missing_ok=True)
-            raise
-        finally:
-            work.unlink(missing_ok=True)
+    try:
+        for part in _row_groups(_in_order(read_chunk_rows(chunks, contigs), contigs)):
+            writer.write(part)
+            snvs = with_cells(snv_rows(part), reference, decimals, neutral)
+            counts.add(snvs["cell"].to_numpy(), snvs["key"].to_numpy(), snvs["neutral"].to_numpy())
+            rows += part.height
+            for chrom, n in part.group_by("chrom").len().iter_rows():
+                bases[chrom] += n
+    except BaseException:
+        writer.abort()
+        raise
     writer.close()
+    counts.write(counts_out, counts_meta)
     return {
         "contigs": len(contigs),
         "bases": rows,
         "bases_per_contig": bases,
         "snvs": 3 * rows,
+        "neutral_snvs": int(counts.neutral_n.sum()),
         "parquet_bytes": Path(parquet_out).stat().st_size,
-        "tsv_bytes": tsv_out.stat().st_size + Path(f"{tsv_out}.tbi").stat().st_size,
         "merge_s": round(time.monotonic() - start, 3),
+    }
+
+
+def write_tsv(
+    parquet_in: str | Path,
+    contigs: Sequence[str],
+    tsv_out: str | Path,
+    provenance: Mapping[str, Any],
+    calibration: Calibration,
+    reference: Reference,
+    with_calibrated: bool = False,
+) -> dict[str, Any]:
+    """One output file's tabix TSV from its Parquet file: 3 SNVs a base with the score, its
+    PHRED (and, `with_calibrated`, the calibrated score and its PHRED), row group by row group."""
+    from pysam.libcbgzf import BGZFile
+
+    table = columns.SCAN_TSV_CALIBRATED if with_calibrated else columns.SCAN_TSV
+    decimals, tsv_out, start = calibration.decimals, Path(tsv_out), time.monotonic()
+    parquet = pq.ParquetFile(parquet_in)
+    with atomic_path(tsv_out) as tmp:
+        work = tmp.with_name(f"{tmp.name}.gz")  # pysam indexes by suffix
+        try:
+            with BGZFile(str(work), "wb") as out:
+                out.write(tsv_header(contigs, provenance, table, calibration).encode("ascii"))
+                for group in range(parquet.num_row_groups):
+                    bases = pl.from_arrow(parquet.read_row_group(group))
+                    snvs = with_cells(snv_rows(bases), reference, decimals, None)
+                    out.write(tsv_text(calibration.annotate(snvs), table, decimals).encode())
+            pysam.tabix_index(str(work), force=True, seq_col=0, start_col=1, end_col=1,
+                              meta_char="#", zerobased=False)  # fmt: skip
+            os.replace(f"{work}.tbi", f"{tsv_out}.tbi")
+            os.replace(work, tmp)
+        finally:
+            work.unlink(missing_ok=True)
+            Path(f"{work}.tbi").unlink(missing_ok=True)
+    return {
+        "snvs": 3 * parquet.metadata.num_rows,
+        "tsv_bytes": tsv_out.stat().st_size + Path(f"{tsv_out}.tbi").stat().st_size,
+        "tsv_s": round(time.monotonic() - start, 3),
     }
 
 
@@ -238,8 +261,10 @@ def summarize(
     chunk_stats: Sequence[Mapping[str, Any]],
     parquet_files: Sequence[str | Path],
     tsv_files: Sequence[str | Path],
+    calibration: Calibration,
 ) -> dict[str, Any]:
-    """The run's final summary: the plan's counts, what was written, wall time, bytes per SNV."""
+    """The run's final summary: the plan's counts, what was written, wall time, bytes per SNV,
+    and the calibration (totals, the scores at PHRED 10 / 20 / 30, contexts)."""
     totals = dict(plan["totals"])
     written = sum(s["bases"] for s in chunk_stats)
     parquet = sum(Path(p).stat().st_size for p in parquet_files)
@@ -247,6 +272,9 @@ def summarize(
     snvs = max(totals["snvs"], 1)
     if written != totals["scored_bp"]:
         raise ValueError(f"chunks wrote {written} bases; the plan scores {totals['scored_bp']}")
+    if calibration.raw.total != 3 * written:
+        raise ValueError(f"the calibration counts {calibration.raw.total} SNVs; the chunks "
+                         f"scored {3 * written}")  # fmt: skip
     return {
         **totals,
         "bases_written": written,
@@ -260,10 +288,13 @@ def summarize(
             "parquet": round(parquet / snvs * 9.3e9 / 1e9, 1),
             "tabix_tsv": round(tsv / snvs * 9.3e9 / 1e9, 1),
         },
+        "calibration": calibration.summary(),
     }
 
 
-def summary_markdown(summary: Mapping[str, Any], plan_text: str) -> str:
+def summary_markdown(summary: Mapping[str, Any], plan_text: str, contexts: str = "") -> str:
+    """The plan, what was measured, and the calibration: its thresholds and `contexts` (a
+    Markdown table of the most extreme context cells)."""
     s = summary
     return plan_text + "\n".join(
         [
@@ -279,8 +310,39 @@ def summary_markdown(summary: Mapping[str, Any], plan_text: str) -> str:
             f"- tabix TSV + index: {s['tsv_bytes']:,} bytes ({s['tsv_bytes_per_snv']} bytes/SNV; "
             f"hg38 at this rate: {s['hg38_projection_gb']['tabix_tsv']} GB)",
             "",
+            *_calibration_markdown(s["calibration"]),
+            contexts,
         ]
     )
+
+
+def _calibration_markdown(c: Mapping[str, Any]) -> list[str]:
+    def score(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    thresholds = c["thresholds"]
+    rows = [
+        f"| PHRED {p} (top {top}) | {score(thresholds['score'][f'phred_{p}'])} "
+        f"| {score(thresholds['calibrated'][f'phred_{p}'])} |"
+        for p, top in ((10, "10%"), (20, "1%"), (30, "0.1%"))
+    ]
+    return [
+        "## calibration",
+        "",
+        f"PHRED = -10 log10(rank / {c['snvs']:,}) over every SNV of the scan; `calibrated` = score "
+        f"minus the mean of the neutral SNVs ({c['neutral']}) of its pentanucleotide context and "
+        f"alternate base (cells under {c['context_min_count']} neutral SNVs fall back to the "
+        "trinucleotide, then the global mean; docs/calibration.md).",
+        "",
+        "| the lowest score at | score | calibrated |",
+        "|---|---|---|",
+        *rows,
+        "",
+        f"- pentanucleotide cells by the mean they use: {c['pentanucleotide_cells_by_mean_used']}",
+        f"- SNVs by context: {c['snvs_by_context_level']} (trinucleotide / global: within 2 bp "
+        "of an N or a contig end)",
+        "",
+    ]
 
 
 def read_json(path: str | Path) -> Any:
@@ -357,8 +419,10 @@ def concat_tsv(scan_dir: str | Path, out: str | Path) -> dict[str, Any]:
     with pysam.TabixFile(str(snvs / f"{names[0]}.tsv.gz")) as first:
         header = [h for h in first.header if not h.startswith(("##contig=", "#chrom"))]
     contigs = [c for entry in files for c in entry["contigs"]]
+    with pysam.TabixFile(str(snvs / f"{names[0]}.tsv.gz")) as first:
+        header_line = first.header[len(first.header) - 1]  # `#chrom ...`: the file's columns
     header += [ascii_header(f"##contig={c}") for c in contigs]
-    header.append("#" + "\t".join(TSV_COLUMNS))
+    header.append(header_line)
     out = Path(out)
     with atomic_path(out) as tmp:
         work = tmp.with_name(f"{tmp.name}.gz")  # pysam indexes by suffix

@@ -8,7 +8,9 @@ per-base dataset (`<scan>/positions/<file>.parquet`, the file `scan.json` names 
 reading only the row groups whose contig and position range hold a panel position), then
 
 - `scored`: score = log m(ref) − log m(alt) from the stored log-marginals (as the scan's TSV;
-  ref_ll / alt_ll are the log-marginals, window_bp the base's left context in the scan),
+  ref_ll / alt_ll are the log-marginals, window_bp the base's left context in the scan), and
+  its `phred`, `calibrated` and `calibrated_phred` on the scan's calibration (`<scan>/calibration/`,
+  or another scan's made with the same model and settings: `calibration_dir`),
 - `not_scanned`: the position is not in the scan (outside its regions, an N, a short run),
 - `ref_mismatch`: the scan's base at the position differs from the panel's REF (a scan of
   another reference); rows that failed the checks keep their check status, and scoreable
@@ -26,7 +28,10 @@ from carbon_vep import columns
 from carbon_vep.columns import SCAN_BASES, Status
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import canonical_build
+from carbon_vep.genome.reference import Reference, open_reference
+from carbon_vep.scan.calibrate import Calibration
 from carbon_vep.scan.outputs import read_scan
+from carbon_vep.scan.snvs import with_cells
 from carbon_vep.scoring.merge import merge_scores
 
 RECIPE = "from_scan"
@@ -131,7 +136,41 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     )  # fmt: skip
 
 
-def annotate_panel(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
-    """`checked` (ingest's table) with the score columns and final statuses, as scores.parquet
-    of any recipe (merged by merge_scores)."""
-    return merge_scores(checked, [scan_scores(checked, scan_dir)])
+def calibrated_scores(
+    scores: pl.DataFrame, calibration: Calibration, reference: Reference
+) -> pl.DataFrame:
+    """`scores` with phred, calibrated and calibrated_phred for the scored rows: the score's key
+    as the TSV prints it (the same float32 difference of the stored log-marginals), the SNV's
+    context cell from `reference`, then the calibration's scales."""
+    scored = scores.filter(pl.col("score_status") == Status.SCORED).select(
+        pl.col("ref_chrom").alias("chrom"),
+        "pos",
+        "ref",
+        "alt",
+        (pl.col("ref_ll").cast(pl.Float32) - pl.col("alt_ll").cast(pl.Float32)).alias("score"),
+    )
+    keyed = with_cells(scored, reference, calibration.decimals, None)
+    values = calibration.annotate(keyed).select(
+        pl.col("chrom").alias("ref_chrom"), "pos", "ref", "alt",
+        *(pl.col(c.name).cast(c.dtype) for c in columns.CALIBRATED),
+    )  # fmt: skip
+    return scores.join(values, on=list(columns.VARIANT_KEY), how="left", maintain_order="left")
+
+
+def annotate_panel(
+    checked: pl.DataFrame,
+    scan_dir: str | Path,
+    reference_path: str | Path | None = None,
+    calibration_dir: str | Path | None = None,
+) -> pl.DataFrame:
+    """`checked` (ingest's table) with the score columns, the calibrated scales and final
+    statuses, as scores.parquet of any recipe (merged by merge_scores). The SNVs' contexts are
+    read from the scan's reference unless another copy is given."""
+    record = read_scan(scan_dir)
+    folder = Path(calibration_dir or Path(scan_dir) / "calibration")
+    calibration = Calibration.read(folder)
+    calibration.check_fingerprint(record, folder)
+    scores = scan_scores(checked, scan_dir)
+    with open_reference(reference_path or record["reference"]) as reference:
+        scores = calibrated_scores(scores, calibration, reference)
+    return merge_scores(checked, [scores])

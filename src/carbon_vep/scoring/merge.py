@@ -42,8 +42,9 @@ def merge_scores(checked: pl.DataFrame, shard_scores: list[pl.DataFrame]) -> pl.
     ok = ok.with_columns(
         pl.col("score_status").alias("status"), pl.col("score_reason").alias("reason")
     )
+    added = {name: dtype for name, dtype in scores.schema.items() if name not in key}
     rest = checked.filter(~is_ok).with_columns(
-        [pl.lit(None, dtype=c.dtype).alias(c.name) for c in columns.SCORE]
+        [pl.lit(None, dtype=dtype).alias(name) for name, dtype in added.items()]
     )
     merged = pl.concat([ok, rest.select(ok.columns)], how="vertical").sort("row_id")
     merged = merged.drop("score_status", "score_reason")
