@@ -37,9 +37,9 @@ DECIMALS = 2
 STEP = """
 import json, resource, sys, time
 sys.argv = sys.argv[1:]
-from bench_calibrate import STEPS
+from bench_calibrate import STEPS, step_make
 began = time.monotonic()
-extra = STEPS[sys.argv[0]](*sys.argv[1:])
+extra = {**STEPS, "make": step_make}[sys.argv[0]](*sys.argv[1:])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"s": time.monotonic() - began, "peak_rss_mb": peak / 1024, **extra}))
 """
@@ -56,15 +56,14 @@ def step_count(folder: str) -> dict:
     import pyarrow.parquet as pq
 
     from carbon_vep.scan.calibrate import CalibrationCounts, counts_meta
-    from carbon_vep.scan.snvs import snv_rows, with_cells
+    from carbon_vep.scan.outputs import count_snvs
 
     folder = Path(folder)
     counts, parquet = CalibrationCounts(), pq.ParquetFile(folder / "positions.parquet")
     with _reference(folder) as reference:
-        for group in range(parquet.num_row_groups):
+        for group in range(parquet.num_row_groups):  # what merge-scan adds, row group by group
             bases = pl.from_arrow(parquet.read_row_group(group))
-            snvs = with_cells(snv_rows(bases), reference, DECIMALS, None)
-            counts.add(snvs["cell"].to_numpy(), snvs["key"].to_numpy(), snvs["neutral"].to_numpy())
+            count_snvs(counts, bases, reference, DECIMALS, None)
     counts.write(folder / "counts.parquet", counts_meta({"model": "bench"}, DECIMALS, None))
     return {"snvs": int(counts.neutral_n.sum()), "cells_x_scores": counts.counts().height}
 
@@ -98,7 +97,7 @@ def step_tsv_without_phred(folder: str) -> dict:
     from pysam.libcbgzf import BGZFile
 
     from carbon_vep import columns
-    from carbon_vep.scan.outputs import tsv_header, tsv_text
+    from carbon_vep.scan.outputs import SNV_BATCH_BASES, tsv_header, tsv_text
     from carbon_vep.scan.snvs import snv_rows
 
     folder = Path(folder)
@@ -108,7 +107,8 @@ def step_tsv_without_phred(folder: str) -> dict:
         handle.write(tsv_header(["chrS"], {"model": "bench"}, table).encode())
         for group in range(parquet.num_row_groups):
             bases = pl.from_arrow(parquet.read_row_group(group))
-            handle.write(tsv_text(snv_rows(bases), table, DECIMALS).encode())
+            for piece in bases.iter_slices(SNV_BATCH_BASES):
+                handle.write(tsv_text(snv_rows(piece), table, DECIMALS).encode())
     pysam.tabix_index(str(out), force=True, seq_col=0, start_col=1, end_col=1, meta_char="#",
                       zerobased=False)  # fmt: skip
     return {"tsv_bytes": out.stat().st_size + Path(f"{out}.tbi").stat().st_size}
@@ -125,6 +125,11 @@ def step_direct(folder: str) -> dict:
     ranks = len(ordered) - np.searchsorted(ordered, keys, side="left")
     phred = 10 * np.log10(len(keys) / ranks)
     return {"snvs": len(keys), "max_phred": float(phred.max())}
+
+
+def step_make(folder: str, bases: str) -> dict:
+    make_scan(Path(folder), int(bases))
+    return {}
 
 
 STEPS = {
@@ -162,9 +167,11 @@ def make_scan(folder: Path, bases: int) -> None:
     writer.close()
 
 
-def run_step(name: str, folder: Path) -> dict:
+def run_step(name: str, folder: Path, *extra: str) -> dict:
+    """One step in a fresh process (its peak RSS is its own: a child forked from a large
+    process would inherit that process's high-water mark, so the driver stays small)."""
     out = subprocess.run(
-        [sys.executable, "-c", STEP, name, str(folder)],
+        [sys.executable, "-c", STEP, name, str(folder), *extra],
         capture_output=True, text=True, cwd=Path(__file__).parent, check=False,
     )  # fmt: skip
     if out.returncode:
@@ -176,7 +183,7 @@ def bench(work: Path, sizes: list[int]) -> dict:
     results = {}
     for bases in sizes:
         folder = work / f"scan_{bases}"
-        make_scan(folder, bases)
+        run_step("make", folder, str(bases))
         steps = {name: run_step(name, folder) for name in STEPS}
         snvs = 3 * bases
         results[bases] = {

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from carbon_vep.errors import InputError
+from carbon_vep.scan import calibrate
 from carbon_vep.scan.calibrate import Calibration, CalibrationCounts, RankScale, read_counts
 from carbon_vep.scan.snvs import (
     BASES,
@@ -231,6 +232,19 @@ def test_counts_files_add_up_and_calibration_round_trips(tmp_path):
     probe = pl.DataFrame({"cell": cells[:500], "key": keys[:500]})
     assert back.annotate(probe).equals(calibration.annotate(probe))
     assert back.meta == calibration.meta
+
+
+def test_folding_partial_counts_changes_nothing(monkeypatch):
+    """Partial counts are folded together as they grow (bounded memory): the same totals."""
+    cells, keys, neutral = _synthetic(5_000, 7)
+    whole = CalibrationCounts()
+    whole.add(cells, keys, neutral)
+    monkeypatch.setattr(calibrate, "FOLD_ROWS", 50)
+    folded = CalibrationCounts()
+    for lo in range(0, len(cells), 400):
+        folded.add(cells[lo : lo + 400], keys[lo : lo + 400], neutral[lo : lo + 400])
+    assert len(folded._counts) < 13  # it did fold
+    assert folded.counts().equals(whole.counts()) and folded.neutral().equals(whole.neutral())
 
 
 def test_counts_of_other_settings_do_not_add_up(tmp_path):

@@ -19,8 +19,9 @@ From the summed counts (`Calibration.build`):
   printed precision from the printed score (so anyone can redo it from the TSV and the table);
 - the calibrated rank scale: the same ranks over the calibrated scores (`calibrated_phred`).
 
-A calibration is for one model, revision, normalisation, tile geometry and min_context (its
-`fingerprint`); applying it to scores made otherwise is an error (`check_fingerprint`). No torch.
+A calibration is for one model, revision, dtype, output-layer precision, normalisation, tile
+geometry, min_context and printed precision (FINGERPRINT_KEYS); applying it to scores made
+otherwise is an error (`check_fingerprint`). No torch.
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ from carbon_vep.scan.snvs import (
     key_value,
 )
 
-MIN_COUNT = 100  # neutral SNVs a cell needs for its own mean (below: the coarser cell's)
 # PHRED is given to one decimal wherever a row carries it (a 0.1 step is a 2.3% change of rank;
-# each further decimal costs ~0.25 bytes an SNV in the TSV, measured by bench_calibrate)
+# each further decimal costs ~0.2-0.3 bytes an SNV in the TSV on random scores)
 PHRED_DECIMALS = 1
 PHRED_COLUMNS = ("phred", "calibrated_phred")
 LEVELS = ("pentanucleotide", "trinucleotide", "global")
@@ -73,6 +73,7 @@ def counts_meta(
 # ---- counting -----------------------------------------------------------------------------
 COUNT_SCHEMA = {"cell": pl.Int64, "key": pl.Int64, "n": pl.Int64}
 SUMS = "neutral_sums"  # the metadata key of a counts file's neutral sums per cell
+FOLD_ROWS = 1 << 20  # partial-count rows held before the first fold
 NEUTRAL_SCHEMA = {"cell": pl.Int64, "n": pl.Int64, "key_sum": pl.Int64}
 
 
@@ -82,7 +83,7 @@ class CalibrationCounts:
 
     def __init__(self) -> None:
         self._counts: list[pl.DataFrame] = []
-        self._held = 0
+        self._folded = self._pending = 0  # rows of the folded table, and of the partial ones
         self.neutral_n = np.zeros(N_CELLS, dtype=np.int64)
         self.neutral_sum = np.zeros(N_CELLS, dtype=np.int64)
 
@@ -92,10 +93,12 @@ class CalibrationCounts:
             {"cell": cells, "key": keys}, schema={"cell": pl.Int64, "key": pl.Int64}
         )
         self._counts.append(batch.group_by("cell", "key").len("n").cast({"n": pl.Int64}))
-        self._held += self._counts[-1].height
-        if self._held > 4 * N_CELLS:  # fold the partial counts back together now and then
+        self._pending += self._counts[-1].height
+        # fold the partial counts together once they hold as many rows as the folded table (or
+        # FOLD_ROWS): memory stays within a few times the table, each row is folded O(1) times
+        if self._pending > max(FOLD_ROWS, self._folded):
             self._counts = [self.counts()]
-            self._held = self._counts[0].height
+            self._folded, self._pending = self._counts[0].height, 0
         mask = slice(None) if neutral is None else neutral
         self.neutral_n += np.bincount(cells[mask], minlength=N_CELLS)
         self.neutral_sum += np.bincount(cells[mask], weights=keys[mask], minlength=N_CELLS).astype(

@@ -63,6 +63,7 @@ _WRITE_OPTIONS: dict[str, Any] = {
     "store_schema": False,
 }
 ROW_GROUP_ROWS = 1 << 20  # bases per row group of the merged dataset (~12 MB written)
+SNV_BATCH_BASES = 1 << 18  # bases whose SNVs are counted or written at a time (memory per job)
 
 
 class BaseWriter:
@@ -179,6 +180,20 @@ def tsv_text(snvs: pl.DataFrame, table: Sequence[columns.Column], decimals: int)
     )
 
 
+def count_snvs(
+    counts: CalibrationCounts,
+    bases: pl.DataFrame,
+    reference: Reference,
+    decimals: int,
+    neutral: NeutralRegions | None,
+) -> None:
+    """Add the SNVs of per-base rows to `counts` (their printed scores' keys and context cells),
+    SNV_BATCH_BASES bases at a time."""
+    for piece in bases.iter_slices(SNV_BATCH_BASES):
+        snvs = with_cells(snv_rows(piece), reference, decimals, neutral)
+        counts.add(*(snvs[c].to_numpy() for c in ("cell", "key", "neutral")))
+
+
 def merge_group(
     chunks: Sequence[str | Path],
     contigs: Sequence[str],
@@ -196,8 +211,7 @@ def merge_group(
     try:
         for part in _row_groups(_in_order(read_chunk_rows(chunks, contigs), contigs)):
             writer.write(part)
-            snvs = with_cells(snv_rows(part), reference, decimals, neutral)
-            counts.add(snvs["cell"].to_numpy(), snvs["key"].to_numpy(), snvs["neutral"].to_numpy())
+            count_snvs(counts, part, reference, decimals, neutral)
             rows += part.height
             for chrom, n in part.group_by("chrom").len().iter_rows():
                 bases[chrom] += n
@@ -240,8 +254,10 @@ def write_tsv(
                 out.write(tsv_header(contigs, provenance, table, calibration).encode("ascii"))
                 for group in range(parquet.num_row_groups):
                     bases = pl.from_arrow(parquet.read_row_group(group))
-                    snvs = with_cells(snv_rows(bases), reference, decimals, None)
-                    out.write(tsv_text(calibration.annotate(snvs), table, decimals).encode())
+                    for piece in bases.iter_slices(SNV_BATCH_BASES):
+                        snvs = with_cells(snv_rows(piece), reference, decimals, None)
+                        text = tsv_text(calibration.annotate(snvs), table, decimals)
+                        out.write(text.encode())
             pysam.tabix_index(str(work), force=True, seq_col=0, start_col=1, end_col=1,
                               meta_char="#", zerobased=False)  # fmt: skip
             os.replace(f"{work}.tbi", f"{tsv_out}.tbi")
