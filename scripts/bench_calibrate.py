@@ -144,27 +144,10 @@ STEPS = {
 # ---- the driver -----------------------------------------------------------------------------
 def make_scan(folder: Path, bases: int) -> None:
     """A random genome of `bases` bases (one contig) and its per-base scan dataset."""
-    from carbon_vep.scan.outputs import BaseWriter
+    from synthetic_scan import write_synthetic_scan
 
-    folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(3)
-    seq = np.array(list("ACGT"))[rng.integers(0, 4, bases)]
-    text = "".join(seq)
-    with open(folder / "genome.fa", "w") as fasta:
-        fasta.write(">chrS\n" + "\n".join(text[i : i + 60] for i in range(0, bases, 60)) + "\n")
-    writer = BaseWriter(folder / "positions.parquet")
-    step = 1 << 20
-    for lo in range(0, bases, step):
-        hi = min(lo + step, bases)
-        logs = np.log(rng.dirichlet(np.ones(4), hi - lo)).astype(np.float16)
-        frame = pl.DataFrame({
-            "chrom": ["chrS"] * (hi - lo), "pos": np.arange(lo, hi) + 1, "ref": seq[lo:hi],
-            "context_bp": np.minimum(np.arange(lo, hi), 24_000), "phase": np.arange(lo, hi) % 6,
-            **{f"log_fns_{b}": logs[:, i] for i, b in enumerate("ACGT")},
-            **{f"log_cond_{b}": logs[:, i] for i, b in enumerate("ACGT")},
-        })  # fmt: skip
-        writer.write(frame.cast({"context_bp": pl.Int32, "phase": pl.UInt8}))
-    writer.close()
+    write_synthetic_scan(folder / "genome.fa", folder / "positions.parquet", bases, rng)
 
 
 def run_step(name: str, folder: Path, *extra: str) -> dict:

@@ -165,33 +165,19 @@ def calibrate(scan_dir: Path, fasta: Path) -> None:
 
 
 def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
+    from synthetic_scan import write_synthetic_scan
+
     from carbon_vep.atomic import write_json
     from carbon_vep.config.stages import LabelSettings, PanelSettings
     from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.outputs import SCAN_RECORD, BaseWriter, scan_record
+    from carbon_vep.scan.outputs import SCAN_RECORD, scan_record
     from carbon_vep.scoring.annotate import annotate_panel
     from carbon_vep.variants.ingest import ingest_panel
 
     rng = np.random.default_rng(11)
-    seq = "".join(np.array(list("ACGT"))[rng.integers(0, 4, contig_bp)])
     fasta = work / "annotate/genome.fa"
-    fasta.parent.mkdir(exist_ok=True)
-    fasta.write_text(">chrS\n" + "\n".join(seq[i : i + 60] for i in range(0, contig_bp, 60)) + "\n")
     scan_dir = work / "annotate/scan"
-    writer = BaseWriter(scan_dir / "positions/chrS.parquet")
-    step = 1 << 20
-    for lo in range(0, contig_bp, step):
-        hi = min(lo + step, contig_bp)
-        logs = np.log(rng.dirichlet(np.ones(4), hi - lo)).astype(np.float16)
-        frame = pl.DataFrame({
-            "chrom": ["chrS"] * (hi - lo), "pos": np.arange(lo, hi) + 1,
-            "ref": list(seq[lo:hi]), "context_bp": np.minimum(np.arange(lo, hi), 24_000),
-            "phase": np.arange(lo, hi) % 6,
-            **{f"log_fns_{b}": logs[:, i] for i, b in enumerate("ACGT")},
-            **{f"log_cond_{b}": logs[:, i] for i, b in enumerate("ACGT")},
-        })  # fmt: skip
-        writer.write(frame.cast({"context_bp": pl.Int32, "phase": pl.UInt8}))
-    writer.close()
+    seq = write_synthetic_scan(fasta, scan_dir / "positions/chrS.parquet", contig_bp, rng)
     plan = {  # the record of a scan of chrS alone (what annotate reads)
         "reference": str(fasta),
         "group_bp": contig_bp,
@@ -202,7 +188,7 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
     calibrate(scan_dir, fasta)
     pos = np.sort(rng.choice(3 * contig_bp, variants, replace=False))
     base = pos // 3
-    ref = np.array(list(seq))[base]
+    ref = seq[base]
     alts = np.array([[a for a in "ACGT" if a != r] for r in "ACGT"])
     alt = alts[np.searchsorted(np.array(list("ACGT")), ref), pos % 3]
     panel = work / "annotate/panel.tsv"

@@ -43,3 +43,29 @@ def write_json(payload: Any, path: str | Path) -> None:
 def write_text(text: str, path: str | Path) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+# tabix's column options for a `#chrom pos ...` table with 1-based positions (CADD's layout)
+TSV_TABIX = {"seq_col": 0, "start_col": 1, "end_col": 1, "meta_char": "#", "zerobased": False}
+
+
+@contextmanager
+def indexed_bgzf(path: str | Path, tabix: dict[str, Any] = TSV_TABIX) -> Iterator[Any]:
+    """A bgzipped table written through the yielded handle under a temporary name, then
+    tabix-indexed (`tabix`: pysam.tabix_index's column options) and renamed into place with its
+    `.tbi`; nothing of a failed write survives."""
+    import pysam
+    from pysam.libcbgzf import BGZFile
+
+    final = Path(path)
+    with atomic_path(final) as tmp:
+        work = tmp.with_name(f"{tmp.name}.gz")  # pysam decides compression by the suffix
+        try:
+            with BGZFile(str(work), "wb") as handle:
+                yield handle
+            pysam.tabix_index(str(work), force=True, **tabix)
+            os.replace(f"{work}.tbi", f"{final}.tbi")
+            os.replace(work, tmp)
+        finally:
+            work.unlink(missing_ok=True)
+            Path(f"{work}.tbi").unlink(missing_ok=True)

@@ -22,7 +22,7 @@ import polars as pl
 import pysam
 
 from carbon_vep import columns
-from carbon_vep.atomic import atomic_path
+from carbon_vep.atomic import atomic_path, indexed_bgzf
 
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
 _VCF_TYPES = {pl.Float64: "Float", pl.Float32: "Float", pl.Boolean: "Flag"}
@@ -85,15 +85,8 @@ def write_tabix_tsv(
         .rename({"chrom": "#chrom"})
     )
 
-    def write(bgzipped: Path) -> None:
-        plain = bgzipped.with_suffix(".tsv")
-        try:
-            table.write_csv(plain, separator="\t", null_value=".")
-            pysam.tabix_compress(str(plain), str(bgzipped), force=True)
-        finally:
-            plain.unlink(missing_ok=True)
-
-    _write_indexed(out_path, write, {"seq_col": 0, "start_col": 1, "end_col": 1, "meta_char": "#"})
+    with indexed_bgzf(out_path) as handle:
+        handle.write(table.write_csv(None, separator="\t", null_value=".").encode())
     return out_path
 
 

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 import pysam
 
 from carbon_vep import columns
-from carbon_vep.atomic import atomic_path
+from carbon_vep.atomic import indexed_bgzf
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.calibrate import (
@@ -242,29 +242,16 @@ def write_tsv(
 ) -> dict[str, Any]:
     """One output file's tabix TSV from its Parquet file: 3 SNVs a base with the score, its
     PHRED (and, `with_calibrated`, the calibrated score and its PHRED), row group by row group."""
-    from pysam.libcbgzf import BGZFile
-
     table = columns.SCAN_TSV_CALIBRATED if with_calibrated else columns.SCAN_TSV
     decimals, tsv_out, start = calibration.decimals, Path(tsv_out), time.monotonic()
     parquet = pq.ParquetFile(parquet_in)
-    with atomic_path(tsv_out) as tmp:
-        work = tmp.with_name(f"{tmp.name}.gz")  # pysam indexes by suffix
-        try:
-            with BGZFile(str(work), "wb") as out:
-                out.write(tsv_header(contigs, provenance, table, calibration).encode("ascii"))
-                for group in range(parquet.num_row_groups):
-                    bases = pl.from_arrow(parquet.read_row_group(group))
-                    for piece in bases.iter_slices(SNV_BATCH_BASES):
-                        snvs = with_cells(snv_rows(piece), reference, decimals, None)
-                        text = tsv_text(calibration.annotate(snvs), table, decimals)
-                        out.write(text.encode())
-            pysam.tabix_index(str(work), force=True, seq_col=0, start_col=1, end_col=1,
-                              meta_char="#", zerobased=False)  # fmt: skip
-            os.replace(f"{work}.tbi", f"{tsv_out}.tbi")
-            os.replace(work, tmp)
-        finally:
-            work.unlink(missing_ok=True)
-            Path(f"{work}.tbi").unlink(missing_ok=True)
+    with indexed_bgzf(tsv_out) as out:
+        out.write(tsv_header(contigs, provenance, table, calibration).encode("ascii"))
+        for group in range(parquet.num_row_groups):
+            bases = pl.from_arrow(parquet.read_row_group(group))
+            for piece in bases.iter_slices(SNV_BATCH_BASES):
+                snvs = with_cells(snv_rows(piece), reference, decimals, None)
+                out.write(tsv_text(calibration.annotate(snvs), table, decimals).encode())
     return {
         "snvs": 3 * parquet.metadata.num_rows,
         "tsv_bytes": tsv_out.stat().st_size + Path(f"{tsv_out}.tbi").stat().st_size,
@@ -427,32 +414,19 @@ def concat_tsv(scan_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """Every tabix TSV of a scan in one bgzipped, tabix-indexed file, in reference order, with
     one header (every contig's `##contig` line): for tools that take one annotation file
     (`bcftools annotate -a`). The rows are copied as they are; nothing is recomputed."""
-    from pysam.libcbgzf import BGZFile
-
     files = read_scan(scan_dir)["files"]
     names = [entry["name"] for entry in files]
     snvs = Path(scan_dir) / "snvs"
     with pysam.TabixFile(str(snvs / f"{names[0]}.tsv.gz")) as first:
-        header = [h for h in first.header if not h.startswith(("##contig=", "#chrom"))]
+        lines = list(first.header)
     contigs = [c for entry in files for c in entry["contigs"]]
-    with pysam.TabixFile(str(snvs / f"{names[0]}.tsv.gz")) as first:
-        header_line = first.header[len(first.header) - 1]  # `#chrom ...`: the file's columns
+    header = [h for h in lines if not h.startswith(("##contig=", "#chrom"))]
     header += [ascii_header(f"##contig={c}") for c in contigs]
-    header.append(header_line)
+    header.append(lines[-1])  # `#chrom ...`: the files' columns
     out = Path(out)
-    with atomic_path(out) as tmp:
-        work = tmp.with_name(f"{tmp.name}.gz")  # pysam indexes by suffix
-        try:
-            with BGZFile(str(work), "wb") as handle:
-                handle.write(("\n".join(header) + "\n").encode("ascii"))
-                for name in names:
-                    for block in _data_bytes(snvs / f"{name}.tsv.gz"):
-                        handle.write(block)
-            pysam.tabix_index(str(work), force=True, seq_col=0, start_col=1, end_col=1,
-                              meta_char="#", zerobased=False)  # fmt: skip
-            os.replace(f"{work}.tbi", f"{out}.tbi")
-            os.replace(work, tmp)
-        finally:
-            work.unlink(missing_ok=True)
-            Path(f"{work}.tbi").unlink(missing_ok=True)
+    with indexed_bgzf(out) as handle:
+        handle.write(("\n".join(header) + "\n").encode("ascii"))
+        for name in names:
+            for block in _data_bytes(snvs / f"{name}.tsv.gz"):
+                handle.write(block)
     return {"files": len(names), "contigs": len(contigs), "bytes": out.stat().st_size}

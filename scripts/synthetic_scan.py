@@ -1,0 +1,38 @@
+"""A random genome of one contig and a per-base scan dataset on it, for the benchmarks that need a
+scan larger than the demo model makes quickly (bench_scan's annotate, bench_calibrate): random
+ACGT, float16 log-marginals drawn from a Dirichlet(1) (scores spread over about ±5), written by
+the scan's own writer in row groups of 2^20 bases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+
+def write_synthetic_scan(
+    fasta: Path, parquet: Path, bases: int, rng: np.random.Generator, contig: str = "chrS"
+) -> np.ndarray:
+    """Write the genome (`fasta`) and its per-base rows (`parquet`); return the bases."""
+    from carbon_vep.scan.outputs import BaseWriter
+
+    seq = np.array(list("ACGT"))[rng.integers(0, 4, bases)]
+    text = "".join(seq)
+    fasta.parent.mkdir(parents=True, exist_ok=True)
+    fasta.write_text(f">{contig}\n" + "\n".join(text[i : i + 60] for i in range(0, bases, 60))
+                     + "\n")  # fmt: skip
+    writer = BaseWriter(parquet)
+    step = 1 << 20
+    for lo in range(0, bases, step):
+        hi = min(lo + step, bases)
+        logs = np.log(rng.dirichlet(np.ones(4), hi - lo)).astype(np.float16)
+        frame = pl.DataFrame({
+            "chrom": [contig] * (hi - lo), "pos": np.arange(lo, hi) + 1, "ref": seq[lo:hi],
+            "context_bp": np.minimum(np.arange(lo, hi), 24_000), "phase": np.arange(lo, hi) % 6,
+            **{f"log_fns_{b}": logs[:, i] for i, b in enumerate("ACGT")},
+            **{f"log_cond_{b}": logs[:, i] for i, b in enumerate("ACGT")},
+        })  # fmt: skip
+        writer.write(frame.cast({"context_bp": pl.Int32, "phase": pl.UInt8}))
+    writer.close()
+    return seq
