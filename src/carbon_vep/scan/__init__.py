@@ -1,7 +1,9 @@
 """Whole-genome and region scans, every possible SNV scored in one forward pass per tile: the
-plan (`plan`: targets, ACGT runs, chunks, estimates), tile geometry (`tiling`), the tile loop
-on the model (`tiles`), and the outputs (`outputs`: chunk files, the per-contig Parquet and
-tabix merge, the summary).
+plan (`plan`: targets, ACGT runs, chunks, output files, estimates), tile geometry (`tiling`),
+the tile loop on the model (`tiles`, writing on a worker thread: `background`), per-SNV values
+(`snvs`: scores, printed keys, context cells), the calibration (`calibrate`: counts, PHRED rank
+scales, context means), and the outputs (`outputs`: chunk files, the merge into Parquet files,
+the tabix TSVs, the summary, `scan.json`).
 
 May import: `model`, `variants`, `sources`, `config`, `genome` and the shared modules. Only
 `tiles` imports torch.
