@@ -568,7 +568,8 @@ def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):
 def test_scan_through_real_slurm_gives_the_local_files(genome_run, shared, demo_model_dir,
                                                        tmp_path):  # fmt: skip
     """The same scan on the single-node SLURM of scripts/start_local_slurm.sh: every job (plan,
-    chunks, merges, summary) is an sbatch job; the merged files equal the local run's."""
+    chunks, merges, calibration, TSVs, summary) is an sbatch job; the files equal the local
+    run's."""
     from support.slurm import REASON, THROUGH_CPU_PARTITION, slurm_jobs
 
     if REASON is not None:
@@ -585,8 +586,10 @@ def test_scan_through_real_slurm_gives_the_local_files(genome_run, shared, demo_
     assert result.returncode == 0, output[-4000:]
     plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
-    # plan, the model's input record (sha256 of its files), chunks, merges, summary
-    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + 2 + 1
+    # plan, the model's input record (sha256 of its files), chunks, a merge and a TSV job for
+    # each of the 2 output files, the calibration, the summary
+    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + 2 * 2 + 1 + 1
+    assert "rule calibrate_scan" in output and output.count("rule write_scan_tsv") == 2
     assert "record_model_inputs" in output
     jobs = slurm_jobs(output)
     assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
