@@ -25,7 +25,7 @@ demo: setup
 	@for d in results/*/*/scores.parquet; do \
 		echo "  $$(dirname $$d)/ scores.parquet (one row per input variant), metrics.json, report.md"; \
 	done
-	@echo "  results/scans/*/*/: positions/*.parquet, snvs/*.tsv.gz (tabix), scan.json, summary.md"
+	@echo "  results/scans/*/*/: positions/*.parquet, snvs/*.tsv.gz (tabix: score, PHRED), calibration/, scan.json, summary.md"
 	@echo "  results/results_table.md: the suite table (tasks x models)"
 	@echo "  results/report.html: the self-contained HTML report"
 	@echo "Read one: cat results/demo_centered/demo/report.md"
