@@ -1,6 +1,7 @@
 # Two commands for a fresh machine: `make demo` (the demo on 2 CPU cores) and `make test` (lint,
-# then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest
-# and bench-scan), scan-lambda and lint; clean removes the outputs and the demo model (README.md).
+# then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest,
+# bench-scan, bench-contigs and bench-calibrate), gpu-check, scan-lambda and lint; clean removes
+# the outputs and the demo model (README.md).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(abspath $(VENV))/bin
@@ -67,13 +68,13 @@ gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1 \
 		$(GPU_PYTHON) scripts/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_FLAGS)
 
-# 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
-# the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)
 # a scan's calibration (PHRED, context means) at two genome sizes against a direct sort:
 # SNVs/s per core, peak memory per job, the bytes PHRED adds to the TSV (docs/calibration.md)
 bench-calibrate: setup
 	mkdir -p results && $(BIN)/python scripts/bench_calibrate.py --json results/bench_calibrate.json
 
+# 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
+# the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)
 bench-contigs: setup
 	mkdir -p results && $(BIN)/python scripts/bench_contigs.py --json results/bench_contigs.json
 
