@@ -58,7 +58,13 @@ from support import known_answer, naive  # noqa: E402
 from support.files import write_fasta  # noqa: E402
 from support.host_reads import HostReads  # noqa: E402
 
-from carbon_vep.config.gpus import CARBON_SHAPES, body_parameters, profile_batch_tokens  # noqa: E402
+from carbon_vep.config.gpus import (  # noqa: E402
+    CARBON_SHAPES,
+    attention_flops,
+    body_flops,
+    output_flops,
+    profile_batch_tokens,
+)
 from carbon_vep.config.recipes import RECIPES  # noqa: E402
 from carbon_vep.config.stages import (  # noqa: E402
     EvaluationSettings,
@@ -193,8 +199,7 @@ class BodyCounter:
 
     def __init__(self, body: torch.nn.Module, shape: dict[str, int]) -> None:
         self.tokens, self.attention_flops = 0, 0.0
-        self.per_pair = 4 * shape["num_attention_heads"] * shape["head_dim"]
-        self.per_pair *= shape["num_hidden_layers"]  # QK^T and AV, 2 FLOPs a multiply-add
+        self.per_pair = attention_flops(shape)
         body.register_forward_pre_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module, args, kwargs) -> None:
@@ -381,9 +386,8 @@ def measure(model: Model, path: PathRun, device: torch.device, sizes: Sizes, pea
     tokens, attention = tokens // sizes.repeats, attention / sizes.repeats
     median = statistics.median(seconds)
     positions = path.positions(tokens) if path.positions else tokens
-    hidden = model.shape["hidden_size"]
-    flops = 2 * body_parameters(model.shape) * tokens + attention
-    flops += 2 * path.head_rows * hidden * positions
+    flops = body_flops(model.shape) * tokens + attention
+    flops += output_flops(model.shape, path.head_rows) * positions
     weights = sum(p.numel() * p.element_size() for p in model.loaded.model.parameters()) / 1e9
     row = {
         "model": model.name,

@@ -1,4 +1,5 @@
-"""GPU classes and Carbon's shapes: the memory arithmetic behind each GPU profile's batch size.
+"""GPU classes and Carbon's shapes: the memory arithmetic behind each GPU profile's batch size,
+and the FLOPs a token that the scan plan's estimates and the GPU check count.
 
 A batch is sized in tokens (`batch_tokens`): the memory a forward pass needs beyond the weights
 grows with the tokens in the batch, whatever the window length. Per token, in bf16, the most any
@@ -59,6 +60,21 @@ def body_parameters(shape: dict[str, int]) -> int:
     d = shape["head_dim"]
     attention = h * heads * d * 2 + h * kv * d * 2  # q and o, k and v
     return shape["num_hidden_layers"] * (attention + 3 * h * shape["intermediate_size"])
+
+
+def body_flops(shape: dict[str, int]) -> int:
+    """Matmul FLOPs of the decoder layers a token (2 a parameter: a multiply-add)."""
+    return 2 * body_parameters(shape)
+
+
+def attention_flops(shape: dict[str, int]) -> int:
+    """FLOPs of QK^T and AV a token for each token of context it attends to, every layer."""
+    return 4 * shape["num_attention_heads"] * shape["head_dim"] * shape["num_hidden_layers"]
+
+
+def output_flops(shape: dict[str, int], rows: int) -> int:
+    """FLOPs a scored position spends in `rows` rows of the output layer."""
+    return 2 * rows * shape["hidden_size"]
 
 
 def weight_bytes(shape: dict[str, int], vocab: int = CARBON_VOCAB) -> int:

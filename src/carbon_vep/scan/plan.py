@@ -35,7 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from carbon_vep.config.gpus import GPU_CLASSES
+from carbon_vep.config.gpus import (
+    CARBON_SHAPES,
+    GPU_CLASSES,
+    attention_flops,
+    body_flops,
+    output_flops,
+)
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
 from carbon_vep.errors import InputError
 from carbon_vep.genome.contigs import alias_candidates, encode_name
@@ -48,14 +54,9 @@ _ACGT[list(b"ACGTacgt")] = True
 _REGION = re.compile(r"^.+:[0-9,]+-[0-9,]+$")  # the contig name may hold `:` (HLA alleles)
 
 # ---- the cost model (estimates: docs/performance.md#cost-per-token) -------------------------
-# GFLOP per token: body (2 x non-embedding parameters) + the 4,096 DNA rows of the output layer,
-# and attention per token per token of context: 0.25 / 0.08 GFLOP a token over a 1,366-token
-# window is 683 tokens of context on average (4 x 3,072 x 30 x 683 FLOPs for Carbon-3B: QK^T
-# and AV, 2 FLOPs a multiply-add, over its 32 x 96 attention width and 30 layers).
-MODEL_SHAPES = {
-    "Carbon-3B": {"body_gflop": 5.95 + 0.025, "attention_gflop_per_token": 0.25 / 683},
-    "Carbon-500M": {"body_gflop": 0.70 + 0.008, "attention_gflop_per_token": 0.08 / 683},
-}
+# FLOPs a token from Carbon's shapes (config.gpus): the body, the 4,096 DNA rows of the output
+# layer, and attention over the tokens before it (half a tile's on average)
+DNA_ROWS = 4**K
 GPU_PEAK_TFLOPS = {name: gpu.bf16_tflops for name, gpu in GPU_CLASSES.items()}  # bf16, dense
 ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
 # bytes per SNV of the outputs (measured on the demo genome with the demo model, tsv_decimals 2;
@@ -74,9 +75,10 @@ def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:
     window = tiles.tile_bp - tiles.tile_bp % K
     stride = max(K, window - tiles.min_context)
     tokens = bases / K * window / stride  # every scored base is read window/stride times
-    cost = MODEL_SHAPES[shape]
-    per_token = cost["body_gflop"] + cost["attention_gflop_per_token"] * window / K / 2
-    seconds = tokens * per_token * 1e9 / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY)
+    dims = CARBON_SHAPES[shape]
+    per_token = body_flops(dims) + output_flops(dims, DNA_ROWS)
+    per_token += attention_flops(dims) * window / K / 2
+    seconds = tokens * per_token / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY)
     return seconds / 3600
 
 
