@@ -3,7 +3,8 @@ as a dataclass field and read from YAML, a rule's `--settings` JSON or the comma
 `stages` holds each stage's settings, `run` the config entries and the whole-run config,
 `schema` the JSON schema generated from them, `workflow` what the Snakefile needs at parse
 time, `recipes` the recipe registry (window geometry, normalisations, scorer), and `gpus` the
-GPU classes and the memory arithmetic behind each profile's batch size.
+GPU classes, Carbon's shapes and the arithmetic on them (a profile's batch size, the FLOPs a
+token).
 
 May import: `genome` and the shared modules. No torch: the Snakefile imports it while parsing.
 """
