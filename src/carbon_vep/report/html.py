@@ -102,6 +102,15 @@ def _warnings(items: Sequence[str]) -> str:
     )
 
 
+def _heading(anchor: str, kind: str) -> str:
+    """A section's title (its anchor in the contents) and what kind of section it is."""
+    return f"<h2 id='{_e(anchor)}'>{_e(anchor)} <span class='sub'>({kind})</span></h2>"
+
+
+def _model_warnings(results: Sequence[TaskResult]) -> str:
+    return _warnings([f"{r.model}: {w}" for r in results for w in r.metrics.get("warnings", [])])
+
+
 def _definitions(results: Sequence[TaskResult]) -> str:
     definitions: dict[str, str] = {}
     for result in results:
@@ -187,7 +196,7 @@ def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) 
         if r.metrics.get("by_chromosome", {}).get("auroc")
     }
     parts = [
-        f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(variant effect)</span></h2>",
+        _heading(task, "variant effect"),
         _vep_summary_table(results),
         _row(
             _block("Input status counts", _status_table(results)),
@@ -205,7 +214,7 @@ def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) 
         )
     parts += [
         _breakdown_tables(results),
-        _warnings([f"{r.model}: {w}" for r in results for w in r.metrics.get("warnings", [])]),
+        _model_warnings(results),
     ]
     return "".join(parts)
 
@@ -331,7 +340,7 @@ def _recovery_section(task: str, results: list[TaskResult], colours: dict[str, s
         figure = _block("Accuracy by type", _figure(fig, f"recovery accuracy by type, {task}"))
     return "".join(
         [
-            f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(sequence recovery)</span></h2>",
+            _heading(task, "sequence recovery"),
             f"<p class='sub'>Greedy decoder — {_e(decoders)}; accuracy over the first "
             f"{results[0].metrics['parameters']['score_bp']} bp; chance = 0.25 per base.</p>",
             _row(
@@ -339,7 +348,7 @@ def _recovery_section(task: str, results: list[TaskResult], colours: dict[str, s
                 _block("Accuracy", _html_table(["type", *(r.model for r in results)], rows)),
                 figure,
             ),
-            _warnings([f"{r.model}: {w}" for r in results for w in r.metrics["warnings"]]),
+            _model_warnings(results),
         ]
     )
 
@@ -367,7 +376,7 @@ def _perturbation_section(task: str, results: list[TaskResult], colours: dict[st
     )
     return "".join(
         [
-            f"<h2 id='{_e(task)}'>{_e(task)} <span class='sub'>(perturbation pairs)</span></h2>",
+            _heading(task, "perturbation pairs"),
             "<p class='sub'>Correct iff S(original) &gt; S(perturbed), ties wrong; scoring — "
             f"{_e(scoring)}.</p>",
             _row(
@@ -375,7 +384,7 @@ def _perturbation_section(task: str, results: list[TaskResult], colours: dict[st
                 _block("Pair accuracy", _html_table(["", *(r.model for r in results)], rows)),
                 figure,
             ),
-            _warnings([f"{r.model}: {w}" for r in results for w in r.metrics["warnings"]]),
+            _model_warnings(results),
         ]
     )
 
@@ -427,7 +436,7 @@ def _scan_section(scan_dir: str | Path) -> str:
     ]
     return "".join(
         [
-            f"<h2 id='{_e(name)}'>{_e(name)} <span class='sub'>(calibration)</span></h2>",
+            _heading(name, "calibration"),
             _html_table(["", "value"], counts),
             _figure(histogram, f"score distribution, {name}"),
             _row(
