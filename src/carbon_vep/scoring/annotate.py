@@ -98,9 +98,9 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     schema["context_bp"] = pl.Int32
     hits = pl.concat(found, how="diagonal_relaxed") if found else pl.DataFrame(schema=schema)
 
-    def pick(kind: str, allele: str) -> pl.Expr:
+    def log_marginal(allele: str) -> pl.Expr:
         return pl.coalesce(
-            [pl.when(pl.col(allele) == b).then(pl.col(f"log_{kind}_{b}")) for b in SCAN_BASES]
+            [pl.when(pl.col(allele) == b).then(pl.col(f"log_fns_{b}")) for b in SCAN_BASES]
         ).cast(pl.Float64)
 
     missing, differs = pl.col("scan_ref").is_null(), pl.col("scan_ref") != pl.col("ref")
@@ -113,11 +113,11 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
         pl.when(missing).then(pl.lit("position not in the scan"))
         .when(differs).then(pl.format("the scan's base here is {}", pl.col("scan_ref")))
         .alias("score_reason"),
-        pl.when(valid).then(pick("fns", "ref") - pick("fns", "alt")).alias("score"),
-        pl.when(valid).then(pick("fns", "ref")).alias("ref_ll"),
-        pl.when(valid).then(pick("fns", "alt")).alias("alt_ll"),
-        pl.when(valid).then(pick("fns", "ref").exp()).alias("p_ref"),
-        pl.when(valid).then(pick("fns", "alt").exp()).alias("p_alt"),
+        pl.when(valid).then(log_marginal("ref") - log_marginal("alt")).alias("score"),
+        pl.when(valid).then(log_marginal("ref")).alias("ref_ll"),
+        pl.when(valid).then(log_marginal("alt")).alias("alt_ll"),
+        pl.when(valid).then(log_marginal("ref").exp()).alias("p_ref"),
+        pl.when(valid).then(log_marginal("alt").exp()).alias("p_alt"),
         pl.when(valid).then(pl.col("context_bp").cast(pl.Int64)).alias("window_bp"),
         pl.lit(0, pl.Int64).alias("window_non_acgt"),
         pl.lit(RECIPE).alias("recipe"),
