@@ -44,6 +44,7 @@ from carbon_vep.scan.snvs import (
     TRI_OFFSET,
     cell_context,
     key_value,
+    score_key,
 )
 
 # PHRED is given to one decimal wherever a row carries it (a 0.1 step is a 2.3% change of rank;
@@ -51,6 +52,9 @@ from carbon_vep.scan.snvs import (
 PHRED_DECIMALS = 1
 PHRED_COLUMNS = ("phred", "calibrated_phred")
 LEVELS = ("pentanucleotide", "trinucleotide", "global")
+# a calibration folder: the rank scales, the context means, and the summary written last
+RAW_TABLE, CALIBRATED_TABLE = "phred.parquet", "calibrated_phred.parquet"
+CONTEXTS_TABLE, SUMMARY_FILE = "contexts.parquet", "calibration.json"
 # what a calibration holds for: scores made otherwise must not be put on its scales
 FINGERPRINT_KEYS = (
     "model", "revision", "dtype", "upcast_output_layer", "normalization", "tile_bp",
@@ -352,9 +356,9 @@ class Calibration:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         tables = {
-            "phred.parquet": self.raw.table(self.decimals),
-            "calibrated_phred.parquet": self.calibrated.table(self.decimals),
-            "contexts.parquet": self.contexts.with_columns(
+            RAW_TABLE: self.raw.table(self.decimals),
+            CALIBRATED_TABLE: self.calibrated.table(self.decimals),
+            CONTEXTS_TABLE: self.contexts.with_columns(
                 key_value(pl.col("mean_key"), self.decimals).alias("mean"),
                 key_value(pl.col("mean_key_neutral"), self.decimals).alias("mean_neutral"),
             ),
@@ -363,25 +367,25 @@ class Calibration:
             with atomic_path(folder / name) as tmp:
                 table.write_parquet(tmp)
         summary = {**self.meta, "total": self.raw.total, "thresholds": self.thresholds()}
-        with atomic_path(folder / "calibration.json") as tmp:  # last: marks the folder complete
+        with atomic_path(folder / SUMMARY_FILE) as tmp:  # last: marks the folder complete
             tmp.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
 
     @classmethod
     def read(cls, folder: str | Path) -> Calibration:
         folder = Path(folder)
-        path = folder / "calibration.json"
+        path = folder / SUMMARY_FILE
         if not path.is_file():
-            raise InputError(folder, "no calibration.json: not a scan's calibration folder")
+            raise InputError(folder, f"no {SUMMARY_FILE}: not a scan's calibration folder")
         meta = json.loads(path.read_text())
         total, decimals = meta.pop("total"), meta["decimals"]
         meta.pop("thresholds", None)
         scales = []
-        for name in ("phred.parquet", "calibrated_phred.parquet"):
+        for name in (RAW_TABLE, CALIBRATED_TABLE):
             table = pl.read_parquet(folder / name).sort("score")
-            keys = (table["score"] * 10**decimals).round().cast(pl.Int64).to_numpy()
+            keys = table.select(score_key(pl.col("score"), decimals)).to_series().to_numpy()
             below = total - table["rank"].to_numpy()
             scales.append(RankScale(keys, below, total))
-        contexts = pl.read_parquet(folder / "contexts.parquet").drop("mean", "mean_neutral")
+        contexts = pl.read_parquet(folder / CONTEXTS_TABLE).drop("mean", "mean_neutral")
         return cls(scales[0], scales[1], contexts, meta)
 
     def check_fingerprint(self, expected: Mapping[str, Any], where: str | Path) -> None:
