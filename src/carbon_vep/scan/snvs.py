@@ -80,11 +80,17 @@ def cell_context(cell: int) -> tuple[str, str, str]:
     return level, letters, BASES[alt]
 
 
+def at_base(base: pl.Expr, column: str) -> pl.Expr:
+    """Each row's value of a per-base column for the base in `base`: `column` is a template
+    (`log_fns_{}`) of the four columns of one quantity, one per base."""
+    return pl.coalesce([pl.when(base == b).then(pl.col(column.format(b))) for b in SCAN_BASES])
+
+
 def snv_rows(bases: pl.DataFrame) -> pl.DataFrame:
     """Three SNVs per base: chrom, pos, ref, alt, score (float32) from the log-marginals, in the
     bases' order (contig by contig in a shared file), then by alt."""
     lp = {b: pl.col(f"log_fns_{b}").cast(pl.Float32) for b in SCAN_BASES}
-    lp_ref = pl.coalesce([pl.when(pl.col("ref") == b).then(lp[b]) for b in SCAN_BASES])
+    lp_ref = at_base(pl.col("ref"), "log_fns_{}").cast(pl.Float32)
     numbered = bases.with_row_index("base_index")
     parts = [
         numbered.filter(pl.col("ref") != alt).select(

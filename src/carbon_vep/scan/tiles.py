@@ -35,6 +35,7 @@ from carbon_vep.model.timing import DeviceClock
 from carbon_vep.model.tokens import BASES, base_codes
 from carbon_vep.progress import Progress
 from carbon_vep.scan.background import BackgroundWriter
+from carbon_vep.scan.snvs import at_base
 from carbon_vep.scan.tiling import Tile, tile_region
 
 _TO_ATCG = [BASES.index(b) for b in SCAN_BASES]
@@ -188,12 +189,7 @@ def snv_scores(positions: pl.DataFrame) -> pl.DataFrame:
     frames = []
     for alt in SCAN_BASES:
         part = positions.filter(pl.col("ref") != alt).filter(pl.col("ref").is_in(list(SCAN_BASES)))
-        p_ref = pl.coalesce(
-            [pl.when(pl.col("ref") == b).then(pl.col(f"fns_{b}")) for b in SCAN_BASES]
-        )
-        c_ref = pl.coalesce(
-            [pl.when(pl.col("ref") == b).then(pl.col(f"cond_{b}")) for b in SCAN_BASES]
-        )
+        p_ref, c_ref = at_base(pl.col("ref"), "fns_{}"), at_base(pl.col("ref"), "cond_{}")
         frames.append(
             part.select(
                 "chrom",

@@ -31,7 +31,7 @@ from carbon_vep.genome.builds import canonical_build
 from carbon_vep.genome.reference import Reference, open_reference
 from carbon_vep.scan.calibrate import Calibration
 from carbon_vep.scan.outputs import read_scan
-from carbon_vep.scan.snvs import with_cells
+from carbon_vep.scan.snvs import at_base, with_cells
 from carbon_vep.scoring.merge import merge_scores
 
 RECIPE = "from_scan"
@@ -99,9 +99,7 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     hits = pl.concat(found, how="diagonal_relaxed") if found else pl.DataFrame(schema=schema)
 
     def log_marginal(allele: str) -> pl.Expr:
-        return pl.coalesce(
-            [pl.when(pl.col(allele) == b).then(pl.col(f"log_fns_{b}")) for b in SCAN_BASES]
-        ).cast(pl.Float64)
+        return at_base(pl.col(allele), "log_fns_{}").cast(pl.Float64)
 
     missing, differs = pl.col("scan_ref").is_null(), pl.col("scan_ref") != pl.col("ref")
     valid = ~missing & ~differs
