@@ -207,7 +207,7 @@ class BodyCounter:
         if ids is None:
             return
         batch, length = ids.shape
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache")
         past = cache.get_seq_length() if cache is not None else 0
         self.tokens += batch * length
         self.attention_flops += self.per_pair * batch * length * (past + (length + 1) / 2)

@@ -41,8 +41,8 @@ def test_equal_lengths_go_without_a_mask_and_give_identical_states(loaded, monke
     engine = engine_for(loaded)
     batch = [engine.vocab.encode(s) for s in windows(3, 120, 1)]
     masks = []
-    forward = engine._forward
-    monkeypatch.setattr(engine, "_forward", lambda ids, mask=None, cache=None: (
+    forward = engine.forward
+    monkeypatch.setattr(engine, "forward", lambda ids, mask=None, cache=None: (
         masks.append(mask), forward(ids, mask, cache))[1])  # fmt: skip
     hidden, _ = engine.hidden_states(batch)
     assert masks == [None]
@@ -59,8 +59,8 @@ def test_batches_hold_one_length_where_the_data_allows(loaded, monkeypatch):
     engine = engine_for(loaded, batch_size=4)
     seqs = windows(6, 120, 10) + windows(5, 84, 30) + windows(5, 102, 40)
     shapes = []
-    forward = engine._forward
-    monkeypatch.setattr(engine, "_forward", lambda ids, mask=None, cache=None: (
+    forward = engine.forward
+    monkeypatch.setattr(engine, "forward", lambda ids, mask=None, cache=None: (
         shapes.append((np.shape(ids), mask is None)), forward(ids, mask, cache))[1])  # fmt: skip
     scores = engine.sequence_scores(seqs, "token", "dna_block")
     assert shapes == [((4, 15), True), ((4, 18), True), ((4, 21), True), ((4, 21), False)]

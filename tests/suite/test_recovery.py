@@ -9,7 +9,7 @@ import torch
 
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
 from carbon_vep.model.loading import load_model
-from carbon_vep.model.tokens import BASES
+from carbon_vep.model.tokens import BASES, suppressed_token_ids
 from carbon_vep.suite.recovery import (
     base_matches,
     fns_conditional_choice,
@@ -18,7 +18,6 @@ from carbon_vep.suite.recovery import (
     prompt_bases,
     recover,
     recovery_metrics,
-    suppressed_token_ids,
 )
 
 

@@ -109,7 +109,7 @@ def token_log_likelihoods(
         out = []
         for row, (n, ids) in enumerate(zip(lengths, batch, strict=True)):
             targets = torch.as_tensor(ids[1:], device=engine.device)
-            terms = engine._token_terms(hidden[row, : n - 1], targets, normalization)
+            terms = engine.token_log_probs(hidden[row, : n - 1], targets, normalization)
             out.append(terms.cpu().numpy())
         return out
 
@@ -140,7 +140,7 @@ def _per_item_terms(engine: Any, rows, target_ids, target_codes, kind, normaliza
         keep = codes >= 0
         return float(picked[keep].sum()), int(keep.sum())
     targets = torch.as_tensor(target_ids, device=rows.device)
-    terms = engine._token_terms(rows, targets, normalization)
+    terms = engine.token_log_probs(rows, targets, normalization)
     if normalization == "dna_block" and engine.vocab.oov_id is not None:
         keep = targets != engine.vocab.oov_id
         return float(terms[keep].sum()), int(keep.sum())
@@ -186,18 +186,18 @@ def per_item_window_group(
     from transformers import DynamicCache
 
     cache = DynamicCache(config=engine.model.config)
-    prefix, cache = engine._forward(torch.as_tensor(ref_ids[None, :split]), cache=cache)
+    prefix, cache = engine.forward(torch.as_tensor(ref_ids[None, :split]), cache=cache)
     prefix = prefix[0]
     shared = _per_item_terms(engine, prefix[:-1], ref_ids[1:split], ref_codes[: split - 1],
                              kind, normalization)  # fmt: skip
-    ref_suffix, _ = engine._forward(torch.as_tensor(ref_ids[None, split:]),
+    ref_suffix, _ = engine.forward(torch.as_tensor(ref_ids[None, split:]),
                                     cache=copy.deepcopy(cache))  # fmt: skip
     rows = torch.cat([prefix[-1:], ref_suffix[0, :-1]])
     own = _per_item_terms(engine, rows, ref_ids[split:], ref_codes[split - 1 :], kind,
                           normalization)  # fmt: skip
     ref_score = (shared[0] + own[0], shared[1] + own[1])
     cache.batch_repeat_interleave(len(alts))
-    alt_suffix, _ = engine._forward(torch.as_tensor(alt_ids[:, split:]), cache=cache)
+    alt_suffix, _ = engine.forward(torch.as_tensor(alt_ids[:, split:]), cache=cache)
     alt_scores = []
     for row, alt in enumerate(alts):
         rows = torch.cat([prefix[-1:], alt_suffix[row, :-1]])

@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import logging
 
-from carbon_vep.cli import evaluate, report, scan, scoring, sources, suite, variants
+from carbon_vep.cli import evaluate, niah, report, scan, scoring, sources, suite, variants
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.errors import InputError
 
 log = logging.getLogger("carbon_vep")
-STAGES = (variants, scoring, scan, evaluate, suite, report, sources)
+STAGES = (variants, scoring, scan, evaluate, suite, niah, report, sources)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -82,16 +82,22 @@ def require_model_here(model: ModelSettings) -> None:
     check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
 
 
-def load_model(model: ModelSettings, job: str | None):
+def load_model(model: ModelSettings, job: str | None, yarn=None):
+    """The model checked offline first, on a device that is really there (`yarn`: a
+    model.loading.Yarn to apply at load)."""
     require_model_here(model)
     from carbon_vep.model.loading import load_model, resolve_device
 
     resolve_device(model.device, job=job)
-    return load_model(model)
+    return load_model(model, yarn)
 
 
-def load_engine(model: ModelSettings, job: str | None):
-    loaded = load_model(model, job)
+def load_engine(model: ModelSettings, job: str | None, yarn=None):
+    """The scoring engine on the loaded model, its output layer verified on a probe."""
+    return engine_for(load_model(model, job, yarn), model)
+
+
+def engine_for(loaded, model: ModelSettings):
     from carbon_vep.model.engine import Engine, verify_output_layer
 
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=model.batch_size,

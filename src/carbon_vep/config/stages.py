@@ -286,6 +286,40 @@ class PerturbationSettings:
 
 
 @dataclass(frozen=True)
+class NiahSettings:
+    """Genomic-NIAH: greedy retrieval of a planted value after a long prompt, and its likelihood
+    against a negative value (score-niah)."""
+
+    yarn_factor: float = setting(
+        0.0,
+        minimum=0,
+        help="YaRN context extension applied when the model loads (0 = off). The published "
+        "override for contexts past Carbon-3B's native 32,768 tokens is 4: rope parameters "
+        "{rope_type/type: yarn, factor, original_max_position_embeddings} with the model's "
+        "rope_theta, and max_position_embeddings = yarn_max_positions",
+    )
+    yarn_original_positions: int = setting(
+        32768, minimum=1, help="YaRN's original_max_position_embeddings (the pretraining length)"
+    )
+    yarn_max_positions: int = setting(
+        65536,
+        minimum=1,
+        help="max_position_embeddings under YaRN (published: 65,536 with factor 4)",
+    )
+    prefill_chunk: int = setting(
+        8192,
+        minimum=0,
+        help="prompt tokens a prefill forward pass takes at once (0 = the whole prompt): the "
+        "activations then scale with the chunk, not the context; values are the same",
+    )
+
+    @property
+    def positions(self) -> int | None:
+        """The positions the model may use under this setting (None: the model's own)."""
+        return int(self.yarn_original_positions * self.yarn_factor) if self.yarn_factor else None
+
+
+@dataclass(frozen=True)
 class ScanChunkSettings:
     """How a scan's targets are cut into jobs (plan-scan) and its TSV is written (merge-scan)."""
 

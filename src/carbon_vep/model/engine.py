@@ -107,14 +107,14 @@ class Engine:
             )
 
     # ---- forward -------------------------------------------------------------------------
-    def _forward(self, ids: Any, mask: Any = None, cache: Any = None):
+    def forward(self, ids: Any, mask: Any = None, cache: Any = None):
         out = self.body(
             input_ids=self.to_device(ids),
             attention_mask=None if mask is None else self.to_device(mask),
-            past_key_values=cache,
+            cache=cache,  # transformers >= 5.24 (`past_key_values` goes in 5.40)
             use_cache=cache is not None,
         )
-        return out[0], getattr(out, "past_key_values", None)
+        return out[0], out.cache
 
     @torch.inference_mode()
     def hidden_states(self, batch: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
@@ -125,7 +125,7 @@ class Engine:
         the mask back to the host to see whether it may drop it)."""
         lengths = [len(ids) for ids in batch]
         if len(set(lengths)) == 1:
-            hidden, _ = self._forward(np.stack(batch))
+            hidden, _ = self.forward(np.stack(batch))
             return hidden, lengths
         width = max(lengths)
         ids = np.full((len(batch), width), self.vocab.pad_id, dtype=np.int64)
@@ -133,10 +133,10 @@ class Engine:
         for row, seq in enumerate(batch):
             ids[row, : len(seq)] = seq
             mask[row, : len(seq)] = 1
-        hidden, _ = self._forward(ids, mask)
+        hidden, _ = self.forward(ids, mask)
         return hidden, lengths
 
-    def _logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
         """hidden @ weight.T in the output layer's dtype (the model's, or float32 when upcast);
         softmax maths always in float32."""
         dtype = self.head_dtype
@@ -150,13 +150,13 @@ class Engine:
         for lo in range(0, vocab_rows, self.vocab_chunk):
             hi = min(lo + self.vocab_chunk, vocab_rows)
             bias = None if self.out_bias is None else self.out_bias[lo:hi]
-            chunk = self._logits(hidden, self.out_weight[lo:hi], bias)
+            chunk = self.logits(hidden, self.out_weight[lo:hi], bias)
             total = torch.logaddexp(total, torch.logsumexp(chunk, dim=-1))
         return total
 
     def dna_log_probs(self, hidden: torch.Tensor, normalization: str) -> torch.Tensor:
         """log p(k-mer) for all 4**k k-mers at each position: hidden [N, H] -> [N, 4**k]."""
-        logits = self._logits(hidden, self.dna_weight, self.dna_bias)
+        logits = self.logits(hidden, self.dna_weight, self.dna_bias)
         if normalization == "dna_block":
             return torch.log_softmax(logits, dim=-1)
         return logits - self.full_logsumexp(hidden)[:, None]
@@ -220,7 +220,7 @@ class Engine:
                           self.batch_tokens)  # fmt: skip
 
     # ---- per-target values ---------------------------------------------------------------
-    def _token_terms(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
+    def token_log_probs(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
         """log p(target) for each row (hidden state predicting `target`): [N]."""
         pieces = []
         for lo in range(0, rows.shape[0], self.position_chunk):
@@ -231,7 +231,7 @@ class Engine:
             if self.out_bias is not None:
                 target_logit = target_logit + self.out_bias[t].float()
             if normalization == "dna_block":
-                norm = torch.logsumexp(self._logits(h, self.dna_weight, self.dna_bias), dim=-1)
+                norm = torch.logsumexp(self.logits(h, self.dna_weight, self.dna_bias), dim=-1)
             else:
                 norm = self.full_logsumexp(h)
             pieces.append(target_logit - norm)
@@ -267,7 +267,7 @@ class Engine:
             picked = marginals.gather(2, codes.clamp(min=0)[..., None])[..., 0]
             keep = np.flatnonzero(np.asarray(target_codes).reshape(-1) >= 0)
             return picked.reshape(-1)[self.to_device(keep)].sum(), len(keep)
-        terms = self._token_terms(rows, self.to_device(target_ids), normalization)
+        terms = self.token_log_probs(rows, self.to_device(target_ids), normalization)
         if normalization == "dna_block" and self.vocab.oov_id is not None:
             keep = np.flatnonzero(np.asarray(target_ids) != self.vocab.oov_id)
             return terms[self.to_device(keep)].sum(), len(keep)
@@ -317,19 +317,19 @@ class Engine:
         ref_codes = base_codes(ref, self.k)
         differs = (alt_ids != ref_ids[None, :]).any(axis=0)
         split = int(np.argmax(differs)) if differs.any() else len(ref_ids) - 1
-        prefix_hidden, cache = self._forward(ref_ids[None, :split], cache=_new_cache(self.model))
+        prefix_hidden, cache = self.forward(ref_ids[None, :split], cache=new_cache(self.model))
         prefix_hidden = prefix_hidden[0]
         # targets 1..split-1 are predicted inside the prefix: identical for all alleles
         terms = [self._target_terms(
             prefix_hidden[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
         )]  # fmt: skip
-        ref_suffix, _ = self._forward(ref_ids[None, split:], cache=copy.deepcopy(cache))
+        ref_suffix, _ = self.forward(ref_ids[None, split:], cache=copy.deepcopy(cache))
         rows = torch.cat([prefix_hidden[-1:], ref_suffix[0, :-1]])
         terms.append(self._target_terms(
             rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization
         ))  # fmt: skip
         cache.batch_repeat_interleave(len(alts))
-        alt_suffix, _ = self._forward(alt_ids[:, split:], cache=cache)
+        alt_suffix, _ = self.forward(alt_ids[:, split:], cache=cache)
         for row, alt in enumerate(alts):
             rows = torch.cat([prefix_hidden[-1:], alt_suffix[row, :-1]])
             terms.append(self._target_terms(
@@ -364,7 +364,7 @@ class Engine:
         for base in "ATCG":
             ids = self.acgt_ids[base]
             bias = None if self.out_bias is None else self.out_bias[ids]
-            logits = self._logits(last, self.out_weight[ids], bias)
+            logits = self.logits(last, self.out_weight[ids], bias)
             columns.append(torch.logsumexp(logits, dim=-1) - log_z)
         return torch.stack(columns, dim=1)
 
@@ -373,7 +373,7 @@ def _add(a: SequenceScore, b: SequenceScore) -> SequenceScore:
     return SequenceScore(a.total + b.total, a.count + b.count)
 
 
-def _new_cache(model: Any) -> Any:
+def new_cache(model: Any) -> Any:
     from transformers import DynamicCache
 
     return DynamicCache(config=model.config)
@@ -386,7 +386,7 @@ def verify_output_layer(engine: Engine, ids: np.ndarray, atol: float = 1e-3) -> 
         batch = torch.as_tensor(ids[None, :], device=engine.device)
         reference = engine.model(input_ids=batch).logits[0, :, engine.vocab.kmer_ids].float()
         hidden, _ = engine.hidden_states([ids])
-        ours = engine._logits(hidden[0], engine.dna_weight, engine.dna_bias)
+        ours = engine.logits(hidden[0], engine.dna_weight, engine.dna_bias)
     scale = reference.abs().max().clamp_min(1.0)
     if not torch.allclose(ours, reference, atol=atol * float(scale), rtol=0):
         raise RuntimeError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,8 +73,48 @@ def upcast_output_layer(model: Any) -> None:
         model.set_output_embeddings(Float32OutputLayer(layer))
 
 
-def load_model(spec: ModelSettings) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def yarn_parameters(config: Any, factor: float, original_positions: int) -> dict:
+    """The published YaRN override's rope parameters (Carbon's model card, the Genomic-NIAH
+    evaluation): type yarn under both key names, the factor, the pretraining length, and the
+    checkpoint's own rope_theta kept."""
+    current = getattr(config, "rope_parameters", None) or {}
+    theta = current.get("rope_theta", getattr(config, "rope_theta", None))
+    params = {
+        "rope_type": "yarn",
+        "type": "yarn",
+        "factor": float(factor),
+        "original_max_position_embeddings": int(original_positions),
+    }
+    return params if theta is None else params | {"rope_theta": theta}
+
+
+def apply_yarn(config: Any, factor: float, original_positions: int, max_positions: int) -> Any:
+    """Set the YaRN override on a model config, as published: `max_position_embeddings` and the
+    rope parameters, written as both `rope_parameters` and `rope_scaling` (transformers 5 reads
+    the first; where the second is its alias, setting the first sets both)."""
+    params = yarn_parameters(config, factor, original_positions)
+    config.max_position_embeddings = int(max_positions)
+    config.rope_parameters = dict(params)
+    if getattr(config, "rope_scaling", None) != params:
+        with warnings.catch_warnings():  # transformers 5 calls rope_scaling deprecated
+            warnings.simplefilter("ignore", FutureWarning)
+            config.rope_scaling = dict(params)
+    return config
+
+
+@dataclass(frozen=True)
+class Yarn:
+    """A YaRN context extension to apply at load time (NiahSettings: yarn_factor > 0)."""
+
+    factor: float
+    original_positions: int
+    max_positions: int
+
+
+def load_model(spec: ModelSettings, yarn: Yarn | None = None) -> LoadedModel:
+    """The model and its tokenizer on the requested device; `yarn` overrides the rope
+    configuration before the weights load (the Genomic-NIAH task's long contexts)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from carbon_vep.sources.hub import check_remote_code, model_folder
 
@@ -83,8 +124,14 @@ def load_model(spec: ModelSettings) -> LoadedModel:
     tokenizer = AutoTokenizer.from_pretrained(
         spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
     )
+    config = AutoConfig.from_pretrained(
+        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+    )
+    if yarn is not None:
+        apply_yarn(config, yarn.factor, yarn.original_positions, yarn.max_positions)
     model = AutoModelForCausalLM.from_pretrained(
         spec.path,
+        config=config,
         revision=spec.revision,
         dtype=_DTYPES[spec.dtype],
         trust_remote_code=spec.trust_remote_code,

@@ -83,6 +83,41 @@ def _read_dna_config(tokenizer: Any) -> dict:
     return json.loads(Path(path).read_text()) if path else {}
 
 
+def suppressed_token_ids(tokenizer: Any) -> list[int]:
+    """The ids the published decoder never emits: special tokens and DNA tags."""
+    ids = set(tokenizer.all_special_ids)
+    for attribute in ("special_tokens", "dna_special_tokens"):
+        names = getattr(tokenizer, attribute, None)
+        if names:
+            ids.update(int(i) for i in tokenizer.convert_tokens_to_ids(list(names)))
+    return sorted(i for i in ids if i is not None and i >= 0)
+
+
+def dna_block_ids(tokenizer: Any, vocab: DnaVocab) -> np.ndarray | None:
+    """The ids generation may emit under the published DNA restriction: the 6-mer block
+    [start, start + 4**k) read from the model's dna_config.json (start = `first_kmer_id`, or
+    `dna_start_id` + its three DNA tags); None when the model has no dna_config.json (no
+    restriction, as published). The block must be the k-mers the adapter found."""
+    config = _read_dna_config(tokenizer)
+    if not config:
+        return None
+    k = int(config.get("k", vocab.k))
+    alphabet = config.get("alphabet", BASES)
+    if "first_kmer_id" in config:
+        start = int(config["first_kmer_id"])
+    elif "dna_start_id" in config:
+        start = int(config["dna_start_id"]) + (len(config.get("dna_tags") or ()) or 3)
+    else:
+        raise TokenizerMismatchError("dna_config.json names neither first_kmer_id nor dna_start_id")
+    block = np.arange(start, start + len(alphabet) ** k, dtype=np.int64)
+    if k != vocab.k or not np.array_equal(np.sort(vocab.kmer_ids), block):
+        raise TokenizerMismatchError(
+            f"dna_config.json's 6-mer block [{start}, {start + len(alphabet) ** k}) is not the "
+            "tokenizer's k-mer ids: the generation restriction would emit other tokens"
+        )
+    return block
+
+
 def _scan_kmer_block(tokenizer: Any) -> tuple[int, dict[str, int]]:
     """Find the contiguous run of 4**k pure-ACGT tokens of one length k (the k-mer block)."""
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))

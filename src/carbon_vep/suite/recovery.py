@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -36,7 +35,7 @@ from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
 from carbon_vep.evaluate.metrics import bootstrap_mean_interval
 from carbon_vep.model.batching import FAILED_ALONE, in_batches
 from carbon_vep.model.loading import LoadedModel
-from carbon_vep.model.tokens import non_acgt_count
+from carbon_vep.model.tokens import non_acgt_count, suppressed_token_ids
 from carbon_vep.progress import Progress
 
 CHANCE_ACCURACY = 0.25
@@ -55,16 +54,6 @@ def prompt_bases(sequence: str, max_bp: int, k: int) -> str:
 def base_matches(prediction: str, label: str, score_bp: int) -> int:
     """Positions among the first `score_bp` where prediction and label have the same base."""
     return sum(a == b for a, b in zip(prediction[:score_bp], label[:score_bp], strict=False))
-
-
-def suppressed_token_ids(tokenizer: Any) -> list[int]:
-    """The ids the published decoder never emits: special tokens and DNA tags."""
-    ids = set(tokenizer.all_special_ids)
-    for attribute in ("special_tokens", "dna_special_tokens"):
-        names = getattr(tokenizer, attribute, None)
-        if names:
-            ids.update(int(i) for i in tokenizer.convert_tokens_to_ids(list(names)))
-    return sorted(i for i in ids if i is not None and i >= 0)
 
 
 # ---- FNS greedy decoders as logits processors ------------------------------------------

@@ -1,0 +1,156 @@
+"""Genomic-NIAH, the suite's long-context task: build-niah (a cell from any genome), score-niah
+(a cell, or a range of its rows, on the model) and merge-niah (a cell's row ranges into one
+table and its metrics)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from carbon_vep import atomic
+from carbon_vep.cli.common import add_result_args, engine_for, load_model, write_task_result
+from carbon_vep.config.fields import add_flags, from_args
+from carbon_vep.config.stages import EvaluationSettings, ModelSettings, NiahSettings
+from carbon_vep.errors import InputError
+
+log = logging.getLogger("carbon_vep")
+
+
+def add_build_niah(sub) -> None:
+    from carbon_vep.suite.niah_cells import TASKS
+
+    p = sub.add_parser("build-niah", help="build a Genomic-NIAH cell from a genome (no model)")
+    p.add_argument("--reference", required=True, help="genome FASTA (or GENERator Parquet)")
+    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--ctx", type=int, required=True, help="context in tokens (4096 ... 131072)")
+    p.add_argument("--rows", type=int, default=500, help="rows of the cell (published: 500)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--key-bp", type=int, default=24)
+    p.add_argument("--value-bp", type=int, default=24)
+    p.add_argument("--distractors", type=int, default=8, help="distractor pairs (neardup tasks)")
+    p.add_argument("--out", required=True, help="the cell, Parquet")
+    p.set_defaults(func=build_niah)
+
+
+def build_niah(args: argparse.Namespace) -> None:
+    from carbon_vep.suite.niah_build import CellSpec, write_cell
+
+    spec = CellSpec(args.task, args.ctx, args.rows, args.seed, args.key_bp, args.value_bp,
+                    args.distractors)  # fmt: skip
+    n = write_cell(spec, args.reference, args.out)
+    log.info("%s: %d rows of %s at %d tokens", args.out, n, args.task, args.ctx)
+
+
+def _row_range(text: str | None) -> slice:
+    if not text:
+        return slice(None)
+    start, sep, end = text.partition(":")
+    if not sep or not start.isdigit() or not end.isdigit() or int(end) <= int(start):
+        raise argparse.ArgumentTypeError(f"--row-range {text!r}: START:END, 0-based, END > START")
+    return slice(int(start), int(end))
+
+
+def add_score_niah(sub) -> None:
+    p = sub.add_parser("score-niah", help=NiahSettings.__doc__)
+    p.add_argument("--tasks-file", required=True, help="a Genomic-NIAH cell (Parquet/TSV/CSV)")
+    p.add_argument(
+        "--row-range",
+        type=_row_range,
+        default=slice(None),
+        help="score only rows START:END of the cell (0-based; a shard of a job)",
+    )
+    add_flags(p, ModelSettings, NiahSettings, EvaluationSettings)
+    add_result_args(p)
+    p.add_argument("--out", required=True, help="per-row results Parquet")
+    p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
+    p.set_defaults(func=score_niah)
+
+
+def score_niah(args: argparse.Namespace) -> None:
+    from carbon_vep.suite.niah_cells import niah_metrics, read_cell
+
+    model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
+    cell = read_cell(args.tasks_file, task=args.task)[args.row_range]
+    loaded = load_model(model, args.tasks_file, _yarn(settings))
+    if loaded.vocab.k != 6:
+        cell = read_cell(args.tasks_file, k=loaded.vocab.k, task=args.task)[args.row_range]
+    _check_positions(cell, loaded, settings, args.tasks_file)
+
+    from carbon_vep.suite.niah import NiahScorer, score_rows
+
+    scorer = NiahScorer(engine_for(loaded, model), loaded.tokenizer, settings.prefill_chunk)
+    rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
+    atomic.write_parquet(rows, args.out)
+    parameters = {"yarn_factor": settings.yarn_factor, "restricted_to_dna_block":
+                  scorer.allowed is not None, "prefill_chunk": settings.prefill_chunk}  # fmt: skip
+    write_task_result(niah_metrics(rows, evaluation, parameters), args, ["gen_exact_match"])
+
+
+def _yarn(settings: NiahSettings):
+    from carbon_vep.model.loading import Yarn
+
+    if not settings.yarn_factor:
+        return None
+    return Yarn(settings.yarn_factor, settings.yarn_original_positions,
+                settings.yarn_max_positions)  # fmt: skip
+
+
+def _check_positions(cell, loaded, settings: NiahSettings, path: str) -> None:
+    """A context beyond the model's positions is refused without YaRN (saying which setting
+    turns it on) and warned about beyond YaRN's reach."""
+    import dataclasses
+
+    from carbon_vep.config.fields import describe
+    from carbon_vep.suite.niah_cells import prompt_tokens
+
+    needed = prompt_tokens(cell, loaded.vocab.k) if cell.height else 0
+    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    if settings.yarn_factor:
+        if needed > settings.positions:
+            log.warning("%s: rows need %d tokens, beyond YaRN x%g of %d positions (%d)", path,
+                        needed, settings.yarn_factor, settings.yarn_original_positions,
+                        settings.positions)  # fmt: skip
+        return
+    if limit is not None and needed > limit:
+        field = next(f for f in dataclasses.fields(NiahSettings) if f.name == "yarn_factor")
+        flag = describe(field, "4", float)
+        raise InputError(
+            path, f"rows need {needed:,} tokens (prefix + prompt + value) but the model has "
+            f"{limit:,} positions; extend the context with YaRN ({flag}, as published for "
+            "Carbon past 32k tokens) or score a shorter context"
+        )  # fmt: skip
+
+
+def add_merge_niah(sub) -> None:
+    p = sub.add_parser("merge-niah", help="a cell's scored row ranges into one table + metrics")
+    p.add_argument("--cell", required=True, help="the cell the parts were scored from")
+    p.add_argument("--parts", nargs="+", required=True, help="score-niah outputs (Parquet)")
+    add_flags(p, EvaluationSettings)
+    add_result_args(p)
+    p.add_argument("--parameters", default="{}", help="JSON: the scoring parameters to record")
+    p.add_argument("--out", required=True, help="per-row results Parquet")
+    p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
+    p.set_defaults(func=merge_niah)
+
+
+def merge_niah(args: argparse.Namespace) -> None:
+    import json
+
+    import polars as pl
+
+    from carbon_vep.suite.niah_cells import niah_metrics, read_cell
+
+    (evaluation,) = from_args(args, EvaluationSettings)
+    uids = read_cell(args.cell, task=args.task)["uid"]
+    rows = pl.concat([pl.read_parquet(p) for p in args.parts], how="vertical")
+    if sorted(rows["uid"].to_list()) != sorted(uids.to_list()):
+        missing = sorted(set(uids.to_list()) - set(rows["uid"].to_list()))[:3]
+        problem = f"the parts hold {rows.height} rows for {uids.len()} uids"
+        raise InputError(args.cell, f"{problem} (missing e.g. {missing}; or duplicated)")
+    rows = uids.to_frame().join(rows, on="uid", how="left", maintain_order="left")
+    atomic.write_parquet(rows, args.out)
+    metrics = niah_metrics(rows, evaluation, json.loads(args.parameters))
+    write_task_result(metrics, args, ["gen_exact_match"])
+
+
+COMMANDS = (add_build_niah, add_score_niah, add_merge_niah)

@@ -1,0 +1,213 @@
+"""Genomic-NIAH on the model: one prefill per row, generation and both value likelihoods from
+its KV cache (docs/suite-conventions.md#genomic-niah).
+
+The published evaluation runs three full forward passes over every prompt (generate, then the
+positive and the negative sequence's log-likelihoods). Here a batch of rows whose prompts have
+one token length is prefilled once (`prefill_chunk` tokens at a time when set, so the
+activations of a 128k-token prompt never exist at once); the last prompt position's hidden
+state gives the first generated token and the first value token's log-probability of both
+continuations. Greedy generation then feeds one token at a time through the cache; the cache is
+cropped back to the prompt, repeated once per continuation (positive and negative as a batch of
+two; one after the other if that runs out of memory) and the value tokens but the last go
+through it. The output layer is applied only where a value is read: never to prompt positions.
+
+Published semantics kept: `<dna>` prefix (the tokenizer adapter's prefix), `value_len_bp / k`
+greedy tokens, every special id suppressed, logits restricted to the 6-mer block of the model's
+dna_config.json (none without one), prediction = `tokenizer.decode` of the new ids with special
+tokens kept, cut to value_len_bp characters; the likelihoods are mean full-vocabulary token
+log-probabilities of the value's tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from carbon_vep.columns import Status
+from carbon_vep.model.batching import FAILED_ALONE, in_batches, release_memory
+from carbon_vep.model.engine import Engine, new_cache
+from carbon_vep.model.tokens import dna_block_ids, suppressed_token_ids
+from carbon_vep.progress import Progress
+from carbon_vep.suite.niah_cells import ROW_COLUMNS, base_accuracy
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """The model's answers for one row."""
+
+    pred: str
+    target_ll: float
+    negative_ll: float
+
+
+class NiahScorer:
+    """Greedy retrieval and value likelihoods of NIAH rows from one prefill each."""
+
+    def __init__(self, engine: Engine, tokenizer: Any, prefill_chunk: int = 0) -> None:
+        self.engine, self.tokenizer, self.prefill_chunk = engine, tokenizer, prefill_chunk
+        self.paired = True  # both continuations as a batch of two (False once that ran out)
+        block = dna_block_ids(tokenizer, engine.vocab)
+        suppressed = suppressed_token_ids(tokenizer)
+        if block is None:  # no restriction: the whole vocabulary, special ids suppressed
+            self.allowed = None
+        else:
+            self.allowed = engine.to_device(np.setdiff1d(block, suppressed))
+        vocab_rows = engine.out_weight.shape[0]
+        self.suppressed = engine.to_device([i for i in suppressed if i < vocab_rows])
+
+    # ---- the model passes --------------------------------------------------------------
+    def prefill(self, ids: np.ndarray, cache: Any) -> torch.Tensor:
+        """Run the prompts [B, L] into `cache`; the last position's hidden state [B, H]."""
+        step = self.prefill_chunk or ids.shape[1]
+        for lo in range(0, ids.shape[1], step):
+            hidden, _ = self.engine.forward(ids[:, lo : lo + step], cache=cache)
+        return hidden[:, -1]
+
+    def next_token(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The greedy token after each hidden state [B, H] -> [B], under the restriction."""
+        engine = self.engine
+        if self.allowed is not None:
+            bias = None if engine.out_bias is None else engine.out_bias[self.allowed]
+            logits = engine.logits(hidden, engine.out_weight[self.allowed], bias)
+            return self.allowed[logits.argmax(dim=-1)]
+        logits = engine.logits(hidden, engine.out_weight, engine.out_bias)
+        logits[:, self.suppressed] = -torch.inf
+        return logits.argmax(dim=-1)
+
+    def generate(self, last: torch.Tensor, cache: Any, new_tokens: int) -> torch.Tensor:
+        """Greedy `new_tokens` ids [B, n] after the prefilled prompts (the cache grows)."""
+        chosen = [self.next_token(last)]
+        for _ in range(new_tokens - 1):
+            hidden, _ = self.engine.forward(chosen[-1][:, None], cache=cache)
+            chosen.append(self.next_token(hidden[:, -1]))
+        return torch.stack(chosen, dim=1)
+
+    def value_log_likelihoods(
+        self, last: torch.Tensor, cache: Any, values: np.ndarray, prompt_len: int
+    ) -> torch.Tensor:
+        """Mean log p(value token | prompt, earlier value tokens) over the vocabulary, for
+        continuations [C, n] where continuation c belongs to prompt c // (C / B): [C]."""
+        repeat = values.shape[0] // last.shape[0]
+        extra = cache.get_seq_length() - prompt_len  # the generated tokens (a shape, no sync)
+        if extra:
+            cache.crop(-extra)  # transformers 5.24: a negative count removes that many tokens
+        if repeat > 1:
+            cache.batch_repeat_interleave(repeat)
+        first = last.repeat_interleave(repeat, dim=0)[:, None]
+        rows = first
+        if values.shape[1] > 1:
+            hidden, _ = self.engine.forward(values[:, :-1], cache=cache)
+            rows = torch.cat([first, hidden], dim=1)
+        flat = rows.reshape(-1, rows.shape[-1])
+        terms = self.engine.token_log_probs(flat, self.engine.to_device(values.reshape(-1)),
+                                         "full_vocab")  # fmt: skip
+        return terms.reshape(values.shape).mean(dim=1)
+
+    @torch.inference_mode()
+    def score_batch(
+        self, prompts: Sequence[str], values: Sequence[str], negatives: Sequence[str]
+    ) -> list[RowResult]:
+        """Rows whose prompts have one token length: one prefill, then generation, then both
+        likelihoods off the prompt's cache. A single row that runs out of memory with the
+        continuations paired is redone with them one after the other (and so are the rest)."""
+        try:
+            return self._score_batch(prompts, values, negatives)
+        except torch.OutOfMemoryError:
+            if len(prompts) > 1 or not self.paired:
+                raise
+            release_memory(self.engine.device)
+            self.paired = False
+            return self._score_batch(prompts, values, negatives)
+
+    def _score_batch(self, prompts, values, negatives) -> list[RowResult]:
+        vocab = self.engine.vocab
+        ids = np.stack([vocab.encode(p) for p in prompts])
+        value_ids = np.stack([vocab.encode(v)[1:] for v in values])
+        negative_ids = np.stack([vocab.encode(v)[1:] for v in negatives])
+        cache = new_cache(self.engine.model)
+        last = self.prefill(ids, cache)
+        generated = self.generate(last, cache, value_ids.shape[1])
+        if self.paired:
+            pairs = np.stack([value_ids, negative_ids], axis=1).reshape(-1, value_ids.shape[1])
+            ll = self.value_log_likelihoods(last, cache, pairs, ids.shape[1])
+        else:
+            ll = torch.stack([
+                self.value_log_likelihoods(last, cache, value_ids, ids.shape[1]),
+                self.value_log_likelihoods(last, cache, negative_ids, ids.shape[1]),
+            ], dim=1)  # fmt: skip
+        ll_host = self.engine.to_host(ll.reshape(-1, 2))  # the batch's one wait for the device
+        new_ids = generated.cpu().tolist()
+        return [
+            RowResult(
+                pred=self.tokenizer.decode(row, skip_special_tokens=False)[: len(value)],
+                target_ll=float(pair[0]),
+                negative_ll=float(pair[1]),
+            )
+            for row, value, pair in zip(new_ids, values, ll_host, strict=True)
+        ]
+
+
+def score_rows(
+    cell: pl.DataFrame, scorer: NiahScorer, batch_size: int, batch_tokens: int = 0
+) -> pl.DataFrame:
+    """One output row per cell row (ROW_COLUMNS, + depth): prediction, exact match, base
+    accuracy, both likelihoods; rows that ran out of memory alone are `failed`."""
+    k = scorer.engine.vocab.k
+    rows = cell.to_dicts()
+    by_length: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_length.setdefault(len(row["prompt"]) // k, []).append(i)
+    results: list[RowResult | None] = [None] * len(rows)
+    progress = Progress(len(rows), "rows", "Genomic-NIAH")
+
+    def work(members: list[int]) -> list[RowResult]:
+        picked = [rows[i] for i in members]
+        return scorer.score_batch([r["prompt"] for r in picked], [r["value"] for r in picked],
+                                  [r["negative_value"] for r in picked])  # fmt: skip
+
+    for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
+        tokens = [length + 1 + len(rows[members[0]]["value"]) // k] * len(members)
+        for index, values in in_batches(
+            members, work, batch_size, scorer.engine.device, progress, tokens=tokens,
+            batch_tokens=batch_tokens,
+        ):  # fmt: skip
+            for i, value in zip(index, values, strict=True):
+                results[members[i]] = value
+    progress.close()
+    return pl.DataFrame(
+        [_row(r, result) for r, result in zip(rows, results, strict=True)],
+        schema=row_schema("depth" in cell.columns),
+    )
+
+
+def row_schema(with_depth: bool) -> dict[str, Any]:
+    types = {
+        "uid": pl.Utf8, "task": pl.Utf8, "context_length_tokens": pl.Int64, "status": pl.Utf8,
+        "reason": pl.Utf8, "pred": pl.Utf8, "gen_exact_match": pl.Int64,
+        "gen_base_accuracy": pl.Float64, "target_ll": pl.Float64, "negative_ll": pl.Float64,
+        "ll_margin": pl.Float64, "ll_correct": pl.Boolean,
+    }  # fmt: skip
+    schema = {c: types[c] for c in ROW_COLUMNS}
+    return schema | ({"depth": pl.Float64} if with_depth else {})
+
+
+def _row(row: dict, result: RowResult | None) -> dict:
+    out = {c: row.get(c) for c in ("uid", "task", "context_length_tokens", "depth") if c in row}
+    if result is None:
+        return out | {"status": Status.FAILED.value, "reason": FAILED_ALONE}
+    return out | {
+        "status": Status.SCORED.value,
+        "reason": "",
+        "pred": result.pred,
+        "gen_exact_match": int(result.pred == row["value"]),
+        "gen_base_accuracy": base_accuracy(result.pred, row["value"]),
+        "target_ll": result.target_ll,
+        "negative_ll": result.negative_ll,
+        "ll_margin": result.target_ll - result.negative_ll,
+        "ll_correct": result.target_ll > result.negative_ll,
+    }

@@ -1,0 +1,202 @@
+"""Genomic-NIAH cells in, metrics out: the published grid and its config names, the checks a
+cell passes before any model loads, and the task's metrics (docs/suite-conventions.md#genomic-niah).
+
+A cell (one task at one context, e.g. the Hub config `niah_neardup_d2_32k`) holds rows with
+`uid`, `prompt` (a real-genome haystack holding key -> value pairs, ending with the query key),
+`value`, `value_len_bp`, `positive_sequence` (= prompt + value), `negative_sequence` (prompt +
+another value) and `context_length_tokens`; `depth` where the builder recorded it. No torch here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from carbon_vep.columns import Status
+from carbon_vep.config.stages import EvaluationSettings
+from carbon_vep.errors import InputError
+from carbon_vep.evaluate.metrics import bootstrap_mean_interval
+from carbon_vep.suite.tasks import read_task_table
+
+TASKS = ("niah", "neardup_d4", "neardup_d2", "neardup_d1")
+CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
+REQUIRED = (
+    "uid",
+    "prompt",
+    "value",
+    "value_len_bp",
+    "positive_sequence",
+    "negative_sequence",
+    "context_length_tokens",
+)
+# what score-niah writes per row, in this order (plus `depth` when the cell has one)
+ROW_COLUMNS = (
+    "uid", "task", "context_length_tokens", "status", "reason", "pred", "gen_exact_match",
+    "gen_base_accuracy", "target_ll", "negative_ll", "ll_margin", "ll_correct",
+)  # fmt: skip
+HEADLINE = "gen_exact_match"
+DEFINITIONS = {
+    "gen_exact_match": "mean over rows of 1 when the greedy prediction (value_len_bp / 6 new "
+    "tokens, special ids suppressed, restricted to the 6-mer block) equals the value exactly, "
+    "else 0 (the published headline)",
+    "gen_base_accuracy": "mean over rows of (bases of the prediction equal to the value) / "
+    "value_len_bp",
+    "ll_correct": "mean over rows of 1 when target_ll > negative_ll: target_ll and negative_ll "
+    "are the mean full-vocabulary log-probabilities of the value's tokens after the prompt, for "
+    "the planted value and for the negative (a distractor's value, or another random value)",
+    "ll_margin": "mean over rows of target_ll - negative_ll (nats per token)",
+    "by_depth": "the same means over the rows planted at each depth (fraction of the haystack "
+    "before the planted pair), where the cell records `depth`",
+}
+_ACGT = re.compile(r"^[ACGT]*$")
+
+
+def context_label(tokens: int) -> str:
+    """4096 -> '4k' (the Hub's config suffix)."""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
+def config_name(task: str, tokens: int) -> str:
+    """The Hub config of a cell: niah_4k, niah_neardup_d4_32k, ..."""
+    if task not in TASKS:
+        raise ValueError(f"unknown Genomic-NIAH task {task!r}; one of {', '.join(TASKS)}")
+    prefix = "niah" if task == "niah" else f"niah_{task}"
+    return f"{prefix}_{context_label(tokens)}"
+
+
+def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataFrame:
+    """A checked cell: uid, prompt, value, negative_value, value_len_bp, context_length_tokens,
+    task, depth (when present), row_id, source. Raises InputError naming the file, the row and
+    the problem; the full positive / negative sequences are not kept (prompt + value)."""
+    frame = read_task_table(path, REQUIRED)
+    frame = frame.with_columns(
+        pl.col("value_len_bp").cast(pl.Int64, strict=False),
+        pl.col("context_length_tokens").cast(pl.Int64, strict=False),
+        *(pl.col(c).cast(pl.Utf8) for c in ("uid", "prompt", "value", "positive_sequence",
+                                            "negative_sequence")),
+    )  # fmt: skip
+    _check_cell(frame, Path(path), k)
+    if "task" not in frame.columns:
+        frame = frame.with_columns(pl.lit(task, pl.Utf8).alias("task"))
+    depth = ["depth"] if "depth" in frame.columns else []
+    keep = ["uid", "prompt", "value", "negative_value", "value_len_bp", "context_length_tokens",
+            "task", *depth, "row_id", "source"]  # fmt: skip
+    return frame.with_columns(
+        pl.col("negative_sequence")
+        .str.slice(pl.col("prompt").str.len_chars())
+        .alias("negative_value"),
+        pl.col("task").cast(pl.Utf8) if "task" in frame.columns else pl.lit(task, pl.Utf8),
+    ).select(keep)
+
+
+def _first_bad(frame: pl.DataFrame, bad: pl.Expr) -> dict | None:
+    rows = frame.filter(bad).select("uid", "source").head(1).to_dicts()
+    return rows[0] if rows else None
+
+
+def _check_cell(frame: pl.DataFrame, path: Path, k: int) -> None:
+    """Every cell-level and row-level rule of the published task, first failure reported."""
+    for column in ("uid", "prompt", "value", "value_len_bp", "positive_sequence",
+                   "negative_sequence"):  # fmt: skip
+        row = _first_bad(frame, pl.col(column).is_null())
+        if row:
+            raise InputError(path, f"{row['source']} (uid {row['uid']}): empty `{column}`")
+    lengths = sorted(frame["value_len_bp"].unique().to_list())
+    if len(lengths) != 1:
+        raise InputError(
+            path, f"rows do not share one value_len_bp ({lengths}): a cell is one value length, "
+            "and the number of generated tokens is value_len_bp / 6"
+        )  # fmt: skip
+    if lengths[0] <= 0 or lengths[0] % k:
+        raise InputError(path, f"value_len_bp {lengths[0]} is not a positive multiple of {k}: "
+                               f"the value must be whole {k}-mer tokens")  # fmt: skip
+    duplicated = frame.filter(pl.col("uid").is_duplicated())["uid"].head(1).to_list()
+    if duplicated:
+        raise InputError(path, f"uid {duplicated[0]!r} is not unique (rows are keyed by uid)")
+    checks = [
+        (~pl.col("prompt").str.contains(_ACGT.pattern), "the prompt holds characters other "
+         "than upper-case A, C, G, T (the task's prompts are ACGT only)"),
+        (pl.col("prompt").str.len_chars() % k != 0, f"the prompt's length is not a multiple of "
+         f"{k}: it does not tokenize into whole {k}-mers"),
+        (~pl.col("value").str.contains(_ACGT.pattern), "the value is not ACGT only"),
+        (pl.col("value").str.len_chars() != pl.col("value_len_bp"),
+         "len(value) differs from value_len_bp"),
+        (pl.col("positive_sequence") != pl.col("prompt") + pl.col("value"),
+         "positive_sequence is not prompt + value"),
+        (~pl.col("negative_sequence").str.starts_with(pl.col("prompt"))
+         | (pl.col("negative_sequence").str.len_chars()
+            != pl.col("prompt").str.len_chars() + pl.col("value_len_bp")),
+         "negative_sequence is not prompt + a value of value_len_bp"),
+        (~pl.col("negative_sequence").str.contains(_ACGT.pattern),
+         "negative_sequence is not ACGT only"),
+    ]  # fmt: skip
+    for bad, problem in checks:
+        row = _first_bad(frame, bad)
+        if row:
+            raise InputError(path, f"{row['source']} (uid {row['uid']}): {problem}")
+
+
+def prompt_tokens(frame: pl.DataFrame, k: int) -> int:
+    """The most tokens a row of the cell needs: prefix + prompt + value (the positive sequence)."""
+    longest = frame.select(pl.col("prompt").str.len_chars().max()).item()
+    return 1 + (int(longest) + int(frame["value_len_bp"][0])) // k
+
+
+# ---- per row and metrics ---------------------------------------------------------------------
+def base_accuracy(pred: str, value: str) -> float:
+    """Equal bases / len(value); a short prediction counts its missing bases as wrong."""
+    return sum(a == b for a, b in zip(pred, value, strict=False)) / len(value)
+
+
+def _means(part: pl.DataFrame) -> dict:
+    return {
+        "n": part.height,
+        **{m: float(part[m].cast(pl.Float64).mean()) for m in DEFINITIONS if m != "by_depth"},
+    }
+
+
+def niah_metrics(
+    rows: pl.DataFrame, evaluation: EvaluationSettings | None = None, parameters: dict | None = None
+) -> dict:
+    """Means of the four row metrics, counts, per-depth means, intervals and definitions."""
+    evaluation = evaluation or EvaluationSettings()
+    scored = rows.filter(pl.col("status") == Status.SCORED)
+    metrics = _means(scored) if scored.height else {"n": 0}
+    metrics.pop("n")
+    result: dict = {
+        "kind": "genomic_niah",
+        "n_rows": rows.height,
+        "n_scored": scored.height,
+        "status_counts": dict(sorted(Counter(rows["status"].to_list()).items())),
+        "metrics": metrics,
+        "by_task_context": _groups(scored, ["task", "context_length_tokens"]),
+        "by_depth": _groups(scored, ["depth"]) if "depth" in scored.columns else [],
+        "confidence_intervals": {},
+        "definitions": dict(DEFINITIONS),
+        "parameters": parameters or {},
+        "warnings": [],
+    }
+    for name in ("gen_exact_match", "ll_correct"):
+        values = scored[name].cast(pl.Float64).to_numpy() if scored.height else np.array([])
+        interval = bootstrap_mean_interval(values, evaluation.bootstrap, evaluation.seed)
+        if interval:
+            result["confidence_intervals"][name] = interval
+    failed = rows.height - scored.height
+    if failed:
+        result["warnings"].append(f"{failed} rows not scored (see their status and reason)")
+    return result
+
+
+def _groups(scored: pl.DataFrame, by: Iterable[str]) -> list[dict]:
+    by = list(by)
+    if scored.height == 0:
+        return []
+    return [
+        {**dict(zip(by, key, strict=True)), **_means(part)}
+        for key, part in sorted(scored.group_by(by), key=lambda g: [(v is None, v) for v in g[0]])
+    ]

@@ -1,0 +1,246 @@
+"""Genomic-NIAH on a model: one prefill per row equals the published three passes, a known
+answer from a copying test double, YaRN as published, the command's errors and its parts."""
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from support.files import random_dna, write_fasta
+from transformers import LlamaConfig
+
+from carbon_vep.cli import main
+from carbon_vep.config.stages import ModelSettings
+from carbon_vep.errors import TokenizerMismatchError
+from carbon_vep.model.engine import Engine
+from carbon_vep.model.loading import Yarn, apply_yarn, load_model
+from carbon_vep.model.tokens import dna_block_ids
+from carbon_vep.suite.niah import NiahScorer, score_rows
+from carbon_vep.suite.niah_build import CellSpec, write_cell
+from carbon_vep.suite.niah_cells import read_cell
+from carbon_vep.suite.niah_published import three_pass_row
+
+DEMO_FASTA = Path(__file__).resolve().parents[2] / "resources/demo/chr17.hg19.part.fa"
+
+
+@pytest.fixture(scope="module")
+def cell_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("niah") / "niah_neardup_d2.parquet"
+    write_cell(CellSpec("neardup_d2", 300, 8, seed=2), DEMO_FASTA, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cell(cell_path) -> pl.DataFrame:
+    return read_cell(cell_path, task="neardup_d2")
+
+
+def _engine(loaded, batch_size=4) -> Engine:
+    return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=batch_size)
+
+
+# ---- one prefill == three passes -------------------------------------------------------------
+@pytest.mark.parametrize(("batch_size", "chunk", "paired"), [(1, 0, True), (4, 64, True),
+                                                             (6, 37, False)])  # fmt: skip
+def test_one_prefill_equals_the_published_three_passes(loaded, cell, batch_size, chunk, paired):
+    scorer = NiahScorer(_engine(loaded, batch_size), loaded.tokenizer, prefill_chunk=chunk)
+    scorer.paired = paired
+    ours = score_rows(cell, scorer, batch_size)
+    for row, mine in zip(cell.iter_rows(named=True), ours.iter_rows(named=True), strict=True):
+        ref = three_pass_row(loaded.model, loaded.tokenizer, loaded.vocab, row["prompt"],
+                             row["value"], row["negative_value"])  # fmt: skip
+        assert mine["uid"] == row["uid"] and mine["status"] == "scored"
+        assert mine["pred"] == ref.pred and len(mine["pred"]) == 24
+        assert mine["gen_exact_match"] == int(ref.pred == row["value"])
+        assert mine["target_ll"] == pytest.approx(ref.target_ll, abs=1e-5)
+        assert mine["negative_ll"] == pytest.approx(ref.negative_ll, abs=1e-5)
+        assert mine["ll_correct"] == (ref.target_ll > ref.negative_ll)
+
+
+def test_generation_is_restricted_to_the_dna_block(loaded, cell):
+    scorer = NiahScorer(_engine(loaded), loaded.tokenizer)
+    block = dna_block_ids(loaded.tokenizer, loaded.vocab)
+    assert block is not None and len(block) == 4096
+    assert np.array_equal(np.sort(block), np.sort(loaded.vocab.kmer_ids))
+    with torch.inference_mode():
+        # a hidden state pointing at a text token: the restriction must still pick a 6-mer
+        text_row = loaded.model.get_output_embeddings().weight[100][None]
+        chosen = int(scorer.next_token(text_row * 50)[0])
+        scorer.allowed = None
+        free = int(scorer.next_token(text_row * 50)[0])
+    assert chosen in set(block.tolist())
+    assert free == 100  # unrestricted: the text token wins, as it would in the published path
+
+
+def test_dna_block_is_none_without_dna_config_and_checked_against_the_tokenizer(
+    loaded, monkeypatch
+):
+    from carbon_vep.model import tokens
+
+    monkeypatch.setattr(tokens, "_read_dna_config", lambda tok: {})
+    assert dna_block_ids(loaded.tokenizer, loaded.vocab) is None
+    monkeypatch.setattr(tokens, "_read_dna_config", lambda tok: {"k": 6, "first_kmer_id": 5})
+    with pytest.raises(TokenizerMismatchError, match="not the tokenizer's k-mer ids"):
+        dna_block_ids(loaded.tokenizer, loaded.vocab)
+
+
+# ---- a known answer: a test double that copies after a key it has seen -----------------------
+class CopyingBody(torch.nn.Module):
+    """An induction head at the model interface: at each position it predicts the token that
+    followed the previous occurrence of the last `width` tokens, if that occurrence is at most
+    `reach` tokens back; else the k-mer AAAAAA. Token history lives in a real DynamicCache."""
+
+    def __init__(self, out_weight: torch.Tensor, fallback: int, width: int, reach: int):
+        super().__init__()
+        self.out_weight, self.fallback, self.width, self.reach = out_weight, fallback, width, reach
+
+    def forward(self, input_ids, attention_mask=None, cache=None, use_cache=None, **kwargs):
+        ids = input_ids.float()[:, None, :, None]
+        past = cache.get_seq_length() if cache is not None else 0
+        full = cache.update(ids, ids, 0)[0][:, 0, :, 0].long() if cache is not None else ids
+        full = full.reshape(input_ids.shape[0], -1)
+        hidden = torch.stack(
+            [
+                torch.stack([self._predict(seq, p) for p in range(past, seq.shape[0])])
+                for seq in full
+            ]
+        )
+        return type("Out", (), {"__getitem__": lambda s, i: hidden, "cache": cache})()
+
+    def _predict(self, seq: torch.Tensor, p: int) -> torch.Tensor:
+        w = self.width
+        target = self.fallback
+        if p + 1 >= w:
+            last = seq[p - w + 1 : p + 1]
+            for j in range(p - w, max(-1, p - w - self.reach), -1):  # nearest occurrence first
+                if torch.equal(seq[j : j + w], last):
+                    target = int(seq[j + w])
+                    break
+        return 20.0 * self.out_weight[target]
+
+
+class CopyingModel(torch.nn.Module):
+    def __init__(self, vocab, vocab_size: int, reach: int):
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.zeros(vocab_size, 64)
+        rows = torch.randn(len(vocab.kmer_ids), 64, generator=generator)
+        weight[torch.as_tensor(vocab.kmer_ids)] = rows / rows.norm(dim=1, keepdim=True)
+        self.head = torch.nn.Linear(64, vocab_size, bias=False)
+        self.head.weight.data = weight
+        fallback = int(vocab.kmer_ids[0])  # AAAAAA
+        self.body = CopyingBody(self.head.weight, fallback, width=4, reach=reach)
+        self.config = LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=1,
+                                  max_position_embeddings=1 << 20)  # fmt: skip
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def get_decoder(self):
+        return self.body
+
+
+def test_known_answer_copying_model_retrieves_what_it_can_reach(loaded, cell):
+    """Rows whose planted key lies within the double's reach are retrieved exactly (exact
+    match 1, all bases right); the others get AAAAAA... (exact match 0)."""
+    reach = 150
+    model = CopyingModel(loaded.vocab, loaded.model.get_output_embeddings().weight.shape[0],
+                         reach)  # fmt: skip
+    engine = Engine(model, loaded.vocab, torch.device("cpu"), batch_size=2)
+    rows = score_rows(cell, NiahScorer(engine, loaded.tokenizer, prefill_chunk=50), 2)
+    expected = []
+    for row in cell.iter_rows(named=True):
+        key = row["prompt"][-24:]
+        planted = row["prompt"].index(key + row["value"]) // 6 + 1  # the key's first token
+        query_end = len(row["prompt"]) // 6  # the prompt's last token position
+        expected.append(int(query_end - 3 - planted <= reach))
+    assert rows["gen_exact_match"].to_list() == expected
+    assert 0 < sum(expected) < len(expected)  # the cell holds rows of both kinds
+    for row, got in zip(cell.iter_rows(named=True), rows.iter_rows(named=True), strict=True):
+        assert (got["pred"] == row["value"]) == bool(got["gen_exact_match"])
+        if got["gen_exact_match"]:
+            assert got["gen_base_accuracy"] == 1.0 and got["ll_correct"]
+        else:
+            assert got["pred"] == "A" * 24
+
+
+def test_without_reach_nothing_is_retrieved(loaded, cell):
+    model = CopyingModel(loaded.vocab, loaded.model.get_output_embeddings().weight.shape[0], 0)
+    engine = Engine(model, loaded.vocab, torch.device("cpu"), batch_size=2)
+    rows = score_rows(cell, NiahScorer(engine, loaded.tokenizer), 2)
+    assert rows["gen_exact_match"].to_list() == [0] * cell.height
+
+
+# ---- YaRN ----------------------------------------------------------------------------------
+def test_yarn_override_is_written_exactly_as_published():
+    config = LlamaConfig(rope_parameters={"rope_type": "default", "rope_theta": 5e6},
+                         max_position_embeddings=32768)  # fmt: skip
+    apply_yarn(config, 4, 32768, 65536)
+    published = {"rope_type": "yarn", "type": "yarn", "factor": 4.0,
+                 "original_max_position_embeddings": 32768, "rope_theta": 5e6}  # fmt: skip
+    assert config.max_position_embeddings == 65536
+    assert config.rope_parameters == published
+    assert config.rope_scaling == published
+
+
+def test_yarn_reaches_the_loaded_model(demo_model_dir):
+    settings = ModelSettings(str(demo_model_dir), trust_remote_code=True)
+    loaded = load_model(settings, Yarn(4.0, 8192, 16384))
+    rotary = loaded.model.model.rotary_emb
+    assert rotary.rope_type == "yarn" and rotary.attention_scaling > 1
+    assert loaded.model.config.max_position_embeddings == 16384
+    plain = load_model(settings)
+    assert plain.model.model.rotary_emb.rope_type == "default"
+
+
+# ---- the command ---------------------------------------------------------------------------
+def _score(cell_path, model_dir, out: Path, *extra) -> int:
+    return main(["score-niah", "--tasks-file", str(cell_path), "--model", str(model_dir),
+                 "--trust-remote-code", "--task", "niah_cell", "--model-key", "demo",
+                 "--out", str(out / "rows.parquet"), "--metrics", str(out / "m.json"),
+                 "--bootstrap", "0", *extra])  # fmt: skip
+
+
+def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path):
+    assert _score(cell_path, demo_model_dir, tmp_path / "whole") == 0
+    parts = []
+    for i, span in enumerate(("0:5", "5:8")):
+        assert _score(cell_path, demo_model_dir, tmp_path / f"p{i}", "--row-range", span) == 0
+        parts.append(str(tmp_path / f"p{i}" / "rows.parquet"))
+    merged = tmp_path / "merged"
+    code = main(["merge-niah", "--cell", str(cell_path), "--parts", *parts, "--task", "niah_cell",
+                 "--model-key", "demo", "--bootstrap", "0", "--out", str(merged / "rows.parquet"),
+                 "--metrics", str(merged / "m.json")])  # fmt: skip
+    assert code == 0
+    whole = pl.read_parquet(tmp_path / "whole/rows.parquet")
+    assert pl.read_parquet(merged / "rows.parquet").equals(whole)
+    metrics = json.loads((tmp_path / "whole/m.json").read_text())
+    assert metrics["kind"] == "genomic_niah" and metrics["n_scored"] == 8
+    assert metrics["headline_metrics"] == ["gen_exact_match"]
+    assert metrics["metrics"] == json.loads((merged / "m.json").read_text())["metrics"]
+    assert "depth" in whole.columns and whole["task"].unique().to_list() == ["neardup_d2"]
+    # a part missing: refused, nothing written
+    code = main(["merge-niah", "--cell", str(cell_path), "--parts", parts[0], "--task", "x",
+                 "--model-key", "demo", "--out", str(tmp_path / "bad.parquet"),
+                 "--metrics", str(tmp_path / "bad.json")])  # fmt: skip
+    assert code == 2 and not (tmp_path / "bad.parquet").exists()
+
+
+def test_context_beyond_the_model_needs_yarn(demo_model_dir, tmp_path, caplog):
+    genome = write_fasta(tmp_path / "g.fa", {"c": random_dna(50_000, 3)})
+    long_cell = tmp_path / "long.parquet"
+    write_cell(CellSpec("niah", 8200, 1, 0), genome, long_cell)  # the demo model has 8,192
+    assert _score(long_cell, demo_model_dir, tmp_path / "o") == 2
+    assert "8,200 tokens" in caplog.text and "--yarn-factor 4" in caplog.text
+    assert not (tmp_path / "o/rows.parquet").exists()
+
+
+def test_scoring_uses_the_current_cache_argument(loaded, cell):
+    """transformers 5.24 deprecates `past_key_values` (removed in 5.40): no warning of it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        score_rows(cell.head(2), NiahScorer(_engine(loaded), loaded.tokenizer), 2)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
