@@ -16,8 +16,9 @@ from carbon_vep.config.stages import (
     RecoverySettings,
 )
 from carbon_vep.evaluate.metrics import evaluated_rows, vep_metrics
-from carbon_vep.report.html import load_run, render_html
+from carbon_vep.report.html import render_html
 from carbon_vep.report.markdown import render_report, render_summary
+from carbon_vep.report.page import load_run
 from carbon_vep.report.results_table import results_markdown, results_table
 from carbon_vep.suite.perturbation import perturbation_metrics
 from carbon_vep.suite.recovery import recovery_metrics

@@ -9,9 +9,10 @@ from support.files import random_dna, write_fasta
 
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings
+from carbon_vep.config.stages import niah_config_name as config_name
 from carbon_vep.errors import InputError
 from carbon_vep.suite.niah_build import DEPTHS, CellSpec, occurrences, write_cell
-from carbon_vep.suite.niah_cells import config_name, niah_metrics, read_cell
+from carbon_vep.suite.niah_cells import niah_metrics, read_cell
 
 
 @pytest.fixture

@@ -1,3 +1,4 @@
+import dataclasses
 import functools
 import hashlib
 import json
@@ -8,7 +9,13 @@ import sys
 from snakemake.utils import validate
 
 from carbon_vep.config.run import RunConfig
-from carbon_vep.config.workflow import MODEL_RULES, check_gpu_profile
+from carbon_vep.config.workflow import (
+    MODEL_RULES,
+    check_gpu_profile,
+    check_niah_profile,
+    niah_runtime_minutes,
+    profile_gpu_class,
+)
 from carbon_vep.config.fields import INTERFACE_VARIABLE, spec_json
 
 # The schema is generated from carbon_vep.config.schema (`carbon-vep config-schema`); RunConfig is the
@@ -19,6 +26,11 @@ RUN = RunConfig.from_dict(config)
 for rule_name in MODEL_RULES:
     profile = workflow.resource_settings.overwrite_resources.get(rule_name, {})
     check_gpu_profile(rule_name, {k: v.raw for k, v in profile.items()}, RUN.models)
+NIAH_PROFILE = {
+    k: v.raw
+    for k, v in workflow.resource_settings.overwrite_resources.get("score_niah", {}).items()
+}
+check_niah_profile(NIAH_PROFILE, RUN)
 
 OUTDIR = RUN.outdir
 # models that the workflow builds itself (the tiny demo model): no download
@@ -37,6 +49,9 @@ SCAN_CALIBRATION = f"{OUTDIR}/scans/{{scan}}/{{model}}/calibration"
 # merged into the provenance of each result
 DATASET_INPUTS = f"{OUTDIR}/inputs/dataset_{{dataset}}.json"
 TASK_INPUTS = f"{OUTDIR}/inputs/task_{{task}}.json"
+# a Genomic-NIAH cell (fetched or built), and where a model's results on it go
+NIAH_CELL = f"{OUTDIR}/niah/{{niah}}/cells/{{cell}}.parquet"
+NIAH_RESULT = f"{OUTDIR}/suite/niah/{{niah}}/{{cell}}/{{model}}"
 MODEL_INPUTS = f"{OUTDIR}/inputs/model_{{model}}.json"
 # the comparison gate's baseline: as given, or a relative path shipped with the workflow
 WORKFLOW_ROOT = os.path.join(
@@ -54,6 +69,9 @@ wildcard_constraints:
     shard=r"\d{5}",
     scan="|".join(RUN.scans) or "^$",
     chunk=r"\d{5}",
+    part=r"\d{5}",
+    niah="|".join(RUN.niah) or "^$",
+    cell=r"niah_[A-Za-z0-9_]+",
     # an output file of a scan: contig names encoded (@XX), `+N` for shared files
     file=r"[A-Za-z0-9._@+-]+",
 
@@ -123,7 +141,13 @@ def run_results():
         for task in RUN.tasks
         for model in task_models(task)
     ]
-    return panels + tasks
+    niah = [
+        (NIAH_RESULT.format(niah=key, cell=cell.name, model=model), "predictions.parquet")
+        for key, entry in RUN.niah.items()
+        for cell in entry.cells()
+        for model in RUN.entry_models(entry)
+    ]
+    return panels + tasks + niah
 
 
 def run_metrics():
@@ -283,6 +307,74 @@ def scoring_settings(wildcards):
 def task_settings(wildcards):
     task = RUN.tasks[wildcards.task]
     return model_settings(wildcards, task.settings, task.evaluation)
+
+
+# ---- Genomic-NIAH -------------------------------------------------------------------------
+def niah_pattern(source):
+    """Wildcard pattern for the NIAH entries whose cells come from `source` (hub or build)."""
+    names = [k for k, entry in RUN.niah.items() if entry.source == source]
+    return "|".join(names) or "^$"
+
+
+def niah_cell(wildcards):
+    return next(c for c in RUN.niah[wildcards.niah].cells() if c.name == wildcards.cell)
+
+
+def niah_hub_settings(wildcards):
+    entry = RUN.niah[wildcards.niah]
+    out = NIAH_CELL.format(niah=wildcards.niah, cell=wildcards.cell)
+    return spec_json(entry.hub_file(niah_cell(wildcards), out))
+
+
+def niah_build_args(wildcards):
+    entry, cell = RUN.niah[wildcards.niah], niah_cell(wildcards)
+    args = ["--task", cell.task, "--ctx", cell.ctx, "--rows", entry.rows, "--seed", entry.seed]
+    return shlex.join(map(str, args))
+
+
+def niah_settings(wildcards):
+    entry = RUN.niah[wildcards.niah]
+    return model_settings(wildcards, entry.niah, entry.evaluation)
+
+
+def niah_row_range(wildcards):
+    start, end = RUN.niah[wildcards.niah].row_ranges()[int(wildcards.part)]
+    return f"{start}:{end} --cell-task {niah_cell(wildcards).task}"
+
+
+def niah_runtime(wildcards):
+    """Minutes for a score_niah job: its rows at the cell's context on the profile's GPU."""
+    start, end = RUN.niah[wildcards.niah].row_ranges()[int(wildcards.part)]
+    model = RUN.models[wildcards.model].path
+    gpu = profile_gpu_class(NIAH_PROFILE)
+    return niah_runtime_minutes(niah_cell(wildcards).ctx, end - start, model, gpu)
+
+
+def niah_part_files(wildcards, kind):
+    folder = NIAH_RESULT.format(**wildcards)
+    n = len(RUN.niah[wildcards.niah].row_ranges())
+    ext = "parquet" if kind == "rows" else "json"
+    return [f"{folder}/parts/{kind}_{i:05d}.{ext}" for i in range(n)]
+
+
+def niah_parts(wildcards):
+    return niah_part_files(wildcards, "rows")
+
+
+def niah_part_metrics(wildcards):
+    return niah_part_files(wildcards, "metrics")
+
+
+def niah_parameters(wildcards):
+    entry = RUN.niah[wildcards.niah]
+    cell = niah_cell(wildcards)
+    items = {"task": cell.task, "context_tokens": cell.ctx, "source": entry.source}
+    return shlex.quote(json.dumps(items | dataclasses.asdict(entry.niah)))
+
+
+def niah_provenance(wildcards):
+    items = {"niah": wildcards.niah, "cell": wildcards.cell}
+    return shlex.quote(json.dumps(items | model_provenance(wildcards.model)))
 
 
 # ---- scans (plan_scan is a checkpoint: chunks and contigs come from its plan) ---------------

@@ -17,7 +17,7 @@ log = logging.getLogger("carbon_vep")
 
 
 def add_build_niah(sub) -> None:
-    from carbon_vep.suite.niah_cells import TASKS
+    from carbon_vep.config.stages import NIAH_TASKS as TASKS
 
     p = sub.add_parser("build-niah", help="build a Genomic-NIAH cell from a genome (no model)")
     p.add_argument("--reference", required=True, help="genome FASTA (or GENERator Parquet)")
@@ -41,6 +41,16 @@ def build_niah(args: argparse.Namespace) -> None:
     log.info("%s: %d rows of %s at %d tokens", args.out, n, args.task, args.ctx)
 
 
+def _add_cell_task(p: argparse.ArgumentParser) -> None:
+    from carbon_vep.config.stages import NIAH_TASKS
+
+    p.add_argument(
+        "--cell-task",
+        choices=NIAH_TASKS,
+        help="the rows' task when the cell has no `task` column (default: --task)",
+    )
+
+
 def _row_range(text: str | None) -> slice:
     if not text:
         return slice(None)
@@ -60,6 +70,7 @@ def add_score_niah(sub) -> None:
         help="score only rows START:END of the cell (0-based; a shard of a job)",
     )
     add_flags(p, ModelSettings, NiahSettings, EvaluationSettings)
+    _add_cell_task(p)
     add_result_args(p)
     p.add_argument("--out", required=True, help="per-row results Parquet")
     p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
@@ -70,10 +81,12 @@ def score_niah(args: argparse.Namespace) -> None:
     from carbon_vep.suite.niah_cells import niah_metrics, read_cell
 
     model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
-    cell = read_cell(args.tasks_file, task=args.task)[args.row_range]
+    cell = read_cell(args.tasks_file, task=args.cell_task or args.task)[args.row_range]
     loaded = load_model(model, args.tasks_file, _yarn(settings))
     if loaded.vocab.k != 6:
-        cell = read_cell(args.tasks_file, k=loaded.vocab.k, task=args.task)[args.row_range]
+        cell = read_cell(args.tasks_file, loaded.vocab.k, args.cell_task or args.task)[
+            args.row_range
+        ]
     _check_positions(cell, loaded, settings, args.tasks_file)
 
     from carbon_vep.suite.niah import NiahScorer, score_rows
@@ -126,6 +139,7 @@ def add_merge_niah(sub) -> None:
     p.add_argument("--cell", required=True, help="the cell the parts were scored from")
     p.add_argument("--parts", nargs="+", required=True, help="score-niah outputs (Parquet)")
     add_flags(p, EvaluationSettings)
+    _add_cell_task(p)
     add_result_args(p)
     p.add_argument("--parameters", default="{}", help="JSON: the scoring parameters to record")
     p.add_argument("--out", required=True, help="per-row results Parquet")
@@ -141,12 +155,13 @@ def merge_niah(args: argparse.Namespace) -> None:
     from carbon_vep.suite.niah_cells import niah_metrics, read_cell
 
     (evaluation,) = from_args(args, EvaluationSettings)
-    uids = read_cell(args.cell, task=args.task)["uid"]
+    uids = read_cell(args.cell, task=args.cell_task or args.task)["uid"]
     rows = pl.concat([pl.read_parquet(p) for p in args.parts], how="vertical")
     if sorted(rows["uid"].to_list()) != sorted(uids.to_list()):
         missing = sorted(set(uids.to_list()) - set(rows["uid"].to_list()))[:3]
-        problem = f"the parts hold {rows.height} rows for {uids.len()} uids"
-        raise InputError(args.cell, f"{problem} (missing e.g. {missing}; or duplicated)")
+        problem = f"the parts hold {rows.height} rows for the cell's {uids.len()} uids"
+        cover = "the row ranges must cover the cell once (a niah entry's `rows`)"
+        raise InputError(args.cell, f"{problem} (missing e.g. {missing}; or duplicated): {cover}")
     rows = uids.to_frame().join(rows, on="uid", how="left", maintain_order="left")
     atomic.write_parquet(rows, args.out)
     metrics = niah_metrics(rows, evaluation, json.loads(args.parameters))

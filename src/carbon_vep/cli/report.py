@@ -54,8 +54,9 @@ def add_html_report(sub) -> None:
 
 
 def html_report(args: argparse.Namespace) -> None:
-    from carbon_vep.report.html import load_run, render_html
+    from carbon_vep.report.html import render_html
     from carbon_vep.report.markdown import render_summary
+    from carbon_vep.report.page import load_run
 
     run = load_run(args.metrics, args.rows)
     table = pl.read_parquet(args.results_table) if args.results_table else None

@@ -103,3 +103,55 @@ def profile_batch_tokens(memory_gb: float, shape: str = "Carbon-3B") -> int:
     to a power of two, at most SATURATING_TOKENS."""
     fits = memory_batch_tokens(memory_gb, CARBON_SHAPES[shape])
     return min(SATURATING_TOKENS, 1 << max(0, fits.bit_length() - 1)) if fits else 0
+
+
+# ---- Genomic-NIAH: one long prompt a row --------------------------------------------------
+# Carbon-8B's shape is not on a model card we have: Llama-3.1-8B's is assumed (arithmetic only,
+# docs/gpu.md says so); the NIAH estimates use it for a model whose name says 8B.
+NIAH_SHAPES = CARBON_SHAPES | {
+    "Carbon-8B (assumed)": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                num_attention_heads=32, num_key_value_heads=8, head_dim=128),
+}  # fmt: skip
+ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
+
+
+def model_shape(path: str) -> str:
+    """The Carbon shape whose cost a model is estimated at: 500M when its name says so, else 3B
+    (the larger, so estimates err on the side of more GPU-hours)."""
+    return "Carbon-500M" if "500m" in path.lower() else "Carbon-3B"
+
+
+def niah_shape(path: str) -> str:
+    """As model_shape, and the assumed 8B shape for a model whose name says 8B."""
+    return "Carbon-8B (assumed)" if "8b" in path.lower() else model_shape(path)
+
+
+def kv_bytes_per_token(shape: dict[str, int]) -> int:
+    """bf16 keys and values of every layer for one token."""
+    return BF16 * 2 * shape["num_hidden_layers"] * shape["num_key_value_heads"] * shape["head_dim"]
+
+
+def niah_memory_bytes(
+    shape: dict[str, int], ctx: int, prefill_chunk: int, *, rows: int = 1, paired: bool = True
+) -> dict[str, float]:
+    """Device memory of a NIAH batch of `rows` prompts of `ctx` tokens (arithmetic): weights,
+    the KV cache (doubled when both continuations run as a batch of two off it), one prefill
+    chunk's activations (one layer's MLP and residual stream a token) and the boolean attention
+    mask transformers builds for a chunk that attends to a cache (chunk x context), the
+    reserve, and the margin on what grows with the context."""
+    chunk = min(prefill_chunk or ctx, ctx)
+    kv = kv_bytes_per_token(shape) * ctx * rows * (2 if paired else 1)
+    activations = BF16 * (3 * shape["intermediate_size"] + 3 * shape["hidden_size"]) * chunk * rows
+    mask = chunk * ctx * rows if chunk < ctx else 0
+    parts = {"weights": float(weight_bytes(shape)), "kv_cache": float(kv),
+             "prefill_activations": float(activations), "chunk_mask": float(mask)}  # fmt: skip
+    parts["total"] = parts["weights"] + RESERVED_GB * 1e9 + MARGIN * (kv + activations + mask)
+    return parts
+
+
+def niah_row_seconds(shape: dict[str, int], ctx: int, gpu: str) -> float:
+    """Seconds a row's prefill takes at ASSUMED_EFFICIENCY of the GPU's bf16 peak (the
+    generation and likelihood steps, a few tokens, are left out): body FLOPs a token, and
+    causal attention over on average half the context."""
+    flops = ctx * body_flops(shape) + attention_flops(shape) * ctx * ctx / 2
+    return flops / (GPU_CLASSES[gpu].bf16_tflops * 1e12 * ASSUMED_EFFICIENCY)

@@ -15,11 +15,14 @@ from typing import Any, Literal
 
 from carbon_vep.config.fields import ConfigError, describe, flat_fields, from_flat, group, setting
 from carbon_vep.config.stages import (
+    NIAH_CONTEXTS,
+    NIAH_TASKS,
     CalibrationSettings,
     EvaluationSettings,
     LabelSettings,
     MetricSettings,
     ModelSettings,
+    NiahSettings,
     PanelSettings,
     PerturbationSettings,
     RecipeSettings,
@@ -27,6 +30,7 @@ from carbon_vep.config.stages import (
     ScanChunkSettings,
     ShardSettings,
     TileSettings,
+    niah_config_name,
 )
 from carbon_vep.genome.builds import canonical_build, check_shared_references
 
@@ -97,6 +101,80 @@ class TaskConfig:
         return self.recovery if self.kind == "sequence_recovery" else self.perturbation
 
 
+NIAH_REPO = "HuggingFaceBio/genomic-niah"
+
+
+@dataclass(frozen=True)
+class NiahCell:
+    """One cell of a Genomic-NIAH entry: a task at a context (the Hub config name)."""
+
+    name: str
+    task: str
+    ctx: int
+
+
+@dataclass(frozen=True)
+class NiahConfig:
+    tasks: tuple[str, ...] = setting(
+        NIAH_TASKS, help=f"Genomic-NIAH tasks to run, of {', '.join(NIAH_TASKS)}"
+    )
+    contexts: tuple[int, ...] = setting(
+        NIAH_CONTEXTS, help="contexts in tokens (the published grid: 4,096 ... 131,072)"
+    )
+    source: Literal["hub", "build"] = setting(
+        "hub",
+        help="hub: each cell is the Hub dataset's config of that name (niah_4k, "
+        "niah_neardup_d2_32k, ...), fetched on the head node; build: built from `reference` "
+        "(build-niah)",
+    )
+    repo_id: str = setting(NIAH_REPO, help="Hub dataset of the cells (source hub)")
+    revision: str | None = setting(
+        None, help="commit of the Hub dataset (pin it for reproducible runs; source hub)"
+    )
+    filename: str = setting(
+        "{config}/test-*.parquet",
+        help="the split's Parquet file(s) of a config in the Hub repository ({config} = the "
+        "cell's config name; a glob is fetched and joined)",
+    )
+    reference: str | None = setting(None, help="source build: the genome haystacks come from")
+    rows: int = setting(
+        500, minimum=1, help="rows a cell (the Hub's cells hold 500; source build: rows built)"
+    )
+    seed: int = setting(0, help="source build: the builder's seed")
+    rows_per_job: int = setting(
+        100, minimum=1, help="rows a score_niah job scores (a cell's rows are cut into jobs)"
+    )
+    models: tuple[str, ...] | None = setting(None, help="model keys to run (default all)")
+    niah: NiahSettings = group(NiahSettings)
+    evaluation: EvaluationSettings = group(EvaluationSettings)
+
+    def cells(self) -> list[NiahCell]:
+        return [
+            NiahCell(niah_config_name(task, ctx), task, ctx)
+            for task in self.tasks
+            for ctx in self.contexts
+        ]
+
+    def row_ranges(self) -> list[tuple[int, int]]:
+        """[start, end) of each job's rows."""
+        return [(lo, min(lo + self.rows_per_job, self.rows))
+                for lo in range(0, self.rows, self.rows_per_job)]  # fmt: skip
+
+    def hub_file(self, cell: NiahCell, out: str) -> HubFileConfig:
+        """What fetch-hub fetches for a cell of a Hub entry."""
+        filename = self.filename.format(config=cell.name)
+        return HubFileConfig(self.repo_id, filename, out, self.revision, "dataset")
+
+    def check(self, key: str) -> None:
+        unknown = sorted(set(self.tasks) - set(NIAH_TASKS))
+        if unknown:
+            raise ConfigError(f"niah.{key}: unknown task(s) {unknown}; of {list(NIAH_TASKS)}")
+        if self.source == "build" and not self.reference:
+            raise ConfigError(f"niah.{key}: source build needs `reference` (a genome FASTA)")
+        if self.source == "hub" and self.reference:
+            raise ConfigError(f"niah.{key}: `reference` applies to source build only")
+
+
 @dataclass(frozen=True)
 class HubFileConfig:
     repo_id: str = setting(help="Hub repository id")
@@ -121,6 +199,8 @@ class DownloadConfig:
     gunzip: bool = setting(False, help="decompress a gzip download into `out`")
 
 
+Entry = DatasetConfig | ScanConfig | TaskConfig | NiahConfig
+
 # top-level sections: name -> (entry class, at least one entry required, description)
 SECTIONS: dict[str, tuple[type, bool, str]] = {
     "models": (ModelSettings, True, "models by key (keys are used in output paths)"),
@@ -138,6 +218,12 @@ SECTIONS: dict[str, tuple[type, bool, str]] = {
         TaskConfig,
         False,
         "zero-shot suite tasks other than variant panels: sequence recovery and perturbation",
+    ),
+    "niah": (
+        NiahConfig,
+        False,
+        "Genomic-NIAH, the suite's long-context task: tasks x contexts, from the Hub or built "
+        "from a genome, each cell's rows cut into model jobs",
     ),
     "hub_files": (
         HubFileConfig,
@@ -185,6 +271,7 @@ class RunConfig:
     datasets: dict[str, DatasetConfig]
     scans: dict[str, ScanConfig]
     tasks: dict[str, TaskConfig]
+    niah: dict[str, NiahConfig]
     hub_files: dict[str, HubFileConfig]
     downloads: dict[str, DownloadConfig]
     baseline: str | None = None
@@ -223,13 +310,17 @@ class RunConfig:
     def check(self) -> None:
         if not self.models:
             raise ConfigError("the config defines no models")
-        if not (self.datasets or self.scans or self.tasks):
-            raise ConfigError("the config defines no datasets, scans or tasks: nothing to do")
+        if not (self.datasets or self.scans or self.tasks or self.niah):
+            raise ConfigError(
+                "the config defines no datasets, scans, tasks or niah cells: nothing to do"
+            )
         if "suite" in self.datasets:
             raise ConfigError("dataset name 'suite' is reserved: OUTDIR/suite holds suite tasks")
         for key, model in self.models.items():
             check_unpinned_remote_code(key, model)
-        for section in ("datasets", "scans", "tasks"):
+        for key, entry in self.niah.items():
+            entry.check(key)
+        for section in ("datasets", "scans", "tasks", "niah"):
             for key, entry in getattr(self, section).items():
                 missing = sorted(set(entry.models or ()) - set(self.models))
                 if missing:
@@ -269,7 +360,9 @@ class RunConfig:
             if d.scoring.recipe == "from_scan" and d.scoring.scan is not None
         }
 
-    def entry_models(self, entry: DatasetConfig | ScanConfig | TaskConfig) -> list[str]:
+    def entry_models(
+        self, entry: DatasetConfig | ScanConfig | TaskConfig | NiahConfig
+    ) -> list[str]:
         return list(entry.models) if entry.models is not None else list(self.models)
 
 

@@ -285,6 +285,24 @@ class PerturbationSettings:
         return self.normalization if self.scoring == "token" else "dna_block"
 
 
+# Genomic-NIAH's published grid (HuggingFaceBio/genomic-niah): 4 tasks x 6 contexts in tokens
+NIAH_TASKS = ("niah", "neardup_d4", "neardup_d2", "neardup_d1")
+NIAH_CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def niah_context_label(tokens: int) -> str:
+    """4096 -> '4k' (the Hub's config suffix)."""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
+def niah_config_name(task: str, tokens: int) -> str:
+    """The Hub config of a cell: niah_4k, niah_neardup_d4_32k, ..."""
+    if task not in NIAH_TASKS:
+        raise ValueError(f"unknown Genomic-NIAH task {task!r}; one of {', '.join(NIAH_TASKS)}")
+    prefix = "niah" if task == "niah" else f"niah_{task}"
+    return f"{prefix}_{niah_context_label(tokens)}"
+
+
 @dataclass(frozen=True)
 class NiahSettings:
     """Genomic-NIAH: greedy retrieval of a planted value after a long prompt, and its likelihood

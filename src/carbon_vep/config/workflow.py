@@ -11,7 +11,43 @@ from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.stages import ModelSettings
 
 # the rules that run a model (a GPU profile gives each of them a GPU)
-MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
+MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah")
+
+
+def profile_gpu_class(resources: Mapping[str, Any]) -> str | None:
+    """The GPU class (config.gpus.GPU_CLASSES) a profile's `gpu_model` names, if one."""
+    from carbon_vep.config.gpus import GPU_CLASSES
+
+    model = str(resources.get("gpu_model", "")).strip("'\"").upper()
+    return next((name for name in GPU_CLASSES if name in model), None)
+
+
+def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:
+    """Every Genomic-NIAH cell a CUDA model runs must fit the GPU class the profile gives
+    score_niah (memory arithmetic at one row, continuations one after the other: the least the
+    scorer can do); refused while the config is read, with the figure and what to change."""
+    from carbon_vep.config.gpus import GPU_CLASSES, NIAH_SHAPES, niah_memory_bytes, niah_shape
+
+    gpu = profile_gpu_class(resources)
+    if gpu is None:
+        return
+    for key, entry in run.niah.items():
+        for model_key in run.entry_models(entry):
+            model = run.models[model_key]
+            if not model.device.startswith("cuda"):
+                continue
+            shape = niah_shape(model.path)
+            for ctx in sorted(entry.contexts):
+                need = niah_memory_bytes(NIAH_SHAPES[shape], ctx, entry.niah.prefill_chunk,
+                                         paired=False)["total"] / 1e9  # fmt: skip
+                if need > GPU_CLASSES[gpu].memory_gb:
+                    raise ConfigError(
+                        f"niah.{key}: a {ctx:,}-token cell of model {model_key} ({shape}) needs "
+                        f"~{need:.1f} GB of GPU memory (arithmetic, docs/gpu.md) but the profile "
+                        f"gives score_niah an {gpu} ({GPU_CLASSES[gpu].memory_gb} GB): run these "
+                        "contexts under a larger GPU's profile (profiles/slurm-h100) or drop "
+                        "them from `contexts`"
+                    )
 
 
 def check_gpu_profile(
@@ -32,6 +68,16 @@ def check_gpu_profile(
             "`device: cuda` for them, or run them under a profile that sends "
             f"{rule} to a CPU partition (docs/cluster.md)"
         )
+
+
+def niah_runtime_minutes(ctx: int, rows: int, model_path: str, gpu: str | None) -> int:
+    """A score_niah job's time limit: its rows' prefills at the assumed efficiency of the
+    profile's GPU class (an A10 when none is named), three times over, plus 10 minutes to load."""
+    from carbon_vep.config.gpus import NIAH_SHAPES, niah_row_seconds, niah_shape
+
+    shape = NIAH_SHAPES[niah_shape(model_path)]
+    seconds = rows * niah_row_seconds(shape, ctx, gpu or "A10")
+    return int(10 + 3 * seconds / 60)
 
 
 # ---- the demo config and the shipped inputs ----------------------------------------------

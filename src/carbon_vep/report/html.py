@@ -10,11 +10,8 @@ predictions), and the results table; it recomputes nothing.
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -25,105 +22,23 @@ from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
 from carbon_vep.report import plots
 from carbon_vep.report.markdown import _fmt, _with_interval, ordered_metrics
-from carbon_vep.report.results_table import load_results
+from carbon_vep.report.niah import niah_section
+from carbon_vep.report.page import (
+    CSS,
+    TaskResult,
+    block,
+    by_task,
+    definitions,
+    esc,
+    figure_img,
+    heading,
+    html_table,
+    model_warnings,
+    row_of,
+    status_table,
+    warnings_box,
+)
 from carbon_vep.scan.calibrate import Calibration, cpg_site, extreme_contexts
-
-CSS = (resources.files("carbon_vep.report") / "assets" / "report.css").read_text()
-
-
-# ---- the run: results and their row-level files ------------------------------------------
-@dataclass(frozen=True)
-class TaskResult:
-    """One (task, model) result: its metrics JSON and the row file the rule passed with it:
-    the labelled rows a VEP dataset's metrics used (`label01`, `score`), or a task's
-    predictions."""
-
-    metrics: dict
-    rows: pl.DataFrame
-
-    @property
-    def task(self) -> str:
-        return self.metrics["task"]
-
-    @property
-    def model(self) -> str:
-        return self.metrics["model_key"]
-
-
-def load_run(
-    metrics_paths: Sequence[str | Path], rows_paths: Sequence[str | Path]
-) -> list[TaskResult]:
-    """Each metrics JSON with its row file, paired in the order given."""
-    if len(metrics_paths) != len(rows_paths):
-        raise ValueError(f"{len(metrics_paths)} metrics files but {len(rows_paths)} row files")
-    results = load_results(metrics_paths)
-    return [
-        TaskResult(m, pl.read_parquet(rows)) for m, rows in zip(results, rows_paths, strict=True)
-    ]
-
-
-def _by_task(run: Sequence[TaskResult], kind: str) -> dict[str, list[TaskResult]]:
-    out: dict[str, list[TaskResult]] = {}
-    for result in run:
-        if result.metrics["kind"] == kind:
-            out.setdefault(result.task, []).append(result)
-    return out
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value))
-
-
-def _html_table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric_from: int = 1):
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="num">{_e(c)}</td>' if i >= numeric_from else f"<td>{_e(c)}</td>"
-            for i, c in enumerate(row)
-        )
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _figure(fig, alt: str) -> str:
-    return f'<img alt="{_e(alt)}" src="{plots.to_data_uri(fig)}">'
-
-
-def _warnings(items: Sequence[str]) -> str:
-    if not items:
-        return ""
-    return (
-        '<div class="warn"><b>Warnings</b><ul>'
-        + "".join(f"<li>{_e(w)}</li>" for w in items)
-        + "</ul></div>"
-    )
-
-
-def _heading(anchor: str, kind: str) -> str:
-    """A section's title (its anchor in the contents) and what kind of section it is."""
-    return f"<h2 id='{_e(anchor)}'>{_e(anchor)} <span class='sub'>({kind})</span></h2>"
-
-
-def _model_warnings(results: Sequence[TaskResult]) -> str:
-    return _warnings([f"{r.model}: {w}" for r in results for w in r.metrics.get("warnings", [])])
-
-
-def _definitions(results: Sequence[TaskResult]) -> str:
-    definitions: dict[str, str] = {}
-    for result in results:
-        definitions.update(result.metrics.get("definitions", {}))
-    items = "".join(f"<li><code>{_e(k)}</code>: {_e(v)}</li>" for k, v in definitions.items())
-    return f"<details><summary>Definitions</summary><ul>{items}</ul></details>"
-
-
-def _status_table(results: Sequence[TaskResult]) -> str:
-    statuses = sorted({s for r in results for s in r.metrics.get("status_counts", {})})
-    rows = [[s, *(r.metrics["status_counts"].get(s, 0) for r in results)] for s in statuses]
-    rows.append(["total rows", *(r.metrics.get("n_rows", 0) for r in results)])
-    return _html_table(["status", *(r.model for r in results)], rows)
 
 
 def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
@@ -134,7 +49,7 @@ def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
         if r.metrics.get(CALIBRATED_SCORE):
             columns.append((f"{r.model}, calibrated", r.metrics[CALIBRATED_SCORE]))
     rows = [[n, *(_with_interval(m, n, 3) for _, m in columns)] for n in names]
-    return _html_table(["metric (95% bootstrap interval)", *(name for name, _ in columns)], rows)
+    return html_table(["metric (95% bootstrap interval)", *(name for name, _ in columns)], rows)
 
 
 # ---- HTML sections -------------------------------------------------------------------------
@@ -162,18 +77,10 @@ def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame | None) -
         "<h2 id='results'>Results</h2>"
         "<p class='sub'>Headline metrics ×100; brackets: 95% percentile bootstrap interval over "
         "rows. Rows: tasks and their headline metrics; columns: models.</p>"
-        + _html_table(["task", "metric", *models], rows, numeric_from=2)
-        + _warnings(warnings)
-        + _definitions(run)
+        + html_table(["task", "metric", *models], rows, numeric_from=2)
+        + warnings_box(warnings)
+        + definitions(run)
     )
-
-
-def _block(title: str, *content: str) -> str:
-    return f"<div><h3>{_e(title)}</h3>{''.join(content)}</div>"
-
-
-def _row(*blocks: str) -> str:
-    return f"<div class='row'>{''.join(b for b in blocks if b)}</div>"
 
 
 def _labelled_curves(results: Sequence[TaskResult]) -> dict[str, tuple]:
@@ -196,15 +103,15 @@ def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) 
         if r.metrics.get("by_chromosome", {}).get("auroc")
     }
     parts = [
-        _heading(task, "variant effect"),
+        heading(task, "variant effect"),
         _vep_summary_table(results),
-        _row(
-            _block("Input status counts", _status_table(results)),
-            _block("Metrics", _metric_table(results, names)) if names else "",
+        row_of(
+            block("Input status counts", status_table(results)),
+            block("Metrics", _metric_table(results, names)) if names else "",
         ),
     ]
     if curves:
-        parts.append(_figure(plots.roc_pr_figure(curves, colours), f"ROC and PR, {task}"))
+        parts.append(figure_img(plots.roc_pr_figure(curves, colours), f"ROC and PR, {task}"))
     parts.append(_vep_figures(task, curves, by_chrom, colours))
     if by_chrom:
         parts.append(
@@ -214,7 +121,7 @@ def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) 
         )
     parts += [
         _breakdown_tables(results),
-        _model_warnings(results),
+        model_warnings(results),
     ]
     return "".join(parts)
 
@@ -234,18 +141,18 @@ def _vep_summary_table(results: Sequence[TaskResult]) -> str:
         ]
         for r in results
     ]
-    return _html_table(header, rows, numeric_from=3)
+    return html_table(header, rows, numeric_from=3)
 
 
 def _vep_figures(task: str, curves: dict, by_chrom: dict, colours: dict[str, str]) -> str:
     """Score distributions by class, and AUROC by chromosome, side by side (where they exist)."""
     distributions = plots.score_distributions(curves, ("negative", "positive")) if curves else None
     chromosomes = plots.chromosome_bars(by_chrom, "auroc", colours) if by_chrom else None
-    return _row(
-        _block("Score distributions by class", _figure(distributions, f"scores, {task}"))
+    return row_of(
+        block("Score distributions by class", figure_img(distributions, f"scores, {task}"))
         if curves
         else "",
-        _block("AUROC by chromosome", _figure(chromosomes, f"AUROC by chromosome, {task}"))
+        block("AUROC by chromosome", figure_img(chromosomes, f"AUROC by chromosome, {task}"))
         if by_chrom
         else "",
     )
@@ -269,7 +176,7 @@ def _chromosome_table(results: Sequence[TaskResult]) -> str:
                         dropped or "none",
                     ]
                 )
-    return _html_table(
+    return html_table(
         [
             "model",
             "metric",
@@ -305,8 +212,8 @@ def _breakdown_tables(results: Sequence[TaskResult]) -> str:
                     ]
                 )
         parts += [
-            f"<h3>By {_e(column)}</h3>",
-            _html_table(
+            f"<h3>By {esc(column)}</h3>",
+            html_table(
                 [
                     "model",
                     column,
@@ -337,18 +244,18 @@ def _recovery_section(task: str, results: list[TaskResult], colours: dict[str, s
         fig = plots.grouped_bars(
             types, per_model, colours, "accuracy", "accuracy by type", reference=(0.25, "chance")
         )
-        figure = _block("Accuracy by type", _figure(fig, f"recovery accuracy by type, {task}"))
+        figure = block("Accuracy by type", figure_img(fig, f"recovery accuracy by type, {task}"))
     return "".join(
         [
-            _heading(task, "sequence recovery"),
-            f"<p class='sub'>Greedy decoder — {_e(decoders)}; accuracy over the first "
+            heading(task, "sequence recovery"),
+            f"<p class='sub'>Greedy decoder — {esc(decoders)}; accuracy over the first "
             f"{results[0].metrics['parameters']['score_bp']} bp; chance = 0.25 per base.</p>",
-            _row(
-                _block("Input status counts", _status_table(results)),
-                _block("Accuracy", _html_table(["type", *(r.model for r in results)], rows)),
+            row_of(
+                block("Input status counts", status_table(results)),
+                block("Accuracy", html_table(["type", *(r.model for r in results)], rows)),
                 figure,
             ),
-            _model_warnings(results),
+            model_warnings(results),
         ]
     )
 
@@ -368,7 +275,7 @@ def _perturbation_section(task: str, results: list[TaskResult], colours: dict[st
     figure = ""
     if any(len(m) for m in margins.values()):
         fig = plots.margin_histograms(margins, colours)
-        figure = _block("S(original) − S(perturbed)", _figure(fig, f"margins, {task}"))
+        figure = block("S(original) − S(perturbed)", figure_img(fig, f"margins, {task}"))
     settings = [r.metrics["parameters"] for r in results]
     scoring = ", ".join(
         f"{r.model}: {s['scoring']} ({s['normalization']})"
@@ -376,15 +283,15 @@ def _perturbation_section(task: str, results: list[TaskResult], colours: dict[st
     )
     return "".join(
         [
-            _heading(task, "perturbation pairs"),
+            heading(task, "perturbation pairs"),
             "<p class='sub'>Correct iff S(original) &gt; S(perturbed), ties wrong; scoring — "
-            f"{_e(scoring)}.</p>",
-            _row(
-                _block("Input status counts", _status_table(results)),
-                _block("Pair accuracy", _html_table(["", *(r.model for r in results)], rows)),
+            f"{esc(scoring)}.</p>",
+            row_of(
+                block("Input status counts", status_table(results)),
+                block("Pair accuracy", html_table(["", *(r.model for r in results)], rows)),
                 figure,
             ),
-            _model_warnings(results),
+            model_warnings(results),
         ]
     )
 
@@ -398,12 +305,12 @@ def _provenance_section(run: Sequence[TaskResult]) -> str:
     versions = [[k, v] for k, v in package_versions().items()]
     return (
         "<h2 id='provenance'>Provenance</h2>"
-        + _html_table(
+        + html_table(
             ["model key", "model id / path", "revision", "dtype", "config sha256"],
             rows,
             numeric_from=99,
         )
-        + _html_table(["package", "version"], versions, numeric_from=99)
+        + html_table(["package", "version"], versions, numeric_from=99)
     )
 
 
@@ -436,17 +343,17 @@ def _scan_section(scan_dir: str | Path) -> str:
     ]
     return "".join(
         [
-            _heading(name, "calibration"),
-            _html_table(["", "value"], counts),
-            _figure(histogram, f"score distribution, {name}"),
-            _row(
-                _block(
+            heading(name, "calibration"),
+            html_table(["", "value"], counts),
+            figure_img(histogram, f"score distribution, {name}"),
+            row_of(
+                block(
                     "Mean score of each context cell",
-                    _figure(plots.context_strip(changes, means, cpg), f"context means, {name}"),
+                    figure_img(plots.context_strip(changes, means, cpg), f"context means, {name}"),
                 ),
-                _block(
+                block(
                     "Cells with the highest and lowest mean",
-                    _html_table(
+                    html_table(
                         ["context", "change", "CpG", "neutral SNVs", "mean"], rows, numeric_from=3
                     ),
                 ),
@@ -471,19 +378,22 @@ def render_html(
     }
     body, nav = [_comparison_section(run, table)], ["<a href='#results'>Results</a>"]
     for kind, section in sections.items():
-        for task, results in _by_task(run, kind).items():
+        for task, results in by_task(run, kind).items():
             body.append(section(task, results, colours))
-            nav.append(f"<a href='#{_e(task)}'>{_e(task)}</a>")
+            nav.append(f"<a href='#{esc(task)}'>{esc(task)}</a>")
+    if niah := niah_section(run, colours):
+        body.append(niah)
+        nav.append("<a href='#Genomic-NIAH'>Genomic-NIAH</a>")
     for scan_dir in scans:
         body.append(_scan_section(scan_dir))
         name = f"scan {Path(scan_dir).parent.name} / {Path(scan_dir).name}"
-        nav.append(f"<a href='#{_e(name)}'>{_e(name)}</a>")
+        nav.append(f"<a href='#{esc(name)}'>{esc(name)}</a>")
     body.append(_provenance_section(run))
     nav.append("<a href='#provenance'>Provenance</a>")
     models = ", ".join(colours)
     return (
-        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"
-        f"<p class='sub'>Models: {_e(models)}. Scores are oriented larger = more damaging.</p>"
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>"
+        f"<p class='sub'>Models: {esc(models)}. Scores are oriented larger = more damaging.</p>"
         f"<nav>{''.join(nav)}</nav>{''.join(body)}</body></html>\n"
     )

@@ -38,7 +38,7 @@ def to_data_uri(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _style(ax, integer_y: bool = False) -> None:
+def style_axes(ax, integer_y: bool = False) -> None:
     if integer_y:  # counts
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.spines[["top", "right"]].set_visible(False)
@@ -78,7 +78,7 @@ def roc_pr_figure(
         pr_ax.axhline(prevalence, color="grey", linestyle=":", linewidth=1, label="prevalence")
     pr_ax.set(xlabel="recall", ylabel="precision", title="Precision-recall", ylim=(0, 1.02))
     for ax, where in ((roc_ax, "lower right"), (pr_ax, "lower left")):
-        _style(ax)
+        style_axes(ax)
         ax.legend(fontsize=8, frameon=False, loc=where)
     fig.tight_layout()
     return fig
@@ -129,7 +129,7 @@ def chromosome_bars(
     ax.set(ylabel=metric, ylim=(0, 1.1), xlabel="chromosome (n above bars; hatched: one class)")
     handles = [matplotlib.patches.Patch(color=colours[m], label=m) for m in per_model]
     ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
-    _style(ax)
+    style_axes(ax)
     fig.tight_layout()
     return fig
 
@@ -155,7 +155,7 @@ def score_distributions(
                 label=f"{name} (n={int((labels == value).sum())})",
             )
         ax.set(xlabel="score (larger = more damaging)", ylabel="variants", title=model)
-        _style(ax, integer_y=True)
+        style_axes(ax, integer_y=True)
         ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
@@ -186,7 +186,7 @@ def grouped_bars(
         ax.axhline(reference[0], color="grey", linestyle=":", linewidth=1, label=reference[1])
     ax.set_xticks(x, groups, rotation=30 if len(groups) > 5 else 0)
     ax.set(ylabel=ylabel, title=title, ylim=(0, 1.05))
-    _style(ax)
+    style_axes(ax)
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
     return fig
@@ -206,7 +206,7 @@ def margin_histograms(per_model: Mapping[str, np.ndarray], colours: Mapping[str,
             ylabel="pairs",
             title=f"{model}: {correct:.0%} right of 0",
         )
-        _style(ax, integer_y=True)
+        style_axes(ax, integer_y=True)
     fig.tight_layout()
     return fig
 
@@ -226,7 +226,7 @@ def score_histogram(
         if value is not None:
             ax.axvline(value, color=colour, linewidth=1.2, label=f"{label}: score ≥ {value:.2f}")
     ax.set(xlabel="score (larger = more damaging)", ylabel="SNVs (log scale)")
-    _style(ax)
+    style_axes(ax)
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
@@ -245,7 +245,7 @@ def context_strip(changes: Sequence[str], means: np.ndarray, cpg: np.ndarray) ->
         ax.scatter(x[keep] + jitter[keep], means[keep], s=5, color=colour, alpha=0.6, label=label)
     ax.set_xticks(range(len(order)), order)
     ax.set(xlabel="base change", ylabel="mean score of the cell")
-    _style(ax)
+    style_axes(ax)
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return fig

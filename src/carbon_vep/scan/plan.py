@@ -36,10 +36,12 @@ from typing import Any
 import numpy as np
 
 from carbon_vep.config.gpus import (
+    ASSUMED_EFFICIENCY,
     CARBON_SHAPES,
     GPU_CLASSES,
     attention_flops,
     body_flops,
+    model_shape,
     output_flops,
 )
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
@@ -58,16 +60,9 @@ _REGION = re.compile(r"^.+:[0-9,]+-[0-9,]+$")  # the contig name may hold `:` (H
 # layer, and attention over the tokens before it (half a tile's on average)
 DNA_ROWS = 4**K
 GPU_PEAK_TFLOPS = {name: gpu.bf16_tflops for name, gpu in GPU_CLASSES.items()}  # bf16, dense
-ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
 # bytes per SNV of the outputs (measured on the demo genome with the demo model, tsv_decimals 2;
 # docs/benchmarks.md): the Parquet dataset of per-base marginals, the tabix TSV (+ index)
 BYTES_PER_SNV = {"parquet": 2.6, "tabix_tsv": 3.2}
-
-
-def model_shape(path: str) -> str:
-    """The Carbon shape whose cost a model is estimated at: 500M when its name says so, else 3B
-    (the larger, so estimates err on the side of more GPU-hours)."""
-    return "Carbon-500M" if "500m" in path.lower() else "Carbon-3B"
 
 
 def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:

@@ -31,10 +31,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from carbon_vep import atomic
+from carbon_vep.config.stages import NIAH_TASKS as TASKS
+from carbon_vep.config.stages import niah_config_name as config_name
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.scan.plan import acgt_runs
-from carbon_vep.suite.niah_cells import TASKS, config_name
 
 BASES = np.array(list("ACGT"))
 DEPTHS = tuple(round(i / 10, 1) for i in range(11))  # 0%, 10%, ..., 100% of the haystack

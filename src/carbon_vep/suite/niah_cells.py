@@ -23,8 +23,6 @@ from carbon_vep.errors import InputError
 from carbon_vep.evaluate.metrics import bootstrap_mean_interval
 from carbon_vep.suite.tasks import read_task_table
 
-TASKS = ("niah", "neardup_d4", "neardup_d2", "neardup_d1")
-CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
 REQUIRED = (
     "uid",
     "prompt",
@@ -54,19 +52,6 @@ DEFINITIONS = {
     "before the planted pair), where the cell records `depth`",
 }
 _ACGT = re.compile(r"^[ACGT]*$")
-
-
-def context_label(tokens: int) -> str:
-    """4096 -> '4k' (the Hub's config suffix)."""
-    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
-
-
-def config_name(task: str, tokens: int) -> str:
-    """The Hub config of a cell: niah_4k, niah_neardup_d4_32k, ..."""
-    if task not in TASKS:
-        raise ValueError(f"unknown Genomic-NIAH task {task!r}; one of {', '.join(TASKS)}")
-    prefix = "niah" if task == "niah" else f"niah_{task}"
-    return f"{prefix}_{context_label(tokens)}"
 
 
 def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataFrame:

@@ -1,0 +1,91 @@
+# Genomic-NIAH, the suite's long-context task (`niah:` in the config): each entry's cells (a
+# task at a context) are fetched from the Hub on the head node or built from a genome; a cell's
+# rows are cut into model jobs (rows_per_job), merged per cell into predictions and metrics.
+rule fetch_niah_cell:
+    output:
+        NIAH_CELL,
+    log:
+        f"logs/{OUTDIR}/niah/{{niah}}/fetch_{{cell}}.log",
+    wildcard_constraints:
+        niah=niah_pattern("hub"),
+    localrule: True
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=niah_hub_settings,
+    shell:
+        "carbon-vep fetch-hub --settings {params.settings} > {log} 2>&1"
+
+
+rule build_niah_cell:
+    input:
+        reference=lambda wc: RUN.niah[wc.niah].reference,
+    output:
+        NIAH_CELL,
+    log:
+        f"logs/{OUTDIR}/niah/{{niah}}/build_{{cell}}.log",
+    wildcard_constraints:
+        niah=niah_pattern("build"),
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        args=niah_build_args,
+    shell:
+        "carbon-vep build-niah --reference {input.reference} {params.args}"
+        " --out {output} > {log} 2>&1"
+
+
+rule score_niah:
+    input:
+        cell=NIAH_CELL,
+        model=model_files,
+    output:
+        rows=f"{NIAH_RESULT}/parts/rows_{{part}}.parquet",
+        metrics=f"{NIAH_RESULT}/parts/metrics_{{part}}.json",
+    log:
+        f"logs/{NIAH_RESULT}/score_niah_{{part}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    # a model job like score_shard; GPU memory and time follow from the model and the context
+    resources:
+        gpu=gpu_count,
+        batch_size=attempt_batch_size,
+        batch_tokens=attempt_batch_tokens,
+        mem_mb=32000,
+        runtime=niah_runtime,
+    params:
+        settings=niah_settings,
+        rows=niah_row_range,
+        provenance=niah_provenance,
+    shell:
+        "export HF_HUB_OFFLINE=1; "
+        "carbon-vep score-niah --tasks-file {input.cell} --row-range {params.rows}"
+        " --settings {params.settings} --batch-size {resources.batch_size}"
+        " --batch-tokens {resources.batch_tokens} --task {wildcards.niah}.{wildcards.cell}"
+        " --model-key {wildcards.model} --provenance {params.provenance}"
+        " --provenance @{input.model} --out {output.rows} --metrics {output.metrics}"
+        " > {log} 2>&1"
+
+
+rule merge_niah:
+    input:
+        cell=NIAH_CELL,
+        parts=niah_parts,
+        part_metrics=niah_part_metrics,
+    output:
+        predictions=f"{NIAH_RESULT}/predictions.parquet",
+        metrics=f"{NIAH_RESULT}/metrics.json",
+    log:
+        f"logs/{NIAH_RESULT}/merge_niah.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=lambda wc: spec_json(RUN.niah[wc.niah].evaluation),
+        parameters=niah_parameters,
+        provenance=niah_provenance,
+    shell:
+        "carbon-vep merge-niah --cell {input.cell} --parts {input.parts}"
+        " --settings {params.settings} --task {wildcards.niah}.{wildcards.cell}"
+        " --model-key {wildcards.model} --parameters {params.parameters}"
+        " --provenance {params.provenance} --out {output.predictions}"
+        " --metrics {output.metrics} > {log} 2>&1"
