@@ -1,7 +1,7 @@
 # Two commands for a fresh machine: `make demo` (the demo on 2 CPU cores) and `make test` (lint,
 # then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest,
-# bench-scan, bench-contigs and bench-calibrate), gpu-check, scan-lambda and lint; clean removes
-# the outputs and the demo model (README.md).
+# bench-scan, bench-contigs, bench-calibrate and bench-niah), gpu-check, scan-lambda and lint;
+# clean removes the outputs and the demo model (README.md).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(abspath $(VENV))/bin
@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate gpu-check scan-lambda clean
+.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate bench-niah gpu-check scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,7 @@ lint: setup
 	$(BIN)/snakemake --lint
 	$(BIN)/lint-imports --no-cache
 
-bench: setup bench-ingest bench-scan bench-contigs bench-calibrate
+bench: setup bench-ingest bench-scan bench-contigs bench-calibrate bench-niah
 	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json
 
 # check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
@@ -72,6 +72,11 @@ gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 # SNVs/s per core, peak memory per job, the bytes PHRED adds to the TSV (docs/calibration.md)
 bench-calibrate: setup
 	mkdir -p results && $(BIN)/python scripts/bench_calibrate.py --json results/bench_calibrate.json
+
+# Genomic-NIAH: one prefill per row against the published three passes, side by side on CPU
+# (a small Carbon-shaped model, 4,096-token rows): same outputs, wall time, peak RSS
+bench-niah: setup
+	mkdir -p results && $(BIN)/python scripts/bench_niah.py --json results/bench_niah.json
 
 # 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
 # the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)

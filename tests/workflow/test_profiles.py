@@ -22,7 +22,8 @@ from support.cluster import (
 )
 
 pytestmark = pytest.mark.workflow
-MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
+MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah")
+# score_niah's time limit comes from the rule (the model and the context), not the profile
 
 SITE = {
     "FILL_IN_ACCOUNT": "lab42",
@@ -57,7 +58,9 @@ def test_profiles_are_plain_plugin_profiles():
     for profile in (a10, h100):  # every rule that runs a model gets the same GPU job
         gpu_rules = profile["set-resources"]
         assert sorted(gpu_rules) == sorted(MODEL_RULES)
-        assert all(gpu_rules[rule] == gpu_rules["score_shard"] for rule in MODEL_RULES)
+        shard_job = gpu_rules["score_shard"]
+        assert all(gpu_rules[rule] == shard_job for rule in MODEL_RULES if rule != "score_niah")
+        assert gpu_rules["score_niah"] == {k: v for k, v in shard_job.items() if k != "runtime"}
     assert a10["set-resources"]["score_shard"]["gpu_model"] == "a10"
     assert h100["set-resources"]["score_shard"]["gpu_model"] == "h100"
     for name in ("default", "slurm-a10", "slurm-h100", "slurm-local"):

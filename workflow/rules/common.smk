@@ -28,7 +28,9 @@ for rule_name in MODEL_RULES:
     check_gpu_profile(rule_name, {k: v.raw for k, v in profile.items()}, RUN.models)
 NIAH_PROFILE = {
     k: v.raw
-    for k, v in workflow.resource_settings.overwrite_resources.get("score_niah", {}).items()
+    for k, v in workflow.resource_settings.overwrite_resources.get(
+        "score_niah", {}
+    ).items()
 }
 check_niah_profile(NIAH_PROFILE, RUN)
 
@@ -142,7 +144,10 @@ def run_results():
         for model in task_models(task)
     ]
     niah = [
-        (NIAH_RESULT.format(niah=key, cell=cell.name, model=model), "predictions.parquet")
+        (
+            NIAH_RESULT.format(niah=key, cell=cell.name, model=model),
+            "predictions.parquet",
+        )
         for key, entry in RUN.niah.items()
         for cell in entry.cells()
         for model in RUN.entry_models(entry)
@@ -328,7 +333,16 @@ def niah_hub_settings(wildcards):
 
 def niah_build_args(wildcards):
     entry, cell = RUN.niah[wildcards.niah], niah_cell(wildcards)
-    args = ["--task", cell.task, "--ctx", cell.ctx, "--rows", entry.rows, "--seed", entry.seed]
+    args = [
+        "--task",
+        cell.task,
+        "--ctx",
+        cell.ctx,
+        "--rows",
+        entry.rows,
+        "--seed",
+        entry.seed,
+    ]
     return shlex.join(map(str, args))
 
 

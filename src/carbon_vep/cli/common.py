@@ -82,14 +82,15 @@ def require_model_here(model: ModelSettings) -> None:
     check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
 
 
-def load_model(model: ModelSettings, job: str | None, yarn=None):
+def load_model(model: ModelSettings, job: str | None, yarn=None, long_context: bool = False):
     """The model checked offline first, on a device that is really there (`yarn`: a
-    model.loading.Yarn to apply at load)."""
+    model.loading.Yarn to apply at load; `long_context`: FlashAttention-2 where it can run)."""
     require_model_here(model)
-    from carbon_vep.model.loading import load_model, resolve_device
+    from carbon_vep.model.loading import load_model, long_context_attention, resolve_device
 
-    resolve_device(model.device, job=job)
-    return load_model(model, yarn)
+    device = resolve_device(model.device, job=job)
+    attention = long_context_attention(device, model.dtype) if long_context else None
+    return load_model(model, yarn, attention)
 
 
 def load_engine(model: ModelSettings, job: str | None, yarn=None):

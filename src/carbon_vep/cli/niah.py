@@ -82,7 +82,7 @@ def score_niah(args: argparse.Namespace) -> None:
 
     model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
     cell = read_cell(args.tasks_file, task=args.cell_task or args.task)[args.row_range]
-    loaded = load_model(model, args.tasks_file, _yarn(settings))
+    loaded = load_model(model, args.tasks_file, _yarn(settings), long_context=True)
     if loaded.vocab.k != 6:
         cell = read_cell(args.tasks_file, loaded.vocab.k, args.cell_task or args.task)[
             args.row_range
@@ -95,7 +95,8 @@ def score_niah(args: argparse.Namespace) -> None:
     rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
     atomic.write_parquet(rows, args.out)
     parameters = {"yarn_factor": settings.yarn_factor, "restricted_to_dna_block":
-                  scorer.allowed is not None, "prefill_chunk": settings.prefill_chunk}  # fmt: skip
+                  scorer.allowed is not None, "prefill_chunk": settings.prefill_chunk,
+                  "attention": loaded.model.config._attn_implementation}  # fmt: skip
     write_task_result(niah_metrics(rows, evaluation, parameters), args, ["gen_exact_match"])
 
 

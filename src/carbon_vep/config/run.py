@@ -116,7 +116,9 @@ class NiahCell:
 @dataclass(frozen=True)
 class NiahConfig:
     tasks: tuple[str, ...] = setting(
-        NIAH_TASKS, help=f"Genomic-NIAH tasks to run, of {', '.join(NIAH_TASKS)}"
+        NIAH_TASKS,
+        help=f"Genomic-NIAH tasks to run, of {', '.join(NIAH_TASKS)}",
+        item_pattern=f"^({'|'.join(NIAH_TASKS)})$",
     )
     contexts: tuple[int, ...] = setting(
         NIAH_CONTEXTS, help="contexts in tokens (the published grid: 4,096 ... 131,072)"

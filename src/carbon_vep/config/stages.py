@@ -328,7 +328,7 @@ class NiahSettings:
         8192,
         minimum=0,
         help="prompt tokens a prefill forward pass takes at once (0 = the whole prompt): the "
-        "activations then scale with the chunk, not the context; values are the same",
+        "activations then scale with the chunk, not the context; values agree to float rounding",
     )
 
     @property

@@ -11,9 +11,10 @@ tolerances (absolute, in the metric's units: metrics are fractions, so 0.01 = on
         auroc: {carbon3b: 0.8463}
 
 Every (task, metric, model) of the results table's models is compared; a value missing on
-either side fails and is named, unless the baseline lists it under `not_gated` (TASK/METRIC:
-reported by the run, with no reference number). Baseline models that the run did not score
-are listed as not run (the run decides which models it scores). CPU only, no torch.
+either side fails and is named, unless the baseline lists it under `not_gated` (TASK/METRIC, or
+a shell pattern of them: reported by the run, with no reference number). Baseline models that
+the run did not score are listed as not run (the run decides which models it scores). CPU
+only, no torch.
 """
 
 from __future__ import annotations
@@ -44,10 +45,13 @@ class Baseline:
     tolerance: dict[str, float] = field(default_factory=dict)  # metric -> allowed |difference|
     default_tolerance: float = DEFAULT_TOLERANCE
     source: str = ""
-    not_gated: frozenset[str] = frozenset()  # TASK/METRIC reported without a reference number
+    # TASK/METRIC reported without a reference number; shell-style patterns (fnmatch) allowed
+    not_gated: frozenset[str] = frozenset()
 
     def gated(self, task: str, metric: str) -> bool:
-        return f"{task}/{metric}" not in self.not_gated
+        from fnmatch import fnmatchcase
+
+        return not any(fnmatchcase(f"{task}/{metric}", pattern) for pattern in self.not_gated)
 
     def allowed(self, metric: str) -> float:
         return self.tolerance.get(metric, self.default_tolerance)

@@ -111,9 +111,24 @@ class Yarn:
     max_positions: int
 
 
-def load_model(spec: ModelSettings, yarn: Yarn | None = None) -> LoadedModel:
+def long_context_attention(device: torch.device, dtype: str) -> str:
+    """FlashAttention-2 for a bf16 / fp16 model on a CUDA device where the package is
+    installed, else PyTorch's scaled-dot-product attention: neither holds an L x L score matrix
+    for a whole prompt."""
+    import importlib.util
+
+    half = dtype in ("bfloat16", "float16")
+    if device.type == "cuda" and half and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def load_model(
+    spec: ModelSettings, yarn: Yarn | None = None, attention: str | None = None
+) -> LoadedModel:
     """The model and its tokenizer on the requested device; `yarn` overrides the rope
-    configuration before the weights load (the Genomic-NIAH task's long contexts)."""
+    configuration before the weights load (the Genomic-NIAH task's long contexts), `attention`
+    names transformers' attention implementation (None: its default)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from carbon_vep.sources.hub import check_remote_code, model_folder
@@ -135,6 +150,7 @@ def load_model(spec: ModelSettings, yarn: Yarn | None = None) -> LoadedModel:
         revision=spec.revision,
         dtype=_DTYPES[spec.dtype],
         trust_remote_code=spec.trust_remote_code,
+        **({"attn_implementation": attention} if attention else {}),
     )
     model.to(device).eval()
     if spec.upcast_output_layer:

@@ -67,9 +67,17 @@ def _value(value: Any) -> str:
         return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, str) and yaml.safe_load(value) == value:
+    if isinstance(value, str) and _plain_yaml(value):
         return value  # plain YAML reads it back as this string
     return json.dumps(value)  # null, true/false, numbers, and strings YAML would read otherwise
+
+
+def _plain_yaml(text: str) -> bool:
+    """Whether YAML reads `text`, unquoted, back as this string (`{config}/x` it cannot read)."""
+    try:
+        return yaml.safe_load(text) == text
+    except yaml.YAMLError:
+        return False
 
 
 _KIND = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean"}

@@ -1,0 +1,78 @@
+"""Genomic-NIAH in the config: cells from the entry, rows cut into jobs, the memory a cell
+needs against the profile's GPU (refused when read), the time limit of a job."""
+
+from __future__ import annotations
+
+import pytest
+
+from carbon_vep.config.fields import ConfigError
+from carbon_vep.config.gpus import (
+    NIAH_SHAPES,
+    kv_bytes_per_token,
+    niah_memory_bytes,
+    niah_row_seconds,
+)
+from carbon_vep.config.run import RunConfig
+from carbon_vep.config.workflow import check_niah_profile, niah_runtime_minutes
+
+
+def _run(niah: dict, device: str = "cuda", path: str = "HuggingFaceBio/Carbon-3B") -> RunConfig:
+    model = {"path": path, "device": device, "revision": "0" * 40, "trust_remote_code": True}
+    return RunConfig.from_dict({"models": {"m": model}, "niah": {"cells": niah}})
+
+
+def test_cells_are_the_hub_configs_and_rows_are_cut_into_jobs():
+    entry = _run({"tasks": ["niah", "neardup_d4"], "contexts": [4096, 65536], "rows": 250,
+                  "rows_per_job": 100}).niah["cells"]  # fmt: skip
+    assert [c.name for c in entry.cells()] == [
+        "niah_4k", "niah_64k", "niah_neardup_d4_4k", "niah_neardup_d4_64k",
+    ]  # fmt: skip
+    assert entry.row_ranges() == [(0, 100), (100, 200), (200, 250)]
+    hub = entry.hub_file(entry.cells()[1], "out.parquet")
+    assert (hub.repo_id, hub.filename) == ("HuggingFaceBio/genomic-niah", "niah_64k/test-*.parquet")
+
+
+@pytest.mark.parametrize(
+    ("niah", "message"),
+    [
+        ({"tasks": ["niah", "neardup_d3"]}, r"unknown task\(s\) \['neardup_d3'\]"),
+        ({"source": "build"}, "source build needs `reference`"),
+        ({"reference": "g.fa"}, "applies to source build only"),
+    ],
+)
+def test_bad_entries_are_refused(niah, message):
+    with pytest.raises(ConfigError, match=message):
+        _run(niah)
+
+
+def test_kv_cache_arithmetic_is_carbon_3bs():
+    # 2 (K, V) x 30 layers x 4 KV heads x 96 dims x 2 bytes
+    assert kv_bytes_per_token(NIAH_SHAPES["Carbon-3B"]) == 46_080
+    memory = niah_memory_bytes(NIAH_SHAPES["Carbon-3B"], 131072, 8192, paired=False)
+    assert memory["kv_cache"] == 46_080 * 131072
+    assert memory["chunk_mask"] == 8192 * 131072  # one bool per (query, key) of a chunk
+    paired = niah_memory_bytes(NIAH_SHAPES["Carbon-3B"], 131072, 8192)
+    assert paired["kv_cache"] == 2 * memory["kv_cache"]
+
+
+def test_a_cell_that_cannot_fit_the_profiles_gpu_is_refused_with_its_figure():
+    run = _run({"contexts": [4096, 131072]})
+    with pytest.raises(
+        ConfigError,
+        match=r"131,072-token cell of model m \(Carbon-8B \(assumed\)\) needs ~42\.2 GB .* an A10",
+    ):
+        check_niah_profile({"gpu": 1, "gpu_model": "'a10'"}, _run({"contexts": [131072]},
+                           path="HuggingFaceBio/Carbon-8B"))  # fmt: skip
+    check_niah_profile({"gpu": 1, "gpu_model": "a10"}, run)  # Carbon-3B at 128k: 19.5 GB fits
+    check_niah_profile({"gpu": 1, "gpu_model": "h100"}, _run({}, path="org/Carbon-8B"))
+    check_niah_profile({}, _run({}, path="org/Carbon-8B"))  # no GPU class named: no check
+    check_niah_profile({"gpu_model": "a10"}, _run({}, device="cpu", path="org/Carbon-8B"))
+
+
+def test_job_time_grows_with_the_context_and_the_rows():
+    short = niah_runtime_minutes(4096, 100, "HuggingFaceBio/Carbon-3B", "H100")
+    long = niah_runtime_minutes(131072, 100, "HuggingFaceBio/Carbon-3B", "H100")
+    slow = niah_runtime_minutes(131072, 100, "HuggingFaceBio/Carbon-3B", "A10")
+    assert 10 <= short < long < slow
+    row_s = niah_row_seconds(NIAH_SHAPES["Carbon-3B"], 131072, "H100")  # ~9.9 s: 3.9 PFLOP
+    assert long == int(10 + 3 * 100 * row_s / 60) and 9.5 < row_s < 10.5
