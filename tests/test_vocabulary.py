@@ -86,7 +86,7 @@ def test_config_reference_lists_every_key_of_the_schema_once():
         assert sorted(keys) == sorted(schema[section]["additionalProperties"]["properties"])
     # the run-level keys apply to the sections that have them
     top = {row.split("|")[1].strip("` "): row for row in TABLES["config-top-level"]().splitlines()}
-    assert "every entry of `datasets`, `tasks` |" in top["bootstrap"]
+    assert "every entry of `datasets`, `tasks`, `niah` |" in top["bootstrap"]
     assert "every entry of `scans` |" in top["chunk_bp"]
 
 

@@ -179,7 +179,7 @@ def test_published_baseline_gates_a_carbon3b_suite_run(tmp_path, capsys):
     rows += [tuple(name.split("/")) + (0.5,) for name in baseline.not_gated]
     rows += [("genomic_niah_yarn4.niah_neardup_d2_128k", "gen_exact_match", 0.4)]  # a pattern
     assert not baseline.gated("genomic_niah.niah_4k", "gen_exact_match")
-    assert baseline.gated("genomic_niah.niah_4k", "ll_correct")
+    assert baseline.gated("my_niah.niah_4k", "gen_exact_match")  # another entry: gated
 
     def run(**shift) -> int:
         table = pl.DataFrame(

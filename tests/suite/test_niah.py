@@ -219,7 +219,7 @@ def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path
     assert pl.read_parquet(merged / "rows.parquet").equals(whole)
     metrics = json.loads((tmp_path / "whole/m.json").read_text())
     assert metrics["kind"] == "genomic_niah" and metrics["n_scored"] == 8
-    assert metrics["headline_metrics"] == ["gen_exact_match"]
+    assert metrics["headline_metrics"] == ["gen_exact_match", "ll_correct"]
     assert metrics["metrics"] == json.loads((merged / "m.json").read_text())["metrics"]
     assert "depth" in whole.columns and whole["task"].unique().to_list() == ["neardup_d2"]
     # a part missing: refused, nothing written
@@ -244,3 +244,16 @@ def test_scoring_uses_the_current_cache_argument(loaded, cell):
         warnings.simplefilter("always")
         score_rows(cell.head(2), NiahScorer(_engine(loaded), loaded.tokenizer), 2)
     assert not [w for w in caught if "past_key_values" in str(w.message)]
+
+
+def test_a_model_without_a_6mer_block_is_named(cell_path, demo_model_dir, tmp_path, caplog,
+                                               monkeypatch):  # fmt: skip
+    from carbon_vep.model import loading
+
+    def no_block(tokenizer):
+        raise TokenizerMismatchError("no contiguous block of 4**k pure-ACGT k-mer tokens")
+
+    monkeypatch.setattr(loading, "dna_vocab", no_block)
+    assert _score(cell_path, demo_model_dir, tmp_path / "o") == 2
+    assert f"{demo_model_dir}: not a 6-mer DNA tokenizer: no contiguous block" in caplog.text
+    assert not (tmp_path / "o/rows.parquet").exists()

@@ -56,6 +56,7 @@ def test_dry_run_plans_only_the_configs_jobs(path, tmp_path):
         "model": set(config["models"]),
         "task": set(config.get("tasks") or {}),
         "scan": set(config.get("scans") or {}),
+        "niah": set(config.get("niah") or {}),
     }
     # every wildcard value of every planned job is this config's
     for line in re.findall(r"^\s+wildcards: (.*)$", plan, flags=re.M):
@@ -69,13 +70,19 @@ def test_dry_run_plans_only_the_configs_jobs(path, tmp_path):
     ]
     under = [Path(o).relative_to(outdir).parts for o in outputs if o.startswith(f"{outdir}/")]
     for parts in under:
-        if parts[0] == "suite":
+        if parts[:2] == ("suite", "niah"):  # suite/niah/ENTRY/CELL/MODEL/...
+            assert parts[2] in own["niah"] and parts[4] in own["model"], parts
+        elif parts[0] == "suite":
             assert parts[1] in own["task"] and parts[2] in own["model"], parts
+        elif parts[0] == "niah":  # niah/ENTRY/cells/CELL.parquet
+            assert parts[1] in own["niah"] and parts[2] == "cells", parts
         elif parts[0] == "scans":  # scans/SCAN/plan.{json,md} (no model), or scans/SCAN/MODEL/...
             assert parts[1] in own["scan"], parts
             assert parts[2:] in {("plan.json",), ("plan.md",)} or parts[2] in own["model"], parts
-        elif parts[0] == "inputs":  # the hashes of a dataset's, task's or model's inputs
+        elif parts[0] == "inputs":  # the hashes of a dataset's, task's, cell's or model's inputs
             kind, name = parts[1].removesuffix(".json").split("_", 1)
+            if kind == "niah":  # niah_ENTRY.CELL
+                name = name.split(".")[0]
             assert name in own[kind], parts
         elif parts[0] == "hub":
             assert parts[1].removesuffix(".json") in own["model"], parts

@@ -157,6 +157,28 @@ def test_metrics_and_report(demo_run):
     assert "## Input status counts" in report and "REF A but reference has C" in report
 
 
+def test_niah_cells_are_built_scored_in_parts_and_reported(demo_run):
+    """Genomic-NIAH through the Snakefile: each cell built once, its 11 rows scored by two
+    score_niah jobs (rows 0:6, 6:11), merged back in the cell's order, with the model's and
+    the cell's hashes in the provenance; the run's report has the NIAH section."""
+    for cell in ("niah_512", "niah_neardup_d2_512"):
+        built = pl.read_parquet(demo_run / f"results/niah/demo_niah/cells/{cell}.parquet")
+        folder = demo_run / f"results/suite/niah/demo_niah/{cell}/demo"
+        rows = pl.read_parquet(folder / "predictions.parquet")
+        assert rows["uid"].to_list() == built["uid"].to_list()
+        assert set(rows["status"]) == {"scored"} and rows["pred"].str.len_chars().max() == 24
+        assert sorted(p.name for p in (folder / "parts").glob("rows_*.parquet")) == [
+            "rows_00000.parquet", "rows_00001.parquet"]  # fmt: skip
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["n_scored"] == 11 and len(metrics["by_depth"]) == 11
+        assert metrics["parameters"]["context_tokens"] == 512
+        assert str(demo_run / "resources/demo_model/config.json") in metrics["provenance"][
+            "inputs_sha256"]  # fmt: skip
+    report = (demo_run / "results/report.html").read_text()
+    assert "id='Genomic-NIAH'" in report and "demo_niah.niah_neardup_d2_512" in (
+        demo_run / "results/results_table.md").read_text()  # fmt: skip
+
+
 def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
     out = tmp_path / "cli.parquet"
     cmd = [
@@ -271,7 +293,7 @@ def test_workflow_fails_on_drift_with_a_table_and_junit(demo_run, tmp_path):
                               "allowed", "verdict"]  # fmt: skip
     drift = [line for line in log.splitlines() if "DRIFT" in line]
     assert len(drift) == 1 and drift[0].split()[:3] == ["demo_centered", "auroc", "demo"]
-    assert drift[0].split()[5] == "-0.0500" and "FAILED: 1 of 7" in log
+    assert drift[0].split()[5] == "-0.0500" and "FAILED: 1 of 11" in log
     import xml.etree.ElementTree as ET
 
     cases = ET.parse(run / "results/baseline_comparison.junit.xml").getroot().iter("testcase")
@@ -286,7 +308,13 @@ def test_cpu_reruns_are_identical(demo_run, tmp_path):
     from support.cluster import copy_run
 
     run = copy_run(demo_run, tmp_path / "run")
-    model_rules = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation")
+    model_rules = (
+        "score_shard",
+        "scan_chunk",
+        "score_recovery",
+        "score_perturbation",
+        "score_niah",
+    )
     result = _snakemake(run, run / "config.yaml", "--forcerun", *model_rules)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "score_shard" in result.stderr  # the models did score again

@@ -1,4 +1,3 @@
-import dataclasses
 import functools
 import hashlib
 import json
@@ -54,6 +53,7 @@ TASK_INPUTS = f"{OUTDIR}/inputs/task_{{task}}.json"
 # a Genomic-NIAH cell (fetched or built), and where a model's results on it go
 NIAH_CELL = f"{OUTDIR}/niah/{{niah}}/cells/{{cell}}.parquet"
 NIAH_RESULT = f"{OUTDIR}/suite/niah/{{niah}}/{{cell}}/{{model}}"
+NIAH_INPUTS = f"{OUTDIR}/inputs/niah_{{niah}}.{{cell}}.json"
 MODEL_INPUTS = f"{OUTDIR}/inputs/model_{{model}}.json"
 # the comparison gate's baseline: as given, or a relative path shipped with the workflow
 WORKFLOW_ROOT = os.path.join(
@@ -314,36 +314,17 @@ def task_settings(wildcards):
     return model_settings(wildcards, task.settings, task.evaluation)
 
 
-# ---- Genomic-NIAH -------------------------------------------------------------------------
+# ---- Genomic-NIAH (cells, jobs and names: config.run.NiahConfig) ------------------------
 def niah_pattern(source):
     """Wildcard pattern for the NIAH entries whose cells come from `source` (hub or build)."""
     names = [k for k, entry in RUN.niah.items() if entry.source == source]
     return "|".join(names) or "^$"
 
 
-def niah_cell(wildcards):
-    return next(c for c in RUN.niah[wildcards.niah].cells() if c.name == wildcards.cell)
-
-
 def niah_hub_settings(wildcards):
     entry = RUN.niah[wildcards.niah]
     out = NIAH_CELL.format(niah=wildcards.niah, cell=wildcards.cell)
-    return spec_json(entry.hub_file(niah_cell(wildcards), out))
-
-
-def niah_build_args(wildcards):
-    entry, cell = RUN.niah[wildcards.niah], niah_cell(wildcards)
-    args = [
-        "--task",
-        cell.task,
-        "--ctx",
-        cell.ctx,
-        "--rows",
-        entry.rows,
-        "--seed",
-        entry.seed,
-    ]
-    return shlex.join(map(str, args))
+    return spec_json(entry.hub_file(entry.cell(wildcards.cell), out))
 
 
 def niah_settings(wildcards):
@@ -351,39 +332,28 @@ def niah_settings(wildcards):
     return model_settings(wildcards, entry.niah, entry.evaluation)
 
 
-def niah_row_range(wildcards):
+def niah_rows(wildcards):
+    """--row-range of a score_niah job, and the cell's task for its rows."""
     start, end = RUN.niah[wildcards.niah].row_ranges()[int(wildcards.part)]
-    return f"{start}:{end} --cell-task {niah_cell(wildcards).task}"
+    task = RUN.niah[wildcards.niah].cell(wildcards.cell).task
+    return f"{start}:{end} --cell-task {task}"
 
 
 def niah_runtime(wildcards):
     """Minutes for a score_niah job: its rows at the cell's context on the profile's GPU."""
-    start, end = RUN.niah[wildcards.niah].row_ranges()[int(wildcards.part)]
-    model = RUN.models[wildcards.model].path
-    gpu = profile_gpu_class(NIAH_PROFILE)
-    return niah_runtime_minutes(niah_cell(wildcards).ctx, end - start, model, gpu)
-
-
-def niah_part_files(wildcards, kind):
-    folder = NIAH_RESULT.format(**wildcards)
-    n = len(RUN.niah[wildcards.niah].row_ranges())
-    ext = "parquet" if kind == "rows" else "json"
-    return [f"{folder}/parts/{kind}_{i:05d}.{ext}" for i in range(n)]
-
-
-def niah_parts(wildcards):
-    return niah_part_files(wildcards, "rows")
-
-
-def niah_part_metrics(wildcards):
-    return niah_part_files(wildcards, "metrics")
-
-
-def niah_parameters(wildcards):
     entry = RUN.niah[wildcards.niah]
-    cell = niah_cell(wildcards)
-    items = {"task": cell.task, "context_tokens": cell.ctx, "source": entry.source}
-    return shlex.quote(json.dumps(items | dataclasses.asdict(entry.niah)))
+    start, end = entry.row_ranges()[int(wildcards.part)]
+    model, gpu = RUN.models[wildcards.model].path, profile_gpu_class(NIAH_PROFILE)
+    return niah_runtime_minutes(entry.cell(wildcards.cell).ctx, end - start, model, gpu)
+
+
+def niah_parts(kind):
+    """Input function: the score_niah outputs of a cell (`rows` Parquet or `metrics` JSON)."""
+    ext = "parquet" if kind == "rows" else "json"
+    return lambda wc: [
+        f"{NIAH_RESULT.format(**wc)}/parts/{kind}_{i:05d}.{ext}"
+        for i in range(len(RUN.niah[wc.niah].row_ranges()))
+    ]
 
 
 def niah_provenance(wildcards):

@@ -1,6 +1,8 @@
 # Genomic-NIAH, the suite's long-context task (`niah:` in the config): each entry's cells (a
 # task at a context) are fetched from the Hub on the head node or built from a genome; a cell's
 # rows are cut into model jobs (rows_per_job), merged per cell into predictions and metrics.
+
+
 rule fetch_niah_cell:
     output:
         NIAH_CELL,
@@ -29,10 +31,26 @@ rule build_niah_cell:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        args=niah_build_args,
+        args=lambda wc: shlex.join(RUN.niah[wc.niah].build_args(wc.cell)),
     shell:
         "carbon-vep build-niah --reference {input.reference} {params.args}"
         " --out {output} > {log} 2>&1"
+
+
+rule record_niah_inputs:
+    input:
+        NIAH_CELL,
+    output:
+        NIAH_INPUTS,
+    log:
+        f"logs/{OUTDIR}/inputs/niah_{{niah}}.{{cell}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        pins=lambda wc, input: pins(input),
+    shell:
+        "carbon-vep record-inputs --file {input} --pins {params.pins} --out {output}"
+        " > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
 
 
 rule score_niah:
@@ -55,7 +73,7 @@ rule score_niah:
         runtime=niah_runtime,
     params:
         settings=niah_settings,
-        rows=niah_row_range,
+        rows=niah_rows,
         provenance=niah_provenance,
     shell:
         "export HF_HUB_OFFLINE=1; "
@@ -70,8 +88,10 @@ rule score_niah:
 rule merge_niah:
     input:
         cell=NIAH_CELL,
-        parts=niah_parts,
-        part_metrics=niah_part_metrics,
+        parts=niah_parts("rows"),
+        part_metrics=niah_parts("metrics"),
+        cell_inputs=NIAH_INPUTS,
+        model=model_files,
     output:
         predictions=f"{NIAH_RESULT}/predictions.parquet",
         metrics=f"{NIAH_RESULT}/metrics.json",
@@ -81,11 +101,14 @@ rule merge_niah:
         "../../envs/carbon-vep.yaml"
     params:
         settings=lambda wc: spec_json(RUN.niah[wc.niah].evaluation),
-        parameters=niah_parameters,
+        parameters=lambda wc: shlex.quote(
+            json.dumps(RUN.niah[wc.niah].parameters(wc.cell))
+        ),
         provenance=niah_provenance,
     shell:
         "carbon-vep merge-niah --cell {input.cell} --parts {input.parts}"
         " --settings {params.settings} --task {wildcards.niah}.{wildcards.cell}"
         " --model-key {wildcards.model} --parameters {params.parameters}"
-        " --provenance {params.provenance} --out {output.predictions}"
+        " --provenance {params.provenance} --provenance @{input.cell_inputs}"
+        " --provenance @{input.model} --out {output.predictions}"
         " --metrics {output.metrics} > {log} 2>&1"

@@ -78,7 +78,7 @@ def add_score_niah(sub) -> None:
 
 
 def score_niah(args: argparse.Namespace) -> None:
-    from carbon_vep.suite.niah_cells import niah_metrics, read_cell
+    from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell
 
     model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
     cell = read_cell(args.tasks_file, task=args.cell_task or args.task)[args.row_range]
@@ -97,7 +97,7 @@ def score_niah(args: argparse.Namespace) -> None:
     parameters = {"yarn_factor": settings.yarn_factor, "restricted_to_dna_block":
                   scorer.allowed is not None, "prefill_chunk": settings.prefill_chunk,
                   "attention": loaded.model.config._attn_implementation}  # fmt: skip
-    write_task_result(niah_metrics(rows, evaluation, parameters), args, ["gen_exact_match"])
+    write_task_result(niah_metrics(rows, evaluation, parameters), args, list(HEADLINE))
 
 
 def _yarn(settings: NiahSettings):
@@ -153,7 +153,7 @@ def merge_niah(args: argparse.Namespace) -> None:
 
     import polars as pl
 
-    from carbon_vep.suite.niah_cells import niah_metrics, read_cell
+    from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell
 
     (evaluation,) = from_args(args, EvaluationSettings)
     uids = read_cell(args.cell, task=args.cell_task or args.task)["uid"]
@@ -166,7 +166,7 @@ def merge_niah(args: argparse.Namespace) -> None:
     rows = uids.to_frame().join(rows, on="uid", how="left", maintain_order="left")
     atomic.write_parquet(rows, args.out)
     metrics = niah_metrics(rows, evaluation, json.loads(args.parameters))
-    write_task_result(metrics, args, ["gen_exact_match"])
+    write_task_result(metrics, args, list(HEADLINE))
 
 
 COMMANDS = (add_build_niah, add_score_niah, add_merge_niah)

@@ -1,6 +1,6 @@
 """What users read and the field's tools load: results-table, html-report, report (one
-dataset's Markdown), export-vcf, export-tabix, and doc-tables (the generated tables of the
-documentation)."""
+dataset's Markdown), export-vcf, export-tabix, export-tracks (genome-browser tracks of a scan)
+and doc-tables (the generated tables of the documentation)."""
 
 from __future__ import annotations
 
@@ -125,6 +125,27 @@ def export_tabix(args: argparse.Namespace) -> None:
     write_tabix_tsv(pl.read_parquet(args.scores), args.out, args.column, order)
 
 
+def add_export_tracks(sub) -> None:
+    p = sub.add_parser(
+        "export-tracks",
+        help="genome-browser tracks of a scan: bigWig per alternative base, PHRED, max and "
+        "surprise, a UCSC track hub and IGV sessions (docs/tracks.md)",
+    )
+    p.add_argument("--scan", required=True, help="a scan's output folder (scans/<scan>/<model>)")
+    p.add_argument("--out", required=True, help="the tracks folder (written)")
+    p.add_argument("--email", default=None, help="contact in the hub's hub.txt")
+    p.set_defaults(func=export_tracks)
+
+
+def export_tracks(args: argparse.Namespace) -> None:
+    from carbon_vep.report.tracks import HUB_EMAIL, export_tracks
+
+    summary = export_tracks(args.scan, args.out, args.email or HUB_EMAIL)
+    log.info("%s: %d tracks over %d bases (%s bytes of bigWig) in %.1f s", args.out,
+             len(summary["tracks"]), summary["bases"], f"{summary['bigwig_bytes']:,}",
+             summary["seconds"])  # fmt: skip
+
+
 def add_doc_tables(sub) -> None:
     p = sub.add_parser(
         "doc-tables",
@@ -165,6 +186,7 @@ def doc_tables(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
+    add_export_tracks,
     add_results_table,
     add_html_report,
     add_report,

@@ -74,6 +74,12 @@ class ScanConfig:
         "(chr1 = 1 = NC_000001.11)",
     )
     models: tuple[str, ...] | None = setting(None, help="model keys to scan with (default all)")
+    tracks: bool = setting(
+        False,
+        help="also write genome-browser tracks of the scan (bigWig per alternative base, "
+        "PHRED, max, surprise; a UCSC track hub and IGV sessions: docs/tracks.md) into "
+        "scans/<scan>/<model>/tracks/",
+    )
     tiles: TileSettings = group(TileSettings)
     chunks: ScanChunkSettings = group(ScanChunkSettings)
     calibration: CalibrationSettings = group(CalibrationSettings)
@@ -156,6 +162,21 @@ class NiahConfig:
             for task in self.tasks
             for ctx in self.contexts
         ]
+
+    def cell(self, name: str) -> NiahCell:
+        return next(c for c in self.cells() if c.name == name)
+
+    def build_args(self, name: str) -> list[str]:
+        """build-niah's options for a cell of a `source: build` entry (but the reference)."""
+        cell = self.cell(name)
+        return ["--task", cell.task, "--ctx", str(cell.ctx), "--rows", str(self.rows),
+                "--seed", str(self.seed)]  # fmt: skip
+
+    def parameters(self, name: str) -> dict[str, Any]:
+        """What a cell's metrics record about how it was scored."""
+        cell = self.cell(name)
+        items = {"task": cell.task, "context_tokens": cell.ctx, "source": self.source}
+        return items | dataclasses.asdict(self.niah)
 
     def row_ranges(self) -> list[tuple[int, int]]:
         """[start, end) of each job's rows."""

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from carbon_vep.config.stages import ModelSettings
-from carbon_vep.errors import InputError
+from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.model.tokens import DnaVocab, dna_vocab
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -155,7 +155,10 @@ def load_model(
     model.to(device).eval()
     if spec.upcast_output_layer:
         upcast_output_layer(model)
-    vocab = dna_vocab(tokenizer)
+    try:
+        vocab = dna_vocab(tokenizer)
+    except TokenizerMismatchError as err:  # name the model: it is not a 6-mer DNA model
+        raise TokenizerMismatchError(f"{spec.path}: not a 6-mer DNA tokenizer: {err}") from err
     if model.get_output_embeddings().weight.shape[0] < int(vocab.kmer_ids.max()) + 1:
         raise RuntimeError(f"{spec.path}: output layer smaller than the tokenizer's k-mer ids")
     return LoadedModel(model=model, tokenizer=tokenizer, vocab=vocab, device=device, settings=spec)

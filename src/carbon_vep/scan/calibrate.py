@@ -289,6 +289,10 @@ class Calibration:
     def decimals(self) -> int:
         return int(self.meta["decimals"])
 
+    def phred(self, keys: np.ndarray) -> np.ndarray:
+        """The PHRED of scores given as keys (snvs.score_key), as the TSV prints it."""
+        return np.round(self.raw.phred(keys), PHRED_DECIMALS)
+
     def annotate(self, snvs: pl.DataFrame) -> pl.DataFrame:
         """`snvs` (with `cell` and `key` columns) with phred and calibrated_phred (to
         PHRED_DECIMALS) and calibrated (at the printed precision)."""
@@ -298,7 +302,7 @@ class Calibration:
             calibrated_keys(pl.col("key"), pl.col("mean_key")).alias("_ckey")
         )
         keys, ckeys = frame["key"].to_numpy(), frame["_ckey"].to_numpy()
-        phred = np.round(self.raw.phred(keys), PHRED_DECIMALS)
+        phred = self.phred(keys)
         calibrated_phred = np.round(self.calibrated.phred(ckeys), PHRED_DECIMALS)
         return frame.with_columns(
             pl.Series("phred", phred, dtype=pl.Float32),

@@ -1,0 +1,163 @@
+"""Benchmark: genome-browser tracks of a scan (export-tracks) on CPU, streamed against whole.
+
+A synthetic scan (random genome, Dirichlet(1) log-marginals written by the scan's own writer,
+scripts/synthetic_scan.py) with its calibration (counted and built by the calibration's own
+code), at two sizes; for each, in a fresh process that reports its peak RSS:
+
+1. ours: `report.tracks.export_tracks`: one Parquet row group (2^20 bases) at a time, 11 bigWigs;
+2. whole: the straightforward approach: every base of the scan in memory at once, the same
+   values computed in one go and written with the same writer (its memory grows with the genome).
+
+It checks that both give the same values (every track, a sample of positions), and prints
+bases/s/core, peak RSS at both sizes, bytes a base of the bigWigs against the scan's Parquet,
+and the arithmetic for hg38 (2.9e9 scored bases): one job (a bigWig is written by one process;
+the 11 tracks could go to 11 processes, one track each, reading the scan 11 times).
+
+Usage: python scripts/bench_tracks.py [--bases 1000000 4000000] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+HG38_BASES = 2.9e9
+STEP = """
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from bench_tracks import STEPS
+began = time.monotonic()
+extra = STEPS[sys.argv[2]](sys.argv[3])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"s": time.monotonic() - began, "peak_rss_mb": peak / 1024, **extra}))
+"""
+
+
+def step_ours(folder: str) -> dict:
+    from carbon_vep.report.tracks import export_tracks
+
+    return {"bases": export_tracks(Path(folder) / "scan", Path(folder) / "ours")["bases"]}
+
+
+def step_whole(folder: str) -> dict:
+    """All bases at once: the reference approach (same values, same writer)."""
+    import polars as pl
+    import pyBigWig
+
+    from carbon_vep.report.tracks import base_values, chrom_sizes, track_set
+    from carbon_vep.scan.calibrate import Calibration
+    from carbon_vep.scan.outputs import read_scan
+
+    scan = Path(folder) / "scan"
+    record = read_scan(scan)
+    bases = pl.read_parquet(scan / "positions")
+    values = base_values(bases, Calibration.read(scan / "calibration"))
+    out = Path(folder) / "whole"
+    out.mkdir(exist_ok=True)
+    pos = bases["pos"].to_numpy() - 1
+    for track in track_set(True):
+        writer = pyBigWig.open(str(out / f"{track.name}.bw"), "w")
+        writer.addHeader(chrom_sizes(record), maxZooms=10)
+        keep = ~np.isnan(values[track.name])
+        writer.addEntries(["chrS"] * int(keep.sum()), pos[keep], ends=pos[keep] + 1,
+                          values=values[track.name][keep].astype(np.float64))  # fmt: skip
+        writer.close()
+    return {"bases": bases.height}
+
+
+STEPS = {"ours": step_ours, "whole": step_whole}
+
+
+def make_scan(folder: Path, bases: int) -> None:
+    """A scan folder as the workflow leaves it: positions/, calibration/, scan.json."""
+    import shutil
+
+    from bench_calibrate import make_scan as make_positions
+    from bench_calibrate import step_calibrate, step_count
+
+    make_positions(folder, bases)
+    step_count(str(folder))
+    step_calibrate(str(folder))
+    scan = folder / "scan"
+    (scan / "positions").mkdir(parents=True)
+    shutil.move(folder / "positions.parquet", scan / "positions" / "chrS.parquet")
+    shutil.move(folder / "calibration", scan / "calibration")
+    record = {"layout": 2, "build": "synthetic", "scan": "bench", "model": "synthetic",
+              "reference": str(folder / "genome.fa"), "group_bp": 10_000_000,
+              "files": [{"name": "chrS", "contigs": ["chrS"]}],
+              "contigs": {"chrS": {"file": "chrS", "length": bases,
+                                   "scored_bp": bases}}}  # fmt: skip
+    (scan / "scan.json").write_text(json.dumps(record))
+
+
+def run_step(name: str, folder: Path) -> dict:
+    done = subprocess.run([sys.executable, "-c", STEP, str(Path(__file__).parent), name,
+                           str(folder)], check=True, capture_output=True, text=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def same_values(folder: Path, bases: int) -> None:
+    import pyBigWig
+
+    rng = np.random.default_rng(0)
+    for path in sorted((folder / "ours").glob("*.bw")):
+        ours, whole = pyBigWig.open(str(path)), pyBigWig.open(str(folder / "whole" / path.name))
+        for start in rng.integers(0, bases - 1000, 20):
+            a = np.array(ours.values("chrS", int(start), int(start) + 1000))
+            b = np.array(whole.values("chrS", int(start), int(start) + 1000))
+            np.testing.assert_array_equal(a, b, err_msg=path.name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bases", type=int, nargs=2, default=[1_000_000, 4_000_000])
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for bases in args.bases:
+            folder = Path(tmp) / str(bases)
+            make_scan(folder, bases)
+            ours, whole = run_step("ours", folder), run_step("whole", folder)
+            same_values(folder, bases)
+            parquet = (folder / "scan/positions/chrS.parquet").stat().st_size
+            bigwig = sum(p.stat().st_size for p in (folder / "ours").glob("*.bw"))
+            rows.append({"bases": bases, "ours_s": round(ours["s"], 2),
+                         "whole_s": round(whole["s"], 2),
+                         "ours_peak_rss_mb": round(ours["peak_rss_mb"]),
+                         "whole_peak_rss_mb": round(whole["peak_rss_mb"]),
+                         "bases_per_s": round(bases / ours["s"]),
+                         "bigwig_bytes_per_base": round(bigwig / bases, 2),
+                         "parquet_bytes_per_base": round(parquet / bases, 2)})  # fmt: skip
+    print(
+        "| bases | ours s | whole s | bases/s (1 core) | peak RSS MB ours / whole | "
+        "bigWig B/base | Parquet B/base |\n|---|---|---|---|---|---|---|"
+    )
+    for r in rows:
+        print(f"| {r['bases']:,} | {r['ours_s']} | {r['whole_s']} | {r['bases_per_s']:,} | "
+              f"{r['ours_peak_rss_mb']:,} / {r['whole_peak_rss_mb']:,} | "
+              f"{r['bigwig_bytes_per_base']} | {r['parquet_bytes_per_base']} |")  # fmt: skip
+    small, large = rows[0], rows[-1]
+    growth = large["bases"] / small["bases"]
+    ratio = {k: large[f"{k}_peak_rss_mb"] / small[f"{k}_peak_rss_mb"] for k in ("ours", "whole")}
+    print(f"peak RSS for x{growth:g} bases: ours x{ratio['ours']:.2f}, whole x{ratio['whole']:.2f}")
+    hours = HG38_BASES / large["bases_per_s"] / 3600
+    gigabytes = HG38_BASES * large["bigwig_bytes_per_base"] / 1e9
+    print(
+        f"hg38 ({HG38_BASES:.1e} bases), one job: {hours:.2f} h, bigWigs ~{gigabytes:.0f} GB "
+        "(arithmetic from the measured rate and size)"
+    )
+    if args.json:
+        result = {"sizes": rows, "hg38_hours_one_job": hours, "hg38_bigwig_gb": gigabytes}
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Genome-browser tracks from a scan, read back by two independent bigWig readers (pyBigWig, on
+libBigWig, and pybbi, on UCSC's own code) and compared with the scan's Parquet and tabix TSV at
+every scored base: contig ends, a gap of Ns and the first base after it, soft-masked bases, a
+contig with `*` and one with `|` in its name; gaps carry no value; the hub's files pass a schema
+check; the IGV session and igv.js configuration name every track."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pysam
+import pytest
+import yaml
+from support.cluster import run_snakemake
+from support.files import random_dna, write_fasta
+
+from carbon_vep.scan.plan import acgt_runs
+
+pytestmark = pytest.mark.workflow
+SCAN = "results/scans/browse/demo"
+TRACKS = f"{SCAN}/tracks"
+BASES = "ACGT"
+
+
+def _genome() -> dict[str, str]:
+    chr_a = random_dna(2400, 21)
+    chr_a = chr_a[:700] + chr_a[700:900].lower() + chr_a[900:1500] + "N" * 37 + chr_a[1537:]
+    return {
+        "chrA": chr_a,  # soft-masked 701-900, N gap 1501-1537
+        "HLA-A*01:01:01:01": random_dna(900, 22),
+        "tig00000001|arrow": random_dna(700, 23),
+        "chrUn_allN": "N" * 90,  # nothing to score: in no track
+    }
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, demo_model_dir) -> Path:
+    workdir = tmp_path_factory.mktemp("tracks")
+    fasta = write_fasta(workdir / "genome.fa", _genome())
+    config = {
+        "outdir": "results",
+        "models": {"demo": {"path": str(demo_model_dir), "trust_remote_code": True,
+                            "dtype": "float32", "device": "cpu", "batch_size": 4}},
+        "scans": {"browse": {"reference": str(fasta), "build": "hg38", "regions": "all",
+                             "tile_bp": 600, "min_context": 240, "tsv_decimals": 6,
+                             "tracks": True}},
+    }  # fmt: skip
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    result = run_snakemake(workdir, workdir / "config.yaml", "--cores", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def _expected(run: Path) -> pl.DataFrame:
+    """Per scored base: the four scores and surprise from the Parquet, the PHRED from the TSV."""
+    bases = pl.read_parquet(run / SCAN / "positions")
+    lp = {b: pl.col(f"log_fns_{b}").cast(pl.Float32) for b in BASES}
+    lp_ref = pl.coalesce([pl.when(pl.col("ref") == b).then(lp[b]) for b in BASES])
+    scores = [(lp_ref - lp[b]).alias(f"score_{b}") for b in BASES]
+    frame = bases.select("chrom", "pos", "ref", *scores, (-lp_ref).alias("surprise"))
+    tsv = pl.concat(
+        pl.read_csv(path, separator="\t", comment_prefix="##", schema_overrides={"#chrom": pl.Utf8})
+        for path in sorted((run / SCAN / "snvs").glob("*.tsv.gz"))
+    ).rename({"#chrom": "chrom"})
+    phred = tsv.pivot(on="alt", index=["chrom", "pos"], values="phred")
+    phred = phred.rename({b: f"phred_{b}" for b in BASES if b in phred.columns})
+    return frame.join(phred, on=["chrom", "pos"], how="left")
+
+
+def _readers(path: Path):
+    import bbi
+    import pyBigWig
+
+    return pyBigWig.open(str(path)), bbi
+
+
+def _values(path: Path, chrom: str, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The whole contig's values from both readers (NaN = no value)."""
+    bw, bbi = _readers(path)
+    first = np.array(bw.values(chrom, 0, length), dtype=np.float64)
+    second = bbi.fetch(str(path), chrom, 0, length, bins=length, missing=np.nan)
+    bw.close()
+    return first, np.asarray(second, dtype=np.float64)
+
+
+def test_every_track_equals_the_scan_at_every_scored_base(run):
+    expected = _expected(run)
+    genome = _genome()
+    scored = {c: part for (c,), part in expected.partition_by("chrom", as_dict=True).items()}
+    assert set(scored) == {"chrA", "HLA-A*01:01:01:01", "tig00000001|arrow"}
+    for track in [*(f"score_{b}" for b in BASES), *(f"phred_{b}" for b in BASES), "surprise",
+                  "max_score", "max_phred"]:  # fmt: skip
+        path = run / TRACKS / f"{track}.bw"
+        for chrom, part in scored.items():
+            length = len(genome[chrom])
+            got_a, got_b = _values(path, chrom, length)
+            np.testing.assert_array_equal(np.isnan(got_a), np.isnan(got_b))
+            np.testing.assert_allclose(got_a, got_b, rtol=0, atol=0, equal_nan=True)
+            want = np.full(length, np.nan)
+            pos = part["pos"].to_numpy()
+            if track.startswith("max_"):
+                kind = track.removeprefix("max_")
+                values = part.select(pl.max_horizontal(f"{kind}_{b}" for b in BASES)).to_series()
+            else:
+                values = part[track]
+            want[pos - 1] = values.to_numpy().astype(np.float32)
+            if track.startswith(("score_", "phred_")):  # no value where alt == ref
+                want[pos - 1][part["ref"].to_numpy() == track[-1]] = np.nan
+            np.testing.assert_array_equal(np.isnan(got_a), np.isnan(want), err_msg=track)
+            atol = 0.051 if "phred" in track else 0.0  # the TSV prints PHRED to 1 decimal
+            np.testing.assert_allclose(got_a, want, rtol=0, atol=atol, equal_nan=True,
+                                       err_msg=f"{track} {chrom}")  # fmt: skip
+
+
+def test_gaps_and_unscored_bases_have_no_value_never_zero(run):
+    genome = _genome()
+    runs = acgt_runs(genome["chrA"])
+    gap_start, gap_end = runs[0][1], runs[1][0]  # the N gap, 0-based half-open
+    assert genome["chrA"][gap_start:gap_end] == "N" * 37
+    surprise, _ = _values(run / TRACKS / "surprise.bw", "chrA", len(genome["chrA"]))
+    assert np.isnan(surprise[gap_start:gap_end]).all()
+    assert not np.isnan(surprise[gap_end])  # the first base after the gap
+    assert not np.isnan(surprise[-1])  # the contig's last base
+    assert not np.isnan(surprise[750])  # a soft-masked base is scored
+    bw, _ = _readers(run / TRACKS / "surprise.bw")
+    assert bw.chroms() == {"chrA": 2400, "HLA-A*01:01:01:01": 900, "tig00000001|arrow": 700}
+    assert bw.intervals("chrA", gap_start, gap_end) in (None, ())
+
+
+def test_chromosome_sizes_come_from_the_reference_index(run):
+    fai = pysam.FastaFile(str(run / "genome.fa"))
+    bw, _ = _readers(run / TRACKS / "score_A.bw")
+    assert bw.chroms() == {c: fai.get_reference_length(c) for c in bw.chroms()}
+    assert list(bw.chroms()) == [c for c in fai.references if c in bw.chroms()]
+
+
+def _stanzas(text: str) -> list[dict[str, str]]:
+    return [dict(line.split(" ", 1) for line in block.splitlines() if line.strip())
+            for block in text.strip().split("\n\n")]  # fmt: skip
+
+
+def test_the_hub_passes_a_schema_check(run):
+    folder = run / TRACKS
+    hub = dict(line.split(" ", 1) for line in (folder / "hub.txt").read_text().splitlines())
+    assert set(hub) >= {"hub", "shortLabel", "longLabel", "genomesFile", "email"}
+    genomes = dict(line.split(" ", 1) for line in (folder / hub["genomesFile"]).read_text()
+                   .splitlines())  # fmt: skip
+    assert genomes["genome"] == "hg38" and (folder / genomes["trackDb"]).is_file()
+    stanzas = _stanzas((folder / genomes["trackDb"]).read_text())
+    names = {s["track"] for s in stanzas}
+    assert len(names) == len(stanzas)  # unique track names
+    for stanza in stanzas:
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", stanza["track"]), stanza["track"]
+        assert len(stanza["shortLabel"]) <= 17 and stanza["type"] == "bigWig"
+        if "parent" in stanza:
+            assert stanza["parent"].split()[0] in names
+            assert "compositeTrack" in next(s for s in stanzas if s["track"] ==
+                                            stanza["parent"].split()[0])  # fmt: skip
+        if "compositeTrack" not in stanza:
+            assert (folder / stanza["bigDataUrl"]).is_file()
+            low, high = map(float, stanza["viewLimits"].split(":"))
+            assert low < high and re.fullmatch(r"\d+,\d+,\d+", stanza["color"])
+    leaves = [s for s in stanzas if "bigDataUrl" in s]
+    assert len(leaves) == 11  # 4 scores, 4 PHRED, 2 maxima, surprise
+
+
+def test_igv_session_and_igv_js_name_every_track(run):
+    folder = run / TRACKS
+    session = ET.parse(folder / "igv_session.xml").getroot()
+    assert session.get("genome") == str(run / "genome.fa")
+    paths = [r.get("path") for r in session.iter("Resource")]
+    assert all((folder / p).is_file() for p in paths) and len(paths) == 11
+    config = json.loads((folder / "igv.json").read_text())
+    assert config["reference"]["indexURL"] == f"{run / 'genome.fa'}.fai"
+    assert sorted(t["url"] for t in config["tracks"]) == sorted(paths)
