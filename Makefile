@@ -1,6 +1,6 @@
 # Two commands for a fresh machine: `make demo` (the demo on 2 CPU cores) and `make test` (lint,
 # then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest,
-# bench-scan, bench-contigs, bench-calibrate and bench-niah), gpu-check, scan-lambda and lint;
+# bench-scan, bench-contigs, bench-calibrate, bench-niah, bench-tracks), gpu-check, scan-lambda, lint;
 # clean removes the outputs and the demo model (README.md).
 VENV ?= .venv
 PYTHON ?= python3
@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate bench-niah gpu-check scan-lambda clean
+.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,8 @@ demo: setup
 		echo "  $$(dirname $$d)/ scores.parquet (one row per input variant), metrics.json, report.md"; \
 	done
 	@echo "  results/scans/*/*/: positions/*.parquet, snvs/*.tsv.gz (tabix: score, PHRED), calibration/, scan.json, summary.md"
+	@echo "  results/scans/*/*/tracks/: bigWig tracks, a UCSC track hub (hub.txt), IGV sessions (docs/tracks.md)"
+	@echo "  results/suite/niah/*/*/*/: Genomic-NIAH cells (predictions.parquet, metrics.json)"
 	@echo "  results/results_table.md: the suite table (tasks x models)"
 	@echo "  results/report.html: the self-contained HTML report"
 	@echo "Read one: cat results/demo_centered/demo/report.md"
@@ -45,7 +47,7 @@ lint: setup
 	$(BIN)/snakemake --lint
 	$(BIN)/lint-imports --no-cache
 
-bench: setup bench-ingest bench-scan bench-contigs bench-calibrate bench-niah
+bench: setup bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks
 	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json
 
 # check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
@@ -77,6 +79,11 @@ bench-calibrate: setup
 # (a small Carbon-shaped model, 4,096-token rows): same outputs, wall time, peak RSS
 bench-niah: setup
 	mkdir -p results && $(BIN)/python scripts/bench_niah.py --json results/bench_niah.json
+
+# a scan's genome-browser tracks at two sizes, streamed against all in memory: bases/s, peak
+# memory, bytes a base (docs/tracks.md)
+bench-tracks: setup
+	mkdir -p results && $(BIN)/python scripts/bench_tracks.py --json results/bench_tracks.json
 
 # 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
 # the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)

@@ -105,12 +105,13 @@ def test_every_track_equals_the_scan_at_every_scored_base(run):
             pos = part["pos"].to_numpy()
             if track.startswith("max_"):
                 kind = track.removeprefix("max_")
-                values = part.select(pl.max_horizontal(f"{kind}_{b}" for b in BASES)).to_series()
+                alts = [pl.when(pl.col("ref") != b).then(pl.col(f"{kind}_{b}")) for b in BASES]
+                values = part.select(pl.max_horizontal(alts)).to_series()
             else:
                 values = part[track]
             want[pos - 1] = values.to_numpy().astype(np.float32)
             if track.startswith(("score_", "phred_")):  # no value where alt == ref
-                want[pos - 1][part["ref"].to_numpy() == track[-1]] = np.nan
+                want[(pos - 1)[part["ref"].to_numpy() == track[-1]]] = np.nan
             np.testing.assert_array_equal(np.isnan(got_a), np.isnan(want), err_msg=track)
             atol = 0.051 if "phred" in track else 0.0  # the TSV prints PHRED to 1 decimal
             np.testing.assert_allclose(got_a, want, rtol=0, atol=atol, equal_nan=True,
@@ -128,6 +129,7 @@ def test_gaps_and_unscored_bases_have_no_value_never_zero(run):
     assert not np.isnan(surprise[-1])  # the contig's last base
     assert not np.isnan(surprise[750])  # a soft-masked base is scored
     bw, _ = _readers(run / TRACKS / "surprise.bw")
+    # the scored contigs at their full length; the all-N contig has no data, so no entry
     assert bw.chroms() == {"chrA": 2400, "HLA-A*01:01:01:01": 900, "tig00000001|arrow": 700}
     assert bw.intervals("chrA", gap_start, gap_end) in (None, ())
 
@@ -178,3 +180,14 @@ def test_igv_session_and_igv_js_name_every_track(run):
     config = json.loads((folder / "igv.json").read_text())
     assert config["reference"]["indexURL"] == f"{run / 'genome.fa'}.fai"
     assert sorted(t["url"] for t in config["tracks"]) == sorted(paths)
+
+
+def test_runs_of_one_value_become_one_bedgraph_entry():
+    from carbon_vep.report.tracks import runs
+
+    pos = np.array([1, 2, 3, 5, 6, 7])  # 1-based; base 4 has no value
+    values = np.array([1.0, 1.0, 2.0, 2.0, 2.0, 3.0])
+    starts, ends, kept = runs(pos, values)
+    assert starts.tolist() == [0, 2, 4, 6]  # 0-based half-open, as a bigWig stores them
+    assert ends.tolist() == [2, 3, 6, 7]
+    assert kept.tolist() == [1.0, 2.0, 2.0, 3.0]  # a gap splits a run of one value

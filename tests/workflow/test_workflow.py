@@ -350,3 +350,62 @@ def test_every_result_records_its_inputs_hashes(demo_run):
         for name in ("model.safetensors", "tokenization_hybrid_dna.py", "config.json"):
             assert hashes[f"{model}/{name}"] == sha(model / name)
         assert metrics["provenance"]["model_commit"] is None  # a local directory
+
+
+# ---- the run's HTML report in a real browser ---------------------------------------------
+def test_the_report_works_in_a_browser_offline(demo_run):
+    """results/report.html of the CI config in headless Chromium from file:// with every
+    network request refused: it loads with no console error and no request leaving the file,
+    every figure decodes to a non-empty image, every in-page link lands on an element, every
+    table has its header, sorting a column orders its rows, metrics carry their definitions, the
+    print stylesheet hides the contents bar. A full-page screenshot goes to
+    results/report_screenshot.png (a CI artifact)."""
+    from support.browser import CHROMIUM_FLAGS, chromium_path, sync_playwright
+
+    executable = chromium_path()
+    report = demo_run / "results/report.html"
+    shot = ROOT / "results/report_screenshot.png"
+    shot.parent.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+        requests, errors = [], []
+        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
+            "file://") else (requests.append(route.request.url), route.abort()))  # fmt: skip
+        page = context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(report.as_uri(), wait_until="load")
+        images = page.evaluate("Array.from(document.images).map(i => "
+                               "[i.alt, i.complete, i.naturalWidth, i.naturalHeight])")  # fmt: skip
+        links = page.evaluate("Array.from(document.querySelectorAll('a[href^=\"#\"]')).map(a => "
+                              "[a.getAttribute('href'), !!document.getElementById("
+                              "decodeURIComponent(a.getAttribute('href').slice(1)))])")  # fmt: skip
+        tables = page.evaluate("Array.from(document.tables || document.querySelectorAll('table'))"
+                               ".map(t => t.querySelectorAll('thead th').length)")  # fmt: skip
+        hints = page.evaluate("Array.from(document.querySelectorAll('#results ~ table abbr'))"
+                              ".map(a => [a.textContent, a.title])")  # fmt: skip
+        sorted_values = _sort_column(page)
+        page.screenshot(path=str(shot), full_page=True)
+        page.emulate_media(media="print")
+        nav_printed = page.evaluate("getComputedStyle(document.querySelector('nav')).display")
+        browser.close()
+    assert not errors, errors
+    assert not requests, requests  # everything is inline: no script, style or image fetched
+    assert len(images) >= 10 and all(ok and w > 50 and h > 50 for _, ok, w, h in images), images
+    assert len(links) >= 8 and all(found for _, found in links), links
+    assert tables and all(n > 0 for n in tables)
+    assert {"auroc", "gen_exact_match", "ll_correct"} <= {text for text, _ in hints}
+    assert all(title for _, title in hints)
+    assert sorted_values == sorted(sorted_values, reverse=True)
+    assert nav_printed == "none"
+    assert shot.stat().st_size > 50_000
+
+
+def _sort_column(page) -> list[float]:
+    """Click the results table's model column twice (ascending, then descending): its numbers."""
+    header = page.locator("h2#results ~ table").first.locator("th").nth(2)
+    header.click()
+    header.click()
+    texts = page.locator("h2#results ~ table").first.locator("tbody tr td:nth-child(3)")
+    return [float(t.split()[0]) for t in texts.all_text_contents() if t != "—"]

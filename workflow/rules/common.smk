@@ -16,6 +16,7 @@ from carbon_vep.config.workflow import (
     profile_gpu_class,
 )
 from carbon_vep.config.fields import INTERFACE_VARIABLE, spec_json
+from carbon_vep.report.track_list import track_set
 
 # The schema is generated from carbon_vep.config.schema (`carbon-vep config-schema`); RunConfig is the
 # same config typed, every default filled in, builds and model keys checked.
@@ -46,6 +47,9 @@ HUB_MODELS = {
 HUB_MODEL_RECORD = f"{OUTDIR}/hub/{{model}}.json"
 # a scan's calibration, written by calibrate_scan: the rank scales and context means of its SNVs
 SCAN_CALIBRATION = f"{OUTDIR}/scans/{{scan}}/{{model}}/calibration"
+# a scan's genome-browser tracks (`tracks: true`): the bigWigs every calibrated scan gets
+SCAN_TRACKS = f"{OUTDIR}/scans/{{scan}}/{{model}}/tracks"
+TRACK_NAMES = [track.name for track in track_set(calibrated=True)]
 # the sha256 of every input (record_*_inputs; checked against the config's `sha256:` pins),
 # merged into the provenance of each result
 DATASET_INPUTS = f"{OUTDIR}/inputs/dataset_{{dataset}}.json"
@@ -72,6 +76,7 @@ wildcard_constraints:
     scan="|".join(RUN.scans) or "^$",
     chunk=r"\d{5}",
     part=r"\d{5}",
+    track="|".join(track.name for track in track_set(calibrated=True)),
     niah="|".join(RUN.niah) or "^$",
     cell=r"niah_[A-Za-z0-9_]+",
     # an output file of a scan: contig names encoded (@XX), `+N` for shared files
@@ -114,12 +119,19 @@ def gate_outputs():
 def scan_outputs():
     """The summary of every scan and model; it needs the per-contig Parquet dataset and tabix
     TSVs, which need every chunk of the scan's plan."""
-    return [
+    summaries = [
         f"{OUTDIR}/scans/{scan}/{model}/summary.{ext}"
         for scan in RUN.scans
         for model in scan_models(scan)
         for ext in ("json", "md")
     ]
+    tracks = [
+        os.path.join(SCAN_TRACKS.format(scan=scan, model=model), "tracks.json")
+        for scan, entry in RUN.scans.items()
+        if entry.tracks
+        for model in scan_models(scan)
+    ]
+    return summaries + tracks
 
 
 def vcf_exports():

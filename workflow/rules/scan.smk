@@ -159,6 +159,46 @@ rule summarize_scan:
         " --out-record {output.record} > {log} 2>&1"
 
 
+# Genome-browser tracks of a scan (`tracks: true`; docs/tracks.md): one job a bigWig (per
+# alternative base, PHRED, max, surprise), then the UCSC track hub and IGV sessions beside them.
+rule export_track:
+    input:
+        summary=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
+    output:
+        f"{SCAN_TRACKS}/{{track}}.bw",
+    log:
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/export_track_{{track}}.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        scan=lambda wc, input: os.path.dirname(input.summary),
+        out=lambda wc, output: os.path.dirname(output[0]),
+    shell:
+        "carbon-vep export-tracks --scan {params.scan} --out {params.out}"
+        " --track {wildcards.track} > {log} 2>&1"
+
+
+rule write_track_hub:
+    input:
+        summary=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
+        tracks=expand(
+            f"{SCAN_TRACKS}/{{track}}.bw", track=TRACK_NAMES, allow_missing=True
+        ),
+    output:
+        hub=f"{SCAN_TRACKS}/hub.txt",
+        summary=f"{SCAN_TRACKS}/tracks.json",
+    log:
+        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/write_track_hub.log",
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        scan=lambda wc, input: os.path.dirname(input.summary),
+        out=lambda wc, output: os.path.dirname(output.hub),
+    shell:
+        "carbon-vep export-tracks --scan {params.scan} --out {params.out} --hub-only"
+        " > {log} 2>&1"
+
+
 # A dataset with recipe from_scan: its panel looked up in the scan's outputs, no model (the
 # scan's build is the dataset's: RunConfig checks it)
 rule annotate_from_scan:

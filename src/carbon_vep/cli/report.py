@@ -133,17 +133,24 @@ def add_export_tracks(sub) -> None:
     )
     p.add_argument("--scan", required=True, help="a scan's output folder (scans/<scan>/<model>)")
     p.add_argument("--out", required=True, help="the tracks folder (written)")
+    p.add_argument("--track", action="append", default=None,
+                   help="write only this track's bigWig (repeatable; no hub)")  # fmt: skip
+    p.add_argument("--hub-only", action="store_true",
+                   help="only the hub and IGV files, beside bigWigs already written")  # fmt: skip
     p.add_argument("--email", default=None, help="contact in the hub's hub.txt")
     p.set_defaults(func=export_tracks)
 
 
 def export_tracks(args: argparse.Namespace) -> None:
-    from carbon_vep.report.tracks import HUB_EMAIL, export_tracks
+    from carbon_vep.report.tracks import HUB_EMAIL, export_tracks, write_hub
 
-    summary = export_tracks(args.scan, args.out, args.email or HUB_EMAIL)
-    log.info("%s: %d tracks over %d bases (%s bytes of bigWig) in %.1f s", args.out,
-             len(summary["tracks"]), summary["bases"], f"{summary['bigwig_bytes']:,}",
-             summary["seconds"])  # fmt: skip
+    if not args.hub_only:
+        written = export_tracks(args.scan, args.out, args.track)
+        log.info("%s: %s", args.out, ", ".join(f"{name}.bw" for name in written))
+    if args.hub_only or args.track is None:
+        summary = write_hub(args.scan, args.out, args.email or HUB_EMAIL)
+        log.info("%s: hub.txt, igv_session.xml, igv.json for %d tracks (%s bytes of bigWig)",
+                 args.out, len(summary["tracks"]), f"{summary['bigwig_bytes']:,}")  # fmt: skip
 
 
 def add_doc_tables(sub) -> None:

@@ -25,6 +25,8 @@ from carbon_vep.report.markdown import _fmt, _with_interval, ordered_metrics
 from carbon_vep.report.niah import niah_section
 from carbon_vep.report.page import (
     CSS,
+    SORT_SCRIPT,
+    Hint,
     TaskResult,
     block,
     by_task,
@@ -48,7 +50,9 @@ def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
         columns.append((r.model, r.metrics))
         if r.metrics.get(CALIBRATED_SCORE):
             columns.append((f"{r.model}, calibrated", r.metrics[CALIBRATED_SCORE]))
-    rows = [[n, *(_with_interval(m, n, 3) for _, m in columns)] for n in names]
+    defined = {k: v for r in results for k, v in r.metrics.get("definitions", {}).items()}
+    rows = [[Hint(n, defined.get(n, "")), *(_with_interval(m, n, 3) for _, m in columns)]
+            for n in names]  # fmt: skip
     return html_table(["metric (95% bootstrap interval)", *(name for name, _ in columns)], rows)
 
 
@@ -71,7 +75,10 @@ def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame | None) -
             ci = m.get("confidence_intervals", {}).get(record["metric"])
             text = f"{100 * value:.2f}"
             cells.append(text + (f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""))
-        rows.append([record["task"], record["metric"], *cells])
+        defined = next((lookup[(record["task"], m)].get("definitions", {})
+                        for m in models if (record["task"], m) in lookup), {})  # fmt: skip
+        rows.append([record["task"], Hint(record["metric"], defined.get(record["metric"], "")),
+                     *cells])  # fmt: skip
     warnings = [f"{r.task} / {r.model}: {w}" for r in run for w in r.metrics.get("warnings", [])]
     return (
         "<h2 id='results'>Results</h2>"
@@ -304,13 +311,16 @@ def _provenance_section(run: Sequence[TaskResult]) -> str:
     rows = [[m, *(p.get(k, "n/a") for k in keys)] for m, p in models.items()]
     versions = [[k, v] for k, v in package_versions().items()]
     return (
-        "<h2 id='provenance'>Provenance</h2>"
+        "<footer><h2 id='provenance'>Provenance</h2>"
+        "<p class='sub'>What made these numbers: each model as loaded (id or path, revision, "
+        "dtype), the hash of the run's config, and the versions of the packages.</p>"
         + html_table(
             ["model key", "model id / path", "revision", "dtype", "config sha256"],
             rows,
             numeric_from=99,
         )
         + html_table(["package", "version"], versions, numeric_from=99)
+        + "</footer>"
     )
 
 
@@ -393,7 +403,11 @@ def render_html(
     models = ", ".join(colours)
     return (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{esc(title)}</title>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1>"
-        f"<p class='sub'>Models: {esc(models)}. Scores are oriented larger = more damaging.</p>"
-        f"<nav>{''.join(nav)}</nav>{''.join(body)}</body></html>\n"
+        f"<p class='sub'>Models: {esc(models)}. Scores are oriented larger = more damaging. "
+        "Click a column's header to sort a table; hover over (or tap) an underlined metric for "
+        "its definition.</p>"
+        f"<nav aria-label='contents'>{''.join(nav)}</nav>{''.join(body)}"
+        f"<script>{SORT_SCRIPT}</script></body></html>\n"
     )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
@@ -61,18 +62,57 @@ def esc(value: object) -> str:
     return html.escape(str(value))
 
 
-def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric_from: int = 1):
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="num">{esc(c)}</td>' if i >= numeric_from else f"<td>{esc(c)}</td>"
-            for i, c in enumerate(row)
+class Hint(NamedTuple):
+    """A table cell with its definition one hover (or, on a touch screen, one tap) away."""
+
+    text: str
+    title: str
+
+
+def _cell(value: object, numeric: bool) -> str:
+    css = ' class="num"' if numeric else ""
+    if isinstance(value, Hint) and value.title:
+        return (
+            f'<td{css}><abbr title="{esc(value.title)}" tabindex="0">{esc(value.text)}</abbr></td>'
         )
-        + "</tr>"
+    return f"<td{css}>{esc(value.text if isinstance(value, Hint) else value)}</td>"
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric_from: int = 1):
+    """A table whose columns sort when their header is clicked (SORT_SCRIPT)."""
+    head = "".join(f'<th tabindex="0" aria-sort="none">{esc(h)}</th>' for h in header)
+    body = "".join(
+        "<tr>" + "".join(_cell(c, i >= numeric_from) for i, c in enumerate(row)) + "</tr>"
         for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+# sorts a table's rows by the clicked column (numbers by value, the rest as text), toggling
+# between ascending and descending; inline, so the page stays one file with no network
+SORT_SCRIPT = """
+document.querySelectorAll("table.sortable th").forEach(function (th) {
+  function sort() {
+    var table = th.closest("table"), body = table.tBodies[0];
+    var column = Array.prototype.indexOf.call(th.parentNode.children, th);
+    var up = th.getAttribute("aria-sort") !== "ascending";
+    table.querySelectorAll("th").forEach(function (h) { h.setAttribute("aria-sort", "none"); });
+    th.setAttribute("aria-sort", up ? "ascending" : "descending");
+    function key(row) {
+      var text = row.cells[column] ? row.cells[column].textContent.trim() : "";
+      var number = parseFloat(text.replace(/,/g, ""));
+      return isNaN(number) ? text.toLowerCase() : number;
+    }
+    Array.prototype.slice.call(body.rows).sort(function (a, b) {
+      var x = key(a), y = key(b);
+      if (typeof x !== typeof y) { x = String(x); y = String(y); }
+      return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
+    }).forEach(function (row) { body.appendChild(row); });
+  }
+  th.addEventListener("click", sort);
+  th.addEventListener("keydown", function (e) { if (e.key === "Enter") { sort(); } });
+});
+"""
 
 
 def figure_img(fig, alt: str) -> str:

@@ -19,10 +19,9 @@ not grow with the genome. No torch here.
 from __future__ import annotations
 
 import json
+import os
 import re
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -36,6 +35,7 @@ from carbon_vep.columns import SCAN_BASES
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import canonical_build
 from carbon_vep.genome.reference import open_reference
+from carbon_vep.report.track_list import Track, track_set
 from carbon_vep.scan.calibrate import Calibration
 from carbon_vep.scan.outputs import read_scan
 from carbon_vep.scan.snvs import at_base, score_key
@@ -44,40 +44,6 @@ from carbon_vep.scan.snvs import at_base, score_key
 UCSC_GENOMES = {"GRCh38": "hg38", "GRCh37": "hg19", "NCBI36": "hg18", "GRCm39": "mm39",
                 "GRCm38": "mm10"}  # fmt: skip
 HUB_EMAIL = "not-set@example.org"  # hub.txt needs a contact; export-tracks --email sets it
-COLOURS = {"A": "0,150,0", "C": "0,0,200", "G": "210,140,0", "T": "200,0,0"}  # IGV's bases
-
-
-@dataclass(frozen=True)
-class Track:
-    """One bigWig: its file stem, short and long labels, colour and view limits."""
-
-    name: str
-    short: str
-    long: str
-    colour: str
-    view: tuple[float, float]
-
-
-def track_set(calibrated: bool) -> list[Track]:
-    """Every track a scan gets (PHRED tracks only with a calibration)."""
-    tracks = [
-        Track(f"score_{b}", f"score to {b}", f"SNV score of a change to {b}: log m(ref) - "
-              f"log m({b}), FNS marginals (larger = more damaging)", COLOURS[b], (-2.0, 6.0))
-        for b in SCAN_BASES
-    ]  # fmt: skip
-    tracks.append(Track("max_score", "max score", "largest SNV score of the base's three "
-                        "changes", "90,90,90", (-2.0, 6.0)))  # fmt: skip
-    if calibrated:
-        tracks += [
-            Track(f"phred_{b}", f"PHRED to {b}", f"PHRED of a change to {b}: -10 log10(rank / "
-                  "SNVs of the scan), 20 = top 1%", COLOURS[b], (0.0, 40.0))
-            for b in SCAN_BASES
-        ]  # fmt: skip
-        tracks.append(Track("max_phred", "max PHRED", "largest PHRED of the base's three "
-                            "changes", "90,90,90", (0.0, 40.0)))  # fmt: skip
-    surprise = "-log p(reference base), FNS marginals (nats): how unexpected the genome's base is"
-    tracks.append(Track("surprise", "surprise", surprise, "120,0,160", (0.0, 4.0)))
-    return tracks
 
 
 # ---- values per base ------------------------------------------------------------------------
@@ -135,51 +101,51 @@ def chrom_sizes(record: Mapping[str, Any]) -> list[tuple[str, int]]:
     return [(name, lengths[name]) for name in lengths if name in record["contigs"]]
 
 
-def _add(writer: Any, chrom: str, pos: np.ndarray, values: np.ndarray) -> None:
-    """The bases with a value, as one-base entries (runs of values could be packed, but a
-    bedGraph-style entry keeps gaps exact and costs little after compression)."""
-    keep = ~np.isnan(values)
-    if keep.any():
-        starts = (pos[keep] - 1).astype(np.int64)
-        writer.addEntries([chrom] * int(keep.sum()), starts, ends=starts + 1,
-                          values=values[keep].astype(np.float64))  # fmt: skip
+def runs(pos: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bedGraph runs of 1-based positions with a value: consecutive bases with the same value
+    become one (start, end) entry, 0-based half-open (what a bigWig stores)."""
+    if len(pos) == 0:
+        return pos, pos, values
+    new = np.ones(len(pos), dtype=bool)
+    new[1:] = (np.diff(pos) != 1) | (values[1:] != values[:-1])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(pos)) - 1
+    return pos[first] - 1, pos[last], values[first]
 
 
-def write_bigwigs(scan_dir: Path, out_dir: Path, tracks: Sequence[Track],
-                  calibration: Calibration | None, record: Mapping[str, Any]) -> int:  # fmt: skip
-    """Every track's bigWig under temporary names, renamed once all are complete; bases."""
-    import pyBigWig
+def _entries(scan_dir: Path, record: Mapping[str, Any], track: str,
+             calibration: Calibration | None) -> Iterator[tuple[str, int, int, float]]:  # fmt: skip
+    """(chrom, start, end, value) of every run of bases with one value, in reference order,
+    one row group of the scan at a time; bases without a value get no entry (not zero)."""
+    for group in _row_groups(scan_dir, record):
+        values = base_values(group, calibration)[track]
+        for (chrom,), part in group.with_row_index("i").partition_by(
+            "chrom", as_dict=True, maintain_order=True
+        ).items():  # fmt: skip
+            rows = part["i"].to_numpy()
+            keep = ~np.isnan(values[rows])
+            starts, ends, kept = runs(part["pos"].to_numpy()[keep], values[rows][keep])
+            yield from zip([chrom] * len(starts), starts.tolist(), ends.tolist(),
+                           kept.astype(np.float64).tolist(), strict=True)  # fmt: skip
 
-    sizes = chrom_sizes(record)
+
+def write_bigwig(scan_dir: Path, out_dir: Path, track: Track, calibration: Calibration | None,
+                 record: Mapping[str, Any]) -> Path:  # fmt: skip
+    """One track's bigWig, streamed through bigtools' writer (pybigtools: base-level data and
+    its zoom levels with memory that does not grow with the genome), under a temporary name
+    renamed when complete."""
+    import pybigtools
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    temporary = {t.name: out_dir / f".{t.name}.bw.tmp" for t in tracks}
-    writers = {}
+    final = out_dir / f"{track.name}.bw"
+    tmp = out_dir / f".{track.name}.tmp-{os.getpid()}.bw"  # the writer wants a .bw name
     try:
-        for track in tracks:
-            writer = pyBigWig.open(str(temporary[track.name]), "w")
-            writer.addHeader(sizes, maxZooms=10)
-            writers[track.name] = writer
-        bases = 0
-        for group in _row_groups(scan_dir, record):
-            values = base_values(group, calibration)
-            for (chrom,), part in group.with_row_index("i").partition_by(
-                "chrom", as_dict=True, maintain_order=True
-            ).items():  # fmt: skip
-                rows, pos = part["i"].to_numpy(), part["pos"].to_numpy()
-                for track in tracks:
-                    _add(writers[track.name], chrom, pos, values[track.name][rows])
-            bases += group.height
-        for writer in writers.values():
-            writer.close()
-        writers = {}
-        for name, path in temporary.items():
-            path.replace(out_dir / f"{name}.bw")
-        return bases
+        writer = pybigtools.open(str(tmp), "w")
+        writer.write(dict(chrom_sizes(record)), _entries(scan_dir, record, track.name, calibration))
+        os.replace(tmp, final)
     finally:
-        for writer in writers.values():
-            writer.close()
-        for path in temporary.values():
-            path.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+    return final
 
 
 # ---- hub, IGV ----------------------------------------------------------------------------------
@@ -256,17 +222,43 @@ def igv_js(tracks: Sequence[Track], record: Mapping[str, Any]) -> dict[str, Any]
     }  # fmt: skip
 
 
-def export_tracks(
-    scan_dir: str | Path, out_dir: str | Path, email: str = HUB_EMAIL
-) -> dict[str, Any]:
-    """Every track of a scan's output folder into `out_dir`, with the hub, the IGV session and
-    the igv.js configuration; a summary of what was written (and how fast)."""
-    scan_dir, out_dir, start = Path(scan_dir), Path(out_dir), time.monotonic()
+def _scan_inputs(scan_dir: Path) -> tuple[dict[str, Any], Calibration | None, list[Track]]:
     record = read_scan(scan_dir)
     calibration_dir = scan_dir / "calibration"
     calibration = Calibration.read(calibration_dir) if calibration_dir.is_dir() else None
-    tracks = track_set(calibration is not None)
-    bases = write_bigwigs(scan_dir, out_dir, tracks, calibration, record)
+    return record, calibration, track_set(calibration is not None)
+
+
+def track_names(scan_dir: str | Path) -> list[str]:
+    """The tracks a scan gets (PHRED ones when it is calibrated)."""
+    return [t.name for t in _scan_inputs(Path(scan_dir))[2]]
+
+
+def export_tracks(
+    scan_dir: str | Path, out_dir: str | Path, only: Sequence[str] | None = None
+) -> list[str]:
+    """The bigWigs of a scan's output folder into `out_dir`: every track, or those named in
+    `only` (the workflow runs one job a track); the names written."""
+    scan_dir, out_dir = Path(scan_dir), Path(out_dir)
+    record, calibration, tracks = _scan_inputs(scan_dir)
+    unknown = sorted(set(only or ()) - {t.name for t in tracks})
+    if unknown:
+        raise InputError(scan_dir, f"no track(s) {unknown} for this scan; its tracks are "
+                         f"{[t.name for t in tracks]}")  # fmt: skip
+    chosen = [t for t in tracks if only is None or t.name in only]
+    for track in chosen:
+        write_bigwig(scan_dir, out_dir, track, calibration, record)
+    return [t.name for t in chosen]
+
+
+def write_hub(scan_dir: str | Path, out_dir: str | Path, email: str = HUB_EMAIL) -> dict:
+    """The hub, the IGV session, the igv.js configuration and tracks.json beside a scan's
+    complete set of bigWigs; the summary."""
+    scan_dir, out_dir = Path(scan_dir), Path(out_dir)
+    record, _, tracks = _scan_inputs(scan_dir)
+    missing = [t.name for t in tracks if not (out_dir / f"{t.name}.bw").is_file()]
+    if missing:
+        raise InputError(out_dir, f"lacks the bigWig(s) of {missing}: export them first")
     name = "cvep_" + re.sub(r"[^A-Za-z0-9_]", "_", str(record.get("scan") or scan_dir.parent.name))
     for file, text in hub_files(tracks, record, name, email).items():
         atomic.write_text(text, out_dir / file)
@@ -274,10 +266,9 @@ def export_tracks(
     atomic.write_text(json.dumps(igv_js(tracks, record), indent=2) + "\n", out_dir / "igv.json")
     summary = {
         "tracks": [t.name for t in tracks],
-        "bases": bases,
+        "bases": sum(n["scored_bp"] for n in record["contigs"].values()),
         "ucsc_genome": ucsc_genome(record["build"]),
         "bigwig_bytes": sum((out_dir / f"{t.name}.bw").stat().st_size for t in tracks),
-        "seconds": round(time.monotonic() - start, 3),
     }
     atomic.write_json(summary, out_dir / "tracks.json")
     return summary
