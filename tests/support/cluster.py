@@ -49,7 +49,7 @@ def demo_config(workdir: Path, model: str | Path, **model_keys) -> Path:
         rc_average=False,
     )
     config["datasets"] = {DATASET: dataset}
-    for optional in ("scans", "tasks"):
+    for optional in ("scans", "tasks", "niah"):
         if optional in config:
             config[optional] = {}
     path = workdir / "config.yaml"
