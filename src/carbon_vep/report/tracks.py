@@ -118,7 +118,9 @@ def _entries(scan_dir: Path, record: Mapping[str, Any], track: str,
     """(chrom, start, end, value) of every run of bases with one value, in reference order,
     one row group of the scan at a time; bases without a value get no entry (not zero)."""
     for group in _row_groups(scan_dir, record):
-        values = base_values(group, calibration)[track]
+        # the PHRED lookup only for the PHRED tracks: a job writes one track
+        needs_phred = "phred" in track
+        values = base_values(group, calibration if needs_phred else None)[track]
         for (chrom,), part in group.with_row_index("i").partition_by(
             "chrom", as_dict=True, maintain_order=True
         ).items():  # fmt: skip
