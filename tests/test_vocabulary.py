@@ -20,7 +20,7 @@ from carbon_vep.config.schema import json_schema
 from carbon_vep.errors import InputError
 from carbon_vep.report.doc_tables import TABLES, doc_pages, missing_tables, render_page
 from carbon_vep.scoring.merge import merge_scores
-from carbon_vep.variants.panel import carry_name
+from carbon_vep.variants.panel_columns import carry_name
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,14 +5,11 @@ from support.files import random_dna, write_fasta
 from carbon_vep.errors import PanelUnusableError
 from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.variants.check import (
-    CheckPolicy,
-    check_panel,
-    classify,
-    contig_length_mismatches,
-    summarize,
-    trim_alleles,
-)
+from carbon_vep.variants.alleles import classify, trim_alleles
+from carbon_vep.variants.check import check_panel
+from carbon_vep.variants.genome_match import contig_length_mismatches
+from carbon_vep.variants.policy import CheckPolicy
+from carbon_vep.variants.summary import summarize
 
 
 def _panel(rows):

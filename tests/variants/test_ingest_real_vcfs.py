@@ -24,9 +24,10 @@ from carbon_vep.errors import InputError
 from carbon_vep.genome.htslib import Messages
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.variants import panel as panel_module
-from carbon_vep.variants.check import NothingScoreableError
+from carbon_vep.variants import panel_vcf
 from carbon_vep.variants.ingest import ingest_panel, write_checked_panel
 from carbon_vep.variants.panel import load_panel, read_panel
+from carbon_vep.variants.summary import NothingScoreableError
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQ = random_dna(4000, 41)
@@ -137,7 +138,7 @@ def test_integer_field_with_text_is_carried_as_raw_text_not_nulled(tmp_path):
 def test_undecodable_value_in_a_later_batch_is_read_again_as_text(tmp_path, monkeypatch):
     """A field found undecodable part-way (after batches went out) is read again from the
     first batch, as text everywhere: one type for the whole column."""
-    monkeypatch.setattr(panel_module, "_BATCH_RECORDS", 4)
+    monkeypatch.setattr(panel_vcf, "_BATCH_RECORDS", 4)
     records = [_snv(pos, f"AC={pos // 100}") for pos in range(100, 2100, 100)]
     records[13] = _snv(1400, "AC=1,2")  # two values for one ALT
     path = _write(tmp_path / "calls.vcf", POPULATION_HEADER, records)
@@ -330,7 +331,7 @@ def test_clinvar_like_panel_in_small_batches_equals_one_batch(tmp_path, monkeypa
     options = PanelSettings("hg38", format="vcf"), LabelSettings(label_source="clinvar_clnsig")
     with open_reference(fasta) as ref:
         whole, summary = ingest_panel(duplicated, ref, *options)
-        monkeypatch.setattr(panel_module, "_BATCH_RECORDS", 97)
+        monkeypatch.setattr(panel_vcf, "_BATCH_RECORDS", 97)
         batched, batched_summary = ingest_panel(duplicated, ref, *options)
     assert whole.height == n_rows == summary["n_rows"]
     assert batched.equals(whole) and batched_summary == summary

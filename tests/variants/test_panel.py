@@ -5,8 +5,10 @@ import polars as pl
 import pysam
 import pytest
 
+from carbon_vep.columns import PANEL_KEY as KEY
+from carbon_vep.columns import RESERVED as RESERVED_COLUMNS
 from carbon_vep.errors import InputError
-from carbon_vep.variants.panel import KEY, RESERVED_COLUMNS, read_panel
+from carbon_vep.variants.panel import read_panel
 
 VCF_HEADER = """##fileformat=VCFv4.2
 ##contig=<ID=1,length=3000>

@@ -23,8 +23,8 @@ def add_check_panel(sub) -> None:
 
 def check_panel(args: argparse.Namespace) -> None:
     from carbon_vep.genome.reference import open_reference
-    from carbon_vep.variants.check import NothingScoreableError
     from carbon_vep.variants.ingest import write_checked_panel
+    from carbon_vep.variants.summary import NothingScoreableError
 
     panel, labels = from_args(args, PanelSettings, LabelSettings)
     with open_reference(args.reference) as reference:

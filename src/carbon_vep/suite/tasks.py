@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from carbon_vep.errors import InputError
-from carbon_vep.variants.panel import TABLE_SUFFIXES, read_text_table, table_format
+from carbon_vep.variants.panel_text import TABLE_SUFFIXES, read_text_table, table_format
 
 
 def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:

@@ -22,19 +22,13 @@ from carbon_vep.atomic import atomic_path
 from carbon_vep.config.stages import LabelSettings, PanelSettings
 from carbon_vep.genome.builds import check_reference_build
 from carbon_vep.genome.reference import Reference
-from carbon_vep.variants.check import (
-    WORKING_COLUMNS,
-    CheckPolicy,
-    NothingScoreableError,
-    PanelCheck,
-    contig_length_mismatches,
-    duplicate_key_hash,
-    flag_duplicates,
-    summarize,
-    unscoreable_reason,
-)
+from carbon_vep.variants.check import PanelCheck, duplicate_key_hash, flag_duplicates
+from carbon_vep.variants.genome_match import WORKING_COLUMNS, contig_length_mismatches
 from carbon_vep.variants.labels import CONFLICT_COLUMN, add_clnsig_labels
-from carbon_vep.variants.panel import ALL_INFO, PanelReader, ReadAgain
+from carbon_vep.variants.panel import PanelReader, ReadAgain
+from carbon_vep.variants.panel_columns import ALL_INFO
+from carbon_vep.variants.policy import CheckPolicy
+from carbon_vep.variants.summary import NothingScoreableError, summarize, unscoreable_reason
 
 # What the summary (and the stop when nothing can be scored) reads back of every row.
 _SUMMARY_COLUMNS = ("chrom", "ref_chrom", "status", "reason", "variant_type")

@@ -1,0 +1,151 @@
+"""A panel against its reference genome: REF bases fetched a 1 Mb block at a time, why a panel
+contig maps to no reference contig, and the build check (REF concordance, the VCF header's
+contig lengths, positions off by one) that stops a panel on another build before scoring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import polars as pl
+
+from carbon_vep.config.run import setting_name
+from carbon_vep.errors import PanelUnusableError
+from carbon_vep.genome.contigs import alias_candidates
+from carbon_vep.genome.reference import Reference
+from carbon_vep.variants.policy import CheckPolicy
+
+_FETCH_BLOCK_BP = 1 << 20  # rows are looked up in the reference a block of this size at a time
+_SPARSE_BP_PER_ROW = 2_000  # ... unless they are sparser than this: then one fetch per row
+
+
+def reference_bases(
+    reference: Reference, contig: pl.Series, start: pl.Series, end: pl.Series
+) -> pl.Series:
+    """`reference.fetch(contig[i], start[i], end[i])` for every row (0-based, half-open,
+    clipped to the contig; null where contig is null), fetching each 1 Mb block of the genome
+    that holds rows once rather than once per row (rows sparser than one per 2 kb are fetched
+    one by one: an unsorted panel does not read whole blocks for a row or two each)."""
+    frame = (
+        pl.DataFrame({"contig": contig, "start": start, "end": end})
+        .with_row_index("row")
+        .filter(pl.col("contig").is_not_null())
+    )
+    out: list[str | None] = [None] * contig.len()
+    for (name,), rows in frame.group_by("contig"):
+        length = reference.lengths[str(name)]
+        rows = rows.with_columns(
+            pl.col("start").clip(0, length), pl.col("end").clip(0, length)
+        ).with_columns(pl.max_horizontal("start", "end").alias("end"))
+        long = rows.filter(pl.col("end") - pl.col("start") > _FETCH_BLOCK_BP)
+        for row, a, b in long.select("row", "start", "end").iter_rows():
+            out[row] = reference.fetch(str(name), a, b)
+        blocks = (
+            rows.filter(pl.col("end") - pl.col("start") <= _FETCH_BLOCK_BP)
+            .group_by((pl.col("start") // _FETCH_BLOCK_BP).alias("block"))
+            .agg("row", "start", "end", pl.col("start").min().alias("lo"),
+                 pl.col("end").max().alias("hi"))
+        )  # fmt: skip
+        for _, row_ids, starts, ends, lo, hi in blocks.iter_rows():
+            if hi - lo > _SPARSE_BP_PER_ROW * len(row_ids):  # a few rows far apart
+                for row, a, b in zip(row_ids, starts, ends, strict=True):
+                    out[row] = reference.fetch(str(name), a, b)
+                continue
+            sequence = reference.fetch(str(name), lo, hi)
+            for row, a, b in zip(row_ids, starts, ends, strict=True):
+                out[row] = sequence[a - lo : b - lo]
+    return pl.Series(out, dtype=pl.Utf8)
+
+
+# Working columns a checked batch carries until the whole panel is checked: whether REF was
+# compared with the genome, and the position and REF as compared (for the build check).
+REF_CHECKED, CHECKED_POS, CHECKED_REF = (
+    "_cvep_ref_checked",
+    "_cvep_checked_pos",
+    "_cvep_checked_ref",
+)
+WORKING_COLUMNS = (REF_CHECKED, CHECKED_POS, CHECKED_REF)
+
+
+def unmapped_reasons(contigs: list[str], mapping: Mapping[str, str], reference: Reference):
+    reasons = {}
+    for contig in contigs:
+        if contig in mapping:
+            continue
+        hits = alias_candidates(contig, reference.contigs)
+        reasons[contig] = (
+            f"contig {contig!r} matches several reference contigs {hits}"
+            if hits
+            else f"contig {contig!r} not in the reference under any alias"
+        )
+    return reasons
+
+
+def _concordance(checked: pl.DataFrame, reference: Reference, shift: int) -> float:
+    """Share of REF-checked rows (ref_chrom, CHECKED_POS, CHECKED_REF) whose input REF equals
+    the reference at POS + shift."""
+    ref = checked[CHECKED_REF]
+    start = checked[CHECKED_POS] - 1 + shift
+    genome = reference_bases(reference, checked["ref_chrom"], start, start + ref.str.len_chars())
+    return float((genome == ref).mean())
+
+
+def contig_length_mismatches(
+    declared: Mapping[str, int], mapping: Mapping[str, str], reference: Reference
+) -> list[str]:
+    """Panel contigs whose length in the VCF header differs from the reference's."""
+    return [
+        f"{contig} is {declared[contig]:,} bp in the panel header but {ref_chrom} is "
+        f"{reference.lengths[ref_chrom]:,} bp in the reference"
+        for contig, ref_chrom in sorted(mapping.items())
+        if declared.get(contig) and declared[contig] != reference.lengths[ref_chrom]
+    ]
+
+
+def _build_hint(policy: CheckPolicy, reference: Reference) -> str:
+    declared = f"the dataset declares build {policy.build}; " if policy.build else ""
+    return (
+        f" {declared}point {setting_name('reference')} at the FASTA of the panel's build, or "
+        "lift the panel "
+        f"over to the build of {reference.path.name} (e.g. CrossMap, Picard LiftoverVcf)."
+    )
+
+
+def assert_build_matches(
+    n_checked: int,
+    observed: float | None,
+    checked_rows: Callable[[], pl.DataFrame],
+    reference: Reference,
+    policy: CheckPolicy,
+    source: str,
+    header_mismatches: Sequence[str],
+) -> None:
+    """Abort when REF concordance (or the VCF header) says the panel is on another build or
+    0-based. `checked_rows()` gives the REF-checked rows, read only when the panel fails."""
+    measured = n_checked >= policy.min_rows_for_concordance
+    if measured and observed is not None and observed >= policy.min_ref_concordance:
+        return  # enough REF alleles match: a header disagreeing is only a note in the summary
+    if not measured:
+        if header_mismatches:
+            message = (
+                f"the panel header's contig lengths disagree with {reference.path}: "
+                f"{'; '.join(header_mismatches[:3])}; panel and genome builds differ?"
+            )
+            raise PanelUnusableError(source, message + _build_hint(policy, reference))
+        return
+    message = (
+        f"REF matches {observed:.0%} of {n_checked} rows against {reference.path} "
+        f"(minimum {policy.min_ref_concordance:.0%}); panel and genome builds differ?"
+    )
+    if header_mismatches:
+        message += f" The panel header agrees: {'; '.join(header_mismatches[:3])}."
+    rows = checked_rows()
+    shifted = {shift: _concordance(rows, reference, shift) for shift in (1, -1)}
+    best_shift = max(shifted, key=lambda s: shifted[s])
+    if shifted[best_shift] >= policy.min_ref_concordance:
+        hint = "0-based (BED-style)" if best_shift == 1 else "off by one the other way"
+        message += (
+            f" REF matches {shifted[best_shift]:.0%} at POS{best_shift:+d}: the positions look "
+            f"{hint}; add {best_shift} to POS to make them 1-based."
+        )
+        raise PanelUnusableError(source, message)
+    raise PanelUnusableError(source, message + _build_hint(policy, reference))
