@@ -48,18 +48,18 @@ lint: setup
 	$(BIN)/lint-imports --no-cache
 
 bench: setup bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks
-	mkdir -p results && $(BIN)/python scripts/bench.py --json results/bench.json
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.engine --json results/bench.json
 
 # check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
 bench-ingest: setup
-	mkdir -p results && $(BIN)/python scripts/bench_ingest.py --json results/bench_ingest.json
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.ingest --json results/bench_ingest.json
 
 # the whole-genome scan on CPU (demo model, lambda phage): bases/s, overhead share, peak memory
 # per job at two chunk sizes, bytes per SNV, and annotate-by-lookup of a 1,000,000-SNV panel
 bench-scan: setup
-	mkdir -p results && $(BIN)/python scripts/bench_scan.py --json results/bench_scan.json
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.scan --json results/bench_scan.json
 
-# every GPU measurement in one run (scripts/gpu_check.py, docs/gpu.md): JSON, Markdown for
+# every GPU measurement in one run (carbon_vep.benchmark.gpu, docs/gpu.md): JSON, Markdown for
 # docs/benchmarks.md and profiler tables in $(GPU_CHECK_OUT). On a GPU node whose python already
 # has torch with CUDA and the package's dependencies: make gpu-check GPU_PYTHON=python3
 # On a CPU (what the tests run): make gpu-check GPU_CHECK_FLAGS=--smoke
@@ -68,27 +68,27 @@ GPU_CHECK_OUT ?= results/gpu_check
 GPU_CHECK_FLAGS ?=
 gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1 \
-		$(GPU_PYTHON) scripts/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_FLAGS)
+		$(GPU_PYTHON) -m carbon_vep.benchmark.gpu --out $(GPU_CHECK_OUT) $(GPU_CHECK_FLAGS)
 
 # a scan's calibration (PHRED, context means) at two genome sizes against a direct sort:
 # SNVs/s per core, peak memory per job, the bytes PHRED adds to the TSV (docs/calibration.md)
 bench-calibrate: setup
-	mkdir -p results && $(BIN)/python scripts/bench_calibrate.py --json results/bench_calibrate.json
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.calibrate --json results/bench_calibrate.json
 
 # Genomic-NIAH: one prefill per row against the published three passes, side by side on CPU
 # (a small Carbon-shaped model, 4,096-token rows): same outputs, wall time, peak RSS
 bench-niah: setup
-	mkdir -p results && $(BIN)/python scripts/bench_niah.py --json results/bench_niah.json
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.niah --json results/bench_niah.json
 
 # a scan's genome-browser tracks at two sizes, streamed against all in memory: bases/s, peak
 # memory, bytes a base (docs/tracks.md)
 bench-tracks: setup
-	mkdir -p results && $(BIN)/python scripts/bench_tracks.py --json results/bench_tracks.json
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.tracks --json results/bench_tracks.json
 
 # 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
 # the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)
 bench-contigs: setup
-	mkdir -p results && $(BIN)/python scripts/bench_contigs.py --json results/bench_contigs.json
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.contigs --json results/bench_contigs.json
 
 # a complete real genome (lambda phage) scanned end to end through the Snakefile, demo model
 scan-lambda: setup

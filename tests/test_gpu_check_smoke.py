@@ -2,15 +2,15 @@
 toy sizes, so the script a GPU session runs as it is cannot rot. No timing is asserted; the
 values it reports are (identical before and after each removed cost, a known answer found)."""
 
-import importlib.util
 import json
 import math
+import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts/gpu_check.py"
+from carbon_vep.benchmark.gpu import run
+
 PATHS = [
     "centered, full_vocab, prefix sharing",
     "centered, full_vocab, no prefix sharing",
@@ -26,11 +26,7 @@ PATHS = [
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # its dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +91,13 @@ def test_report_files(smoke):
 def test_without_a_gpu_only_the_smoke_runs(gpu_check, tmp_path):
     with pytest.raises(SystemExit):
         gpu_check.main(["--out", str(tmp_path), "--device", "cpu"])
+
+
+def test_the_make_target_entry_point_parses_its_flags():
+    """`make gpu-check` runs `python -m carbon_vep.benchmark.gpu --out DIR $(GPU_CHECK_FLAGS)`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "carbon_vep.benchmark.gpu", "--help"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    for flag in ("--out", "--smoke", "--device", "--budget-s"):
+        assert flag in done.stdout

@@ -1,5 +1,5 @@
 """The known GPU costs removed from the engine, each checked against the code as it was (the
-`masked_*` / `per_item_*` references in support/naive.py) on the same inputs, for identical
+`masked_*` / `per_item_*` references in support/published.py) on the same inputs, for identical
 values, and for what it removes:
 
 - no attention mask on a batch of equal-length sequences (SDPA can then take its fused causal
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from support import naive
 from support.files import random_dna
-from support.host_reads import HostReads
 
+from carbon_vep.benchmark import published
+from carbon_vep.benchmark.host_reads import HostReads
 from carbon_vep.model.engine import Engine
 
 
@@ -46,7 +46,7 @@ def test_equal_lengths_go_without_a_mask_and_give_identical_states(loaded, monke
         masks.append(mask), forward(ids, mask, cache))[1])  # fmt: skip
     hidden, _ = engine.hidden_states(batch)
     assert masks == [None]
-    assert torch.equal(hidden, naive.masked_hidden_states(engine, batch))
+    assert torch.equal(hidden, published.masked_hidden_states(engine, batch))
     engine.hidden_states([batch[0], batch[1][:-3]])  # mixed lengths: padded, with a mask
     assert masks[-1] is not None and masks[-1].sum() == 2 * 21 - 3
 
@@ -77,7 +77,7 @@ def test_one_transfer_per_batch_gives_identical_sums(loaded, kind, normalization
     engine = engine_for(loaded, batch_size=4)
     seqs = windows(6, 96, 40) + ["ACGTNNACGTAC" * 8]  # an <oov> token and non-ACGT bases
     ours = engine.sequence_scores(seqs, kind, normalization)
-    before = naive.per_item_sequence_scores(engine, seqs, kind, normalization)
+    before = published.per_item_sequence_scores(engine, seqs, kind, normalization)
     assert [(s.total, s.count) for s in ours] == before
 
 
@@ -87,7 +87,7 @@ def test_window_groups_read_back_once_with_identical_sums(loaded, kind):
     ref = random_dna(120, 50)
     alts = [snv(ref, 61), snv(ref, 61)[:61] + "T" + ref[62:], snv(ref, 63)]
     ref_score, alt_scores = engine.window_group_scores(ref, alts, kind, "full_vocab")
-    before_ref, before_alts = naive.per_item_window_group(engine, ref, alts, kind, "full_vocab")
+    before_ref, before_alts = published.per_item_window_group(engine, ref, alts, kind, "full_vocab")
     assert (ref_score.total, ref_score.count) == before_ref
     assert [(s.total, s.count) for s in alt_scores] == before_alts
 
@@ -115,7 +115,7 @@ def test_host_reads_do_not_grow_with_the_items_of_a_batch(loaded, monkeypatch):
     assert counts[1, "bp"] == counts[8, "bp"] <= 1
     assert len(copies) == 4  # one per batch
     with HostReads() as reads:
-        naive.per_item_sequence_scores(engine, seqs, "token", "full_vocab")
+        published.per_item_sequence_scores(engine, seqs, "token", "full_vocab")
     assert reads.total >= 8 + counts[8, "token"]  # the loop as it was: a read per item at least
     ref = seqs[0]
     with HostReads() as reads:

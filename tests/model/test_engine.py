@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from support import naive
 
+from carbon_vep.benchmark import published
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import RecipeSettings
 from carbon_vep.genome.reference import open_reference
@@ -28,13 +28,13 @@ def engine_for(loaded, batch_size=8, **kwargs) -> Engine:
     return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=batch_size, **kwargs)
 
 
-# ---- straightforward references (tests/support/naive.py: full logits, one window per variant) ----
+# ---- straightforward references (benchmark/published.py: full logits, one window per variant) ----
 def full_log_probs(loaded, seq: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return naive.full_log_probs(loaded.model, loaded.tokenizer, "<dna>", seq)
+    return published.full_log_probs(loaded.model, loaded.tokenizer, "<dna>", seq)
 
 
 def naive_mean_ll(loaded, seq: str) -> float:
-    return naive.window_mean_ll(loaded.model, loaded.tokenizer, "<dna>", seq)
+    return published.window_mean_ll(loaded.model, loaded.tokenizer, "<dna>", seq)
 
 
 def naive_bp_ll(loaded, seq: str) -> float:
@@ -123,7 +123,7 @@ def test_nexttoken_recipe_matches_published_normaliser(loaded, reference):
     scores = score_shard(shard, reference, engine_for(loaded), RecipeSettings("nexttoken"))
     for row in scores.iter_rows(named=True):
         variant = ("chr17", row["pos"], row["ref"], row["alt"])
-        (expected,) = naive.nexttoken_scores(
+        (expected,) = published.nexttoken_scores(
             loaded.model, loaded.tokenizer, "<dna>", reference, [variant], 100
         )
         assert row["score"] == pytest.approx(expected, abs=1e-5)
@@ -174,7 +174,7 @@ def test_batch_size_does_not_change_scores(loaded, reference):
 def test_chunked_normaliser_equals_unchunked(loaded):
     engine = engine_for(loaded, vocab_chunk=1000, position_chunk=7)
     ids = loaded.vocab.encode("ACGTACGGATCCATGCAT" * 4)
-    ours = naive.token_log_likelihoods(engine, [ids], "full_vocab")[0]
+    ours = published.token_log_likelihoods(engine, [ids], "full_vocab")[0]
     log_probs, tok_ids = full_log_probs(loaded, "ACGTACGGATCCATGCAT" * 4)
     expected = log_probs[:-1].gather(-1, tok_ids[1:, None])[:, 0].numpy()
     assert np.allclose(ours, expected, atol=1e-5)

@@ -1,6 +1,6 @@
 """Known answer: a tiny Llama trained here on a genome with a planted motif must find it.
 
-The synthetic genome and the model are support/known_answer.py's: random sequence with one
+The synthetic genome and the model are benchmark/known_answer.py's: random sequence with one
 48 bp motif planted every ~140 bp, and a 1-layer Llama with a Carbon-like hybrid tokenizer that
 learns, in a few seconds on one CPU thread, that a motif continues itself. It is saved with
 `save_pretrained`, loaded with `load_model`, and run through the real path: ingest -> windows
@@ -24,9 +24,9 @@ import random
 import numpy as np
 import polars as pl
 import pytest
-from support import known_answer
-from support.known_answer import MIN_LEFT_MOTIF, MOTIF_BP, WINDOW_BP
 
+from carbon_vep.benchmark import known_answer
+from carbon_vep.benchmark.known_answer import MIN_LEFT_MOTIF, MOTIF_BP, WINDOW_BP
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import (
     EvaluationSettings,

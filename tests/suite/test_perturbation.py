@@ -4,8 +4,8 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from support import naive
 
+from carbon_vep.benchmark import published
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, PerturbationSettings
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import load_model
@@ -34,7 +34,7 @@ def _centered_score(engine, seq, scoring):
     """Mean log-likelihood of `<dna>` + seq cut to whole 6-mers, computed independently."""
     ids = engine.vocab.encode(whole_kmers(seq, 6))
     if scoring == "token":  # mean token log-prob, full-vocabulary normaliser
-        return float(naive.token_log_likelihoods(engine, [ids], "full_vocab")[0].mean())
+        return float(published.token_log_likelihoods(engine, [ids], "full_vocab")[0].mean())
     hidden, _ = engine.hidden_states([ids])  # mean log FNS marginal of each base
     with torch.inference_mode():
         marginals = engine.kmer_base_marginals(engine.dna_log_probs(hidden[0, :-1], "dna_block"))

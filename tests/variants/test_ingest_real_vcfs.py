@@ -6,9 +6,7 @@ batches. Every file here is small and written by the test."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -307,11 +305,9 @@ def test_panel_messages_name_the_setting_as_the_user_sets_it(
 
 # ---- ClinVar-size panels: read and checked in batches -------------------------------------
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_ingest", ROOT / "scripts/bench_ingest.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_ingest"] = module
-    spec.loader.exec_module(module)
-    return module
+    from carbon_vep.benchmark import ingest
+
+    return ingest
 
 
 def test_clinvar_like_panel_in_small_batches_equals_one_batch(tmp_path, monkeypatch):

@@ -16,33 +16,25 @@ It prints SNVs/s per core of each step, peak memory per job at both sizes, the b
 column adds, and the projection for hg38's 9.3e9 SNVs on one 16-core node (arithmetic from the
 measured rates: jobs run one per core, in parallel).
 
-Usage: python scripts/bench_calibrate.py [--bases 1000000 4000000] [--json FILE] [--workdir DIR]
+Usage: python -m carbon_vep.benchmark.calibrate [--bases 1000000 4000000] [--json FILE]
+       [--workdir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from carbon_vep.benchmark.harness import markdown_table, run_step, write_json
+from carbon_vep.benchmark.synthetic import write_synthetic_scan
+
 HG38_SNVS = 9.3e9
 CORES = 16
 DECIMALS = 2
-STEP = """
-import json, resource, sys, time
-sys.argv = sys.argv[1:]
-from bench_calibrate import STEPS, step_make
-began = time.monotonic()
-extra = {**STEPS, "make": step_make}[sys.argv[0]](*sys.argv[1:])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"s": time.monotonic() - began, "peak_rss_mb": peak / 1024, **extra}))
-"""
 
 
 # ---- the steps (each run in its own process) ------------------------------------------------
@@ -144,30 +136,21 @@ STEPS = {
 # ---- the driver -----------------------------------------------------------------------------
 def make_scan(folder: Path, bases: int) -> None:
     """A random genome of `bases` bases (one contig) and its per-base scan dataset."""
-    from synthetic_scan import write_synthetic_scan
-
     rng = np.random.default_rng(3)
     write_synthetic_scan(folder / "genome.fa", folder / "positions.parquet", bases, rng)
 
 
-def run_step(name: str, folder: Path, *extra: str) -> dict:
-    """One step in a fresh process (its peak RSS is its own: a child forked from a large
-    process would inherit that process's high-water mark, so the driver stays small)."""
-    out = subprocess.run(
-        [sys.executable, "-c", STEP, name, str(folder), *extra],
-        capture_output=True, text=True, cwd=Path(__file__).parent, check=False,
-    )  # fmt: skip
-    if out.returncode:
-        sys.exit(f"step {name} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def measured_step(name: str, folder: Path, *extra: str) -> dict:
+    """One step in a fresh process (its peak RSS its own): seconds, peak RSS and its numbers."""
+    return run_step(f"{__name__}:step_{name}", folder, *extra).as_dict()
 
 
 def bench(work: Path, sizes: list[int]) -> dict:
     results = {}
     for bases in sizes:
         folder = work / f"scan_{bases}"
-        run_step("make", folder, str(bases))
-        steps = {name: run_step(name, folder) for name in STEPS}
+        measured_step("make", folder, str(bases))
+        steps = {name: measured_step(name, folder) for name in STEPS}
         snvs = 3 * bases
         results[bases] = {
             "snvs": snvs,
@@ -199,24 +182,21 @@ def bench(work: Path, sizes: list[int]) -> dict:
     return results
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bases", type=int, nargs="+", default=[1_000_000, 4_000_000])
     parser.add_argument("--json", default=None)
     parser.add_argument("--workdir", default=None)
-    args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).parent))
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         results = bench(Path(tmp), args.bases)
     for bases in args.bases:
         r = results[bases]
         print(f"\n{bases:,} bases, {r['snvs']:,} SNVs ({r['cells_x_scores']:,} cell x score "
               f"counts, {r['distinct_scores']:,} distinct scores)")  # fmt: skip
-        print("| step | s | SNVs/s (1 core) | peak RSS MB |")
-        print("|---|---|---|---|")
-        for name in STEPS:
-            print(f"| {name} | {r[f'{name}_s']} | {r[f'{name}_snvs_per_s']:,} | "
-                  f"{r[f'{name}_peak_rss_mb']:,} |")  # fmt: skip
+        rows = [[name, r[f"{name}_s"], f"{r[f'{name}_snvs_per_s']:,}",
+                 f"{r[f'{name}_peak_rss_mb']:,}"] for name in STEPS]  # fmt: skip
+        print(markdown_table(["step", "s", "SNVs/s (1 core)", "peak RSS MB"], rows))
         print(f"TSV + index bytes/SNV: {r['tsv_bytes_per_snv_with_phred']} with phred, "
               f"{r['tsv_bytes_per_snv_score_only']} score only")  # fmt: skip
     small, large = results[min(args.bases)], results[max(args.bases)]
@@ -225,8 +205,7 @@ def main() -> None:
         print(f"peak RSS {name}: x{ratio:.2f} for x{max(args.bases) // min(args.bases)} bases")
     print("hg38 projection (16 cores, arithmetic from the measured rates):",
           results["hg38_projection_16_cores_h"])  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    write_json(args.json, results, indent=1)
 
 
 if __name__ == "__main__":

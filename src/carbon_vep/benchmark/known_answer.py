@@ -4,8 +4,8 @@ The synthetic genome is random sequence with one 48 bp motif planted every ~140 
 Llama with a Carbon-like hybrid tokenizer (a small text block, then `<dna>`, `</dna>`, `<oov>`
 and the 4,096 6-mers in ATCG order) learns, in a few seconds on one CPU thread, that a motif
 continues itself, so SNVs that break a motif must score as damaging and background SNVs not.
-tests/scoring/test_known_answer.py runs the pipeline's recipes on it; scripts/gpu_check.py
-compares the AUROC of bf16 and float32 runs on it.
+tests/scoring/test_known_answer.py runs the pipeline's recipes on it; the GPU check
+(benchmark.gpu) compares the AUROC of bf16 and float32 runs on it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from carbon_vep.benchmark.synthetic import write_fasta
 from carbon_vep.model.assets.tokenization_hybrid_dna import HybridDNATokenizer
 from carbon_vep.model.tokens import dna_vocab
-from support.files import write_fasta
 
 MOTIF_BP = 48
 GENOME_BP = 20_000

@@ -5,14 +5,15 @@ sites only, contigs `1`..`N` against a FASTA that names them `chr1`..`chrN` (ali
 INFO fields (ALLELEID, CLNDN, CLNHGVS, CLNREVSTAT, CLNSIG, CLNVC, CLNVCSO, GENEINFO, MC, ORIGIN,
 RS) with CLNSIG drawn from ClinVar's terms, mostly SNVs plus deletions, insertions, MNVs,
 multi-allelic records, missing / N alleles and a few REF mismatches. Then runs check-panel on it
-twice in the same invocation, each in a fresh process under `/usr/bin/time -v`: the working
-tree's code and the code of a baseline commit (extracted with `git archive`), with the options of
-the ClinVar example config (`label_source: clinvar_clnsig`, four INFO fields). Reports rows, wall
-time, peak RSS ("Maximum resident set size") and the ratios, and checks that both wrote the same
+twice in the same invocation, each in a fresh process (peak RSS from the kernel's accounting):
+the working tree's code and the code of a baseline commit (extracted with `git archive`), with
+the options of the ClinVar example config (`label_source: clinvar_clnsig`, four INFO fields).
+Reports rows, wall time, peak RSS and the ratios, and checks that both wrote the same
 checked.parquet and summary.
 
-Usage: python scripts/bench_ingest.py [--records 3000000] [--baseline 838dcef] [--json out.json]
-       python scripts/bench_ingest.py --generate-only --records 300000 --workdir /tmp/ingest
+Usage: python -m carbon_vep.benchmark.ingest [--records 3000000] [--baseline 838dcef]
+       [--json out.json]
+       python -m carbon_vep.benchmark.ingest --generate-only --records 300000 --workdir /tmp/ingest
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +32,9 @@ import numpy as np
 import polars as pl
 import pysam
 
-ROOT = Path(__file__).resolve().parents[1]
+from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, write_json
+
+ROOT = PROJECT_ROOT
 SEED = 13
 CONTIG_BP = 20_000_000
 RECORDS_PER_CONTIG = 500_000  # ~1 record per 40 bp, ClinVar's density in well-covered genes
@@ -201,20 +203,15 @@ def baseline_tree(commit: str, into: Path) -> Path:
 
 
 def run_check_panel(src: Path, fasta: Path, panel: Path, out: Path) -> dict:
-    """One check-panel in a fresh process under /usr/bin/time -v: wall s, peak RSS MB."""
+    """One check-panel of the package at `src` in a fresh process: wall s, peak RSS MB."""
     env = {**os.environ, "PYTHONPATH": str(src), "CARBON_VEP_INTERFACE": "cli"}
     command = [
-        "/usr/bin/time", "-v", sys.executable, "-m", "carbon_vep.cli", "check-panel",
+        sys.executable, "-m", "carbon_vep.cli", "check-panel",
         "--panel", str(panel), "--reference", str(fasta), *OPTIONS,
         "--out", str(out / "checked.parquet"), "--summary", str(out / "summary.json"),
     ]  # fmt: skip
-    start = time.perf_counter()
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if result.returncode != 0:
-        raise RuntimeError(f"check-panel with {src} failed:\n{result.stderr[-3000:]}")
-    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", result.stderr)[1])
-    return {"wall_s": round(wall, 1), "peak_rss_mb": round(rss_kb / 1024)}
+    measured = run_command(command, env=env)
+    return {"wall_s": round(measured.seconds, 1), "peak_rss_mb": round(measured.peak_rss_mb)}
 
 
 # Columns the checked table gained on purpose after the baseline commit 838dcef (issue 10
@@ -234,7 +231,7 @@ def same_output(ours: Path, base: Path) -> bool:
     return a.equals(b) and a.schema == b.schema and summary_a == summary_b
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=3_000_000)
     parser.add_argument(
@@ -243,7 +240,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary one")
     parser.add_argument("--generate-only", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_ingest_") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -280,18 +277,8 @@ def main() -> None:
                 f"| {name} | {n_rows:,} | {r['wall_s']} | {r['peak_rss_mb']:,} | "
                 f"{r['peak_rss_mb'] * 2**20 / n_rows:,.0f} | {speed:.2f}x | {memory:.1f}x less |"
             )
-        if args.json:
-            args.json.write_text(
-                json.dumps(
-                    {
-                        "records": args.records,
-                        "rows": n_rows,
-                        "identical_output": identical,
-                        **results,
-                    },
-                    indent=2,
-                )
-            )
+        payload = {"records": args.records, "rows": n_rows, "identical_output": identical}
+        write_json(args.json, payload | results)
         if not identical:
             sys.exit("the two versions wrote different outputs")
 

@@ -15,8 +15,8 @@
    numpy seed 11): ingest (start-up) and the lookup (score, PHRED, calibrated score) timed
    apart; variants/s of the lookup.
 
-Usage: python scripts/bench_scan.py [--json results/bench_scan.json] [--workdir DIR]
-       python scripts/bench_scan.py --shape 512,8   (scan only, a larger random-weight model)
+Usage: python -m carbon_vep.benchmark.scan [--json results/bench_scan.json] [--workdir DIR]
+       python -m carbon_vep.benchmark.scan --shape 512,8   (scan only, a larger random-weight model)
 """
 
 from __future__ import annotations
@@ -24,36 +24,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-ROOT = Path(__file__).resolve().parents[1]
-LAMBDA = ROOT / "resources/genome/lambda_phage.fa"
+from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, timed, write_json
+
+LAMBDA = PROJECT_ROOT / "resources/genome/lambda_phage.fa"
 TILE_BP, MIN_CONTEXT = 49_146, 24_000
 HG38_SNVS = 9.3e9
-RSS = (
-    "import resource, sys; from carbon_vep import cli; rc = cli.main(sys.argv[1:]); "
-    "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
-    "sys.exit(rc)"
-)
 
 
-def _run(*argv: str) -> tuple[float, int]:
-    """A carbon-vep command in a fresh process: (wall seconds, peak RSS kB)."""
-    began = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-c", RSS, *argv], capture_output=True, text=True, check=False
-    )
-    if out.returncode:
-        sys.exit(f"carbon-vep {argv[0]} failed:\n{out.stderr[-3000:]}")
-    peak = [line for line in out.stderr.splitlines() if line.startswith("PEAK_RSS_KB")]
-    return time.monotonic() - began, int(peak[-1].split()[1])
+def _run(*argv: str) -> tuple[float, float]:
+    """A carbon-vep command in a fresh process: (wall seconds, peak RSS MB)."""
+    measured = run_command([sys.executable, "-m", "carbon_vep.cli", *argv])
+    return measured.seconds, measured.peak_rss_mb
 
 
 def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN_CONTEXT) -> dict:
@@ -94,7 +82,7 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
             "bases_per_s": round(bases / scan_s),
             "overhead_share": round(1 - forward / scan_s, 3),
             "write_us_per_base": round(1e6 * sum(s["write_s"] for s in stats) / bases, 3),
-            "peak_rss_mb_max": round(max(peaks) / 1024),
+            "peak_rss_mb_max": round(max(peaks)),
             "chunks": [str(folder / f"chunk_{i:05d}.parquet") for i in range(len(stats))],
         }
     return results
@@ -165,9 +153,8 @@ def calibrate(scan_dir: Path, fasta: Path) -> None:
 
 
 def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
-    from synthetic_scan import write_synthetic_scan
-
     from carbon_vep.atomic import write_json
+    from carbon_vep.benchmark.synthetic import write_synthetic_scan
     from carbon_vep.config.stages import LabelSettings, PanelSettings
     from carbon_vep.genome.reference import open_reference
     from carbon_vep.scan.outputs import SCAN_RECORD, scan_record
@@ -195,15 +182,12 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
     pl.DataFrame({"chrom": "chrS", "pos": base + 1, "ref": ref, "alt": alt}).write_csv(
         panel, separator="\t"
     )
-    began = time.monotonic()
+    settings = PanelSettings(build="synthetic", format="auto")
     with open_reference(fasta) as reference:
-        checked, _ = ingest_panel(
-            panel, reference, PanelSettings(build="synthetic", format="auto"), LabelSettings()
+        ingest_s, (checked, _) = timed(
+            lambda: ingest_panel(panel, reference, settings, LabelSettings())
         )
-    ingest_s = time.monotonic() - began
-    began = time.monotonic()
-    annotated = annotate_panel(checked, scan_dir)
-    lookup_s = time.monotonic() - began
+    lookup_s, annotated = timed(lambda: annotate_panel(checked, scan_dir))
     counts = dict(annotated.group_by("status").len().iter_rows())
     return {
         "variants": variants,
@@ -215,7 +199,7 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None)
     parser.add_argument("--workdir", default=None)
@@ -228,13 +212,13 @@ def main() -> None:
         "model, to see how the share outside the forward pass falls as the model grows; "
         "runs the scan part only",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_scan_"))
     work.mkdir(parents=True, exist_ok=True)
     from carbon_vep.model.demo import build_demo_model, is_complete
 
-    model = ROOT / "resources/demo_model"
+    model = PROJECT_ROOT / "resources/demo_model"
     if args.shape:
         hidden, layers = (int(x) for x in args.shape.split(","))
         model = build_demo_model(
@@ -263,10 +247,8 @@ def main() -> None:
     report["annotate"] = annotate(work, args.variants)
     for run in [*report["scan"].values(), *report["scan_small_tiles"].values()]:
         run.pop("chunks")
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    print(json.dumps(report, indent=2))
+    write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Benchmark: genome-browser tracks of a scan (export-tracks) on CPU, streamed against whole.
 
 A synthetic scan (random genome, Dirichlet(1) log-marginals written by the scan's own writer,
-scripts/synthetic_scan.py) with its calibration (counted and built by the calibration's own
+benchmark/synthetic.py) with its calibration (counted and built by the calibration's own
 code), at two sizes; for each, in a fresh process that reports its peak RSS:
 
 1. ours: `report.tracks.export_tracks`: the 11 bigWigs one after the other, each streamed from
@@ -15,31 +15,23 @@ bases/s/core, peak RSS at both sizes, bytes a base of the bigWigs against the sc
 and the arithmetic for hg38 (2.9e9 scored bases): one job (a bigWig is written by one process;
 the 11 tracks could go to 11 processes, one track each, reading the scan 11 times).
 
-Usage: python scripts/bench_tracks.py [--bases 1000000 4000000] [--json FILE]
+Usage: python -m carbon_vep.benchmark.tracks [--bases 1000000 4000000] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
+from carbon_vep.benchmark.calibrate import make_scan as make_positions
+from carbon_vep.benchmark.calibrate import step_calibrate, step_count
+from carbon_vep.benchmark.harness import markdown_table, run_step, write_json
+
 HG38_BASES = 2.9e9
-STEP = """
-import json, resource, sys, time
-sys.path.insert(0, sys.argv[1])
-from bench_tracks import STEPS
-began = time.monotonic()
-extra = STEPS[sys.argv[2]](sys.argv[3])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"s": time.monotonic() - began, "peak_rss_mb": peak / 1024, **extra}))
-"""
 
 
 def step_ours(folder: str) -> dict:
@@ -81,9 +73,6 @@ def make_scan(folder: Path, bases: int) -> None:
     """A scan folder as the workflow leaves it: positions/, calibration/, scan.json."""
     import shutil
 
-    from bench_calibrate import make_scan as make_positions
-    from bench_calibrate import step_calibrate, step_count
-
     make_positions(folder, bases)
     step_count(str(folder))
     step_calibrate(str(folder))
@@ -99,10 +88,9 @@ def make_scan(folder: Path, bases: int) -> None:
     (scan / "scan.json").write_text(json.dumps(record))
 
 
-def run_step(name: str, folder: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", STEP, str(Path(__file__).parent), name,
-                           str(folder)], check=True, capture_output=True, text=True)  # fmt: skip
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def measured_step(name: str, folder: Path) -> dict:
+    """One approach in a fresh process (its peak RSS its own): seconds and peak RSS."""
+    return run_step(f"{__name__}:step_{name}", folder).as_dict()
 
 
 def same_values(folder: Path, bases: int) -> None:
@@ -117,17 +105,17 @@ def same_values(folder: Path, bases: int) -> None:
             np.testing.assert_array_equal(a, b, err_msg=path.name)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bases", type=int, nargs=2, default=[1_000_000, 4_000_000])
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for bases in args.bases:
             folder = Path(tmp) / str(bases)
             make_scan(folder, bases)
-            ours, whole = run_step("ours", folder), run_step("whole", folder)
+            ours, whole = measured_step("ours", folder), measured_step("whole", folder)
             same_values(folder, bases)
             parquet = (folder / "scan/positions/chrS.parquet").stat().st_size
             bigwig = sum(p.stat().st_size for p in (folder / "ours").glob("*.bw"))
@@ -138,14 +126,12 @@ def main() -> None:
                          "bases_per_s": round(bases / ours["s"]),
                          "bigwig_bytes_per_base": round(bigwig / bases, 2),
                          "parquet_bytes_per_base": round(parquet / bases, 2)})  # fmt: skip
-    print(
-        "| bases | ours s | whole s | bases/s (1 core) | peak RSS MB ours / whole | "
-        "bigWig B/base | Parquet B/base |\n|---|---|---|---|---|---|---|"
-    )
-    for r in rows:
-        print(f"| {r['bases']:,} | {r['ours_s']} | {r['whole_s']} | {r['bases_per_s']:,} | "
-              f"{r['ours_peak_rss_mb']:,} / {r['whole_peak_rss_mb']:,} | "
-              f"{r['bigwig_bytes_per_base']} | {r['parquet_bytes_per_base']} |")  # fmt: skip
+    header = ["bases", "ours s", "whole s", "bases/s (1 core)", "peak RSS MB ours / whole",
+              "bigWig B/base", "Parquet B/base"]  # fmt: skip
+    cells = [[f"{r['bases']:,}", r["ours_s"], r["whole_s"], f"{r['bases_per_s']:,}",
+              f"{r['ours_peak_rss_mb']:,} / {r['whole_peak_rss_mb']:,}",
+              r["bigwig_bytes_per_base"], r["parquet_bytes_per_base"]] for r in rows]  # fmt: skip
+    print(markdown_table(header, cells))
     small, large = rows[0], rows[-1]
     growth = large["bases"] / small["bases"]
     ratio = {k: large[f"{k}_peak_rss_mb"] / small[f"{k}_peak_rss_mb"] for k in ("ours", "whole")}
@@ -156,9 +142,8 @@ def main() -> None:
         f"hg38 ({HG38_BASES:.1e} bases), one job: {hours:.2f} h, bigWigs ~{gigabytes:.0f} GB "
         "(arithmetic from the measured rate and size)"
     )
-    if args.json:
-        result = {"sizes": rows, "hg38_hours_one_job": hours, "hg38_bigwig_gb": gigabytes}
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    result = {"sizes": rows, "hg38_hours_one_job": hours, "hg38_bigwig_gb": gigabytes}
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ bases, merges, summary) with the same settings: tiles 49,146 / 24,000 (the defau
 `--ungrouped` adds the 1,500 contigs with `group_bp: 1` (one merge job and file set per contig,
 the layout before grouping; ~30 min on 2 cores).
 
-Usage: python scripts/bench_contigs.py [--json results/bench_contigs.json] [--ungrouped]
+Usage: python -m carbon_vep.benchmark.contigs [--json results/bench_contigs.json] [--ungrouped]
 """
 
 from __future__ import annotations
@@ -24,15 +24,16 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, write_json
+from carbon_vep.benchmark.synthetic import write_fasta
+
+ROOT = PROJECT_ROOT
 SOURCES = (ROOT / "resources/genome/lambda_phage.fa", ROOT / "resources/demo/chr17.hg19.part.fa")
 TOTAL_BP, SMALL_BP = 450_000, 300
 SETTINGS = {"tile_bp": 49_146, "min_context": 24_000, "group_bp": 100_000}
@@ -45,14 +46,6 @@ def _sequence() -> str:
     parts = ["".join(p.read_text().splitlines()[1:]) for p in SOURCES]
     joined = "".join(parts)
     return (joined * (TOTAL_BP // len(joined) + 1))[:TOTAL_BP]
-
-
-def _write_fasta(path: Path, contigs: dict[str, str]) -> Path:
-    with path.open("w") as out:
-        for name, seq in contigs.items():
-            out.write(f">{name}\n")
-            out.writelines(seq[i : i + 60] + "\n" for i in range(0, len(seq), 60))
-    return path
 
 
 def genomes() -> dict[str, dict[str, str]]:
@@ -71,7 +64,7 @@ def run(work: Path, label: str, contigs: dict[str, str], model: Path, **settings
     """One genome scanned end to end in a fresh working directory: wall time, jobs, files."""
     folder = work / re.sub(r"\W+", "_", label).strip("_")
     folder.mkdir(parents=True)
-    fasta = _write_fasta(folder / "genome.fa", contigs)
+    fasta = write_fasta(folder / "genome.fa", contigs)
     config = {
         "outdir": "results",
         "chunk_bp": CHUNK_BP,
@@ -87,11 +80,10 @@ def run(work: Path, label: str, contigs: dict[str, str], model: Path, **settings
     ]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    began = time.monotonic()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - began
+    done = run_command(command, env=env, cwd=ROOT, check=False)
     if done.returncode:
         sys.exit(f"{label}: snakemake failed\n{done.stderr[-3000:]}")
+    wall = done.seconds
     rules = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", done.stdout + done.stderr,
                        re.MULTILINE)  # fmt: skip
     scan = folder / "results/scans/g/demo"
@@ -104,6 +96,7 @@ def run(work: Path, label: str, contigs: dict[str, str], model: Path, **settings
         "bases": sum(len(s) for s in contigs.values()),
         "snvs_written": 3 * summary["bases_written"],
         "wall_s": round(wall, 1),
+        "peak_rss_mb": round(done.peak_rss_mb),
         "jobs": len(rules),
         "jobs_by_rule": {rule: rules.count(rule) for rule in dict.fromkeys(rules)},
         "output_files": len(outputs),
@@ -113,13 +106,13 @@ def run(work: Path, label: str, contigs: dict[str, str], model: Path, **settings
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--ungrouped", action="store_true",
                         help="also the 1,500 contigs with one merge job per contig")  # fmt: skip
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_contigs_"))
     from carbon_vep.model.demo import build_demo_model, is_complete
@@ -139,10 +132,8 @@ def main() -> None:
         )
     few, many = report["runs"]["3 contigs"], report["runs"]["1,500 contigs"]
     report["ratio_wall_many_over_few"] = round(many["wall_s"] / few["wall_s"], 2)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    print(json.dumps(report, indent=2))
+    write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,13 @@
 Mostly straightforward implementations of the published approaches: one window per variant,
 full [length, vocabulary] logits from `model(ids).logits`, a log-softmax over everything, no
 sharing or deduplication. The pipeline never calls these; they are the yardstick its engine
-is checked and timed against. `token_log_likelihoods` runs the engine itself, per token (what
-the benchmark's model-throughput rows time). scripts/bench.py and scripts/gpu_check.py import
-this file from tests/.
+is checked (tests) and timed (`make bench`, `make gpu-check`) against. `token_log_likelihoods`
+runs the engine itself, per token (what the benchmark's model-throughput rows time).
 
 The `per_item_*` and `masked_*` functions are the engine's loops as they were before the GPU
 costs were removed: an attention mask on every batch, a host read (`float`, `int`, `.cpu()`)
 and a blocking host-to-device copy per item. The tests check that the engine gives identical
-values; scripts/gpu_check.py times both on a GPU.
+values; the GPU check (benchmark.gpu) times both on a GPU.
 """
 
 from __future__ import annotations

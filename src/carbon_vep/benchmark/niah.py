@@ -12,28 +12,25 @@ In one run, each row goes through:
 
 It checks the outputs are the same (identical `pred` and flags, LLs within 1e-5) and prints the
 wall time of each, the ratio, rows/s, and each approach's peak RSS (each run in its own
-process). Usage: python scripts/bench_niah.py [--ctx 4096] [--rows 6] [--json FILE]
+process). Usage: python -m carbon_vep.benchmark.niah [--ctx 4096] [--rows 6] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"
-STEP = """
-import json, resource, sys, time
-sys.path.insert(0, sys.argv[1])
-from bench_niah import run
-out = run(*sys.argv[2:])
-out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps(out))
-"""
+from carbon_vep.benchmark.harness import (
+    PROJECT_ROOT,
+    Measured,
+    Pair,
+    markdown_table,
+    run_step,
+    write_json,
+)
+
+FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
 
 
 def run(approach: str, model_dir: str, cell_path: str) -> dict:
@@ -76,18 +73,18 @@ def build(work: Path, ctx: int, rows: int) -> tuple[Path, Path]:
     return model, cell
 
 
-def measure(approach: str, model: Path, cell: Path) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", STEP, str(Path(__file__).parent), approach, str(model), str(cell)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def measure(approach: str, model: Path, cell: Path) -> Measured:
+    """One approach over the cell in a fresh process: `s` is the scoring's own wall time (the
+    model load left out), `peak_rss_mb` the process's."""
+    measured = run_step(f"{__name__}:run", approach, model, cell)
+    measured.seconds = measured.result.pop("s")
+    return measured
 
 
-def compare(ours: dict, reference: dict) -> dict:
+def compare(ours: Measured, reference: Measured) -> dict:
     """Same predictions and flags, the largest LL difference."""
     worst = 0.0
-    for a, b in zip(ours["rows"], reference["rows"], strict=True):
+    for a, b in zip(ours.result["rows"], reference.result["rows"], strict=True):
         if a[0] != b[0] or (a[0] == a[3]) != (b[0] == b[3]) or (a[1] > a[2]) != (b[1] > b[2]):
             raise SystemExit(f"outputs differ: {a} vs {b}")
         worst = max(worst, abs(a[1] - b[1]), abs(a[2] - b[2]))
@@ -96,39 +93,29 @@ def compare(ours: dict, reference: dict) -> dict:
     return {"identical_pred": True, "max_ll_difference": worst}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--rows", type=int, default=6)
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         model, cell = build(Path(tmp), args.ctx, args.rows)
-        ours, reference = measure("ours", model, cell), measure("three_pass", model, cell)
-    result = {
-        "ctx_tokens": args.ctx,
-        "rows": args.rows,
-        **compare(ours, reference),
-        "ours_s": round(ours["s"], 2),
-        "three_pass_s": round(reference["s"], 2),
-        "speedup": round(reference["s"] / ours["s"], 2),
-        "ours_rows_per_s": round(args.rows / ours["s"], 3),
-        "three_pass_rows_per_s": round(args.rows / reference["s"], 3),
-        "ours_peak_rss_mb": round(ours["peak_rss_mb"]),
-        "three_pass_peak_rss_mb": round(reference["peak_rss_mb"]),
-    }
-    print("| approach | wall s | rows/s | peak RSS MB |\n|---|---|---|---|")
-    for label, key in (("one prefill (ours)", "ours"), ("three passes (published)", "three_pass")):
-        cells = [
-            result[f"{key}_s"],
-            result[f"{key}_rows_per_s"],
-            f"{result[f'{key}_peak_rss_mb']:,}",
-        ]
-        print(f"| {label} | " + " | ".join(map(str, cells)) + " |")
+        pair = Pair("NIAH cell", measure("ours", model, cell), measure("three_pass", model, cell))
+    result = {"ctx_tokens": args.ctx, "rows": args.rows, **compare(pair.ours, pair.reference),
+              "speedup": round(pair.speedup, 2)}  # fmt: skip
+    for key, measured in (("ours", pair.ours), ("three_pass", pair.reference)):
+        result[f"{key}_s"] = round(measured.seconds, 2)
+        result[f"{key}_rows_per_s"] = round(args.rows / measured.seconds, 3)
+        result[f"{key}_peak_rss_mb"] = round(measured.peak_rss_mb)
+    cells = [[label, result[f"{key}_s"], result[f"{key}_rows_per_s"],
+              f"{result[f'{key}_peak_rss_mb']:,}"]
+             for label, key in (("one prefill (ours)", "ours"),
+                                ("three passes (published)", "three_pass"))]  # fmt: skip
+    print(markdown_table(["approach", "wall s", "rows/s", "peak RSS MB"], cells))
     summary = f"{args.rows} rows of {args.ctx:,} tokens: x{result['speedup']} less wall time"
     print(f"\n{summary}; identical predictions, LLs within {result['max_ll_difference']:.1e}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ with the model loaded, so memory one approach freed cannot hide another's.
 GPU (when CUDA is available): random-weight bf16 models with the exact Carbon-500M and Carbon-3B
 shapes; tokens/s, bp/s and the fraction of the bf16 matmul peak measured in the same run. Every
 other GPU measurement (each recipe, the scan, the removed costs, bf16 against float32) is in
-`make gpu-check` (scripts/gpu_check.py).
+`make gpu-check` (benchmark.gpu).
 
-Usage: python scripts/bench.py [--reps 2] [--quick] [--json out.json]
+Usage: python -m carbon_vep.benchmark.engine [--reps 2] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,14 +22,24 @@ import json
 import multiprocessing
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
 import polars as pl
 import torch
 
+from carbon_vep.benchmark import published
+from carbon_vep.benchmark.harness import (
+    PROJECT_ROOT,
+    bf16_peak_tflops,
+    device_peak_gb,
+    markdown_table,
+    median_interleaved,
+    peak_rss_above_start_mb,
+    timed,
+    write_json,
+)
 from carbon_vep.config.gpus import CARBON_SHAPES
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import ModelSettings, RecipeSettings, TileSettings
@@ -40,34 +50,10 @@ from carbon_vep.model.loading import load_model
 from carbon_vep.scan.tiles import scan_region
 from carbon_vep.scoring.shard import score_shard
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the reference implementations live with the tests
-from support import naive  # noqa: E402
-
 BLOCK = {name: RecipeSettings(name, "dna_block") for name in ("centered", "nexttoken")}
 
-FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"
+FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
 CHROM = "chr17"
-
-
-# ---- measurement ---------------------------------------------------------------------------
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field):
-            return int(line.split()[1])
-    return 0
-
-
-def peak_mb(run: Callable[[], object]) -> float:
-    """Peak RSS above the RSS at the start of `run` (VmHWM reset through /proc/self/clear_refs).
-
-    Call it in a fresh process: memory an earlier run freed but the allocator kept would
-    otherwise be reused without raising RSS, and the peak would read too low.
-    """
-    Path("/proc/self/clear_refs").write_text("5")
-    before = _status_kb("VmRSS")
-    run()
-    return (_status_kb("VmHWM") - before) / 1024
 
 
 @dataclass
@@ -96,22 +82,10 @@ class Row:
         return self.bp / self.seconds
 
 
-def alternate(workload: Workload, reps: int) -> dict[str, float]:
-    """Median seconds per approach, runs interleaved (ours, reference, ours, reference, ...)."""
-    timings: dict[str, list[float]] = {name: [] for name in workload.approaches}
-    for _ in range(reps):
-        for name, run in workload.approaches.items():
-            start = time.perf_counter()
-            run()
-            timings[name].append(time.perf_counter() - start)
-            print(f"  {workload.name} / {name}: {timings[name][-1]:.2f} s", file=sys.stderr)
-    return {name: statistics.median(values) for name, values in timings.items()}
-
-
 def _child_peak(quick: bool, workload_index: int, approach: str, queue) -> None:
     with torch.inference_mode(), open_reference(FASTA) as ref:
         workload = build_workloads(ref, quick)[workload_index]
-        queue.put(peak_mb(workload.approaches[approach]))
+        queue.put(peak_rss_above_start_mb(workload.approaches[approach]))
 
 
 def child_peak_mb(quick: bool, workload_index: int, approach: str) -> float:
@@ -142,7 +116,9 @@ def shard(reference, variants, recipe: str, window_bp: int) -> pl.DataFrame:
 def build_workloads(ref, quick: bool) -> list[Workload]:
     """The same model and inputs for every approach (the demo model: Carbon's vocabulary)."""
     loaded = load_model(
-        ModelSettings(str(build_demo_model(ROOT / "resources/demo_model")), trust_remote_code=True)
+        ModelSettings(
+            str(build_demo_model(PROJECT_ROOT / "resources/demo_model")), trust_remote_code=True
+        )
     )
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
     model, tok, prefix = loaded.model, loaded.tokenizer, loaded.vocab.prefix_token
@@ -167,7 +143,7 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
             "ours (published semantics: full_vocab)":
                 lambda: score_shard(dense_shard, ref, engine, RecipeSettings("centered")),
             "reference (published approach)":
-                lambda: naive.centered_scores(model, tok, prefix, ref, dense, 8192),
+                lambda: published.centered_scores(model, tok, prefix, ref, dense, 8192),
             "ours, 6-mer block normalised (dna_block)":
                 lambda: score_shard(dense_shard, ref, engine, BLOCK["centered"]),
         }),
@@ -175,7 +151,7 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
             "ours (published semantics: acgt_strings)":
                 lambda: score_shard(sparse_shard, ref, engine, RecipeSettings("nexttoken")),
             "reference (published approach)":
-                lambda: naive.nexttoken_scores(model, tok, prefix, ref, sparse, 24_000),
+                lambda: published.nexttoken_scores(model, tok, prefix, ref, sparse, 24_000),
             "ours, 6-mer block normalised (dna_block)":
                 lambda: score_shard(sparse_shard, ref, engine, BLOCK["nexttoken"]),
         }),
@@ -185,7 +161,7 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
                 lambda: scan_region(engine, ref, CHROM, 30_000, 30_000 + n_bases,
                                     TileSettings(context + 600, context)),
             "reference (one window per base)":
-                lambda: naive.per_base_marginals(model, tok, prefix, kmer_ids, ref, CHROM,
+                lambda: published.per_base_marginals(model, tok, prefix, kmer_ids, ref, CHROM,
                                                  positions, context),
         }),
     ]  # fmt: skip
@@ -196,7 +172,7 @@ def cpu_rows(reps: int, quick: bool) -> list[Row]:
     with torch.inference_mode(), open_reference(FASTA) as ref:
         workloads = build_workloads(ref, quick)
         for index, workload in enumerate(workloads):
-            seconds = alternate(workload, reps)
+            seconds = median_interleaved(workload.approaches, reps, workload.name)
             for approach, secs in seconds.items():
                 memory = child_peak_mb(quick, index, approach)
                 rows.append(Row(workload.name, approach, workload.n_variants, workload.bp, secs,
@@ -205,25 +181,6 @@ def cpu_rows(reps: int, quick: bool) -> list[Row]:
 
 
 # ---- GPU -------------------------------------------------------------------------------------
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def bf16_peak_tflops(device: torch.device, n: int = 8192, iters: int = 20) -> float:
-    """Measured bf16 matmul throughput: the peak the model rows are compared with."""
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    _sync(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    _sync(device)
-    return 2 * n**3 * iters / (time.perf_counter() - start) / 1e12
 
 
 def model_rows(
@@ -239,7 +196,7 @@ def model_rows(
 
     from carbon_vep.model.tokens import DnaVocab
 
-    peak = bf16_peak_tflops(device, peak_n)
+    peak = bf16_peak_tflops(device, peak_n, 20)
     results = []
     for name, shape in shapes.items():
         config = LlamaConfig(vocab_size=155_776, max_position_embeddings=32_768,
@@ -252,19 +209,13 @@ def model_rows(
         ids = [torch.randint(151_672, 151_672 + 4096, (tokens,)).numpy() for _ in range(n_windows)]
         n_body = sum(p.numel() for n_, p in model.named_parameters() if "embed" not in n_)
         for normalization in ("full_vocab", "dna_block"):
-            naive.token_log_likelihoods(engine, ids[:8], normalization)  # warm-up
-            _sync(device)
-            times = []
-            for _ in range(3):
-                start = time.perf_counter()
-                naive.token_log_likelihoods(engine, ids, normalization)
-                _sync(device)
-                times.append(time.perf_counter() - start)
-            seconds = statistics.median(times)
+            published.token_log_likelihoods(engine, ids[:8], normalization)  # warm-up
+            run = partial(published.token_log_likelihoods, engine, ids, normalization)
+            seconds = statistics.median(timed(run, device)[0] for _ in range(3))
             n_tokens = n_windows * tokens
             head_rows = 155_776 if normalization == "full_vocab" else 4096
             flops = n_tokens * 2 * (n_body + head_rows * shape["hidden_size"])
-            allocated = torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else None
+            allocated = device_peak_gb(device)
             results.append({
                 "model": name, "normalization": normalization, "tokens_per_s": n_tokens / seconds,
                 "bp_per_s": 6 * n_tokens / seconds, "windows_per_s": n_windows / seconds,
@@ -283,29 +234,27 @@ def gpu_rows() -> list[dict]:
 
 # ---- report ----------------------------------------------------------------------------------
 def table(rows: list[Row]) -> str:
-    lines = [
-        "| workload | approach | variants | s | variants/s | bp/s | peak MB | speed vs ref | "
-        "memory vs ref |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    """Each approach's row with its ratios against the workload's reference approach."""
+    cells = []
     for row in rows:
         ref = next(r for r in rows if r.workload == row.workload and r.approach.startswith("ref"))
         speed = row.variants_per_s / ref.variants_per_s
         memory = ref.peak_mb / max(row.peak_mb, 1.0)
-        ratios = "—  | —" if row is ref else f"{speed:.2f}x | {memory:.1f}x less"
-        lines.append(
-            f"| {row.workload} | {row.approach} | {row.n_variants} | {row.seconds:.2f} | "
-            f"{row.variants_per_s:.2f} | {row.bp_per_s:,.0f} | {row.peak_mb:,.0f} | {ratios} |"
-        )
-    return "\n".join(lines)
+        ratios = ["—", "—"] if row is ref else [f"{speed:.2f}x", f"{memory:.1f}x less"]
+        cells.append([row.workload, row.approach, row.n_variants, f"{row.seconds:.2f}",
+                      f"{row.variants_per_s:.2f}", f"{row.bp_per_s:,.0f}", f"{row.peak_mb:,.0f}",
+                      *ratios])  # fmt: skip
+    header = ["workload", "approach", "variants", "s", "variants/s", "bp/s", "peak MB",
+              "speed vs ref", "memory vs ref"]  # fmt: skip
+    return markdown_table(header, cells)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="smaller workloads (smoke test)")
     parser.add_argument("--json", default=None, help="also write the raw numbers here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
     rows = cpu_rows(args.reps, args.quick)
     print(table(rows))
@@ -316,8 +265,7 @@ def main() -> None:
             print(json.dumps(r))
     else:
         print("\nNo CUDA device: GPU rows not measured.")
-    if args.json:
-        Path(args.json).write_text(json.dumps(payload, indent=2))
+    write_json(args.json, payload)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,31 @@
-"""A random genome of one contig and a per-base scan dataset on it, for the benchmarks that need a
-scan larger than the demo model makes quickly (bench_scan's annotate, bench_calibrate): random
-ACGT, float16 log-marginals drawn from a Dirichlet(1) (scores spread over about ±5), written by
-the scan's own writer in row groups of 2^20 bases."""
+"""Synthetic inputs the benchmarks (and the tests) write: FASTA files, random DNA, and a random
+genome of one contig with a per-base scan dataset on it, for the benchmarks that need a scan
+larger than the demo model makes quickly (the scan's annotate, calibration, tracks): random ACGT,
+float16 log-marginals drawn from a Dirichlet(1) (scores spread over about ±5), written by the
+scan's own writer in row groups of 2^20 bases."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+
+def write_fasta(path: Path, contigs: dict[str, str], width: int = 60) -> Path:
+    """`contigs` (name -> sequence) as a FASTA file, `width` bases a line."""
+    lines = []
+    for name, seq in contigs.items():
+        lines.append(f">{name}")
+        lines += [seq[i : i + width] for i in range(0, len(seq), width)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def random_dna(n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice("ACGT") for _ in range(n))
 
 
 def write_synthetic_scan(
@@ -20,8 +37,7 @@ def write_synthetic_scan(
     seq = np.array(list("ACGT"))[rng.integers(0, 4, bases)]
     text = "".join(seq)
     fasta.parent.mkdir(parents=True, exist_ok=True)
-    fasta.write_text(f">{contig}\n" + "\n".join(text[i : i + 60] for i in range(0, bases, 60))
-                     + "\n")  # fmt: skip
+    write_fasta(fasta, {contig: text})
     writer = BaseWriter(parquet)
     step = 1 << 20
     for lo in range(0, bases, step):

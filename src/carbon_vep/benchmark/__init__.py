@@ -1,0 +1,13 @@
+"""Benchmarks: our code and the reference approach side by side, measured by one harness.
+
+`harness` is how every benchmark measures (wall time of a stage or a whole process, peak RSS,
+device peak memory, a pair with its ratios, JSON and Markdown out). One module a `make bench-*`
+target, each runnable as `python -m carbon_vep.benchmark.<name>`: `engine` (`make bench`: the
+scoring engine against the published approach), `ingest`, `scan`, `contigs`, `calibrate`,
+`niah`, `tracks`; `gpu` is `make gpu-check`, one module a phase. The yardsticks they (and the
+tests) measure against: `published` (the published approaches restated straightforwardly),
+`known_answer` (a model whose right answer is known), `host_reads` (host synchronisations
+counted on a CPU), `synthetic` (generated genomes and scans).
+
+The benchmarks import the stages; no stage imports the benchmarks (import-linter).
+"""

@@ -1,0 +1,162 @@
+"""Phase 5 of the GPU check: the environment, the JSON and the Markdown section for
+docs/benchmarks.md, rewritten after every step (a run cut short keeps what it measured)."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from carbon_vep.benchmark.gpu.device import Budget
+from carbon_vep.benchmark.harness import markdown_section, markdown_table, write_json, write_text
+
+
+def environment(device: torch.device, smoke: bool, peak: float, peak_n: int) -> dict:
+    import transformers
+
+    threads = torch.get_num_threads()
+    cpu = f"CPU ({platform.machine()}, {threads} thread{'s' if threads > 1 else ''})"
+    env = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "smoke": smoke,
+        "bf16_peak_tflops": peak,
+        "peak_matmul_n": peak_n,
+        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env |= {
+            "gpu_memory_gb": props.total_memory / 1e9,
+            "cudnn": torch.backends.cudnn.version(),
+            "flash_sdp_enabled": torch.backends.cuda.flash_sdp_enabled(),
+        }
+    return env
+
+
+def markdown(report: dict) -> str:
+    """The run as a section for docs/benchmarks.md: the paths, then each phase that ran."""
+    parts = [_paths_part(report), _scan_part(report), _ablations_part(report)]
+    parts += [_precision_part(report), _known_answer_part(report)]
+    if report["profiles"]:
+        names = ", ".join(f"`{p}`" for p in report["profiles"])
+        parts.append(f"Profiler top-10 tables (by device time): {names}.")
+    if report["skipped"]:
+        parts.append("Skipped for the time budget: " + "; ".join(report["skipped"]) + ".")
+    env = report["environment"]
+    return markdown_section(f"GPU check: {env['device']}, {env['date']}", *parts, level=2)
+
+
+def _paths_part(report: dict) -> str:
+    env = report["environment"]
+    intro = (
+        f"`make gpu-check` (`python -m carbon_vep.benchmark.gpu`"
+        f"{' --smoke' if env['smoke'] else ''}), one process, {report['elapsed_s']:.0f} s. "
+        f"torch {env['torch']}, CUDA {env['cuda'] or 'none'}, transformers "
+        f"{env['transformers']}. Random-weight models with Carbon's exact shapes (toy shapes "
+        f"under --smoke), bf16, on a synthetic genome. Measured bf16 matmul peak: "
+        f"**{env['bf16_peak_tflops']:,.1f} TFLOP/s** ({env['peak_matmul_n']:,}³ matmuls, same "
+        "process). Times are medians of the timed runs after a warm-up run, the device drained "
+        'before each clock read. "% of peak" counts the matmul FLOPs a path must do (body, '
+        "attention, the output-layer rows it uses) against the measured peak."
+    )
+    header = ["model", "path", "items", "tokens", "s", "tokens/s", "bp/s", "items/s",
+              "% of peak", "peak alloc GB", "batch_tokens"]  # fmt: skip
+    rows = [
+        [r["model"], r["path"], f"{r['items']:,} {r['unit']}", f"{r['tokens']:,}",
+         f"{r['seconds']:.3f}", f"{r['tokens_per_s']:,.0f}", f"{r['bp_per_s']:,.0f}",
+         f"{r['items_per_s']:,.1f}", f"{r['fraction_of_peak']:.1%}",
+         "—" if r["peak_allocated_gb"] is None else f"{r['peak_allocated_gb']:.1f}",
+         f"{r['batch_tokens']:,}"]
+        for r in report["paths"]
+    ]  # fmt: skip
+    return intro + "\n\n" + markdown_table(header, rows)
+
+
+def _scan_part(report: dict) -> str:
+    scans = [r for r in report["paths"] if "scan_stats" in r]
+    if not scans:
+        return ""
+    intro = (
+        "Scan (per chunk job): share of wall time outside the model's forward passes, and the "
+        "device's idle share (wall time minus the device's own busy time, CUDA events) while "
+        "the host builds and writes rows on its thread."
+    )
+    header = ["model", "tiles", "SNVs/s", "scored bases/s", "outside forward", "device idle",
+              "device µs/base", "rows built + written µs/base",
+              "waited for the writer s"]  # fmt: skip
+    rows = [
+        [r["model"], r["scan_tiles"], f"{r['items_per_s']:,.0f}",
+         f"{r['scored_bases_per_s']:,.0f}", f"{r['outside_forward_share']:.1%}",
+         f"{r['device_idle_share']:.1%}", f"{r['device_us_per_base']:.2f}",
+         f"{r['write_us_per_base']:.2f}", f"{r['writer_wait_s']:.2f}"]
+        for r in scans
+    ]  # fmt: skip
+    return intro + "\n\n" + markdown_table(header, rows)
+
+
+def _ablations_part(report: dict) -> str:
+    if not report["ablations"]:
+        return ""
+    intro = (
+        "The GPU costs removed, before and after on the same inputs (before = the loop as it "
+        "was, benchmark/published.py):"
+    )
+    fixed = ("model", "change", "items", "before_s", "after_s", "speedup")
+    rows = [
+        [r["model"], r["change"], f"{r['before_s']:.3f}", f"{r['after_s']:.3f}",
+         f"{r['speedup']:.2f}x",
+         "; ".join(f"{k}: {_note(k, v)}" for k, v in r.items() if k not in fixed)]
+        for r in report["ablations"]
+    ]  # fmt: skip
+    header = ["model", "change", "before s", "after s", "speed-up", "notes"]
+    return intro + "\n\n" + markdown_table(header, rows)
+
+
+def _precision_part(report: dict) -> str:
+    if not report["precision"]:
+        return ""
+    intro = (
+        "bf16 against float32, same weights, same inputs (float32 is the reference; random "
+        "weights: the scores are small, so this shows rounding, not accuracy):"
+    )
+    header = ["model", "case", "precision", "n", "Spearman of scores", "max abs Δ LL",
+              "median abs Δ LL", "score sd (fp32)"]  # fmt: skip
+    rows = [
+        [r["model"], r["case"], r["precision"], r["n"], f"{r['spearman_score']:.4f}",
+         f"{r['max_abs_ll_difference']:.2e}", f"{r['median_abs_ll_difference']:.2e}",
+         f"{r['score_sd_float32']:.2e}"]
+        for r in report["precision"]
+    ]  # fmt: skip
+    return intro + "\n\n" + markdown_table(header, rows)
+
+
+def _known_answer_part(report: dict) -> str:
+    if not report["known_answer"]:
+        return ""
+    intro = (
+        "Known answer (benchmark/known_answer.py: a tiny Llama trained on a genome with a "
+        "planted motif; 30 motif-breaking vs 30 background SNVs):"
+    )
+    rows = [[r["recipe"], r["precision"], f"{r['auroc']:.3f}"] for r in report["known_answer"]]
+    return intro + "\n\n" + markdown_table(["recipe", "precision", "AUROC"], rows)
+
+
+def _note(key: str, value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.1%}" if "idle" in key else f"{value:.3g}"
+    return str(value)
+
+
+def write_report(report: dict, out: Path, budget: Budget) -> None:
+    """The JSON and the Markdown as they stand (after every step: a cut-short run keeps them)."""
+    report["elapsed_s"] = budget.elapsed()
+    write_json(out / "gpu_check.json", report)
+    write_text(out / "gpu_check.md", markdown(report))

@@ -1,0 +1,233 @@
+"""How every benchmark measures, in one place.
+
+- wall time of a stage inside this process (`timed`, the device drained around the clock), or of
+  several approaches interleaved (`median_interleaved`: ours, reference, ours, ...);
+- a whole process: a command (`run_command`) or one benchmark step run in a fresh Python
+  (`run_step`), with its wall time and its peak RSS as the kernel counts it (`wait4`'s
+  `ru_maxrss`: the process and the descendants it waited for) — a fresh process, because a child
+  forked from a large driver would inherit the driver's high-water mark;
+- peak RSS above the start of a call in this process (`peak_rss_above_start_mb`, Linux VmHWM
+  reset through /proc/self/clear_refs), the device's peak allocated memory and its measured
+  bf16 matmul peak (what a model's FLOP rate is compared with);
+- two approaches side by side (`Pair`: how many times faster, how many times less memory);
+- what a run writes: its JSON (`write_json`) and Markdown tables for docs/benchmarks.md
+  (`markdown_table`, `markdown_section`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# the project checkout: the benchmarks read its resources/ (demo genome, lambda phage)
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+RESULT_MARK = "BENCH_RESULT "  # the line of a step's stdout that carries its result
+_STEP = """
+import importlib, json, sys
+module, function = sys.argv[1].split(":")
+result = getattr(importlib.import_module(module), function)(*sys.argv[2:])
+print({mark!r} + json.dumps(result if result is not None else {{}}), flush=True)
+"""
+
+
+# ---- whole processes ------------------------------------------------------------------------
+@dataclass
+class Measured:
+    """A process as measured: wall seconds, peak RSS (MB) and what its step returned."""
+
+    seconds: float
+    peak_rss_mb: float
+    result: dict = field(default_factory=dict)
+    stdout: str = ""
+    stderr: str = ""
+
+    def as_dict(self) -> dict:
+        return {"s": self.seconds, "peak_rss_mb": self.peak_rss_mb, **self.result}
+
+
+class StepFailed(RuntimeError):
+    """A measured command exited non-zero; the message ends with its stderr."""
+
+
+def run_command(
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    check: bool = True,
+) -> Measured:
+    """Run `argv` to the end: its wall time and the peak RSS of it and the descendants it waited
+    for (the kernel's `ru_maxrss` from `wait4`, so any command can be measured)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        began = time.perf_counter()
+        process = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - began
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if check and process.returncode:
+        raise StepFailed(f"{' '.join(map(str, argv))[:200]} exited {process.returncode}:\n"
+                         f"{stderr[-3000:]}")  # fmt: skip
+    return Measured(seconds, usage.ru_maxrss / 1024, stdout=stdout, stderr=stderr)
+
+
+def run_step(
+    target: str, *args: Any, env: Mapping[str, str] | None = None, cwd: str | Path | None = None
+) -> Measured:
+    """`module:function(*args)` (string arguments) in a fresh Python; `result` is the dict the
+    function returns. The wall time includes the interpreter's start and the imports."""
+    code = _STEP.format(mark=RESULT_MARK)
+    measured = run_command([sys.executable, "-c", code, target, *map(str, args)], env, cwd)
+    lines = [ln for ln in measured.stdout.splitlines() if ln.startswith(RESULT_MARK)]
+    if not lines:
+        raise StepFailed(f"{target} printed no result:\n{measured.stderr[-3000:]}")
+    measured.result = json.loads(lines[-1][len(RESULT_MARK) :])
+    return measured
+
+
+# ---- stages inside this process ---------------------------------------------------------------
+def sync(device: Any) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def timed(run: Callable[[], Any], device: Any = None) -> tuple[float, Any]:
+    """Wall seconds of `run` and its result, the device drained before and after the clock."""
+    sync(device)
+    began = time.perf_counter()
+    out = run()
+    sync(device)
+    return time.perf_counter() - began, out
+
+
+def median_interleaved(
+    approaches: Mapping[str, Callable[[], Any]], reps: int, label: str = "", device: Any = None
+) -> dict[str, float]:
+    """Median seconds of each approach over `reps` rounds, interleaved (ours, reference, ours,
+    reference, ...) so that a machine getting slower or faster favours none of them."""
+    times: dict[str, list[float]] = {name: [] for name in approaches}
+    for _ in range(reps):
+        for name, run in approaches.items():
+            times[name].append(timed(run, device)[0])
+            print(f"  {label} / {name}: {times[name][-1]:.2f} s", file=sys.stderr)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _status_kb(field_name: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field_name):
+            return int(line.split()[1])
+    return 0
+
+
+def peak_rss_above_start_mb(run: Callable[[], Any]) -> float:
+    """Peak RSS during `run` above the RSS at its start (VmHWM reset first). Call it in a fresh
+    process: memory an earlier run freed but the allocator kept would be reused without raising
+    RSS, and the peak would read too low."""
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_kb("VmRSS")
+    run()
+    return (_status_kb("VmHWM") - before) / 1024
+
+
+def reset_device_peak(device: Any) -> None:
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def device_peak_gb(device: Any) -> float | None:
+    """Peak memory the device's allocator handed out since the last reset (None on a CPU)."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 1e9
+
+
+def bf16_peak_tflops(device: Any, n: int, iters: int) -> float:
+    """Dense bf16 matmul throughput of this device: the median of 3 timed runs of `iters`
+    n x n x n matmuls after a warm-up, the device drained around each clock read."""
+    import torch
+
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    out = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(max(3, iters // 5)):
+        torch.matmul(a, b, out=out)
+    rates = []
+    for _ in range(3):
+        seconds, _ = timed(lambda: [torch.matmul(a, b, out=out) for _ in range(iters)], device)
+        rates.append(2 * n**3 * iters / seconds / 1e12)
+    return statistics.median(rates)
+
+
+# ---- side by side ------------------------------------------------------------------------------
+@dataclass
+class Pair:
+    """Our approach and the reference one on the same inputs, with the two ratios."""
+
+    what: str
+    ours: Measured
+    reference: Measured
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster ours is (reference seconds / our seconds)."""
+        return self.reference.seconds / self.ours.seconds
+
+    @property
+    def memory_ratio(self) -> float:
+        """How many times less peak memory ours needs (reference / ours)."""
+        return self.reference.peak_rss_mb / max(self.ours.peak_rss_mb, 1.0)
+
+    def as_dict(self) -> dict:
+        return {
+            "what": self.what,
+            "ours": self.ours.as_dict(),
+            "reference": self.reference.as_dict(),
+            "speedup": self.speedup,
+            "memory_ratio": self.memory_ratio,
+        }
+
+
+# ---- what a run writes ---------------------------------------------------------------------------
+def write_json(path: str | Path | None, payload: Any, indent: int = 2) -> None:
+    """The run's numbers as JSON (nothing when no path was asked for), replaced whole."""
+    if path:
+        write_text(path, json.dumps(payload, indent=indent, default=str) + "\n")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """`text` into `path` through a temporary file beside it: a reader never sees half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub Markdown table; cells as given (format numbers before)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown_section(title: str, *parts: str, level: int = 3) -> str:
+    """A section for docs/benchmarks.md: a heading, then the parts as paragraphs/tables."""
+    return "\n\n".join([f"{'#' * level} {title}", *[p.strip() for p in parts if p]]) + "\n"
