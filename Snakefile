@@ -37,4 +37,4 @@ include: "workflow/rules/gate.smk"
 
 rule all:
     input:
-        final_outputs(),
+        TARGETS.final_outputs(),

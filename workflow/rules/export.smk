@@ -1,7 +1,7 @@
 rule export_vcf:
     input:
         merged=rules.merge_scores.output,
-        reference=dataset_file("reference"),
+        reference=JOBS.dataset_file("reference"),
     output:
         vcf=f"{OUTDIR}/{{dataset}}/{{model}}/results.vcf.gz",
         tbi=f"{OUTDIR}/{{dataset}}/{{model}}/results.vcf.gz.tbi",

@@ -3,8 +3,8 @@
 # in the log and on stderr.
 rule check_panel:
     input:
-        panel=dataset_file("panel"),
-        reference=dataset_file("reference"),
+        panel=JOBS.dataset_file("panel"),
+        reference=JOBS.dataset_file("reference"),
         inputs=DATASET_INPUTS,  # hashed and checked against the pins first
     output:
         checked=f"{OUTDIR}/{{dataset}}/checked.parquet",
@@ -14,7 +14,7 @@ rule check_panel:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=dataset_settings("checks", "labels"),
+        settings=JOBS.dataset_settings("checks", "labels"),
     shell:
         "carbon-vep check-panel --panel {input.panel} --reference {input.reference}"
         " --settings {params.settings} --out {output.checked} --summary {output.summary}"

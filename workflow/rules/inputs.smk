@@ -3,8 +3,8 @@
 # it, and merged into the provenance of every result.
 rule record_dataset_inputs:
     input:
-        panel=dataset_file("panel"),
-        reference=dataset_file("reference"),
+        panel=JOBS.dataset_file("panel"),
+        reference=JOBS.dataset_file("reference"),
     output:
         DATASET_INPUTS,
     log:
@@ -12,7 +12,7 @@ rule record_dataset_inputs:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        pins=lambda wc, input: pins(input),
+        pins=lambda wc, input: JOBS.pins(input),
     shell:
         "carbon-vep record-inputs --file {input.panel} --file {input.reference}"
         " --pins {params.pins} --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
@@ -28,7 +28,7 @@ rule record_task_inputs:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        pins=lambda wc, input: pins(input),
+        pins=lambda wc, input: JOBS.pins(input),
     shell:
         "carbon-vep record-inputs --file {input} --pins {params.pins}"
         " --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
@@ -36,7 +36,7 @@ rule record_task_inputs:
 
 rule record_model_inputs:
     input:
-        model_sources,
+        JOBS.model_sources,
     output:
         MODEL_INPUTS,
     log:
@@ -44,8 +44,8 @@ rule record_model_inputs:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        source=model_source_args,
-        pins=model_pins,
+        source=JOBS.model_source_args,
+        pins=JOBS.model_pins,
     shell:
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep record-inputs {params.source} --pins {params.pins}"

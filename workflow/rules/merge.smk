@@ -7,7 +7,7 @@ rule merge_scores:
     log:
         f"logs/{OUTDIR}/{{dataset}}/{{model}}/merge_scores.log",
     wildcard_constraints:
-        dataset=dataset_pattern(lookup=False),
+        dataset=TARGETS.dataset_pattern(lookup=False),
     conda:
         "../../envs/carbon-vep.yaml"
     shell:

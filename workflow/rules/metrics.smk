@@ -11,8 +11,8 @@ rule compute_metrics:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=dataset_settings("labels", "metrics"),
-        provenance=dataset_provenance,
+        settings=JOBS.dataset_settings("labels", "metrics"),
+        provenance=JOBS.dataset_provenance,
     shell:
         "carbon-vep metrics --merged {input.merged} --settings {params.settings}"
         " --task {wildcards.dataset} --model-key {wildcards.model}"

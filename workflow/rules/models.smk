@@ -1,5 +1,5 @@
 # One build rule per configured demo model (`build_demo: true`): built locally, no download.
-for demo_name, demo_path in DEMO_MODEL_PATHS.items():
+for demo_name, demo_path in JOBS.demo_model_paths.items():
 
     rule:
         name:
@@ -25,6 +25,6 @@ rule fetch_model:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=lambda wc: spec_json(HUB_MODELS[wc.model]),
+        settings=lambda wc: spec_json(JOBS.hub_models[wc.model]),
     shell:
         "carbon-vep fetch-model --settings {params.settings} --out {output} > {log} 2>&1"

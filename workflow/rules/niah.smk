@@ -9,12 +9,12 @@ rule fetch_niah_cell:
     log:
         f"logs/{OUTDIR}/niah/{{niah}}/fetch_{{cell}}.log",
     wildcard_constraints:
-        niah=niah_pattern("hub"),
+        niah=TARGETS.niah_pattern("hub"),
     localrule: True
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=niah_hub_settings,
+        settings=JOBS.niah_hub_settings,
     shell:
         "carbon-vep fetch-hub --settings {params.settings} > {log} 2>&1"
 
@@ -27,11 +27,11 @@ rule build_niah_cell:
     log:
         f"logs/{OUTDIR}/niah/{{niah}}/build_{{cell}}.log",
     wildcard_constraints:
-        niah=niah_pattern("build"),
+        niah=TARGETS.niah_pattern("build"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        args=lambda wc: shlex.join(RUN.niah[wc.niah].build_args(wc.cell)),
+        args=JOBS.niah_build_args,
     shell:
         "carbon-vep build-niah --reference {input.reference} {params.args}"
         " --out {output} > {log} 2>&1"
@@ -47,7 +47,7 @@ rule record_niah_inputs:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        pins=lambda wc, input: pins(input),
+        pins=lambda wc, input: JOBS.pins(input),
     shell:
         "carbon-vep record-inputs --file {input} --pins {params.pins} --out {output}"
         " > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
@@ -56,7 +56,7 @@ rule record_niah_inputs:
 rule score_niah:
     input:
         cell=NIAH_CELL,
-        model=model_files,
+        model=JOBS.model_files,
     output:
         rows=f"{NIAH_RESULT}/parts/rows_{{part}}.parquet",
         metrics=f"{NIAH_RESULT}/parts/metrics_{{part}}.json",
@@ -66,15 +66,15 @@ rule score_niah:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard; GPU memory and time follow from the model and the context
     resources:
-        gpu=gpu_count,
-        batch_size=attempt_batch_size,
-        batch_tokens=attempt_batch_tokens,
+        gpu=JOBS.gpu_count,
+        batch_size=JOBS.attempt_batch_size,
+        batch_tokens=JOBS.attempt_batch_tokens,
         mem_mb=32000,
-        runtime=niah_runtime,
+        runtime=JOBS.niah_runtime,
     params:
-        settings=niah_settings,
-        rows=niah_rows,
-        provenance=niah_provenance,
+        settings=JOBS.niah_settings,
+        rows=JOBS.niah_rows,
+        provenance=JOBS.niah_provenance,
     shell:
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep score-niah --tasks-file {input.cell} --row-range {params.rows}"
@@ -88,10 +88,10 @@ rule score_niah:
 rule merge_niah:
     input:
         cell=NIAH_CELL,
-        parts=niah_parts("rows"),
-        part_metrics=niah_parts("metrics"),
+        parts=JOBS.niah_parts("rows"),
+        part_metrics=JOBS.niah_parts("metrics"),
         cell_inputs=NIAH_INPUTS,
-        model=model_files,
+        model=JOBS.model_files,
     output:
         predictions=f"{NIAH_RESULT}/predictions.parquet",
         metrics=f"{NIAH_RESULT}/metrics.json",
@@ -104,7 +104,7 @@ rule merge_niah:
         parameters=lambda wc: shlex.quote(
             json.dumps(RUN.niah[wc.niah].parameters(wc.cell))
         ),
-        provenance=niah_provenance,
+        provenance=JOBS.niah_provenance,
     shell:
         "carbon-vep merge-niah --cell {input.cell} --parts {input.parts}"
         " --settings {params.settings} --task {wildcards.niah}.{wildcards.cell}"

@@ -25,10 +25,10 @@ rule write_report:
 # scan's calibration.
 rule write_run_report:
     input:
-        unpack(lambda wc: run_tables()),
-        metrics=run_metrics(),
-        rows=run_rows(),
-        scans=[f"{folder}/summary.json" for folder in run_scan_dirs()],
+        unpack(lambda wc: TARGETS.run_tables()),
+        metrics=TARGETS.run_metrics(),
+        rows=TARGETS.run_rows(),
+        scans=[f"{folder}/summary.json" for folder in TARGETS.run_scan_dirs()],
     output:
         html=report(
             f"{OUTDIR}/report.html",
@@ -47,7 +47,7 @@ rule write_run_report:
             if "table" in input.keys()
             else ""
         ),
-        scans=" ".join(f"--scan {folder}" for folder in run_scan_dirs()),
+        scans=" ".join(f"--scan {folder}" for folder in TARGETS.run_scan_dirs()),
     shell:
         "carbon-vep html-report --metrics {input.metrics} --rows {input.rows} {params.tables}"
         " {params.scans} --out-html {output.html} --out-md {output.summary} > {log} 2>&1"

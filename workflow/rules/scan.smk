@@ -1,11 +1,11 @@
 # Whole-genome (or any regions') scans: plan -> chunk jobs -> merge per output file -> summary.
-print_scan_plans()  # dry runs show the plan of every scan already planned
+print(*SCANS.plan_notes(), sep="\n", file=sys.stderr)  # dry runs show the plans
 
 
 checkpoint plan_scan:
     input:
         reference=lambda wc: RUN.scans[wc.scan].reference,
-        beds=scan_bed_files,
+        beds=JOBS.scan_bed_files,
     output:
         plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         report=f"{OUTDIR}/scans/{{scan}}/plan.md",
@@ -14,9 +14,9 @@ checkpoint plan_scan:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=plan_settings,
-        regions=scan_regions,
-        models=scan_model_paths,
+        settings=JOBS.plan_settings,
+        regions=JOBS.scan_regions,
+        models=JOBS.scan_model_paths,
     shell:
         "carbon-vep plan-scan --reference {input.reference} --regions {params.regions}"
         " --settings {params.settings} {params.models} --title {wildcards.scan}"
@@ -27,7 +27,7 @@ rule scan_chunk:
     input:
         plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         reference=lambda wc: RUN.scans[wc.scan].reference,
-        model=model_files,
+        model=JOBS.model_files,
     output:
         chunk=temp(f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.parquet"),
         stats=f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.json",
@@ -37,13 +37,13 @@ rule scan_chunk:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
     resources:
-        gpu=gpu_count,
-        batch_size=attempt_batch_size,
-        batch_tokens=attempt_batch_tokens,
+        gpu=JOBS.gpu_count,
+        batch_size=JOBS.attempt_batch_size,
+        batch_tokens=JOBS.attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
-        settings=model_settings,
+        settings=JOBS.model_settings,
     shell:
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep scan-chunk --plan {input.plan} --chunk {wildcards.chunk}"
@@ -59,7 +59,7 @@ rule merge_scan_file:
         plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         chunks=file_chunks,
         reference=lambda wc: RUN.scans[wc.scan].reference,
-        neutral=scan_neutral_regions,
+        neutral=JOBS.scan_neutral_regions,
     output:
         parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/{{file}}.parquet",
         counts=f"{OUTDIR}/scans/{{scan}}/{{model}}/calibration/counts/{{file}}.parquet",
@@ -71,7 +71,7 @@ rule merge_scan_file:
         settings=lambda wc: spec_json(
             RUN.scans[wc.scan].chunks, RUN.scans[wc.scan].calibration
         ),
-        provenance=scan_provenance,
+        provenance=JOBS.scan_provenance,
     shell:
         "carbon-vep merge-scan --plan {input.plan} --file {wildcards.file:q}"
         " --chunks {input.chunks} --reference {input.reference} --settings {params.settings}"
@@ -82,7 +82,7 @@ rule merge_scan_file:
 # every output file's counts -> the scan's rank scales (PHRED) and context means
 rule calibrate_scan:
     input:
-        counts=lambda wc: scan_output_files(wc, "counts"),
+        counts=scan_output_files("counts"),
     output:
         json=f"{SCAN_CALIBRATION}/calibration.json",
         tables=[
@@ -120,7 +120,7 @@ rule write_scan_tsv:
         "../../envs/carbon-vep.yaml"
     params:
         settings=lambda wc: spec_json(RUN.scans[wc.scan].calibration),
-        provenance=scan_provenance,
+        provenance=JOBS.scan_provenance,
         calibration=lambda wc, input: os.path.dirname(input.calibration),
     shell:
         "carbon-vep write-scan-tsv --plan {input.plan} --file {wildcards.file:q}"
@@ -133,8 +133,8 @@ rule summarize_scan:
     input:
         plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         stats=scan_chunk_stats,
-        parquet=lambda wc: scan_output_files(wc, "parquet"),
-        tsv=lambda wc: scan_output_files(wc, "tsv"),
+        parquet=scan_output_files("parquet"),
+        tsv=scan_output_files("tsv"),
         calibration=f"{SCAN_CALIBRATION}/calibration.json",
     output:
         json=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
@@ -149,7 +149,7 @@ rule summarize_scan:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        provenance=scan_provenance,
+        provenance=JOBS.scan_provenance,
         calibration=lambda wc, input: os.path.dirname(input.calibration),
     shell:
         "carbon-vep summarize-scan --plan {input.plan} --chunk-stats {input.stats}"
@@ -212,11 +212,11 @@ rule annotate_from_scan:
     log:
         f"logs/{OUTDIR}/{{dataset}}/{{model}}/annotate_from_scan.log",
     wildcard_constraints:
-        dataset=dataset_pattern(lookup=True),
+        dataset=TARGETS.dataset_pattern(lookup=True),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        scan=lookup_scan_dir,
+        scan=JOBS.lookup_scan_dir,
     shell:
         "carbon-vep annotate --scan {params.scan} --checked {input.checked}"
         " --out {output} > {log} 2>&1"

@@ -1,8 +1,8 @@
 rule score_shard:
     input:
         shard=f"{OUTDIR}/{{dataset}}/shards/shard_{{shard}}.parquet",
-        reference=dataset_file("reference"),
-        model=model_files,
+        reference=JOBS.dataset_file("reference"),
+        model=JOBS.model_files,
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/shard_scores/shard_{{shard}}.parquet",
     log:
@@ -11,13 +11,13 @@ rule score_shard:
         "../../envs/carbon-vep.yaml"
     # portable defaults; a cluster profile sets the GPU class, partition, memory and time
     resources:
-        gpu=gpu_count,
-        batch_size=attempt_batch_size,
-        batch_tokens=attempt_batch_tokens,
+        gpu=JOBS.gpu_count,
+        batch_size=JOBS.attempt_batch_size,
+        batch_tokens=JOBS.attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
-        settings=scoring_settings,
+        settings=JOBS.scoring_settings,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "

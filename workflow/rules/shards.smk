@@ -1,7 +1,7 @@
 checkpoint make_shards:
     input:
         checked=rules.check_panel.output.checked,
-        reference=dataset_file("reference"),
+        reference=JOBS.dataset_file("reference"),
     output:
         shards=directory(f"{OUTDIR}/{{dataset}}/shards"),
     log:
@@ -9,7 +9,7 @@ checkpoint make_shards:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=dataset_settings("scoring", "shards"),
+        settings=JOBS.dataset_settings("scoring", "shards"),
     shell:
         "carbon-vep make-shards --checked {input.checked} --reference {input.reference}"
         " --settings {params.settings} --outdir {output.shards} > {log} 2>&1"

@@ -3,26 +3,26 @@ rule score_recovery:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
         task_inputs=TASK_INPUTS,
-        model=model_files,
+        model=JOBS.model_files,
     output:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
         metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
     log:
         f"logs/{OUTDIR}/suite/{{task}}/{{model}}/score_recovery.log",
     wildcard_constraints:
-        task=task_pattern("sequence_recovery"),
+        task=TARGETS.task_pattern("sequence_recovery"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
     resources:
-        gpu=gpu_count,
-        batch_size=attempt_batch_size,
-        batch_tokens=attempt_batch_tokens,
+        gpu=JOBS.gpu_count,
+        batch_size=JOBS.attempt_batch_size,
+        batch_tokens=JOBS.attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
-        settings=task_settings,
-        provenance=task_provenance,
+        settings=JOBS.task_settings,
+        provenance=JOBS.task_provenance,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
@@ -38,26 +38,26 @@ rule score_perturbation:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
         task_inputs=TASK_INPUTS,
-        model=model_files,
+        model=JOBS.model_files,
     output:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
         metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
     log:
         f"logs/{OUTDIR}/suite/{{task}}/{{model}}/score_perturbation.log",
     wildcard_constraints:
-        task=task_pattern("perturbation"),
+        task=TARGETS.task_pattern("perturbation"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
     resources:
-        gpu=gpu_count,
-        batch_size=attempt_batch_size,
-        batch_tokens=attempt_batch_tokens,
+        gpu=JOBS.gpu_count,
+        batch_size=JOBS.attempt_batch_size,
+        batch_tokens=JOBS.attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
-        settings=task_settings,
-        provenance=task_provenance,
+        settings=JOBS.task_settings,
+        provenance=JOBS.task_provenance,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
@@ -71,7 +71,7 @@ rule score_perturbation:
 
 rule make_results_table:
     input:
-        run_metrics(),
+        TARGETS.run_metrics(),
     output:
         parquet=f"{OUTDIR}/results_table.parquet",
         tsv=report(

@@ -142,7 +142,7 @@ def make_scan(folder: Path, bases: int) -> None:
 
 def measured_step(name: str, folder: Path, *extra: str) -> dict:
     """One step in a fresh process (its peak RSS its own): seconds, peak RSS and its numbers."""
-    return run_step(f"{__name__}:step_{name}", folder, *extra).as_dict()
+    return run_step(STEPS.get(name, step_make), folder, *extra).as_dict()
 
 
 def bench(work: Path, sizes: list[int]) -> dict:

@@ -82,10 +82,15 @@ def run_command(
 
 
 def run_step(
-    target: str, *args: Any, env: Mapping[str, str] | None = None, cwd: str | Path | None = None
+    step: str | Callable[..., Any],
+    *args: Any,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
 ) -> Measured:
-    """`module:function(*args)` (string arguments) in a fresh Python; `result` is the dict the
-    function returns. The wall time includes the interpreter's start and the imports."""
+    """A benchmark step (a module-level function, or "module:function") called with `args` (as
+    strings) in a fresh Python; `result` is the dict it returns. The wall time includes the
+    interpreter's start and the imports."""
+    target = step if isinstance(step, str) else _importable_name(step)
     code = _STEP.format(mark=RESULT_MARK)
     measured = run_command([sys.executable, "-c", code, target, *map(str, args)], env, cwd)
     lines = [ln for ln in measured.stdout.splitlines() if ln.startswith(RESULT_MARK)]
@@ -93,6 +98,14 @@ def run_step(
         raise StepFailed(f"{target} printed no result:\n{measured.stderr[-3000:]}")
     measured.result = json.loads(lines[-1][len(RESULT_MARK) :])
     return measured
+
+
+def _importable_name(function: Callable[..., Any]) -> str:
+    """"module:function" of a function, its module's real name when run as `python -m`."""
+    module = function.__module__
+    if module == "__main__":
+        module = sys.modules["__main__"].__spec__.name
+    return f"{module}:{function.__name__}"
 
 
 # ---- stages inside this process ---------------------------------------------------------------

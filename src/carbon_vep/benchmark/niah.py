@@ -76,7 +76,7 @@ def build(work: Path, ctx: int, rows: int) -> tuple[Path, Path]:
 def measure(approach: str, model: Path, cell: Path) -> Measured:
     """One approach over the cell in a fresh process: `s` is the scoring's own wall time (the
     model load left out), `peak_rss_mb` the process's."""
-    measured = run_step(f"{__name__}:run", approach, model, cell)
+    measured = run_step(run, approach, model, cell)
     measured.seconds = measured.result.pop("s")
     return measured
 

@@ -90,7 +90,7 @@ def make_scan(folder: Path, bases: int) -> None:
 
 def measured_step(name: str, folder: Path) -> dict:
     """One approach in a fresh process (its peak RSS its own): seconds and peak RSS."""
-    return run_step(f"{__name__}:step_{name}", folder).as_dict()
+    return run_step(STEPS[name], folder).as_dict()
 
 
 def same_values(folder: Path, bases: int) -> None:

@@ -1,0 +1,194 @@
+"""What each job is given, from the config and its wildcards: input functions (the model's
+files, a dataset's files), the `--settings` JSON of a rule, resources (GPUs, batch sizes halved
+on each retry, a NIAH job's time), the `--pins` of record-inputs and each result's provenance.
+
+Every method that takes `wc` is a Snakemake input, params or resources function (`wc` is the
+job's wildcards: any object with the named attributes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from carbon_vep.config.fields import spec_json
+from carbon_vep.config.run import RunConfig
+from carbon_vep.config.workflow import niah_runtime_minutes
+from carbon_vep.workflow.paths import RunPaths
+
+
+def quoted_json(items: dict) -> str:
+    return shlex.quote(json.dumps(items))
+
+
+class Jobs:
+    def __init__(self, run: RunConfig, config_sha256: str, niah_gpu: str | None = None) -> None:
+        self.run, self.config_sha256, self.niah_gpu = run, config_sha256, niah_gpu
+        self.paths = RunPaths(run.outdir)
+        # models the workflow builds itself (the tiny demo model): no download
+        self.demo_model_paths = {k: m.path for k, m in run.models.items() if m.build_demo}
+        # models given as a Hub id rather than a local directory: fetch_model caches them
+        self.hub_models = {
+            k: m for k, m in run.models.items() if not m.build_demo and not os.path.isdir(m.path)
+        }
+
+    # ---- inputs ---------------------------------------------------------------------------
+    def dataset_file(self, key: str) -> Callable[[Any], str]:
+        """Input function: a file of the dataset (`panel` or `reference`)."""
+        return lambda wc: getattr(self.run.datasets[wc.dataset], key)
+
+    def model_files(self, wc: Any) -> list[str]:
+        """What must exist before a job loads the model: the record of its files' hashes."""
+        return [self.paths.model_inputs.format(model=wc.model)]
+
+    def model_sources(self, wc: Any) -> list[str]:
+        """The model's files as far as the workflow sees them: the demo model directory (built
+        by a rule), the record that a Hub model is in the local cache (fetch_model), or every
+        file of a local directory (so that a file changed in place reruns what it made)."""
+        if wc.model in self.demo_model_paths:
+            return [self.demo_model_paths[wc.model]]
+        if wc.model in self.hub_models:
+            return [self.paths.hub_model_record.format(model=wc.model)]
+        return sorted(
+            os.path.join(root, name)
+            for root, _, names in os.walk(self.run.models[wc.model].path)
+            for name in names
+            if not name.startswith(".") and "__pycache__" not in root
+        )
+
+    def lookup_scan_dir(self, wc: Any) -> str:
+        """The output folder of the scan a from_scan dataset is looked up in, for this model."""
+        scan = self.run.scan_lookups()[wc.dataset]
+        return self.paths.scan_dir.format(scan=scan, model=wc.model)
+
+    # ---- record-inputs ----------------------------------------------------------------------
+    def pins(self, files: Iterable[str]) -> str:
+        """The config's `sha256:` pins of these files (--pins)."""
+        return quoted_json({f: self.run.sha256[f] for f in files if f in self.run.sha256})
+
+    def model_pins(self, wc: Any) -> str:
+        prefix = os.path.join(os.path.normpath(self.run.models[wc.model].path), "")
+        return quoted_json({f: h for f, h in self.run.sha256.items() if f.startswith(prefix)})
+
+    def model_source_args(self, wc: Any) -> str:
+        """--model PATH [--revision REV] of record-inputs."""
+        model = self.run.models[wc.model]
+        revision = ["--revision", model.revision] if model.revision else []
+        return shlex.join(["--model", model.path, *revision])
+
+    # ---- resources ----------------------------------------------------------------------------
+    def gpu_count(self, wc: Any) -> int:
+        """One GPU for a model that runs on CUDA, none for a CPU model."""
+        return int(self.run.models[wc.model].device.startswith("cuda"))
+
+    def attempt_batch_size(self, wc: Any, attempt: int) -> int:
+        """The configured batch size, halved on each retry (the usual failure is OOM)."""
+        return max(1, self.run.models[wc.model].batch_size // 2 ** (attempt - 1))
+
+    def attempt_batch_tokens(self, wc: Any, attempt: int) -> int:
+        """The token budget a forward pass (0: none; a GPU profile sets it), halved on retry."""
+        tokens = self.run.models[wc.model].batch_tokens
+        return max(1, tokens // 2 ** (attempt - 1)) if tokens else 0
+
+    def niah_runtime(self, wc: Any) -> int:
+        """Minutes for a score_niah job: its rows at the cell's context on the profile's GPU."""
+        entry = self.run.niah[wc.niah]
+        start, end = entry.row_ranges()[int(wc.part)]
+        model = self.run.models[wc.model].path
+        return niah_runtime_minutes(entry.cell(wc.cell).ctx, end - start, model, self.niah_gpu)
+
+    # ---- settings (`--settings`, one JSON object) --------------------------------------------
+    def model_settings(self, wc: Any, *groups: Any) -> str:
+        """The model's settings (the batch sizes are resources) and `groups`."""
+        model = self.run.models[wc.model]
+        return spec_json(model, *groups, exclude=("batch_size", "batch_tokens", "build_demo"))
+
+    def dataset_settings(self, *groups: str) -> Callable[[Any], str]:
+        """Params function: the named settings groups of the dataset."""
+        return lambda wc: spec_json(*(getattr(self.run.datasets[wc.dataset], g) for g in groups))
+
+    def scoring_settings(self, wc: Any) -> str:
+        return self.model_settings(wc, self.run.datasets[wc.dataset].scoring)
+
+    def task_settings(self, wc: Any) -> str:
+        task = self.run.tasks[wc.task]
+        return self.model_settings(wc, task.settings, task.evaluation)
+
+    def niah_settings(self, wc: Any) -> str:
+        entry = self.run.niah[wc.niah]
+        return self.model_settings(wc, entry.niah, entry.evaluation)
+
+    def niah_hub_settings(self, wc: Any) -> str:
+        entry = self.run.niah[wc.niah]
+        out = self.paths.niah_cell.format(niah=wc.niah, cell=wc.cell)
+        return spec_json(entry.hub_file(entry.cell(wc.cell), out))
+
+    def niah_build_args(self, wc: Any) -> str:
+        return shlex.join(self.run.niah[wc.niah].build_args(wc.cell))
+
+    def niah_rows(self, wc: Any) -> str:
+        """--row-range of a score_niah job, and the cell's task for its rows."""
+        entry = self.run.niah[wc.niah]
+        start, end = entry.row_ranges()[int(wc.part)]
+        return f"{start}:{end} --cell-task {entry.cell(wc.cell).task}"
+
+    def niah_parts(self, kind: str) -> Callable[[Any], list[str]]:
+        """Input function: the score_niah outputs of a cell (`rows` Parquet or `metrics`)."""
+        ext = "parquet" if kind == "rows" else "json"
+        return lambda wc: [
+            f"{self.paths.niah_result.format(niah=wc.niah, cell=wc.cell, model=wc.model)}"
+            f"/parts/{kind}_{i:05d}.{ext}"
+            for i in range(len(self.run.niah[wc.niah].row_ranges()))
+        ]
+
+    def plan_settings(self, wc: Any) -> str:
+        scan = self.run.scans[wc.scan]
+        return spec_json(scan.tiles, scan.chunks)
+
+    def scan_regions(self, wc: Any) -> str:
+        return " ".join(shlex.quote(r) for r in self.run.scans[wc.scan].regions)
+
+    def scan_bed_files(self, wc: Any) -> list[str]:
+        """BED files among the scan's regions (inputs of the plan)."""
+        return [r for r in self.run.scans[wc.scan].regions if os.path.isfile(r)]
+
+    def scan_model_paths(self, wc: Any) -> str:
+        """--model KEY=PATH of the scan's models: the plan estimates GPU-hours for each."""
+        models = self.run.entry_models(self.run.scans[wc.scan])
+        return " ".join(shlex.quote(f"--model={k}={self.run.models[k].path}") for k in models)
+
+    def scan_neutral_regions(self, wc: Any) -> list[str]:
+        """The scan's neutral-regions BED (an input of every merge), if it names one."""
+        bed = self.run.scans[wc.scan].calibration.neutral_regions
+        return [bed] if bed else []
+
+    # ---- provenance ---------------------------------------------------------------------------
+    def model_provenance(self, model_key: str) -> dict:
+        """What a result records about the model and config that made it."""
+        model = self.run.models[model_key]
+        return {
+            "model": model.path,
+            "revision": model.revision or "default",
+            "dtype": model.dtype,
+            "upcast_output_layer": model.upcast_output_layer,
+            "config_sha256": self.config_sha256[:16],
+        }
+
+    def dataset_provenance(self, wc: Any) -> str:
+        items = {"dataset": wc.dataset, "build": self.run.datasets[wc.dataset].build}
+        return quoted_json(items | self.model_provenance(wc.model))
+
+    def task_provenance(self, wc: Any) -> str:
+        return quoted_json({"task": wc.task} | self.model_provenance(wc.model))
+
+    def niah_provenance(self, wc: Any) -> str:
+        items = {"niah": wc.niah, "cell": wc.cell}
+        return quoted_json(items | self.model_provenance(wc.model))
+
+    def scan_provenance(self, wc: Any) -> str:
+        scan = self.run.scans[wc.scan]
+        items = {"scan": wc.scan, "build": scan.build, "tile_bp": scan.tiles.tile_bp}
+        items["min_context"] = scan.tiles.min_context
+        return quoted_json(items | self.model_provenance(wc.model))

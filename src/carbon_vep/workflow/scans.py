@@ -1,0 +1,71 @@
+"""What a scan's plan decides for the jobs after it (plan_scan is a checkpoint): the chunks of
+each output file, the chunk statistics, the output files themselves, and the plans as
+`snakemake -n` prints them."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+from carbon_vep.config.run import RunConfig
+from carbon_vep.workflow.paths import RunPaths
+
+# one output file of a scan, by kind: a large contig, or small contigs together
+OUTPUT_FILES = {
+    "parquet": "positions/{}.parquet",
+    "counts": "calibration/counts/{}.parquet",
+    "tsv": "snvs/{}.tsv.gz",
+}
+
+
+def read_plan(path: str) -> dict:
+    """The plan JSON, read once per version of the file (input functions ask for every job)."""
+    return _read_plan(path, os.stat(path).st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_plan(path: str, mtime_ns: int) -> dict:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+class ScanInputs:
+    def __init__(self, run: RunConfig) -> None:
+        self.run = run
+        self.paths = RunPaths(run.outdir)
+
+    def _chunk_file(self, wc: Any, index: int, ext: str) -> str:
+        folder = self.paths.scan_dir.format(scan=wc.scan, model=wc.model)
+        return f"{folder}/chunks/chunk_{index:05d}.{ext}"
+
+    def file_chunks(self, wc: Any, plan: dict) -> list[str]:
+        """The chunks holding bases of this output file's contigs, in plan (reference) order."""
+        files = {entry["name"]: entry for entry in plan["files"]}
+        return [self._chunk_file(wc, i, "parquet") for i in files[wc.file]["chunks"]]
+
+    def chunk_stats(self, wc: Any, plan: dict) -> list[str]:
+        return [self._chunk_file(wc, i, "json") for i in range(len(plan["chunks"]))]
+
+    def output_files(self, wc: Any, plan: dict, kind: str) -> list[str]:
+        """The Parquet files, calibration counts or tabix TSVs of the scan, one per output file
+        of the plan."""
+        folder = self.paths.scan_dir.format(scan=wc.scan, model=wc.model)
+        return [f"{folder}/{OUTPUT_FILES[kind].format(e['name'])}" for e in plan["files"]]
+
+    def plan_notes(self) -> list[str]:
+        """The plan (bases, SNVs, jobs, N skipped, GPU-hours, bytes) of every scan whose
+        plan_scan has run, or how to get it: `snakemake -n` prints them before any model job."""
+        notes = []
+        for scan in self.run.scans:
+            path = f"{self.run.outdir}/scans/{scan}/plan.md"
+            if os.path.isfile(path):
+                with open(path) as handle:
+                    notes.append(handle.read())
+            else:
+                notes.append(
+                    f"scan {scan}: not planned yet (plan_scan runs first, no model; or run "
+                    "`snakemake --until plan_scan` (no model job), then `-n` shows the plan)"
+                )
+        return notes

@@ -1,0 +1,136 @@
+"""The files a run produces (what `rule all` asks for and the run report reads), and the
+wildcard patterns that send a dataset, task or NIAH entry to the rules of its kind."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from carbon_vep.config.run import RunConfig
+from carbon_vep.workflow.paths import RunPaths
+
+NOTHING = "^$"  # a wildcard pattern that matches no name
+
+
+def names_pattern(names: list[str]) -> str:
+    """A wildcard constraint matching exactly these names (nothing when there are none)."""
+    return "|".join(names) or NOTHING
+
+
+class Targets:
+    def __init__(self, run: RunConfig, baseline: str | None) -> None:
+        self.run, self.baseline = run, baseline
+        self.outdir = run.outdir
+        self.paths = RunPaths(run.outdir)
+
+    def models_of(self, kind: str, key: str) -> list[str]:
+        """The models an entry (`datasets`, `scans`, `tasks` or `niah`) runs with."""
+        return self.run.entry_models(getattr(self.run, kind)[key])
+
+    def final_outputs(self) -> list[str]:
+        """Scores, metrics and report of every (dataset, model) pair, scans, the suite's
+        outputs, the comparison with the baseline."""
+        panels = [
+            f"{self.outdir}/{dataset}/{model}/{name}"
+            for dataset in self.run.datasets
+            for model in self.models_of("datasets", dataset)
+            for name in ("scores.parquet", "metrics.json", "report.md")
+        ]
+        return panels + self.scan_outputs() + self.suite_outputs() + self.gate_outputs()
+
+    def gate_outputs(self) -> list[str]:
+        """The comparison with the baseline, when the config names one (compare_baseline)."""
+        return [f"{self.outdir}/baseline_comparison.tsv"] if self.baseline else []
+
+    def scan_outputs(self) -> list[str]:
+        """The summary of every scan and model (it needs every file of the scan), and the
+        tracks of the scans that ask for them."""
+        summaries = [
+            f"{folder}/summary.{ext}" for folder in self.run_scan_dirs() for ext in ("json", "md")
+        ]
+        tracks = [
+            os.path.join(self.paths.scan_tracks.format(scan=scan, model=model), "tracks.json")
+            for scan, entry in self.run.scans.items()
+            if entry.tracks
+            for model in self.models_of("scans", scan)
+        ]
+        return summaries + tracks
+
+    def vcf_exports(self) -> list[str]:
+        return [
+            f"{self.outdir}/{dataset}/{model}/results.vcf.gz"
+            for dataset, spec in self.run.datasets.items()
+            if spec.export_vcf
+            for model in self.models_of("datasets", dataset)
+        ]
+
+    def run_results(self) -> list[tuple[str, str]]:
+        """(directory, row-level file) of every result: variant panels, suite tasks, NIAH."""
+        panels = [
+            (f"{self.outdir}/{dataset}/{model}", "evaluated.parquet")
+            for dataset in self.run.datasets
+            for model in self.models_of("datasets", dataset)
+        ]
+        tasks = [
+            (f"{self.outdir}/suite/{task}/{model}", "predictions.parquet")
+            for task in self.run.tasks
+            for model in self.models_of("tasks", task)
+        ]
+        niah = [
+            (self.paths.niah_result.format(niah=key, cell=cell.name, model=model),
+             "predictions.parquet")
+            for key, entry in self.run.niah.items()
+            for cell in entry.cells()
+            for model in self.run.entry_models(entry)
+        ]  # fmt: skip
+        return panels + tasks + niah
+
+    def run_metrics(self) -> list[str]:
+        return [f"{folder}/metrics.json" for folder, _ in self.run_results()]
+
+    def run_rows(self) -> list[str]:
+        """The row file of each metrics JSON, in the same order (the HTML report plots them)."""
+        return [f"{folder}/{rows}" for folder, rows in self.run_results()]
+
+    def suite_outputs(self) -> list[str]:
+        """VCF exports, the results table and the run's HTML report (a scan-only config has no
+        metrics to tabulate, but its report shows the scans' calibration)."""
+        tables = [f"{self.outdir}/results_table.{ext}" for ext in ("parquet", "tsv", "md")]
+        pages = [f"{self.outdir}/report.html", f"{self.outdir}/summary.md"]
+        return (
+            self.vcf_exports()
+            + (tables if self.run_results() else [])
+            + (pages if self.run_dirs() else [])
+        )
+
+    def run_tables(self) -> dict[str, str]:
+        """The results table (Parquet, Markdown) when the run has metrics, for the run report."""
+        if not self.run_results():
+            return {}
+        return {"table": f"{self.outdir}/results_table.parquet",
+                "table_md": f"{self.outdir}/results_table.md"}  # fmt: skip
+
+    def run_scan_dirs(self) -> list[str]:
+        """Every scan's output folder (one per scan and model)."""
+        return [
+            self.paths.scan_dir.format(scan=scan, model=model)
+            for scan in self.run.scans
+            for model in self.models_of("scans", scan)
+        ]
+
+    def run_dirs(self) -> list[Any]:
+        return self.run_results() or self.run_scan_dirs()
+
+    # ---- wildcard patterns ----------------------------------------------------------------
+    def dataset_pattern(self, lookup: bool) -> str:
+        """The datasets scored by lookup in a scan (recipe from_scan), or the others."""
+        lookups = self.run.scan_lookups()
+        return names_pattern([d for d in self.run.datasets if (d in lookups) == lookup])
+
+    def task_pattern(self, kind: str) -> str:
+        """The tasks of one kind."""
+        return names_pattern([t for t, spec in self.run.tasks.items() if spec.kind == kind])
+
+    def niah_pattern(self, source: str) -> str:
+        """The NIAH entries whose cells come from `source` (hub or build)."""
+        return names_pattern([k for k, e in self.run.niah.items() if e.source == source])
