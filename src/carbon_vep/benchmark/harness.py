@@ -101,7 +101,7 @@ def run_step(
 
 
 def _importable_name(function: Callable[..., Any]) -> str:
-    """"module:function" of a function, its module's real name when run as `python -m`."""
+    """ "module:function" of a function, its module's real name when run as `python -m`."""
     module = function.__module__
     if module == "__main__":
         module = sys.modules["__main__"].__spec__.name

@@ -146,6 +146,38 @@ def default_fields(frame: pl.DataFrame) -> dict[str, str]:
     }
 
 
+def _placed_rows(
+    merged: pl.DataFrame, contig_lengths: Mapping[str, int]
+) -> tuple[pl.DataFrame, list[tuple[str, int | None]]]:
+    """The rows that can be VCF records (CHROM, POS and REF known) on their reference contig
+    (`_contig`) in reference order, and the header's contigs: the reference's, then those of
+    rows on contigs it lacks (no length)."""
+    contig = pl.coalesce("ref_chrom", "chrom") if "ref_chrom" in merged.columns else pl.col("chrom")
+    placeable = (
+        pl.col("chrom").is_not_null() & pl.col("pos").is_not_null() & pl.col("ref").is_not_null()
+    )
+    rows = merged.with_columns(contig.alias("_contig")).filter(placeable)
+    extra = [c for c in dict.fromkeys(rows["_contig"].to_list()) if c not in contig_lengths]
+    contigs = [*contig_lengths.items(), *((c, None) for c in extra)]
+    rank = {c: i for i, (c, _) in enumerate(contigs)}
+    rows = rows.with_columns(
+        pl.col("_contig").replace_strict(rank, return_dtype=pl.Int64).alias("_rank")
+    ).sort("_rank", "pos", maintain_order=True)
+    return rows, contigs
+
+
+def _vcf_record(vcf: Any, row: dict, ids: Mapping[str, str]) -> Any:
+    """One row as a record: its alleles (a missing ALT as `.`), its set INFO fields."""
+    record = vcf.new_record(
+        contig=row["_contig"], start=row["pos"] - 1, alleles=(row["ref"], row["alt"] or ".")
+    )
+    for column, info_id in ids.items():
+        value = _info_value(row[column])
+        if value is not None and value is not False:
+            record.info[info_id] = value
+    return record
+
+
 def write_results_vcf(
     merged: pl.DataFrame,
     contig_lengths: Mapping[str, int],
@@ -174,18 +206,8 @@ def write_results_vcf(
     missing = [c for c in (*KEY_COLUMNS, *all_fields) if c not in merged.columns]
     if missing:
         raise ValueError(f"columns {missing} missing from the table to export")
-    contig = pl.coalesce("ref_chrom", "chrom") if "ref_chrom" in merged.columns else pl.col("chrom")
-    placeable = (
-        pl.col("chrom").is_not_null() & pl.col("pos").is_not_null() & pl.col("ref").is_not_null()
-    )
-    rows = merged.with_columns(contig.alias("_contig")).filter(placeable)
+    rows, contigs = _placed_rows(merged, contig_lengths)
     n_unwritable = merged.height - rows.height
-    extra = [c for c in dict.fromkeys(rows["_contig"].to_list()) if c not in contig_lengths]
-    contigs = [*contig_lengths.items(), *((c, None) for c in extra)]
-    rank = {c: i for i, (c, _) in enumerate(contigs)}
-    rows = rows.with_columns(
-        pl.col("_contig").replace_strict(rank, return_dtype=pl.Int64).alias("_rank")
-    ).sort("_rank", "pos", maintain_order=True)
     ids = {column: prefix + column.upper() for column in all_fields}
     infos = [info_header(ids[c], merged[c].dtype, text) for c, text in all_fields.items()]
     header = _vcf_header(contigs, infos, source)
@@ -199,16 +221,7 @@ def write_results_vcf(
     def write(path: Path) -> None:
         with pysam.VariantFile(str(path), "wz" if indexed else "w", header=header) as vcf:
             for row in rows.iter_rows(named=True):
-                record = vcf.new_record(
-                    contig=row["_contig"],
-                    start=row["pos"] - 1,
-                    alleles=(row["ref"], row["alt"] or "."),
-                )
-                for column, info_id in ids.items():
-                    value = _info_value(row[column])
-                    if value is not None and value is not False:
-                        record.info[info_id] = value
-                vcf.write(record)
+                vcf.write(_vcf_record(vcf, row, ids))
 
     indexed = out_path.name.endswith(".gz")
     _write_indexed(out_path, write, {"preset": "vcf"} if indexed else None)

@@ -110,38 +110,11 @@ def _scored_batches(
     if not cut:
         return
     engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
-    clock = DeviceClock(engine.device)
-
-    def launch(batch: list[tuple[str, Tile]]) -> list[TileBatch]:
-        seqs = [reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
-        ids = [engine.vocab.encode(s) for s in seqs]
-        codes = engine.to_device(np.stack([base_codes(s, engine.k) for s in seqs]))
-        began = clock.mark()
-        hidden, _ = engine.hidden_states(ids)
-        kmer_lps = [engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
-                    for row, seq in enumerate(seqs)]  # fmt: skip
-        forward = clock.mark()
-        values = torch.stack([_per_base(engine, lp, codes[row]) for row, lp in enumerate(kmer_lps)])
-        values = values if log else values.exp()
-        done = clock.mark()
-        host = engine.to_host_async(values)  # lands by `ready`
-        tiles = [(chrom, t, seq) for (chrom, t), seq in zip(batch, seqs, strict=True)]
-        marks = (began, forward, done, clock.mark())
-        return [TileBatch(tiles, host, log, marks, values)] * len(batch)  # one per batch
-
-    def ready(batch: TileBatch) -> TileBatch:
-        began, forward, done, copied = batch.marks
-        clock.wait(copied)
-        timing["forward_s"] += clock.seconds(began, forward)
-        timing["device_s"] += clock.seconds(began, done)
-        batch.values, batch.on_device = batch.values.numpy(), None
-        progress.update(batch.bases())
-        return batch
-
+    tiles = _TileLauncher(engine, reference, DeviceClock(engine.device), log, progress, timing)
     lengths = [t.end - t.start for _, t in cut]
     tokens = [n // engine.k + 1 for n in lengths]
     pending = None
-    for index, values in in_batches(cut, launch, engine.batch_size, engine.device,
+    for index, values in in_batches(cut, tiles.launch, engine.batch_size, engine.device,
                                     tokens=tokens, batch_tokens=engine.batch_tokens,
                                     keys=lengths):  # fmt: skip
         if values[0] is None:
@@ -151,10 +124,54 @@ def _scored_batches(
                 "runs out of memory even alone; lower tile_bp"
             )
         if pending is not None:
-            yield ready(pending)
+            yield tiles.ready(pending)
         pending = values[0]
     if pending is not None:
-        yield ready(pending)
+        yield tiles.ready(pending)
+
+
+class _TileLauncher:
+    """Queues a batch of tiles on the device (`launch`) and takes its values once they have
+    landed on the host (`ready`), timing both on the device's clock."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        reference: Reference,
+        clock: DeviceClock,
+        log: bool,
+        progress: Progress,
+        timing: dict[str, float],
+    ) -> None:
+        self.engine, self.reference, self.clock, self.log = engine, reference, clock, log
+        self.progress, self.timing = progress, timing
+
+    def launch(self, batch: list[tuple[str, Tile]]) -> list[TileBatch]:
+        engine, clock = self.engine, self.clock
+        seqs = [self.reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
+        ids = [engine.vocab.encode(s) for s in seqs]
+        codes = engine.to_device(np.stack([base_codes(s, engine.k) for s in seqs]))
+        began = clock.mark()
+        hidden, _ = engine.hidden_states(ids)
+        kmer_lps = [engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
+                    for row, seq in enumerate(seqs)]  # fmt: skip
+        forward = clock.mark()
+        values = torch.stack([_per_base(engine, lp, codes[row]) for row, lp in enumerate(kmer_lps)])
+        values = values if self.log else values.exp()
+        done = clock.mark()
+        host = engine.to_host_async(values)  # lands by `ready`
+        tiles = [(chrom, t, seq) for (chrom, t), seq in zip(batch, seqs, strict=True)]
+        marks = (began, forward, done, clock.mark())
+        return [TileBatch(tiles, host, self.log, marks, values)] * len(batch)  # one per batch
+
+    def ready(self, batch: TileBatch) -> TileBatch:
+        began, forward, done, copied = batch.marks
+        self.clock.wait(copied)
+        self.timing["forward_s"] += self.clock.seconds(began, forward)
+        self.timing["device_s"] += self.clock.seconds(began, done)
+        batch.values, batch.on_device = batch.values.numpy(), None
+        self.progress.update(batch.bases())
+        return batch
 
 
 def _per_base(engine: Engine, kmer_lp: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:

@@ -72,43 +72,47 @@ def score_pairs(
     )
     values = engine.sequence_scores(unique, settings.scoring, settings.resolved_normalization)
     scores = dict(zip(unique, values, strict=True))
-    out = []
-    for r, problem in zip(rows, problems, strict=True):
-        record = {
-            "row_id": r["row_id"],
-            "source": r["source"],
-            "status": Status.INVALID.value,
-            "reason": problem,
-            "length_bp": len(r["original_sequence"] or ""),
-            "non_acgt": None,
-            "score_original": None,
-            "score_perturbed": None,
-            "margin": None,
-            "correct": None,
-            "tie": None,
-        }
-        if not problem:
-            orig = scores[whole_kmers(r["original_sequence"], k)]
-            pert = scores[whole_kmers(r["sequence"], k)]
-            record["non_acgt"] = sum(map(non_acgt_count, (r["original_sequence"], r["sequence"])))
-            if orig is None or pert is None:
-                record.update(status=Status.FAILED.value, reason=FAILED_ALONE)
-            else:
-                s_orig, s_pert = orig.mean, pert.mean
-                record.update(
-                    status=Status.SCORED.value,
-                    reason="",
-                    score_original=s_orig,
-                    score_perturbed=s_pert,
-                    margin=s_orig - s_pert,
-                    correct=s_orig > s_pert,
-                    tie=s_orig == s_pert,
-                )
-        out.append(record)
+    out = [_pair_record(r, p, scores, k) for r, p in zip(rows, problems, strict=True)]
     return pl.DataFrame(out, infer_schema_length=None).with_columns(
         pl.lit(settings.scoring).alias("scoring"),
         pl.lit(settings.resolved_normalization).alias("normalization"),
     )
+
+
+def _pair_record(row: dict, problem: str, scores: dict, k: int) -> dict:
+    """One pair's output row: invalid with its problem, failed, or both scores and the call."""
+    record = {
+        "row_id": row["row_id"],
+        "source": row["source"],
+        "status": Status.INVALID.value,
+        "reason": problem,
+        "length_bp": len(row["original_sequence"] or ""),
+        "non_acgt": None,
+        "score_original": None,
+        "score_perturbed": None,
+        "margin": None,
+        "correct": None,
+        "tie": None,
+    }
+    if problem:
+        return record
+    orig = scores[whole_kmers(row["original_sequence"], k)]
+    pert = scores[whole_kmers(row["sequence"], k)]
+    record["non_acgt"] = sum(map(non_acgt_count, (row["original_sequence"], row["sequence"])))
+    if orig is None or pert is None:
+        record.update(status=Status.FAILED.value, reason=FAILED_ALONE)
+        return record
+    s_orig, s_pert = orig.mean, pert.mean
+    record.update(
+        status=Status.SCORED.value,
+        reason="",
+        score_original=s_orig,
+        score_perturbed=s_pert,
+        margin=s_orig - s_pert,
+        correct=s_orig > s_pert,
+        tie=s_orig == s_pert,
+    )
+    return record
 
 
 def perturbation_metrics(

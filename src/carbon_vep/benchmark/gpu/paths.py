@@ -94,10 +94,16 @@ def measure(model: Model, path: PathRun, device: torch.device, sizes: Sizes, pea
 
 
 def model_paths(model: Model, reference, inputs: Inputs, work: Path) -> list[PathRun]:
-    sizes = inputs.sizes
-    engine = model.engine()
-    scan_tokens = sizes.scan_batch_tiles * (sizes.tile_bp // K + 1)
-    scan_engine = model.engine(batch_tokens=scan_tokens)
+    """Every path in the report's order: the recipes, the scan, recovery, perturbation."""
+    return (
+        _recipe_paths(model, reference, inputs)
+        + [_scan_path(model, reference, inputs, work)]
+        + _suite_paths(model, inputs)
+    )
+
+
+def _recipe_paths(model: Model, reference, inputs: Inputs) -> list[PathRun]:
+    sizes, engine = inputs.sizes, model.engine()
     vocab_rows = len(model.loaded.tokenizer)
     n_snvs = 3 * len(inputs.sites)
     centered = inputs.shard(reference, "centered", sizes.centered_bp)
@@ -108,22 +114,38 @@ def model_paths(model: Model, reference, inputs: Inputs, work: Path) -> list[Pat
         settings = RecipeSettings(recipe, normalization, share_prefix=share)
         return lambda: score_shard(shard, reference, engine, settings)
 
+    def per_context(_: int) -> int:
+        return contexts
+
+    return [
+        PathRun("centered, full_vocab, prefix sharing", score(centered, "centered"), n_snvs,
+                "variants", vocab_rows),
+        PathRun("centered, full_vocab, no prefix sharing",
+                score(centered, "centered", share=False), n_snvs, "variants", vocab_rows),
+        PathRun("centered, dna_block", score(centered, "centered", "dna_block"), n_snvs,
+                "variants", 4096),
+        PathRun("fns (bp, dna_block)", score(centered, "fns"), n_snvs, "variants", 4096),
+        PathRun("nexttoken, acgt_strings", score(nexttoken, "nexttoken"), n_snvs, "variants",
+                vocab_rows, positions=per_context),
+        PathRun("nexttoken, dna_block", score(nexttoken, "nexttoken", "dna_block"), n_snvs,
+                "variants", 4096, positions=per_context),
+    ]  # fmt: skip
+
+
+def _scan_path(model: Model, reference, inputs: Inputs, work: Path) -> PathRun:
+    sizes = inputs.sizes
+    scan_tokens = sizes.scan_batch_tiles * (sizes.tile_bp // K + 1)
+    engine = model.engine(batch_tokens=scan_tokens)
     tiles = TileSettings(sizes.tile_bp, sizes.min_context)
     targets = {"scan": [(0, inputs.scan_bp)]}
     plan = plan_scan(reference, targets, tiles, ScanChunkSettings(chunk_bp=inputs.scan_bp))
     pieces = chunk_pieces(plan, 0)
-    scan_bases = plan["totals"]["scored_bp"]
 
-    def scan(overlap: bool = True):
-        def run():
-            writer = BaseWriter(work / "scan_chunk.parquet")
-            stats = scan_chunk(
-                scan_engine, reference, pieces, tiles, writer, "gpu-check", overlap=overlap
-            )
-            writer.close()
-            return stats
-
-        return run
+    def run():
+        writer = BaseWriter(work / "scan_chunk.parquet")
+        stats = scan_chunk(engine, reference, pieces, tiles, writer, "gpu-check", overlap=True)
+        writer.close()
+        return stats
 
     def scan_extra(stats: dict) -> dict:
         return {
@@ -137,70 +159,21 @@ def model_paths(model: Model, reference, inputs: Inputs, work: Path) -> list[Pat
             "scan_stats": stats,
         }
 
+    return PathRun("scan-chunk (writer thread)", run, 3 * plan["totals"]["scored_bp"], "SNVs",
+                   4096, extra=scan_extra, batch_tokens=scan_tokens)  # fmt: skip
+
+
+def _suite_paths(model: Model, inputs: Inputs) -> list[PathRun]:
+    sizes, engine, loaded = inputs.sizes, model.engine(), model.loaded
+    vocab_rows = len(loaded.tokenizer)
     recovery = recovery_table(inputs, sizes)
     pairs = pair_table(inputs, sizes)
-    loaded = model.loaded
     return [
-        PathRun(
-            "centered, full_vocab, prefix sharing",
-            score(centered, "centered"),
-            n_snvs,
-            "variants",
-            vocab_rows,
-        ),
-        PathRun(
-            "centered, full_vocab, no prefix sharing",
-            score(centered, "centered", share=False),
-            n_snvs,
-            "variants",
-            vocab_rows,
-        ),
-        PathRun(
-            "centered, dna_block",
-            score(centered, "centered", "dna_block"),
-            n_snvs,
-            "variants",
-            4096,
-        ),
-        PathRun("fns (bp, dna_block)", score(centered, "fns"), n_snvs, "variants", 4096),
-        PathRun(
-            "nexttoken, acgt_strings",
-            score(nexttoken, "nexttoken"),
-            n_snvs,
-            "variants",
-            vocab_rows,
-            positions=lambda _: contexts,
-        ),
-        PathRun(
-            "nexttoken, dna_block",
-            score(nexttoken, "nexttoken", "dna_block"),
-            n_snvs,
-            "variants",
-            4096,
-            positions=lambda _: contexts,
-        ),
-        PathRun(
-            "scan-chunk (writer thread)",
-            scan(),
-            3 * scan_bases,
-            "SNVs",
-            4096,
-            extra=scan_extra,
-            batch_tokens=scan_tokens,
-        ),
-        PathRun(
-            "sequence recovery (token decoder, 5 tokens)",
-            lambda: recover(recovery, loaded, RecoverySettings(), 8, model.batch_tokens),
-            recovery.height,
-            "prompts",
-            vocab_rows,
-            positions=lambda _: recovery.height * RecoverySettings().new_tokens,
-        ),
-        PathRun(
-            "perturbation pairs (full_vocab)",
-            lambda: score_pairs(pairs, engine, PerturbationSettings()),
-            pairs.height,
-            "pairs",
-            vocab_rows,
-        ),
-    ]
+        PathRun("sequence recovery (token decoder, 5 tokens)",
+                lambda: recover(recovery, loaded, RecoverySettings(), 8, model.batch_tokens),
+                recovery.height, "prompts", vocab_rows,
+                positions=lambda _: recovery.height * RecoverySettings().new_tokens),
+        PathRun("perturbation pairs (full_vocab)",
+                lambda: score_pairs(pairs, engine, PerturbationSettings()), pairs.height,
+                "pairs", vocab_rows),
+    ]  # fmt: skip
