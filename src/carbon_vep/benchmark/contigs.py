@@ -96,7 +96,6 @@ def run(work: Path, label: str, contigs: dict[str, str], model: Path, **settings
         "bases": sum(len(s) for s in contigs.values()),
         "snvs_written": 3 * summary["bases_written"],
         "wall_s": round(wall, 1),
-        "peak_rss_mb": round(done.peak_rss_mb),
         "jobs": len(rules),
         "jobs_by_rule": {rule: rules.count(rule) for rule in dict.fromkeys(rules)},
         "output_files": len(outputs),
