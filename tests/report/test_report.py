@@ -193,6 +193,23 @@ def test_markdown_report_per_dataset(run):
     assert "REF A but reference has C" in page
 
 
+def test_reasons_with_equal_counts_keep_the_order_of_their_first_row(run):
+    """The 'Rows not scored' table: most rows first, ties in the order the panel has them (not
+    group_by's arbitrary order, which made two runs' report.md differ)."""
+    reasons = ["z last", "a first", "m middle", "a first", "q", "b"]
+    scored = _scores(0)
+    unscored = scored.head(6).with_columns(
+        pl.lit("skipped").alias("status"), pl.Series("reason", reasons),
+        pl.lit(None, dtype=pl.Float64).alias("score"),
+    )  # fmt: skip
+    merged = pl.concat([scored, unscored], how="vertical_relaxed")
+    pages = {render_report(merged, run[0].metrics, "t") for _ in range(5)}
+    assert len(pages) == 1
+    table = pages.pop().split("## Rows not scored, by reason")[1].split("##")[0]
+    order = [line.split(" | ")[1] for line in table.splitlines() if line.startswith("| skipped")]
+    assert order == ["a first", "z last", "m middle", "q", "b"]
+
+
 def test_the_report_plots_the_rows_the_metrics_used(run):
     """The curves come from the evaluated rows compute_metrics wrote (labels as 0/1, conflicts
     and unscored rows already left out), not from labels recomputed by the report."""

@@ -105,7 +105,14 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
         ]
     unscored = merged.filter(pl.col("status") != Status.SCORED)
     if unscored.height:
-        reasons = unscored.group_by("status", "reason").len().sort("len", descending=True)
+        # ties in the order of the first row with the reason (group_by's order is arbitrary)
+        reasons = (
+            unscored.with_row_index("_first")
+            .group_by("status", "reason")
+            .agg(pl.len(), pl.col("_first").min())
+            .sort(["len", "_first"], descending=[True, False])
+            .drop("_first")
+        )
         parts += [
             "## Rows not scored, by reason",
             _table(["status", "reason", "rows"], [list(r) for r in reasons.head(20).iter_rows()]),
