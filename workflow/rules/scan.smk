@@ -204,9 +204,9 @@ rule write_track_hub:
 rule annotate_from_scan:
     input:
         checked=rules.check_panel.output.checked,
-        summary=lambda wc: f"{lookup_scan_dir(wc)}/summary.json",
-        record=lambda wc: f"{lookup_scan_dir(wc)}/scan.json",
-        calibration=lambda wc: f"{lookup_scan_dir(wc)}/calibration/calibration.json",
+        summary=lambda wc: f"{JOBS.lookup_scan_dir(wc)}/summary.json",
+        record=lambda wc: f"{JOBS.lookup_scan_dir(wc)}/scan.json",
+        calibration=lambda wc: f"{JOBS.lookup_scan_dir(wc)}/calibration/calibration.json",
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
     log:
