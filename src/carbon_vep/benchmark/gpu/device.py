@@ -17,12 +17,13 @@ from carbon_vep.config.gpus import (
     attention_flops,
 )
 
-STARTED = time.monotonic()  # the budget counts the imports and CUDA's start-up too
-
 
 class Budget:
-    def __init__(self, seconds: float) -> None:
-        self.seconds, self.start = seconds, STARTED
+    """The run's time budget from `start` (the process's start under `make gpu-check`: the
+    imports and CUDA's start-up count too)."""
+
+    def __init__(self, seconds: float, start: float) -> None:
+        self.seconds, self.start = seconds, start
         self.skipped: list[str] = []
 
     def elapsed(self) -> float:

@@ -6,6 +6,7 @@ import argparse
 import gc
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ from carbon_vep.model.demo import make_tokenizer
 from carbon_vep.model.tokens import dna_vocab
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, started: float | None = None) -> dict:
+    started = time.monotonic() if started is None else started
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the JSON, Markdown, profiles")
     parser.add_argument("--smoke", action="store_true", help="CPU, toy shapes, seconds")
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:  # toy models: one thread is fastest and does not fight other processes
         torch.set_num_threads(1)
     try:
-        return _run(args, out, device, sizes)
+        return _run(args, out, device, sizes, started)
     finally:
         torch.set_num_threads(threads)
 
@@ -104,9 +106,11 @@ class Run:
             self.save()
 
 
-def _run(args: argparse.Namespace, out: Path, device: torch.device, sizes: Sizes) -> dict:
+def _run(
+    args: argparse.Namespace, out: Path, device: torch.device, sizes: Sizes, started: float
+) -> dict:
     shapes = TOY_SHAPES if args.smoke else CARBON_SHAPES
-    budget = Budget(args.budget_s)
+    budget = Budget(args.budget_s, started)
     peak_n, peak_iters = (256, 5) if args.smoke else (8192, 50)
     peak = bf16_peak_tflops(device, peak_n, peak_iters)
     report: dict = {
