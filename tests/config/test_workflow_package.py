@@ -186,3 +186,27 @@ def test_every_output_kind_has_one_file_per_plan_file(tmp_path, kind):
     plan = {"chunks": [{}], "files": [{"name": "a", "chunks": [0]}, {"name": "b", "chunks": [0]}]}
     files = ScanInputs(_run(tmp_path)).output_files(Wildcards(scan="g", model="demo"), plan, kind)
     assert len(set(files)) == 2
+
+
+def test_vllm_jobs_run_in_the_vllm_environment_on_tensor_parallel_gpus(tmp_path):
+    models = {
+        "v": {"path": "org/m", "revision": "b" * 40, "device": "cuda", "engine": "vllm",
+              "tensor_parallel_size": 2},
+        "t": {"path": "org/m", "revision": "b" * 40, "device": "cuda"},
+    }  # fmt: skip
+    niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 2}}
+    run = RunConfig.from_dict({"models": models, "niah": niah, "vllm_env": "/opt/venv-vllm"})
+    jobs = Jobs(run, "f" * 64, workflow_root="/wf")
+    v, t = Wildcards(model="v"), Wildcards(model="t")
+    assert jobs.generation_command(v) == "/opt/venv-vllm/bin/carbon-vep"
+    assert jobs.generation_command(t) == "carbon-vep"
+    assert (jobs.generation_gpu_count(v), jobs.generation_gpu_count(t), jobs.gpu_count(v)) == (
+        2, 1, 1
+    )  # fmt: skip
+    relative = Jobs(RunConfig.from_dict({"models": models, "niah": niah}), "f" * 64, "A10", "/wf")
+    assert relative.generation_command(v) == "/wf/.venv-vllm/bin/carbon-vep"
+    generation = json.loads(shlex.split(jobs.model_settings(v, generation=True))[0])
+    assert generation["engine"] == "vllm" and generation["tensor_parallel_size"] == 2
+    assert "vllm_env" not in generation
+    scoring = json.loads(shlex.split(jobs.model_settings(v))[0])
+    assert not {"engine", "tensor_parallel_size", "prefix_caching"} & set(scoring)

@@ -48,7 +48,12 @@ if BASELINE and not os.path.isabs(BASELINE) and not os.path.exists(BASELINE):
 CONFIG_SHA256 = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 TARGETS = Targets(RUN, BASELINE)
-JOBS = Jobs(RUN, CONFIG_SHA256, profile_gpu_class(PROFILES.get("score_niah", {})))
+JOBS = Jobs(
+    RUN,
+    CONFIG_SHA256,
+    profile_gpu_class(PROFILES.get("score_niah", {})),
+    os.path.normpath(WORKFLOW_ROOT),
+)
 SCANS = ScanInputs(RUN)
 
 # file patterns (carbon_vep.workflow.paths)

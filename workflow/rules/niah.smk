@@ -65,19 +65,21 @@ rule score_niah:
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard; GPU memory and time follow from the model and the context
+    # (engine vllm: the vLLM environment's carbon-vep, tensor_parallel_size GPUs)
     resources:
-        gpu=JOBS.gpu_count,
+        gpu=JOBS.generation_gpu_count,
         batch_size=JOBS.attempt_batch_size,
         batch_tokens=JOBS.attempt_batch_tokens,
         mem_mb=32000,
         runtime=JOBS.niah_runtime,
     params:
+        exe=JOBS.generation_command,
         settings=JOBS.niah_settings,
         rows=JOBS.niah_rows,
         provenance=JOBS.niah_provenance,
     shell:
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep score-niah --tasks-file {input.cell} --row-range {params.rows}"
+        "{params.exe} score-niah --tasks-file {input.cell} --row-range {params.rows}"
         " --settings {params.settings} --batch-size {resources.batch_size}"
         " --batch-tokens {resources.batch_tokens} --task {wildcards.niah}.{wildcards.cell}"
         " --model-key {wildcards.model} --provenance {params.provenance}"

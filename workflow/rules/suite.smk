@@ -13,20 +13,22 @@ rule score_recovery:
         task=TARGETS.task_pattern("sequence_recovery"),
     conda:
         "../../envs/carbon-vep.yaml"
-    # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
+    # a model job like score_shard: a GPU for CUDA models (engine vllm: tensor_parallel_size
+    # GPUs, the vLLM environment's carbon-vep); a cluster profile sets the rest
     resources:
-        gpu=JOBS.gpu_count,
+        gpu=JOBS.generation_gpu_count,
         batch_size=JOBS.attempt_batch_size,
         batch_tokens=JOBS.attempt_batch_tokens,
         mem_mb=16000,
         runtime=120,
     params:
+        exe=JOBS.generation_command,
         settings=JOBS.task_settings,
         provenance=JOBS.task_provenance,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep score-recovery --tasks-file {input.tasks} --settings {params.settings}"
+        "{params.exe} score-recovery --tasks-file {input.tasks} --settings {params.settings}"
         " --batch-size {resources.batch_size}"
         " --batch-tokens {resources.batch_tokens} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"

@@ -14,7 +14,7 @@ import logging
 
 from carbon_vep.cli import evaluate, niah, report, scan, scoring, sources, suite, variants
 from carbon_vep.config.fields import ConfigError
-from carbon_vep.errors import InputError, TokenizerMismatchError
+from carbon_vep.errors import EngineError, InputError, TokenizerMismatchError
 
 log = logging.getLogger("carbon_vep")
 STAGES = (variants, scoring, scan, evaluate, suite, niah, report, sources)
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)  # a gate (compare) returns its verdict
-    except (InputError, ConfigError, TokenizerMismatchError) as err:
+    except (InputError, ConfigError, TokenizerMismatchError, EngineError) as err:
         log.error("%s", err)
         return 2
     return code or 0

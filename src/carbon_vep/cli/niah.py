@@ -81,23 +81,73 @@ def score_niah(args: argparse.Namespace) -> None:
     from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell
 
     model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
-    cell = read_cell(args.tasks_file, task=args.cell_task or args.task)[args.row_range]
+    task = args.cell_task or args.task
+    cell = read_cell(args.tasks_file, task=task)[args.row_range]  # refused before a model loads
+    score = _score_on_vllm if model.engine == "vllm" else _score_on_transformers
+    rows, parameters = score(args, model, settings, task, cell)
+    atomic.write_parquet(rows, args.out)
+    write_task_result(niah_metrics(rows, evaluation, parameters), args, list(HEADLINE))
+
+
+def _score_on_transformers(args, model: ModelSettings, settings: NiahSettings, task, cell):
+    from carbon_vep.suite.niah import NiahScorer, score_rows
+    from carbon_vep.suite.niah_cells import read_cell
+
     loaded = load_model(model, args.tasks_file, _yarn(settings), long_context=True)
     if loaded.vocab.k != 6:
-        cell = read_cell(args.tasks_file, loaded.vocab.k, args.cell_task or args.task)[
-            args.row_range
-        ]
-    _check_positions(cell, loaded, settings, args.tasks_file)
-
-    from carbon_vep.suite.niah import NiahScorer, score_rows
-
+        cell = read_cell(args.tasks_file, loaded.vocab.k, task)[args.row_range]
+    _check_positions(cell, loaded.vocab.k, _model_positions(loaded.model.config), settings,
+                     args.tasks_file)  # fmt: skip
     scorer = NiahScorer(engine_for(loaded, model), loaded.tokenizer, settings.prefill_chunk)
     rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
-    atomic.write_parquet(rows, args.out)
-    parameters = {"yarn_factor": settings.yarn_factor, "restricted_to_dna_block":
-                  scorer.allowed is not None, "prefill_chunk": settings.prefill_chunk,
+    parameters = {"engine": "transformers", "yarn_factor": settings.yarn_factor,
+                  "restricted_to_dna_block": scorer.allowed is not None,
+                  "prefill_chunk": settings.prefill_chunk,
                   "attention": loaded.model.config._attn_implementation}  # fmt: skip
-    write_task_result(niah_metrics(rows, evaluation, parameters), args, list(HEADLINE))
+    return rows, parameters
+
+
+def _score_on_vllm(args, model: ModelSettings, settings: NiahSettings, task, cell):
+    """The job's rows through one vLLM engine, started once (suite.niah_vllm)."""
+    from carbon_vep.cli.common import require_model_here
+    from carbon_vep.model.loading import load_tokenizer, yarn_overrides
+    from carbon_vep.model.tokens import dna_block_ids
+    from carbon_vep.model.vllm import VllmEngine
+    from carbon_vep.suite.niah_cells import prompt_tokens, read_cell
+    from carbon_vep.suite.niah_vllm import VllmNiahScorer, score_rows_vllm
+
+    require_model_here(model)
+    tokenizer, vocab = load_tokenizer(model)
+    if vocab.k != 6:
+        cell = read_cell(args.tasks_file, vocab.k, task)[args.row_range]
+    yarn = _yarn(settings)
+    overrides = yarn_overrides(model, yarn) if yarn else None
+    positions = overrides["max_position_embeddings"] if overrides else _checkpoint_positions(model)
+    _check_positions(cell, vocab.k, positions, settings, args.tasks_file)
+    needed = prompt_tokens(cell, vocab.k) if cell.height else 0
+    # + 1: a likelihood request (prompt + value) must ask vLLM for one token it then drops
+    length = model.vllm.max_model_len or (needed + 1 if needed else 0)
+    engine = VllmEngine(model, overrides, length, what=f"{args.tasks_file} ({args.task})")
+    rows = score_rows_vllm(cell, VllmNiahScorer(engine, tokenizer, vocab))
+    parameters = {"engine": "vllm", "vllm": engine.version, "yarn_factor": settings.yarn_factor,
+                  "restricted_to_dna_block": dna_block_ids(tokenizer, vocab) is not None,
+                  "prefix_caching": model.vllm.prefix_caching,
+                  "tensor_parallel_size": model.vllm.tensor_parallel_size,
+                  "max_model_len": length}  # fmt: skip
+    return rows, parameters
+
+
+def _model_positions(config) -> int | None:
+    return getattr(config, "max_position_embeddings", None)
+
+
+def _checkpoint_positions(model: ModelSettings) -> int | None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        model.path, revision=model.revision, trust_remote_code=model.trust_remote_code
+    )
+    return _model_positions(config)
 
 
 def _yarn(settings: NiahSettings):
@@ -109,7 +159,7 @@ def _yarn(settings: NiahSettings):
                 settings.yarn_max_positions)  # fmt: skip
 
 
-def _check_positions(cell, loaded, settings: NiahSettings, path: str) -> None:
+def _check_positions(cell, k: int, limit: int | None, settings: NiahSettings, path: str) -> None:
     """A context beyond the model's positions is refused without YaRN (saying which setting
     turns it on) and warned about beyond YaRN's reach."""
     import dataclasses
@@ -117,8 +167,7 @@ def _check_positions(cell, loaded, settings: NiahSettings, path: str) -> None:
     from carbon_vep.config.fields import describe
     from carbon_vep.suite.niah_cells import prompt_tokens
 
-    needed = prompt_tokens(cell, loaded.vocab.k) if cell.height else 0
-    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    needed = prompt_tokens(cell, k) if cell.height else 0
     if settings.yarn_factor:
         if needed > settings.positions:
             log.warning("%s: rows need %d tokens, beyond YaRN x%g of %d positions (%d)", path,

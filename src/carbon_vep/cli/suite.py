@@ -37,10 +37,30 @@ def score_recovery(args: argparse.Namespace) -> None:
         args, ModelSettings, RecoverySettings, EvaluationSettings
     )
     table = read_task_table(args.tasks_file, ["sequence", "label"])
-    loaded = load_model(model, args.tasks_file)
-    predictions = recover(table, loaded, settings, model.batch_size, model.batch_tokens)
+    if model.engine == "vllm":
+        predictions = _recover_on_vllm(table, model, settings, args.tasks_file)
+    else:
+        loaded = load_model(model, args.tasks_file)
+        predictions = recover(table, loaded, settings, model.batch_size, model.batch_tokens)
     atomic.write_parquet(predictions, args.out)
     write_task_result(recovery_metrics(predictions, settings, evaluation), args, ["accuracy"])
+
+
+def _recover_on_vllm(table, model: ModelSettings, settings: RecoverySettings, where: str):
+    """The task's prompts through one vLLM engine (suite.recovery_vllm)."""
+    from carbon_vep.cli.common import require_model_here
+    from carbon_vep.model.loading import load_tokenizer
+    from carbon_vep.model.vllm import VllmEngine
+    from carbon_vep.suite.recovery import recover_with
+    from carbon_vep.suite.recovery_vllm import check_decoder, vllm_continuations
+
+    check_decoder(settings, where)
+    require_model_here(model)
+    tokenizer, vocab = load_tokenizer(model)
+    longest = settings.max_prompt_bp // vocab.k + 1 + settings.new_tokens  # <dna> + prompt
+    engine = VllmEngine(model, max_model_len=model.vllm.max_model_len or longest, what=where)
+    generate = vllm_continuations(engine, tokenizer, vocab, settings)
+    return recover_with(table, vocab.k, settings, generate)
 
 
 def add_score_perturbation(sub) -> None:

@@ -155,3 +155,24 @@ def niah_row_seconds(shape: dict[str, int], ctx: int, gpu: str) -> float:
     causal attention over on average half the context."""
     flops = ctx * body_flops(shape) + attention_flops(shape) * ctx * ctx / 2
     return flops / (GPU_CLASSES[gpu].bf16_tflops * 1e12 * ASSUMED_EFFICIENCY)
+
+
+VLLM_PAGE_TOKENS = 16  # vLLM's KV-cache block (page) size, tokens
+
+
+def vllm_niah_plan(
+    shape: dict[str, int], ctx: int, gpu: str, utilization: float = 0.9, gpus: int = 1
+) -> dict[str, float]:
+    """vLLM on NIAH rows of `ctx` tokens (arithmetic): the memory left to its paged KV cache
+    (the GPUs' `utilization` share, less the weights and the reserve for activations), its
+    pages, the rows whose prompts fit at once (a row's continuations share its prompt's pages
+    with prefix caching), and rows/s: prefill-bound, the prefill as `niah_row_seconds` over
+    `gpus` GPUs (tensor parallelism, taken as ideal)."""
+    budget = GPU_CLASSES[gpu].memory_gb * 1e9 * gpus * utilization
+    kv = budget - weight_bytes(shape) - RESERVED_GB * 1e9 * gpus
+    page = kv_bytes_per_token(shape) * VLLM_PAGE_TOKENS
+    pages = max(int(kv // page), 0)
+    row_pages = -(-(ctx + VLLM_PAGE_TOKENS) // VLLM_PAGE_TOKENS)  # prompt + a value's tokens
+    seconds = niah_row_seconds(shape, ctx, gpu) / gpus
+    return {"kv_cache_gb": kv / 1e9, "page_bytes": float(page), "pages": float(pages),
+            "rows_at_once": float(pages // row_pages), "rows_per_s": 1 / seconds}  # fmt: skip

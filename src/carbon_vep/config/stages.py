@@ -19,6 +19,52 @@ from carbon_vep.config.recipes import NORMALIZATIONS, PUBLISHED, RECIPES, Recipe
 
 
 @dataclass(frozen=True)
+class VllmSettings:
+    """vLLM's own options, for a model whose generation tasks run on it (engine: vllm)."""
+
+    tensor_parallel_size: int = setting(
+        1,
+        minimum=1,
+        help="GPUs a vLLM job spreads the model over (tensor parallelism); a SLURM profile "
+        "gives the job this many GPUs",
+    )
+    gpu_memory_utilization: float = setting(
+        0.9,
+        minimum=0.05,
+        maximum=1.0,
+        help="share of each GPU's memory vLLM may take (weights, activations, its paged KV "
+        "cache); lower it when other processes share the GPU",
+    )
+    max_model_len: int = setting(
+        0,
+        minimum=0,
+        help="longest prompt + generation vLLM plans its KV cache for (0 = what the job needs: "
+        "a NIAH cell's context, or the model's positions)",
+    )
+    prefix_caching: bool = setting(
+        True,
+        help="vLLM's automatic prefix caching: a NIAH prompt's KV pages are computed once for "
+        "its generation and both value likelihoods",
+    )
+    max_num_seqs: int = setting(
+        16, minimum=1, help="sequences vLLM runs at once (continuous batching); lower on OOM"
+    )
+    cpu_kv_cache_gb: int = setting(
+        4, minimum=1, help="vLLM's KV-cache space on a CPU (VLLM_CPU_KVCACHE_SPACE), GB"
+    )
+    vllm_env: str = setting(
+        ".venv-vllm",
+        scope="run",
+        cli=False,
+        help="the virtualenv the vLLM jobs run in (`make setup-vllm`; vLLM pins its own torch "
+        "and transformers); relative to the workflow's folder",
+    )
+
+
+GENERATION_ONLY = ("engine", *(f.name for f in fields(VllmSettings)))  # not variant scoring's
+
+
+@dataclass(frozen=True)
 class ModelSettings:
     """How to load and run one model."""
 
@@ -62,6 +108,13 @@ class ModelSettings:
     build_demo: bool = setting(
         False, cli=False, help="build the tiny Carbon-shaped demo model at `path` (no download)"
     )
+    engine: Literal["transformers", "vllm"] = setting(
+        "transformers",
+        help="engine of the generation tasks (Genomic-NIAH, sequence recovery): this package's "
+        "transformers engine, or vLLM, the engine Carbon is served with (its own environment: "
+        "make setup-vllm). Variant scoring, scans and perturbation pairs run on transformers",
+    )
+    vllm: VllmSettings = group(VllmSettings)
 
 
 @dataclass(frozen=True)

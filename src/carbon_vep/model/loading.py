@@ -123,22 +123,51 @@ def long_context_attention(device: torch.device, dtype: str) -> str:
     return "sdpa"
 
 
+def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
+    """The model's tokenizer and our adapter of it (its 6-mer block), remote code checked
+    first: what an engine other than ours (vLLM) needs from the checkpoint."""
+    from transformers import AutoTokenizer
+
+    from carbon_vep.sources.hub import check_remote_code, model_folder
+
+    folder, from_hub = model_folder(spec)
+    check_remote_code(spec, folder, from_hub)  # before any code of the checkpoint runs
+    tokenizer = AutoTokenizer.from_pretrained(
+        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+    )
+    try:
+        vocab = dna_vocab(tokenizer)
+    except TokenizerMismatchError as err:  # name the model: it is not a 6-mer DNA model
+        raise TokenizerMismatchError(f"{spec.path}: not a 6-mer DNA tokenizer: {err}") from err
+    return tokenizer, vocab
+
+
+def yarn_overrides(spec: ModelSettings, yarn: Yarn) -> dict[str, Any]:
+    """The YaRN override as config keys (vLLM's `hf_overrides`): exactly what `apply_yarn`
+    sets on the config our engine loads."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+    )
+    params = yarn_parameters(config, yarn.factor, yarn.original_positions)
+    return {
+        "max_position_embeddings": int(yarn.max_positions),
+        "rope_parameters": dict(params),
+        "rope_scaling": dict(params),
+    }
+
+
 def load_model(
     spec: ModelSettings, yarn: Yarn | None = None, attention: str | None = None
 ) -> LoadedModel:
     """The model and its tokenizer on the requested device; `yarn` overrides the rope
     configuration before the weights load (the Genomic-NIAH task's long contexts), `attention`
     names transformers' attention implementation (None: its default)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from carbon_vep.sources.hub import check_remote_code, model_folder
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     device = resolve_device(spec.device)
-    folder, from_hub = model_folder(spec)
-    check_remote_code(spec, folder, from_hub)  # before any code of the checkpoint runs
-    tokenizer = AutoTokenizer.from_pretrained(
-        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-    )
+    tokenizer, vocab = load_tokenizer(spec)
     config = AutoConfig.from_pretrained(
         spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
     )
@@ -155,10 +184,6 @@ def load_model(
     model.to(device).eval()
     if spec.upcast_output_layer:
         upcast_output_layer(model)
-    try:
-        vocab = dna_vocab(tokenizer)
-    except TokenizerMismatchError as err:  # name the model: it is not a 6-mer DNA model
-        raise TokenizerMismatchError(f"{spec.path}: not a 6-mer DNA tokenizer: {err}") from err
     if model.get_output_embeddings().weight.shape[0] < int(vocab.kmer_ids.max()) + 1:
         raise RuntimeError(f"{spec.path}: output layer smaller than the tokenizer's k-mer ids")
     return LoadedModel(model=model, tokenizer=tokenizer, vocab=vocab, device=device, settings=spec)

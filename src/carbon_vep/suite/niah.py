@@ -180,7 +180,7 @@ def score_rows(
                 results[members[i]] = value
     progress.close()
     return pl.DataFrame(
-        [_row(r, result) for r, result in zip(rows, results, strict=True)],
+        [niah_row(r, result) for r, result in zip(rows, results, strict=True)],
         schema=row_schema("depth" in cell.columns),
     )
 
@@ -196,7 +196,8 @@ def row_schema(with_depth: bool) -> dict[str, Any]:
     return schema | ({"depth": pl.Float64} if with_depth else {})
 
 
-def _row(row: dict, result: RowResult | None) -> dict:
+def niah_row(row: dict, result: RowResult | None) -> dict:
+    """A cell row's output row: the model's answers and the flags, or `failed`."""
     out = {c: row.get(c) for c in ("uid", "task", "context_length_tokens", "depth") if c in row}
     if result is None:
         return out | {"status": Status.FAILED.value, "reason": FAILED_ALONE}

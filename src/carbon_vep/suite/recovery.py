@@ -23,6 +23,7 @@ token length are batched together, so no padding is ever involved. Three greedy 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
@@ -171,7 +172,21 @@ def recover(
     other than ACGT in a prompt go to the tokenizer as `<oov>`, as in the published script,
     and are counted in `prompt_non_acgt`.
     """
-    k = loaded.vocab.k
+
+    def generate(prompts: list[str]) -> list[str | None]:
+        return generate_continuations(loaded, prompts, settings, batch_size, batch_tokens)
+
+    return recover_with(table, loaded.vocab.k, settings, generate)
+
+
+def recover_with(
+    table: pl.DataFrame,
+    k: int,
+    settings: RecoverySettings,
+    generate: Callable[[list[str]], list[str | None]],
+) -> pl.DataFrame:
+    """`recover` with the continuations from `generate` (prompts -> texts, None where a prompt
+    failed): our engine's, or vLLM's (suite.recovery_vllm)."""
     if "type" not in table.columns:
         table = table.with_columns(pl.lit(None, pl.Utf8).alias("type"))
     rows = table.select(
@@ -186,9 +201,7 @@ def recover(
         for r in rows
         if r["sequence"] and r["label"]
     }
-    generated = generate_continuations(
-        loaded, list(prompt_of.values()), settings, batch_size, batch_tokens
-    )
+    generated = generate(list(prompt_of.values()))
     predictions = dict(zip(prompt_of, generated, strict=True))
     out = []
     for r in rows:

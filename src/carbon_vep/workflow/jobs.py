@@ -15,6 +15,7 @@ from typing import Any
 
 from carbon_vep.config.fields import spec_json
 from carbon_vep.config.run import RunConfig
+from carbon_vep.config.stages import GENERATION_ONLY
 from carbon_vep.config.workflow import niah_runtime_minutes
 from carbon_vep.workflow.paths import RunPaths
 
@@ -24,8 +25,15 @@ def quoted_json(items: dict) -> str:
 
 
 class Jobs:
-    def __init__(self, run: RunConfig, config_sha256: str, niah_gpu: str | None = None) -> None:
+    def __init__(
+        self,
+        run: RunConfig,
+        config_sha256: str,
+        niah_gpu: str | None = None,
+        workflow_root: str = ".",
+    ) -> None:
         self.run, self.config_sha256, self.niah_gpu = run, config_sha256, niah_gpu
+        self.workflow_root = workflow_root
         self.paths = RunPaths(run.outdir)
         # models the workflow builds itself (the tiny demo model): no download
         self.demo_model_paths = {k: m.path for k, m in run.models.items() if m.build_demo}
@@ -83,6 +91,22 @@ class Jobs:
         """One GPU for a model that runs on CUDA, none for a CPU model."""
         return int(self.run.models[wc.model].device.startswith("cuda"))
 
+    def generation_gpu_count(self, wc: Any) -> int:
+        """A generation job's GPUs: vLLM's tensor_parallel_size of them on that engine."""
+        model = self.run.models[wc.model]
+        if model.engine == "vllm" and model.device.startswith("cuda"):
+            return model.vllm.tensor_parallel_size
+        return self.gpu_count(wc)
+
+    def generation_command(self, wc: Any) -> str:
+        """The carbon-vep of a generation job: the vLLM environment's on engine vllm."""
+        model = self.run.models[wc.model]
+        if model.engine != "vllm":
+            return "carbon-vep"
+        env = model.vllm.vllm_env
+        folder = env if os.path.isabs(env) else os.path.join(self.workflow_root, env)
+        return shlex.quote(os.path.join(os.path.normpath(folder), "bin", "carbon-vep"))
+
     def attempt_batch_size(self, wc: Any, attempt: int) -> int:
         """The configured batch size, halved on each retry (the usual failure is OOM)."""
         return max(1, self.run.models[wc.model].batch_size // 2 ** (attempt - 1))
@@ -100,10 +124,13 @@ class Jobs:
         return niah_runtime_minutes(entry.cell(wc.cell).ctx, end - start, model, self.niah_gpu)
 
     # ---- settings (`--settings`, one JSON object) --------------------------------------------
-    def model_settings(self, wc: Any, *groups: Any) -> str:
-        """The model's settings (the batch sizes are resources) and `groups`."""
+    def model_settings(self, wc: Any, *groups: Any, generation: bool = False) -> str:
+        """The model's settings (the batch sizes are resources) and `groups`; the engine and
+        vLLM's options only for a generation task (NIAH, sequence recovery)."""
         model = self.run.models[wc.model]
-        return spec_json(model, *groups, exclude=("batch_size", "batch_tokens", "build_demo"))
+        engine = ("vllm_env",) if generation else GENERATION_ONLY
+        exclude = ("batch_size", "batch_tokens", "build_demo", *engine)
+        return spec_json(model, *groups, exclude=exclude)
 
     def dataset_settings(self, *groups: str) -> Callable[[Any], str]:
         """Params function: the named settings groups of the dataset."""
@@ -114,11 +141,12 @@ class Jobs:
 
     def task_settings(self, wc: Any) -> str:
         task = self.run.tasks[wc.task]
-        return self.model_settings(wc, task.settings, task.evaluation)
+        generation = task.kind == "sequence_recovery"
+        return self.model_settings(wc, task.settings, task.evaluation, generation=generation)
 
     def niah_settings(self, wc: Any) -> str:
         entry = self.run.niah[wc.niah]
-        return self.model_settings(wc, entry.niah, entry.evaluation)
+        return self.model_settings(wc, entry.niah, entry.evaluation, generation=True)
 
     def niah_hub_settings(self, wc: Any) -> str:
         entry = self.run.niah[wc.niah]

@@ -1,0 +1,147 @@
+"""The generation tasks on vLLM, the engine Carbon is served with (engine: vllm).
+
+One `VllmEngine` per job: the model is loaded once (paged KV cache, chunked prefill, continuous
+batching across every prompt handed to it, automatic prefix caching), and every prompt goes in
+as token ids made by our own tokenizer adapter, so both engines see the same ids. Two calls:
+
+- `greedy(prompts, n, allowed)`: `n` new tokens a prompt, temperature 0, the choice restricted to
+  `allowed` (the 6-mer block less the special ids, or the whole vocabulary less them) through
+  vLLM's `allowed_token_ids`: the argmax over the allowed logits, as our engine's.
+- `mean_log_likelihoods(prompts, continuations)`: the mean log-probability of each
+  continuation's tokens after its prompt, from vLLM's prompt logprobs (log-softmax of the raw
+  logits over the whole vocabulary: `full_vocab`, as the published likelihood).
+
+vLLM pins its own torch and transformers, so it lives in its own environment (`make
+setup-vllm`, envs/vllm.txt); importing this module never imports vllm, `VllmEngine` does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from carbon_vep.config.stages import ModelSettings
+from carbon_vep.errors import EngineError
+
+SETUP_HINT = "install it with `make setup-vllm` (envs/vllm.txt) and run the job in .venv-vllm"
+
+
+class VllmUnavailableError(EngineError):
+    """engine: vllm was asked for where vLLM is not installed."""
+
+
+class VllmStartError(EngineError):
+    """The engine did not start (no memory for the KV cache, a context past max_model_len...)."""
+
+
+def engine_arguments(
+    model: ModelSettings, hf_overrides: Mapping[str, Any] | None, max_model_len: int
+) -> dict[str, Any]:
+    """The keyword arguments of `vllm.LLM` for this model (pure: tested without vLLM)."""
+    on_cpu = model.device == "cpu"
+    arguments: dict[str, Any] = {
+        "model": model.path,
+        "tokenizer": model.path,
+        "revision": model.revision,
+        "trust_remote_code": model.trust_remote_code,
+        "dtype": model.dtype,
+        "seed": 0,
+        "tensor_parallel_size": model.vllm.tensor_parallel_size,
+        "enable_prefix_caching": model.vllm.prefix_caching,
+        "max_num_seqs": model.vllm.max_num_seqs,
+        "enforce_eager": on_cpu,  # no graph capture on a CPU
+        "max_logprobs": 1,  # the sampled/prompt token's own logprob is all we read
+    }
+    if max_model_len:
+        arguments["max_model_len"] = max_model_len
+    if not on_cpu:
+        arguments["gpu_memory_utilization"] = model.vllm.gpu_memory_utilization
+    if hf_overrides:
+        arguments["hf_overrides"] = dict(hf_overrides)
+    return arguments
+
+
+class VllmEngine:
+    """A vLLM engine started once for a job's prompts (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: ModelSettings,
+        hf_overrides: Mapping[str, Any] | None = None,
+        max_model_len: int = 0,
+        what: str = "this job",
+        # max_model_len: the longest prompt + generation of the job (0: the model's positions)
+    ) -> None:
+        try:
+            import vllm
+            from vllm.inputs import TokensPrompt
+        except ImportError as err:
+            raise VllmUnavailableError(
+                f"{what}: engine vllm, but vLLM is not installed in this Python ({err}); "
+                f"{SETUP_HINT}"
+            ) from err
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process a job
+        # a likelihood request must generate one token past the cell's context, which may be
+        # the model's last position: allow max_model_len one past it (the token is dropped)
+        os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+        if model.device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(model.vllm.cpu_kv_cache_gb))
+        self.vllm, self.tokens_prompt, self.version = vllm, TokensPrompt, vllm.__version__
+        self.what = what
+        self.refused = _vllm_error_class()
+        self.arguments = engine_arguments(model, hf_overrides, max_model_len)
+        try:
+            self.llm = vllm.LLM(**self.arguments)
+        except (RuntimeError, ValueError, MemoryError) as err:
+            raise VllmStartError(
+                f"{what}: the vLLM engine did not start ({str(err)[:400]}); for memory lower "
+                "max_num_seqs or max_model_len, raise gpu_memory_utilization (or, on a CPU, "
+                "cpu_kv_cache_gb), or spread the model over more GPUs (tensor_parallel_size)"
+            ) from err
+
+    def _run(self, prompts: Sequence[Sequence[int]], params: Any) -> list[Any]:
+        requests = [self.tokens_prompt(prompt_token_ids=list(map(int, p))) for p in prompts]
+        try:
+            return self.llm.generate(requests, params, use_tqdm=False)
+        except (ValueError, self.refused) as err:  # a prompt past max_model_len, ...
+            raise VllmStartError(
+                f"{self.what}: vLLM refused the requests ({str(err)[:300]}); raise "
+                "max_model_len (or leave it 0: what the cell needs)"
+            ) from err
+
+    def greedy(
+        self, prompts: Sequence[Sequence[int]], n: int, allowed: Sequence[int] | None
+    ) -> list[list[int]]:
+        """`n` greedy new token ids after each prompt, chosen among `allowed` (all if None)."""
+        params = self.vllm.SamplingParams(
+            temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False,
+            allowed_token_ids=None if allowed is None else [int(i) for i in allowed],
+        )  # fmt: skip
+        return [list(out.outputs[0].token_ids) for out in self._run(prompts, params)]
+
+    def mean_log_likelihoods(
+        self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
+    ) -> list[float]:
+        """Mean log p(token | everything before it) over each continuation's tokens."""
+        params = self.vllm.SamplingParams(
+            temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False
+        )
+        joined = [list(p) + list(c) for p, c in zip(prompts, continuations, strict=True)]
+        out = []
+        for request, ids, continuation in zip(
+            self._run(joined, params), joined, continuations, strict=True
+        ):
+            positions = range(len(ids) - len(continuation), len(ids))
+            terms = [request.prompt_logprobs[i][ids[i]].logprob for i in positions]
+            out.append(sum(terms) / len(terms))
+        return out
+
+
+def _vllm_error_class() -> type[Exception]:
+    """vLLM's own error class for refused requests (ValueError in releases without it)."""
+    try:
+        from vllm.exceptions import VLLMError
+    except ImportError:
+        return ValueError
+    return VLLMError

@@ -1,0 +1,75 @@
+"""Genomic-NIAH on vLLM (engine: vllm): the same rows, answers and columns as `suite.niah`.
+
+Every row of the job goes to the engine at once: vLLM batches them continuously, prefills the
+long prompts in chunks into its paged KV cache and, with prefix caching on, computes a prompt
+once for its generation and both value likelihoods. The published semantics are our engine's:
+`<dna>` + the prompt's 6-mers from our tokenizer adapter, `value_len_bp / k` greedy tokens
+restricted to the 6-mer block with every special id taken out (the whole vocabulary less the
+special ids without a dna_config.json), the prediction decoded by the tokenizer with special
+tokens kept and cut to the value's length, and the likelihoods the mean full-vocabulary
+log-probability of the value's tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from carbon_vep.model.tokens import DnaVocab, dna_block_ids, suppressed_token_ids
+from carbon_vep.model.vllm import VllmEngine
+from carbon_vep.progress import Progress
+from carbon_vep.suite.niah import RowResult, niah_row, row_schema
+
+
+def allowed_ids(tokenizer: Any, vocab: DnaVocab) -> list[int]:
+    """The ids greedy generation may pick: the 6-mer block less the special ids, or, for a
+    model without a dna_config.json, every id of the vocabulary less the special ids."""
+    suppressed = suppressed_token_ids(tokenizer)
+    block = dna_block_ids(tokenizer, vocab)
+    if block is None:
+        block = np.arange(vocab.vocab_size)
+    return [int(i) for i in np.setdiff1d(block, suppressed)]
+
+
+class VllmNiahScorer:
+    """NIAH rows through a vLLM engine started once for the job."""
+
+    def __init__(self, engine: VllmEngine, tokenizer: Any, vocab: DnaVocab) -> None:
+        self.engine, self.tokenizer, self.vocab = engine, tokenizer, vocab
+        self.allowed = allowed_ids(tokenizer, vocab)
+
+    def score_batch(
+        self, prompts: list[str], values: list[str], negatives: list[str]
+    ) -> list[RowResult]:
+        """Any rows, any prompt lengths (the engine pages and batches them itself)."""
+        encode = self.vocab.encode
+        ids = [encode(p) for p in prompts]
+        value_ids = [encode(v)[1:] for v in values]
+        negative_ids = [encode(v)[1:] for v in negatives]
+        new = self.engine.greedy(ids, len(value_ids[0]), self.allowed)
+        likelihoods = self.engine.mean_log_likelihoods(ids + ids, value_ids + negative_ids)
+        n = len(prompts)
+        return [
+            RowResult(
+                pred=self.tokenizer.decode(row, skip_special_tokens=False)[: len(value)],
+                target_ll=likelihoods[i],
+                negative_ll=likelihoods[n + i],
+            )
+            for i, (row, value) in enumerate(zip(new, values, strict=True))
+        ]
+
+
+def score_rows_vllm(cell: pl.DataFrame, scorer: VllmNiahScorer) -> pl.DataFrame:
+    """One output row per cell row, as `suite.niah.score_rows` writes them."""
+    rows = cell.to_dicts()
+    progress = Progress(len(rows), "rows", "Genomic-NIAH (vLLM)")
+    results = scorer.score_batch([r["prompt"] for r in rows], [r["value"] for r in rows],
+                                 [r["negative_value"] for r in rows]) if rows else []  # fmt: skip
+    progress.update(len(rows))
+    progress.close()
+    return pl.DataFrame(
+        [niah_row(r, result) for r, result in zip(rows, results, strict=True)],
+        schema=row_schema("depth" in cell.columns),
+    )

