@@ -17,7 +17,8 @@ PAGES = doc_pages(ROOT)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 # outputs, caches and the virtualenv are not part of the repository
-SKIP_DIRS = {".git", ".venv", ".venv-vllm", "results", "logs", ".snakemake", "__pycache__", "demo_model"}
+SKIP_DIRS = {".git", ".venv", ".venv-vllm", "results", "logs", ".snakemake", "__pycache__"}
+SKIP_DIRS |= {"demo_model"}
 SKIP_DIRS |= {".pytest_cache", ".ruff_cache"}
 TEXT = {".py", ".md", ".yaml", ".yml", ".smk", ".toml", ".sh", ".rst", ".txt", ".cfg", ".json"}
 
