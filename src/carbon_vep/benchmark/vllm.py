@@ -1,0 +1,114 @@
+"""Benchmark: the generation tasks on vLLM against our transformers engine, side by side on CPU.
+
+A Carbon-vocabulary Llama with Carbon-3B's head dimension (96: vLLM's CPU attention has no
+kernel for the demo model's 16; 2 layers, hidden 192, random weights built locally), one
+Genomic-NIAH cell built from the demo's chr17 fragment (neardup_d2, `--ctx` tokens, `--rows`
+rows) and a recovery task of `--prompts` random 660 bp prompts. Each command runs whole, in a
+fresh process, once on each engine (`carbon-vep score-niah` / `score-recovery --engine ...`):
+wall time (engine start-up included: vLLM's is part of every job), rows/s, peak RSS, and a
+check that both wrote the same predictions (NIAH likelihoods within 1e-4).
+
+Usage: python -m carbon_vep.benchmark.vllm [--ctx 2048] [--rows 16] [--prompts 32] [--json F]
+(needs `make setup-vllm`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from carbon_vep.benchmark.harness import (
+    PROJECT_ROOT,
+    Pair,
+    markdown_table,
+    run_command,
+    write_json,
+)
+
+FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
+VLLM_EXE = PROJECT_ROOT / ".venv-vllm/bin/carbon-vep"
+OURS_EXE = Path(sys.executable).parent / "carbon-vep"
+
+
+def build_inputs(work: Path, ctx: int, rows: int, prompts: int) -> tuple[Path, Path, Path]:
+    from carbon_vep.model.demo import build_demo_model
+    from carbon_vep.suite.niah_build import CellSpec, write_cell
+
+    model = build_demo_model(work / "model", hidden_size=192, num_layers=2, num_heads=2,
+                             num_kv_heads=1, intermediate_size=256, seed=5)  # fmt: skip
+    cell = work / "cell.parquet"
+    write_cell(CellSpec("neardup_d2", ctx, rows, seed=3), FASTA, cell)
+    rng = np.random.default_rng(4)
+    seqs = ["".join(rng.choice(list("ACGT"), 690)) for _ in range(prompts)]
+    table = work / "recovery.tsv"
+    table.write_text("sequence\tlabel\n" + "".join(f"{s[:660]}\t{s[660:]}\n" for s in seqs))
+    return model, cell, table
+
+
+def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: Path):
+    command = "score-niah" if task == "niah" else "score-recovery"
+    argv = [str(exe), command, "--tasks-file", str(inputs), "--model", str(model),
+            "--trust-remote-code", "--dtype", "float32", "--engine", engine, "--task", task,
+            "--model-key", "m", "--out", str(out),
+            "--metrics", str(out.with_suffix(".json"))]  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return run_command(argv, env=env)
+
+
+def same_answers(task: str, ours: Path, theirs: Path) -> dict:
+    a, b = pl.read_parquet(ours), pl.read_parquet(theirs)
+    column = "pred" if task == "niah" else "prediction"
+    result = {"identical_predictions": a[column].to_list() == b[column].to_list()}
+    if task == "niah":
+        diffs = [
+            np.abs(a[c].to_numpy() - b[c].to_numpy()).max() for c in ("target_ll", "negative_ll")
+        ]
+        result["max_ll_difference"] = float(max(diffs))
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ctx", type=int, default=2048)
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    if not VLLM_EXE.exists():
+        sys.exit(f"no {VLLM_EXE}: run `make setup-vllm` first")
+    results, cells = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model, cell, table = build_inputs(work, args.ctx, args.rows, args.prompts)
+        for task, inputs, n in (("niah", cell, args.rows), ("recovery", table, args.prompts)):
+            ours = run_task(
+                OURS_EXE, "transformers", task, inputs, model, work / f"{task}_t.parquet"
+            )
+            theirs = run_task(VLLM_EXE, "vllm", task, inputs, model, work / f"{task}_v.parquet")
+            pair = Pair(task, ours, theirs)
+            check = same_answers(task, work / f"{task}_t.parquet", work / f"{task}_v.parquet")
+            results[task] = {"rows": n, **check, "transformers_s": round(ours.seconds, 2),
+                             "vllm_s": round(theirs.seconds, 2),
+                             "transformers_peak_rss_mb": round(ours.peak_rss_mb),
+                             "vllm_peak_rss_mb": round(theirs.peak_rss_mb),
+                             "vllm_speedup": round(1 / pair.speedup, 3)}  # fmt: skip
+            for engine, measured in (("transformers", ours), ("vllm", theirs)):
+                rate = f"{n / measured.seconds:.2f}"
+                cells.append([task, engine, n, f"{measured.seconds:.1f}", rate,
+                              f"{measured.peak_rss_mb:,.0f}"])  # fmt: skip
+    print(markdown_table(["task", "engine", "rows", "wall s (start-up included)", "rows/s",
+                          "peak RSS MB"], cells))  # fmt: skip
+    for task, r in results.items():
+        within = f", LLs within {r['max_ll_difference']:.1e}" if "max_ll_difference" in r else ""
+        print(f"{task}: identical predictions {r['identical_predictions']}{within}")
+    write_json(args.json, {"ctx_tokens": args.ctx, **results})
+
+
+if __name__ == "__main__":
+    main()
