@@ -23,7 +23,9 @@ from support.cluster import (
 
 pytestmark = pytest.mark.workflow
 MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah")
-# score_niah's time limit comes from the rule (the model and the context), not the profile
+# the generation tasks' GPU count comes from the rule (one, or tensor_parallel_size GPUs for a
+# model on vLLM), and score_niah's time limit too (the model and the context)
+GENERATION_RULES = ("score_recovery", "score_niah")
 
 SITE = {
     "FILL_IN_ACCOUNT": "lab42",
@@ -59,8 +61,11 @@ def test_profiles_are_plain_plugin_profiles():
         gpu_rules = profile["set-resources"]
         assert sorted(gpu_rules) == sorted(MODEL_RULES)
         shard_job = gpu_rules["score_shard"]
-        assert all(gpu_rules[rule] == shard_job for rule in MODEL_RULES if rule != "score_niah")
-        assert gpu_rules["score_niah"] == {k: v for k, v in shard_job.items() if k != "runtime"}
+        assert all(gpu_rules[rule] == shard_job for rule in MODEL_RULES
+                   if rule not in GENERATION_RULES)  # fmt: skip
+        without_gpu = {k: v for k, v in shard_job.items() if k != "gpu"}
+        assert gpu_rules["score_recovery"] == without_gpu
+        assert gpu_rules["score_niah"] == {k: v for k, v in without_gpu.items() if k != "runtime"}
     assert a10["set-resources"]["score_shard"]["gpu_model"] == "a10"
     assert h100["set-resources"]["score_shard"]["gpu_model"] == "h100"
     for name in ("default", "slurm-a10", "slurm-h100", "slurm-local"):
