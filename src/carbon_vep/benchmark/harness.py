@@ -4,8 +4,8 @@
   several approaches interleaved (`median_interleaved`: ours, reference, ours, ...);
 - a whole process: a command (`run_command`) or one benchmark step run in a fresh Python
   (`run_step`), with its wall time and its peak RSS as the kernel counts it (`wait4`'s
-  `ru_maxrss`: the process and the descendants it waited for) — a fresh process, because a child
-  forked from a large driver would inherit the driver's high-water mark;
+  `ru_maxrss`: the process and the descendants it waited for), forked from a small launcher —
+  a child forked from the large driver would start with the driver's high-water mark;
 - peak RSS above the start of a call in this process (`peak_rss_above_start_mb`, Linux VmHWM
   reset through /proc/self/clear_refs), the device's peak allocated memory and its measured
   bf16 matmul peak (what a model's FLOP rate is compared with);
@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ class Measured:
     result: dict = field(default_factory=dict)
     stdout: str = ""
     stderr: str = ""
+    returncode: int = 0
 
     def as_dict(self) -> dict:
         return {"s": self.seconds, "peak_rss_mb": self.peak_rss_mb, **self.result}
@@ -58,6 +58,21 @@ class StepFailed(RuntimeError):
     """A measured command exited non-zero; the message ends with its stderr."""
 
 
+# A small launcher between the driver and the measured command: a child forked from a large
+# process starts with that process's high-water mark in its ru_maxrss, so the command is forked
+# from this ~10 MB Python instead and its own peak is read from the launcher's wait4.
+_LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_command(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
@@ -65,20 +80,19 @@ def run_command(
     check: bool = True,
 ) -> Measured:
     """Run `argv` to the end: its wall time and the peak RSS of it and the descendants it waited
-    for (the kernel's `ru_maxrss` from `wait4`, so any command can be measured)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    for (the kernel's `ru_maxrss`, taken by a small launcher, so any command can be measured)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peak_file = Path(tmp) / "peak_kb"
+        launcher = [sys.executable, "-c", _LAUNCHER, str(peak_file), *map(str, argv)]
         began = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, text=True)
-        _, status, usage = os.wait4(process.pid, 0)
+        done = subprocess.run(launcher, env=env, cwd=cwd, capture_output=True, text=True)
         seconds = time.perf_counter() - began
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if check and process.returncode:
-        raise StepFailed(f"{' '.join(map(str, argv))[:200]} exited {process.returncode}:\n"
-                         f"{stderr[-3000:]}")  # fmt: skip
-    return Measured(seconds, usage.ru_maxrss / 1024, stdout=stdout, stderr=stderr)
+        peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else 0.0
+    if check and done.returncode:
+        raise StepFailed(f"{' '.join(map(str, argv))[:200]} exited {done.returncode}:\n"
+                         f"{done.stderr[-3000:]}")  # fmt: skip
+    return Measured(seconds, peak, stdout=done.stdout, stderr=done.stderr,
+                    returncode=done.returncode)  # fmt: skip
 
 
 def run_step(
