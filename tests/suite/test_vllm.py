@@ -25,7 +25,7 @@ from carbon_vep.model.loading import Yarn, load_model, load_tokenizer, yarn_over
 from carbon_vep.model.tokens import suppressed_token_ids
 from carbon_vep.model.vllm import VllmUnavailableError, engine_arguments
 from carbon_vep.suite.niah_build import CellSpec, write_cell
-from carbon_vep.suite.niah_vllm import allowed_ids
+from carbon_vep.suite.niah_vllm import allowed_ids, row_groups
 from carbon_vep.suite.recovery_vllm import check_decoder, unsuppressed_ids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,8 +83,21 @@ def test_the_yarn_override_reaches_vllm_as_it_reaches_transformers(head96):
     arguments = engine_arguments(_settings(head96), overrides, 4096)
     assert arguments["hf_overrides"] == overrides and arguments["max_model_len"] == 4096
     assert arguments["enforce_eager"] and "gpu_memory_utilization" not in arguments
+    assert arguments["logprobs_mode"] == "raw_logprobs"  # a forced token's own logprob
     gpu = engine_arguments(_settings(head96, device="cuda"), None, 0)
     assert gpu["gpu_memory_utilization"] == 0.9 and "max_model_len" not in gpu
+
+
+def test_rows_go_to_vllm_in_groups_whose_prompts_fit_in_the_kv_cache_together():
+    """A group's likelihood requests read its prompts from the prefix cache: a group whose
+    prompts overflow the cache would have them evicted first and prefilled again."""
+    lengths = [400, 400, 400, 100, 900, 50]
+    groups = row_groups(lengths, 1000)  # 900 tokens may be resident (RESIDENT_SHARE 0.9)
+    assert groups == [slice(0, 2), slice(2, 4), slice(4, 5), slice(5, 6)]
+    covered = [i for g in groups for i in range(len(lengths))[g]]
+    assert covered == list(range(len(lengths)))  # every row once, in order
+    assert row_groups([5000, 10], 1000) == [slice(0, 1), slice(1, 2)]  # a long row alone
+    assert row_groups(lengths, None) == [slice(0, 6)] and row_groups([], 10) == [slice(0, 0)]
 
 
 def test_without_vllm_installed_the_job_says_how_to_get_it(head96):
@@ -153,6 +166,12 @@ def test_niah_on_vllm_gives_our_engines_answers(niah_runs, yarn):
         assert difference < 1e-4, (column, difference)
     assert metrics["parameters"]["engine"] == "vllm"
     assert metrics["parameters"]["restricted_to_dna_block"] is True
+    # the likelihood requests read each prompt from the prefix cache (vLLM's prompt logprobs
+    # would not: they skip it), so a row is prefilled once, not three times
+    cache = metrics["parameters"]["prefix_cache"]
+    assert cache["likelihood"]["cached_tokens"] > 0.5 * cache["likelihood"]["prompt_tokens"]
+    assert cache["greedy"]["prompt_tokens"] > 8 * 500  # 8 rows of ~508 prompt tokens
+    assert metrics["parameters"]["kv_cache_tokens"] > 8 * 512
     # the answers are not all alike: a broken restriction or likelihood would show
     assert ours["pred"].n_unique() > 1 and ours["target_ll"].n_unique() == ours.height
 

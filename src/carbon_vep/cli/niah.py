@@ -133,7 +133,8 @@ def _score_on_vllm(args, model: ModelSettings, settings: NiahSettings, task, cel
                   "restricted_to_dna_block": dna_block_ids(tokenizer, vocab) is not None,
                   "prefix_caching": model.vllm.prefix_caching,
                   "tensor_parallel_size": model.vllm.tensor_parallel_size,
-                  "max_model_len": length}  # fmt: skip
+                  "max_model_len": length, "kv_cache_tokens": engine.capacity_tokens,
+                  "prefix_cache": engine.cache_stats}  # fmt: skip
     return rows, parameters
 
 

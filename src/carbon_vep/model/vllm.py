@@ -8,8 +8,17 @@ as token ids made by our own tokenizer adapter, so both engines see the same ids
   `allowed` (the 6-mer block less the special ids, or the whole vocabulary less them) through
   vLLM's `allowed_token_ids`: the argmax over the allowed logits, as our engine's.
 - `mean_log_likelihoods(prompts, continuations)`: the mean log-probability of each
-  continuation's tokens after its prompt, from vLLM's prompt logprobs (log-softmax of the raw
-  logits over the whole vocabulary: `full_vocab`, as the published likelihood).
+  continuation's tokens after its prompt, the published `full_vocab` (log-softmax of the raw
+  logits over the whole vocabulary). Not from vLLM's prompt logprobs: in vLLM 0.32 a request
+  asking for them skips reading the prefix cache (`SamplingParams.skip_reading_prefix_cache`
+  defaults to True then), so every likelihood would prefill the whole prompt again. Instead one
+  request a continuation token, the prompt plus the tokens before it, forced to that token
+  (`allowed_token_ids=[token]`) with its logprob under `logprobs_mode: raw_logprobs` (computed
+  before any logits processing): these requests read the prompt's pages from the cache and
+  compute only the last, partly filled page.
+
+`cache_stats` counts the prompt tokens handed in and those read from the prefix cache, per call
+kind; `capacity_tokens` is the KV cache's size in tokens (pages x page size) once started.
 
 vLLM pins its own torch and transformers, so it lives in its own environment (`make
 setup-vllm`, envs/vllm.txt); importing this module never imports vllm, `VllmEngine` does.
@@ -51,7 +60,8 @@ def engine_arguments(
         "enable_prefix_caching": model.vllm.prefix_caching,
         "max_num_seqs": model.vllm.max_num_seqs,
         "enforce_eager": on_cpu,  # no graph capture on a CPU
-        "max_logprobs": 1,  # the sampled/prompt token's own logprob is all we read
+        "max_logprobs": 1,  # the sampled token's own logprob is all we read
+        "logprobs_mode": "raw_logprobs",  # before allowed_token_ids masks the logits
     }
     if max_model_len:
         arguments["max_model_len"] = max_model_len
@@ -91,24 +101,33 @@ class VllmEngine:
         self.what = what
         self.refused = _vllm_error_class()
         self.arguments = engine_arguments(model, hf_overrides, max_model_len)
+        self.cache_stats: dict[str, dict[str, int]] = {}
         try:
             self.llm = vllm.LLM(**self.arguments)
         except (RuntimeError, ValueError, MemoryError) as err:
             raise VllmStartError(
-                f"{what}: the vLLM engine did not start ({str(err)[:400]}); for memory lower "
-                "max_num_seqs or max_model_len, raise gpu_memory_utilization (or, on a CPU, "
-                "cpu_kv_cache_gb), or spread the model over more GPUs (tensor_parallel_size)"
+                f"{what}: the vLLM engine did not start ({str(err)[:400]}); {MEMORY_HINT}"
             ) from err
+        self.capacity_tokens = _capacity_tokens(self.llm)
 
-    def _run(self, prompts: Sequence[Sequence[int]], params: Any) -> list[Any]:
+    def _run(self, prompts: Sequence[Sequence[int]], params: Any, kind: str) -> list[Any]:
         requests = [self.tokens_prompt(prompt_token_ids=list(map(int, p))) for p in prompts]
         try:
-            return self.llm.generate(requests, params, use_tqdm=False)
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
         except (ValueError, self.refused) as err:  # a prompt past max_model_len, ...
             raise VllmStartError(
                 f"{self.what}: vLLM refused the requests ({str(err)[:300]}); raise "
                 "max_model_len (or leave it 0: what the cell needs)"
             ) from err
+        except (RuntimeError, MemoryError) as err:  # out of memory mid-run (a GPU OOM)
+            raise VllmStartError(
+                f"{self.what}: vLLM failed on {len(prompts)} requests ({str(err)[:300]}); "
+                f"{MEMORY_HINT}"
+            ) from err
+        stats = self.cache_stats.setdefault(kind, {"prompt_tokens": 0, "cached_tokens": 0})
+        stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        stats["cached_tokens"] += sum(out.num_cached_tokens or 0 for out in outputs)
+        return outputs
 
     def greedy(
         self, prompts: Sequence[Sequence[int]], n: int, allowed: Sequence[int] | None
@@ -118,24 +137,49 @@ class VllmEngine:
             temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False,
             allowed_token_ids=None if allowed is None else [int(i) for i in allowed],
         )  # fmt: skip
-        return [list(out.outputs[0].token_ids) for out in self._run(prompts, params)]
+        return [list(out.outputs[0].token_ids) for out in self._run(prompts, params, "greedy")]
 
     def mean_log_likelihoods(
         self, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
     ) -> list[float]:
-        """Mean log p(token | everything before it) over each continuation's tokens."""
-        params = self.vllm.SamplingParams(
-            temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False
+        """Mean log p(token | everything before it) over each continuation's tokens: one
+        forced one-token request a continuation token (see the module docstring)."""
+        requests = [
+            (list(prompt) + list(continuation[:i]), int(continuation[i]))
+            for prompt, continuation in zip(prompts, continuations, strict=True)
+            for i in range(len(continuation))
+        ]
+        params = [
+            self.vllm.SamplingParams(
+                temperature=0.0,
+                max_tokens=1,
+                logprobs=0,
+                detokenize=False,
+                allowed_token_ids=[token],
+            )  # fmt: skip
+            for _, token in requests
+        ]
+        outputs = self._run([ids for ids, _ in requests], params, "likelihood")
+        terms = iter(
+            out.outputs[0].logprobs[0][token].logprob
+            for out, (_, token) in zip(outputs, requests, strict=True)
         )
-        joined = [list(p) + list(c) for p, c in zip(prompts, continuations, strict=True)]
-        out = []
-        for request, ids, continuation in zip(
-            self._run(joined, params), joined, continuations, strict=True
-        ):
-            positions = range(len(ids) - len(continuation), len(ids))
-            terms = [request.prompt_logprobs[i][ids[i]].logprob for i in positions]
-            out.append(sum(terms) / len(terms))
-        return out
+        return [sum(next(terms) for _ in c) / len(c) for c in continuations]
+
+
+MEMORY_HINT = (
+    "for memory lower max_num_seqs or max_model_len, raise gpu_memory_utilization (or, on a "
+    "CPU, cpu_kv_cache_gb), or spread the model over more GPUs (tensor_parallel_size)"
+)
+
+
+def _capacity_tokens(llm: Any) -> int | None:
+    """The KV cache's size in tokens, or None where this vLLM does not say."""
+    try:
+        cache = llm.llm_engine.vllm_config.cache_config
+        return int(cache.num_gpu_blocks) * int(cache.block_size)
+    except (AttributeError, TypeError):
+        return None
 
 
 def _vllm_error_class() -> type[Exception]:

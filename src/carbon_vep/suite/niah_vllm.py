@@ -1,13 +1,15 @@
 """Genomic-NIAH on vLLM (engine: vllm): the same rows, answers and columns as `suite.niah`.
 
-Every row of the job goes to the engine at once: vLLM batches them continuously, prefills the
-long prompts in chunks into its paged KV cache and, with prefix caching on, computes a prompt
-once for its generation and both value likelihoods. The published semantics are our engine's:
-`<dna>` + the prompt's 6-mers from our tokenizer adapter, `value_len_bp / k` greedy tokens
-restricted to the 6-mer block with every special id taken out (the whole vocabulary less the
-special ids without a dna_config.json), the prediction decoded by the tokenizer with special
-tokens kept and cut to the value's length, and the likelihoods the mean full-vocabulary
-log-probability of the value's tokens.
+The job's rows go to the engine in groups whose prompts fit in its KV cache together (all rows
+at once where they fit): vLLM batches a group continuously, prefills the long prompts in chunks
+into its paged KV cache and, with prefix caching on, computes a prompt once for its generation
+and both value likelihoods (the likelihood requests of a group come after its generation and
+read the prompts' pages from the cache; a group sized past the cache would evict them first).
+The published semantics are our engine's: `<dna>` + the prompt's 6-mers from our tokenizer
+adapter, `value_len_bp / k` greedy tokens restricted to the 6-mer block with every special id
+taken out (the whole vocabulary less the special ids without a dna_config.json), the prediction
+decoded by the tokenizer with special tokens kept and cut to the value's length, and the
+likelihoods the mean full-vocabulary log-probability of the value's tokens.
 """
 
 from __future__ import annotations
@@ -33,6 +35,23 @@ def allowed_ids(tokenizer: Any, vocab: DnaVocab) -> list[int]:
     return [int(i) for i in np.setdiff1d(block, suppressed)]
 
 
+RESIDENT_SHARE = 0.9  # of the KV cache a group's prompts may fill (the rest: new tokens)
+
+
+def row_groups(lengths: list[int], capacity_tokens: int | None) -> list[slice]:
+    """Consecutive rows whose prompts (`lengths` tokens each) fit in `capacity_tokens` of KV
+    cache together, at least one row a group; None (capacity unknown): one group."""
+    if capacity_tokens is None or not lengths:
+        return [slice(0, len(lengths))]
+    groups, start, used = [], 0, 0
+    for i, n in enumerate(lengths):
+        if i > start and used + n > capacity_tokens * RESIDENT_SHARE:
+            groups.append(slice(start, i))
+            start, used = i, 0
+        used += n
+    return groups + [slice(start, len(lengths))]
+
+
 class VllmNiahScorer:
     """NIAH rows through a vLLM engine started once for the job."""
 
@@ -41,16 +60,26 @@ class VllmNiahScorer:
         self.allowed = allowed_ids(tokenizer, vocab)
 
     def score_batch(
-        self, prompts: list[str], values: list[str], negatives: list[str]
-    ) -> list[RowResult]:
+        self, prompts: list[str], values: list[str], negatives: list[str],
+        progress: Progress | None = None,
+    ) -> list[RowResult]:  # fmt: skip
         """Any rows, any prompt lengths (the engine pages and batches them itself)."""
         encode = self.vocab.encode
         ids = [encode(p) for p in prompts]
         value_ids = [encode(v)[1:] for v in values]
         negative_ids = [encode(v)[1:] for v in negatives]
+        results = []
+        for group in row_groups([len(i) for i in ids], self.engine.capacity_tokens):
+            results += self._score_group(ids[group], value_ids[group], negative_ids[group],
+                                         values[group])  # fmt: skip
+            if progress is not None:
+                progress.update(len(values[group]))
+        return results
+
+    def _score_group(self, ids, value_ids, negative_ids, values) -> list[RowResult]:
         new = self.engine.greedy(ids, len(value_ids[0]), self.allowed)
         likelihoods = self.engine.mean_log_likelihoods(ids + ids, value_ids + negative_ids)
-        n = len(prompts)
+        n = len(ids)
         return [
             RowResult(
                 pred=self.tokenizer.decode(row, skip_special_tokens=False)[: len(value)],
@@ -65,9 +94,9 @@ def score_rows_vllm(cell: pl.DataFrame, scorer: VllmNiahScorer) -> pl.DataFrame:
     """One output row per cell row, as `suite.niah.score_rows` writes them."""
     rows = cell.to_dicts()
     progress = Progress(len(rows), "rows", "Genomic-NIAH (vLLM)")
-    results = scorer.score_batch([r["prompt"] for r in rows], [r["value"] for r in rows],
-                                 [r["negative_value"] for r in rows]) if rows else []  # fmt: skip
-    progress.update(len(rows))
+    prompts, values = [r["prompt"] for r in rows], [r["value"] for r in rows]
+    negatives = [r["negative_value"] for r in rows]
+    results = scorer.score_batch(prompts, values, negatives, progress) if rows else []
     progress.close()
     return pl.DataFrame(
         [niah_row(r, result) for r, result in zip(rows, results, strict=True)],
