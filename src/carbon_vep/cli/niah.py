@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
+import time
+from dataclasses import dataclass, field
 
 from carbon_vep import atomic
 from carbon_vep.cli.common import add_result_args, engine_for, load_model, write_task_result
@@ -77,6 +80,39 @@ def add_score_niah(sub) -> None:
     p.set_defaults(func=score_niah)
 
 
+@dataclass
+class JobClock:
+    """A job's two times, logged at its end: the engine's start (the model loaded, vLLM's KV
+    cache allocated) and the scoring of its rows; benchmarks read them back from the log."""
+
+    began: float = field(default_factory=time.perf_counter)
+    ready_at: float | None = None
+
+    def ready(self) -> None:
+        self.ready_at = time.perf_counter()
+
+    def line(self, where: str, rows: int, engine: str) -> str:
+        now, ready = time.perf_counter(), self.ready_at or self.began
+        return (f"{where}: {rows} rows scored in {now - ready:.2f} s on {engine} after an "
+                f"engine start of {ready - self.began:.2f} s")  # fmt: skip
+
+
+JOB_TIMES = re.compile(
+    r"(?P<rows>\d+) rows scored in (?P<score_s>[\d.]+) s on (?P<engine>\w+) after an engine "
+    r"start of (?P<start_s>[\d.]+) s"
+)
+
+
+def read_job_times(log_text: str) -> dict | None:
+    """The last job-times line of a score-niah log: rows, score_s, start_s, engine."""
+    found = list(JOB_TIMES.finditer(log_text))
+    if not found:
+        return None
+    times = found[-1].groupdict()
+    return {"rows": int(times["rows"]), "score_s": float(times["score_s"]),
+            "start_s": float(times["start_s"]), "engine": times["engine"]}  # fmt: skip
+
+
 def score_niah(args: argparse.Namespace) -> None:
     from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell
 
@@ -84,12 +120,16 @@ def score_niah(args: argparse.Namespace) -> None:
     task = args.cell_task or args.task
     cell = read_cell(args.tasks_file, task=task)[args.row_range]  # refused before a model loads
     score = _score_on_vllm if model.engine == "vllm" else _score_on_transformers
-    rows, parameters = score(args, model, settings, task, cell)
+    clock = JobClock()
+    rows, parameters = score(args, model, settings, task, cell, clock)
+    log.info(clock.line(args.tasks_file, rows.height, model.engine))
     atomic.write_parquet(rows, args.out)
     write_task_result(niah_metrics(rows, evaluation, parameters), args, list(HEADLINE))
 
 
-def _score_on_transformers(args, model: ModelSettings, settings: NiahSettings, task, cell):
+def _score_on_transformers(
+    args, model: ModelSettings, settings: NiahSettings, task, cell, clock: JobClock
+):
     from carbon_vep.suite.niah import NiahScorer, score_rows
     from carbon_vep.suite.niah_cells import read_cell
 
@@ -99,6 +139,7 @@ def _score_on_transformers(args, model: ModelSettings, settings: NiahSettings, t
     _check_positions(cell, loaded.vocab.k, _model_positions(loaded.model.config), settings,
                      args.tasks_file)  # fmt: skip
     scorer = NiahScorer(engine_for(loaded, model), loaded.tokenizer, settings.prefill_chunk)
+    clock.ready()
     rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
     parameters = {"engine": "transformers", "yarn_factor": settings.yarn_factor,
                   "restricted_to_dna_block": scorer.allowed is not None,
@@ -107,7 +148,7 @@ def _score_on_transformers(args, model: ModelSettings, settings: NiahSettings, t
     return rows, parameters
 
 
-def _score_on_vllm(args, model: ModelSettings, settings: NiahSettings, task, cell):
+def _score_on_vllm(args, model: ModelSettings, settings: NiahSettings, task, cell, clock):
     """The job's rows through one vLLM engine, started once (suite.niah_vllm)."""
     from carbon_vep.cli.common import require_model_here
     from carbon_vep.model.loading import load_tokenizer, yarn_overrides
@@ -128,6 +169,7 @@ def _score_on_vllm(args, model: ModelSettings, settings: NiahSettings, task, cel
     # + 1: a likelihood request (prompt + value) must ask vLLM for one token it then drops
     length = model.vllm.max_model_len or (needed + 1 if needed else 0)
     engine = VllmEngine(model, overrides, length, what=f"{args.tasks_file} ({args.task})")
+    clock.ready()
     rows = score_rows_vllm(cell, VllmNiahScorer(engine, tokenizer, vocab))
     parameters = {"engine": "vllm", "vllm": engine.version, "yarn_factor": settings.yarn_factor,
                   "restricted_to_dna_block": dna_block_ids(tokenizer, vocab) is not None,

@@ -20,14 +20,19 @@ H100 with start-up included; docs/gpu.md has the arithmetic):
 4. bf16 against float32 on the same inputs and weights (Spearman of the scores, max and median
    absolute difference of the raw log-likelihoods, with and without upcast_output_layer), and
    the AUROC of a trained known-answer model (carbon_vep/benchmark/known_answer.py) in each;
-5. torch-profiler top-10 tables of the Carbon-3B centered and scan paths.
+5. torch-profiler top-10 tables of the Carbon-3B centered and scan paths;
+6. the generation tasks on vLLM against our engine: a Genomic-NIAH cell at 32k, 64k and 128k
+   tokens through `score-niah` on each engine (vLLM from `--vllm-python`, default
+   .venv-vllm/bin/python), rows/s, vLLM's KV cache and prefix-cache reads, the two engines'
+   agreement in bf16, the arithmetic of config/gpus.py beside them.
 
 Writes `gpu_check.json`, `gpu_check.md` (a section for docs/benchmarks.md) and the profiler
 tables under `--out`, after every step (a run cut short keeps what it measured).
 
 Usage: python -m carbon_vep.benchmark.gpu --out DIR [--smoke] [--budget-s 420] [--device cuda]
+       [--vllm-python PATH|none] [--generation-only]
 
 One module a phase: `device` (clocks, budget, counters, the matmul peak, profiles), `workload`
-(sizes, models, inputs), `paths` (2), `ablations` (3), `precision` (4), `report` (the JSON and
-Markdown), `run` (the steps in order).
+(sizes, models, inputs), `paths` (2), `ablations` (3), `precision` (4), `generation` (6),
+`report` (the JSON and Markdown), `run` (the steps in order).
 """

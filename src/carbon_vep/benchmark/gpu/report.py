@@ -44,7 +44,7 @@ def environment(device: torch.device, smoke: bool, peak: float, peak_n: int) -> 
 def markdown(report: dict) -> str:
     """The run as a section for docs/benchmarks.md: the paths, then each phase that ran."""
     parts = [_paths_part(report), _scan_part(report), _ablations_part(report)]
-    parts += [_precision_part(report), _known_answer_part(report)]
+    parts += [_precision_part(report), _known_answer_part(report), _generation_part(report)]
     if report["profiles"]:
         names = ", ".join(f"`{p}`" for p in report["profiles"])
         parts.append(f"Profiler top-10 tables (by device time): {names}.")
@@ -77,7 +77,7 @@ def _paths_part(report: dict) -> str:
          f"{r['batch_tokens']:,}"]
         for r in report["paths"]
     ]  # fmt: skip
-    return intro + "\n\n" + markdown_table(header, rows)
+    return intro + "\n\n" + markdown_table(header, rows) if rows else intro
 
 
 def _scan_part(report: dict) -> str:
@@ -147,6 +147,46 @@ def _known_answer_part(report: dict) -> str:
     )
     rows = [[r["recipe"], r["precision"], f"{r['auroc']:.3f}"] for r in report["known_answer"]]
     return intro + "\n\n" + markdown_table(["recipe", "precision", "AUROC"], rows)
+
+
+def _generation_part(report: dict) -> str:
+    if not report["generation"]:
+        return ""
+    intro = (
+        "Genomic-NIAH on vLLM against our engine (benchmark/gpu/generation.py): the same cell "
+        "(neardup_d2, YaRN 4 past 32k) through `carbon-vep score-niah` on each engine, one job "
+        "each; rows/s is the scoring alone (the job's log), start-up beside it. vLLM's KV "
+        "cache, its rows at once, and the likelihood requests' share of prompt tokens read "
+        "from the prefix cache; arithmetic: config/gpus.py vllm_niah_plan."
+    )
+    header = ["context", "rows", "dtype", "ours rows/s", "vLLM rows/s", "ours start s",
+              "vLLM start s", "vLLM KV tokens", "rows at once", "LL cache reads",
+              "same pred", "same ll_correct", "max abs Δ LL", "arithmetic"]  # fmt: skip
+    rows = [_generation_row(r) for r in report["generation"]]
+    return intro + "\n\n" + markdown_table(header, rows)
+
+
+def _generation_row(r: dict) -> list[str]:
+    ours, theirs = r["transformers"], r["vllm"]
+    agreement = r.get("agreement", {})
+    kv = theirs.get("kv_cache_tokens")
+    cache = theirs.get("prefix_cache", {}).get("likelihood")
+    plan = r.get("arithmetic")
+
+    def rate(side: dict) -> str:
+        return f"{side['rows_per_s']:.3g}" if "rows_per_s" in side else side.get("error", "—")
+
+    return [
+        f"{r['context_tokens']:,}", str(r["rows"]), r["dtype"], rate(ours), rate(theirs),
+        f"{ours.get('start_s', 0):.1f}", f"{theirs.get('start_s', 0):.1f}",
+        f"{kv:,}" if kv else "—", f"{kv // (r['context_tokens'] + 16):,}" if kv else "—",
+        f"{cache['cached_tokens'] / cache['prompt_tokens']:.0%}" if cache else "—",
+        f"{agreement['same_pred']:.0%}" if agreement else "—",
+        f"{agreement['same_ll_correct']:.0%}" if agreement else "—",
+        f"{agreement['max_ll_difference']:.1e}" if agreement else "—",
+        (f"{plan['gpu']}: {plan['pages'] * 16:,.0f} KV tokens, {plan['rows_at_once']:.0f} "
+         f"at once, {plan['rows_per_s']:.2g} rows/s") if plan else "—",
+    ]  # fmt: skip
 
 
 def _note(key: str, value: Any) -> str:

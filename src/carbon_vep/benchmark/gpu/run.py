@@ -16,6 +16,7 @@ import torch
 from carbon_vep.benchmark import known_answer
 from carbon_vep.benchmark.gpu.ablations import ablations
 from carbon_vep.benchmark.gpu.device import Budget, profile_table
+from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
 from carbon_vep.benchmark.gpu.paths import measure, model_paths
 from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_aurocs
 from carbon_vep.benchmark.gpu.report import environment, write_report
@@ -45,6 +46,16 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="CPU, toy shapes, seconds")
     parser.add_argument("--device", default=None, help="default: cuda if present, else cpu")
     parser.add_argument("--budget-s", type=float, default=420.0)
+    parser.add_argument(
+        "--vllm-python",
+        help="the Python of the vLLM jobs (default: .venv-vllm/bin/python, else this one if it "
+        "has vllm); none: skip the vLLM phase",
+    )
+    parser.add_argument(
+        "--generation-only",
+        action="store_true",
+        help="only the vLLM phase (the generation tasks on both engines), in its own budget",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,11 +85,22 @@ class Run:
     reference: Any
     inputs: Inputs
     work: Path
+    vllm_python: str | None
 
     def save(self) -> None:
         write_report(self.report, self.out, self.budget)
 
-    def check_model(self, model: Model, headline: bool) -> None:
+    def check_model(self, model: Model, headline: bool, only_generation: bool) -> None:
+        if not only_generation:
+            self.check_paths(model, headline)
+        if headline and self.budget.allows("vLLM generation", 60):
+            self.report["generation"] += generation(
+                model, self.work, self.device, self.report["environment"]["smoke"],
+                self.vllm_python, self.budget,
+            )  # fmt: skip
+            self.save()
+
+    def check_paths(self, model: Model, headline: bool) -> None:
         paths = model_paths(model, self.reference, self.inputs, self.work)
         for path in paths:
             if self.budget.allows(f"{model.name} / {path.name}", 10):
@@ -119,6 +141,7 @@ def _run(
         "ablations": [],
         "precision": [],
         "known_answer": [],
+        "generation": [],
         "profiles": {},
         "skipped": budget.skipped,
     }
@@ -135,15 +158,19 @@ def _run(
         report["environment"]["vocabulary"] = len(tokenizer)
         inputs = make_inputs(work, sizes)
         with open_reference(inputs.fasta) as reference:
-            run = Run(report, out, budget, device, sizes, peak, reference, inputs, work)
-            for name in ("Carbon-3B", "Carbon-500M"):  # the headline model first
+            run = Run(report, out, budget, device, sizes, peak, reference, inputs, work,
+                      find_vllm_python(args.vllm_python))  # fmt: skip
+            names = ("Carbon-3B",) if args.generation_only else ("Carbon-3B", "Carbon-500M")
+            for name in names:  # the headline model first
                 if budget.allows(f"{name} paths", 40 if name == "Carbon-3B" else 25):
                     model = random_model(name, shapes[name], tokenizer, vocab, device, BF16)
-                    run.check_model(model, headline=name == "Carbon-3B")
+                    run.check_model(model, name == "Carbon-3B", args.generation_only)
                     del model
                     gc.collect()
                     if device.type == "cuda":
                         torch.cuda.empty_cache()
+                if args.generation_only:
+                    continue
                 if name == "Carbon-3B" and budget.allows("known-answer AUROC", 30):
                     report["known_answer"] = known_answer_aurocs(
                         device, work / "known_answer", sizes.known_answer_steps
