@@ -16,8 +16,10 @@ from carbon_vep.config.run import RunConfig
 from carbon_vep.config.workflow import check_niah_profile, niah_runtime_minutes
 
 
-def _run(niah: dict, device: str = "cuda", path: str = "HuggingFaceBio/Carbon-3B") -> RunConfig:
-    model = {"path": path, "device": device, "revision": "0" * 40, "trust_remote_code": True}
+def _run(niah: dict, device: str = "cuda", path: str = "HuggingFaceBio/Carbon-3B",
+         **extra) -> RunConfig:  # fmt: skip
+    model = {"path": path, "device": device, "revision": "0" * 40, "trust_remote_code": True,
+             **extra}  # fmt: skip
     return RunConfig.from_dict({"models": {"m": model}, "niah": {"cells": niah}})
 
 
@@ -67,6 +69,26 @@ def test_a_cell_that_cannot_fit_the_profiles_gpu_is_refused_with_its_figure():
     check_niah_profile({"gpu": 1, "gpu_model": "h100"}, _run({}, path="org/Carbon-8B"))
     check_niah_profile({}, _run({}, path="org/Carbon-8B"))  # no GPU class named: no check
     check_niah_profile({"gpu_model": "a10"}, _run({}, device="cpu", path="org/Carbon-8B"))
+
+
+def test_a_vllm_cell_is_checked_against_the_kv_cache_left_by_the_weights():
+    """Carbon-8B on one A10: ~3.5 GB of KV cache at utilization 0.9, under one 32k prompt
+    (2 MB a 16-token page): refused naming tensor_parallel_size; two A10s hold a 128k row."""
+    eight_b = "HuggingFaceBio/Carbon-8B"
+    one = _run({"contexts": [32768]}, path=eight_b, engine="vllm")
+    refusal = (r"32,768-token cell .* on vLLM .* 1 A10\(s\) at gpu_memory_utilization 0.9 "
+               r"leave 3.5 GB .* tensor_parallel_size")  # fmt: skip
+    with pytest.raises(ConfigError, match=refusal):
+        check_niah_profile({"gpu": 1, "gpu_model": "a10"}, one)
+    two = _run({"contexts": [131072]}, path=eight_b, engine="vllm", tensor_parallel_size=2)
+    check_niah_profile({"gpu": 2, "gpu_model": "a10"}, two)
+    # a transformers model keeps our engine's arithmetic (8B at 32k: ~25.1 GB, over an A10)
+    with pytest.raises(ConfigError, match=r"needs ~25\.1 GB"):
+        check_niah_profile({"gpu": 1, "gpu_model": "a10"},
+                           _run({"contexts": [32768]}, path=eight_b))  # fmt: skip
+    check_niah_profile(
+        {"gpu": 1, "gpu_model": "a10"}, _run({"contexts": [131072]}, engine="vllm")
+    )  # 3B: one 128k row fits
 
 
 def test_job_time_grows_with_the_context_and_the_rows():

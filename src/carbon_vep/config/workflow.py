@@ -24,9 +24,11 @@ def profile_gpu_class(resources: Mapping[str, Any]) -> str | None:
 
 def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:
     """Every Genomic-NIAH cell a CUDA model runs must fit the GPU class the profile gives
-    score_niah (memory arithmetic at one row, continuations one after the other: the least the
-    scorer can do); refused while the config is read, with the figure and what to change."""
-    from carbon_vep.config.gpus import GPU_CLASSES, NIAH_SHAPES, niah_memory_bytes, niah_shape
+    score_niah: on our engine, memory arithmetic at one row, continuations one after the other
+    (the least the scorer can do); on vLLM, a row's prompt in the KV cache left by the weights
+    at its gpu_memory_utilization over tensor_parallel_size GPUs. Refused while the config is
+    read, with the figure and what to change."""
+    from carbon_vep.config.gpus import NIAH_SHAPES, niah_shape
 
     gpu = profile_gpu_class(resources)
     if gpu is None:
@@ -38,16 +40,42 @@ def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:
                 continue
             shape = niah_shape(model.path)
             for ctx in sorted(entry.contexts):
-                need = niah_memory_bytes(NIAH_SHAPES[shape], ctx, entry.niah.prefill_chunk,
-                                         paired=False)["total"] / 1e9  # fmt: skip
-                if need > GPU_CLASSES[gpu].memory_gb:
-                    raise ConfigError(
-                        f"niah.{key}: a {ctx:,}-token cell of model {model_key} ({shape}) needs "
-                        f"~{need:.1f} GB of GPU memory (arithmetic, docs/gpu.md) but the profile "
-                        f"gives score_niah an {gpu} ({GPU_CLASSES[gpu].memory_gb} GB): run these "
-                        "contexts under a larger GPU's profile (profiles/slurm-h100) or drop "
-                        "them from `contexts`"
-                    )
+                where = f"niah.{key}: a {ctx:,}-token cell of model {model_key} ({shape})"
+                if model.engine == "vllm":
+                    _check_vllm_cell(where, NIAH_SHAPES[shape], ctx, gpu, model)
+                else:
+                    _check_cell(where, NIAH_SHAPES[shape], ctx, gpu, entry.niah.prefill_chunk)
+
+
+def _check_cell(where: str, shape: dict, ctx: int, gpu: str, prefill_chunk: int) -> None:
+    from carbon_vep.config.gpus import GPU_CLASSES, niah_memory_bytes
+
+    need = niah_memory_bytes(shape, ctx, prefill_chunk, paired=False)["total"] / 1e9
+    if need > GPU_CLASSES[gpu].memory_gb:
+        raise ConfigError(
+            f"{where} needs ~{need:.1f} GB of GPU memory (arithmetic, docs/gpu.md) but the "
+            f"profile gives score_niah an {gpu} ({GPU_CLASSES[gpu].memory_gb} GB): run these "
+            "contexts under a larger GPU's profile (profiles/slurm-h100) or drop them from "
+            "`contexts`"
+        )
+
+
+def _check_vllm_cell(where: str, shape: dict, ctx: int, gpu: str, model: ModelSettings) -> None:
+    from carbon_vep.config.gpus import VLLM_PAGE_TOKENS, vllm_niah_plan
+
+    vllm = model.vllm
+    plan = vllm_niah_plan(shape, ctx, gpu, vllm.gpu_memory_utilization,
+                          vllm.tensor_parallel_size)  # fmt: skip
+    if plan["rows_at_once"] < 1:
+        raise ConfigError(
+            f"{where} on vLLM needs {ctx:,} tokens of KV cache but {vllm.tensor_parallel_size} "
+            f"{gpu}(s) at gpu_memory_utilization {vllm.gpu_memory_utilization} leave "
+            f"{max(plan['kv_cache_gb'], 0):.1f} GB for it, "
+            f"{plan['pages'] * VLLM_PAGE_TOKENS:,.0f} tokens "
+            "(arithmetic, docs/gpu.md#vllm): raise tensor_parallel_size or "
+            "gpu_memory_utilization, run these contexts under a larger GPU's profile "
+            "(profiles/slurm-h100), or drop them from `contexts`"
+        )
 
 
 def check_gpu_profile(
