@@ -23,7 +23,7 @@ from carbon_vep.errors import EngineError
 from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.loading import Yarn, load_model, load_tokenizer, yarn_overrides
 from carbon_vep.model.tokens import suppressed_token_ids
-from carbon_vep.model.vllm import VllmUnavailableError, engine_arguments
+from carbon_vep.model.vllm import VllmUnavailableError, cpu_thread_binding, engine_arguments
 from carbon_vep.suite.niah_build import CellSpec, write_cell
 from carbon_vep.suite.niah_vllm import allowed_ids, row_groups
 from carbon_vep.suite.recovery_vllm import check_decoder, unsuppressed_ids
@@ -100,6 +100,14 @@ def test_rows_go_to_vllm_in_groups_whose_prompts_fit_in_the_kv_cache_together():
     assert row_groups(lengths, None) == [slice(0, 6)] and row_groups([], 10) == [slice(0, 0)]
 
 
+def test_tensor_parallel_cpu_workers_get_their_own_cores():
+    assert cpu_thread_binding({0, 1}, 2) == "0|1"
+    assert cpu_thread_binding(range(8), 2) == "0-3|4-7"
+    assert cpu_thread_binding([0, 1, 2, 3, 4], 2) == "0-2|3-4"  # every core used once
+    assert cpu_thread_binding([0, 2, 4, 6], 2) == "0,2|4,6"  # not contiguous: listed
+    assert cpu_thread_binding([0], 2) == "nobind"
+
+
 def test_without_vllm_installed_the_job_says_how_to_get_it(head96):
     try:
         import vllm  # noqa: F401
@@ -123,9 +131,10 @@ def _vllm_environment() -> Path:
     return VLLM_BIN / "carbon-vep"
 
 
-def _run(exe: Path | str, *args: str) -> None:
-    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "PATH": "/usr/bin:/bin"}  # fmt: skip
+def _run(exe: Path | str, *args: str, bind: bool = False) -> None:
+    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin"}
+    if not bind:  # our binding is tested with tensor parallelism; one worker takes any core
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     done = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env,
                           timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
@@ -149,7 +158,26 @@ def niah_runs(head96, tmp_path_factory):
                  "--out", f"{out}.parquet", "--metrics", f"{out}.json")  # fmt: skip
             runs[engine, yarn] = (pl.read_parquet(f"{out}.parquet"),
                                   json.loads(Path(f"{out}.json").read_text()))  # fmt: skip
+    runs["cell"] = cell
     return runs
+
+
+def test_niah_on_vllm_split_over_two_workers_gives_the_same_answers(niah_runs, head96, tmp_path):
+    """tensor_parallel_size 2 (Carbon-8B's way onto two GPUs) on two CPU workers, each bound
+    to its own core by the job: the same predictions and likelihoods as one worker."""
+    vllm_exe = _vllm_environment()
+    out = tmp_path / "tp2"
+    _run(vllm_exe, "score-niah", "--tasks-file", str(niah_runs["cell"]), "--model", str(head96),
+         "--trust-remote-code", "--dtype", "float32", "--engine", "vllm",
+         "--tensor-parallel-size", "2", "--task", "cell", "--model-key", "m",
+         "--out", f"{out}.parquet", "--metrics", f"{out}.json", bind=True)  # fmt: skip
+    split = pl.read_parquet(f"{out}.parquet")
+    ours, _ = niah_runs["transformers", "0"]
+    assert split["pred"].to_list() == ours["pred"].to_list()
+    assert split["ll_correct"].to_list() == ours["ll_correct"].to_list()
+    assert np.abs(split["target_ll"].to_numpy() - ours["target_ll"].to_numpy()).max() < 1e-4
+    parameters = json.loads(Path(f"{out}.json").read_text())["parameters"]
+    assert parameters["tensor_parallel_size"] == 2
 
 
 @pytest.mark.parametrize("yarn", ["0", "2"])

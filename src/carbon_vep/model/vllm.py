@@ -27,7 +27,7 @@ setup-vllm`, envs/vllm.txt); importing this module never imports vllm, `VllmEngi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from carbon_vep.config.stages import ModelSettings
@@ -97,6 +97,10 @@ class VllmEngine:
         os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
         if model.device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(model.vllm.cpu_kv_cache_gb))
+            if model.vllm.tensor_parallel_size > 1:  # vLLM binds a worker to a NUMA node each
+                binding = cpu_thread_binding(os.sched_getaffinity(0),
+                                             model.vllm.tensor_parallel_size)  # fmt: skip
+                os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", binding)
         self.vllm, self.tokens_prompt, self.version = vllm, TokensPrompt, vllm.__version__
         self.what = what
         self.refused = _vllm_error_class()
@@ -165,6 +169,27 @@ class VllmEngine:
             for out, (_, token) in zip(outputs, requests, strict=True)
         )
         return [sum(next(terms) for _ in c) / len(c) for c in continuations]
+
+
+def cpu_thread_binding(cpus: Iterable[int], workers: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `workers` tensor-parallel CPU workers: the allowed CPUs in
+    as many contiguous groups ("0-3|4-7"). vLLM's own default wants a NUMA node a worker and
+    stops on a one-node machine; fewer CPUs than workers: "nobind"."""
+    ordered = sorted(cpus)
+    if len(ordered) < workers:
+        return "nobind"
+    size, extra = divmod(len(ordered), workers)
+    groups, start = [], 0
+    for i in range(workers):
+        group = ordered[start : start + size + (i < extra)]
+        start += len(group)
+        if len(group) == 1:
+            groups.append(str(group[0]))
+        elif group[-1] - group[0] == len(group) - 1:  # contiguous
+            groups.append(f"{group[0]}-{group[-1]}")
+        else:
+            groups.append(",".join(map(str, group)))
+    return "|".join(groups)
 
 
 MEMORY_HINT = (
