@@ -91,35 +91,33 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
             parts.append(f"By-chromosome {metric}: dropped one-class chromosomes {dropped}.")
     if metrics.get("warnings"):
         parts += ["## Warnings", "\n".join(f"- {w}" for w in metrics["warnings"])]
-    if scored.height:
-        top = scored.sort("score", descending=True).head(10)
-        parts += [
-            "## Highest-scoring variants",
-            _table(
-                ["chrom", "pos", "ref", "alt", "score"],
-                [
-                    [r["chrom"], r["pos"], r["ref"], r["alt"], f"{r['score']:.4g}"]
-                    for r in top.to_dicts()
-                ],
-            ),
-        ]
-    unscored = merged.filter(pl.col("status") != Status.SCORED)
-    if unscored.height:
-        # ties in the order of the first row with the reason (group_by's order is arbitrary)
-        reasons = (
-            unscored.with_row_index("_first")
-            .group_by("status", "reason")
-            .agg(pl.len(), pl.col("_first").min())
-            .sort(["len", "_first"], descending=[True, False])
-            .drop("_first")
-        )
-        parts += [
-            "## Rows not scored, by reason",
-            _table(["status", "reason", "rows"], [list(r) for r in reasons.head(20).iter_rows()]),
-        ]
+    parts += _top_part(scored) + _unscored_part(merged.filter(pl.col("status") != Status.SCORED))
     prov_rows = [[k, v] for k, v in {**provenance, **package_versions()}.items()]
     parts += ["## Provenance", _table(["item", "value"], prov_rows)]
     return "\n\n".join(parts) + "\n"
+
+
+def _top_part(scored: pl.DataFrame) -> list[str]:
+    if not scored.height:
+        return []
+    top = scored.sort("score", descending=True).head(10)
+    rows = [[r["chrom"], r["pos"], r["ref"], r["alt"], f"{r['score']:.4g}"] for r in top.to_dicts()]
+    return ["## Highest-scoring variants", _table(["chrom", "pos", "ref", "alt", "score"], rows)]
+
+
+def _unscored_part(unscored: pl.DataFrame) -> list[str]:
+    if not unscored.height:
+        return []
+    # ties in the order of the first row with the reason (group_by's order is arbitrary)
+    reasons = (
+        unscored.with_row_index("_first")
+        .group_by("status", "reason")
+        .agg(pl.len(), pl.col("_first").min())
+        .sort(["len", "_first"], descending=[True, False])
+        .drop("_first")
+    )
+    rows = [list(r) for r in reasons.head(20).iter_rows()]
+    return ["## Rows not scored, by reason", _table(["status", "reason", "rows"], rows)]
 
 
 def render_summary(
