@@ -46,3 +46,16 @@ def test_gpu_profiles_set_the_batch_their_memory_holds():
     assert int(_profile_config("slurm-a10")["batch_tokens"]) == 65_536
     assert int(_profile_config("slurm-h100")["batch_tokens"]) == 131_072
     assert _profile_config("slurm-local") == {"batch_tokens": "0"}  # CPU jobs: batch_size
+
+
+def test_a_gpu_class_is_read_from_device_and_profile_names():
+    """The longest class name wins: an A100 (its name contains "A10") is not taken for an A10."""
+    from carbon_vep.config.gpus import gpu_class_named
+    from carbon_vep.config.workflow import profile_gpu_class
+
+    for name, gpu in (("NVIDIA A100-SXM4-80GB", "A100"), ("a100", "A100"), ("NVIDIA A10", "A10"),
+                      ("NVIDIA A10G", "A10"), ("NVIDIA H100 80GB HBM3", "H100"),
+                      ("Tesla V100", None)):  # fmt: skip
+        assert gpu_class_named(name) == gpu, name
+    assert profile_gpu_class({"gpu_model": "'a100'"}) == "A100"
+    assert profile_gpu_class({"gpu_model": "a10"}) == "A10" and profile_gpu_class({}) is None

@@ -49,6 +49,15 @@ GPU_CLASSES = {
     "A100": GpuClass(memory_gb=85.1, bf16_tflops=312.0),  # the 80 GB model
     "H100": GpuClass(memory_gb=85.5, bf16_tflops=800.0),  # 80 GB HBM3
 }
+
+
+def gpu_class_named(name: str) -> str | None:
+    """The GPU class a device or profile name names ("NVIDIA A100-SXM4-80GB", "a10", "H100
+    80GB HBM3"), if one: the longest class name in it, so an A100 is not taken for an A10."""
+    named = [g for g in GPU_CLASSES if g in name.upper()]
+    return max(named, key=len) if named else None
+
+
 RESERVED_GB = 3.0  # CUDA context, workspaces, fixed-size transients
 MARGIN = 1.25  # allocator fragmentation
 SATURATING_TOKENS = 131_072

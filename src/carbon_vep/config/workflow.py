@@ -16,10 +16,9 @@ MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbatio
 
 def profile_gpu_class(resources: Mapping[str, Any]) -> str | None:
     """The GPU class (config.gpus.GPU_CLASSES) a profile's `gpu_model` names, if one."""
-    from carbon_vep.config.gpus import GPU_CLASSES
+    from carbon_vep.config.gpus import gpu_class_named
 
-    model = str(resources.get("gpu_model", "")).strip("'\"").upper()
-    return next((name for name in GPU_CLASSES if name in model), None)
+    return gpu_class_named(str(resources.get("gpu_model", "")).strip("'\""))
 
 
 def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:

@@ -31,7 +31,12 @@ from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command
 from carbon_vep.benchmark.synthetic import write_fasta
 from carbon_vep.benchmark.vllm import compare_niah
 from carbon_vep.cli.niah import read_job_times
-from carbon_vep.config.gpus import CARBON_SHAPES, GPU_CLASSES, niah_row_seconds, vllm_niah_plan
+from carbon_vep.config.gpus import (
+    CARBON_SHAPES,
+    gpu_class_named,
+    niah_row_seconds,
+    vllm_niah_plan,
+)
 from carbon_vep.suite.niah_build import CellSpec, write_cell
 
 CONTEXTS = (32_768, 65_536, 131_072)
@@ -65,9 +70,7 @@ def save_checkpoint(model: Model, folder: Path) -> Path:
 def gpu_class(device: torch.device) -> str | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    known = [g for g in GPU_CLASSES if g in name.replace("-", " ").split()]
-    return known[0] if known else None
+    return gpu_class_named(torch.cuda.get_device_name(device))
 
 
 def score_command(python: str, engine: str, cell: Path, model: Path, out: Path, ctx: int,
