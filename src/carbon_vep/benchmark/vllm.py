@@ -53,12 +53,18 @@ def build_inputs(work: Path, ctx: int, rows: int, prompts: int) -> tuple[Path, P
     return model, cell, table
 
 
-def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: Path):
+def task_command(launcher: list[str], engine: str, task: str, inputs: Path, model: Path,
+                 out: Path, *extra: str) -> list[str]:  # fmt: skip
+    """A generation task's job (`score-niah` for task niah, else `score-recovery`) on one
+    engine, its metrics beside `out`; `launcher`: the carbon-vep command of an environment."""
     command = "score-niah" if task == "niah" else "score-recovery"
-    argv = [str(exe), command, "--tasks-file", str(inputs), "--model", str(model),
-            "--trust-remote-code", "--dtype", "float32", "--engine", engine, "--task", task,
-            "--model-key", "m", "--out", str(out),
-            "--metrics", str(out.with_suffix(".json"))]  # fmt: skip
+    return [*launcher, command, "--tasks-file", str(inputs), "--model", str(model),
+            "--trust-remote-code", "--engine", engine, "--task", task, "--model-key", "m",
+            "--out", str(out), "--metrics", str(out.with_suffix(".json")), *extra]  # fmt: skip
+
+
+def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: Path):
+    argv = task_command([str(exe)], engine, task, inputs, model, out, "--dtype", "float32")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return run_command(argv, env=env)
 

@@ -29,7 +29,7 @@ from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.gpu.workload import Model, random_model
 from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command
 from carbon_vep.benchmark.synthetic import write_fasta
-from carbon_vep.benchmark.vllm import compare_niah
+from carbon_vep.benchmark.vllm import compare_niah, task_command
 from carbon_vep.cli.niah import read_job_times
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
@@ -75,15 +75,12 @@ def gpu_class(device: torch.device) -> str | None:
 
 def score_command(python: str, engine: str, cell: Path, model: Path, out: Path, ctx: int,
                   dtype: str, device: str) -> list[str]:  # fmt: skip
-    command = [python, "-m", "carbon_vep.cli", "score-niah", "--tasks-file", str(cell),
-               "--model", str(model), "--trust-remote-code", "--dtype", dtype,
-               "--device", device, "--engine", engine, "--task", f"niah_{ctx}",
-               "--model-key", "m", "--out", str(out),
-               "--metrics", str(out.with_suffix(".json"))]  # fmt: skip
+    extra = ["--dtype", dtype, "--device", device]
     if ctx > NATIVE_POSITIONS:
-        command += ["--yarn-factor", "4", "--yarn-original-positions", str(NATIVE_POSITIONS),
-                    "--yarn-max-positions", str(4 * NATIVE_POSITIONS)]  # fmt: skip
-    return command
+        extra += ["--yarn-factor", "4", "--yarn-original-positions", str(NATIVE_POSITIONS),
+                  "--yarn-max-positions", str(4 * NATIVE_POSITIONS)]  # fmt: skip
+    launcher = [python, "-m", "carbon_vep.cli"]  # a GPU node's python may have no carbon-vep
+    return task_command(launcher, engine, "niah", cell, model, out, *extra)
 
 
 def _job_env() -> dict[str, str]:

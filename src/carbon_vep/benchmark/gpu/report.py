@@ -12,6 +12,7 @@ import torch
 
 from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.harness import markdown_section, markdown_table, write_json, write_text
+from carbon_vep.config.gpus import VLLM_PAGE_TOKENS
 
 
 def environment(device: torch.device, smoke: bool, peak: float, peak_n: int) -> dict:
@@ -172,6 +173,7 @@ def _generation_row(r: dict) -> list[str]:
     kv = theirs.get("kv_cache_tokens")
     cache = theirs.get("prefix_cache", {}).get("likelihood")
     plan = r.get("arithmetic")
+    page = VLLM_PAGE_TOKENS
 
     def rate(side: dict) -> str:
         return f"{side['rows_per_s']:.3g}" if "rows_per_s" in side else side.get("error", "—")
@@ -179,12 +181,12 @@ def _generation_row(r: dict) -> list[str]:
     return [
         f"{r['context_tokens']:,}", str(r["rows"]), r["dtype"], rate(ours), rate(theirs),
         f"{ours.get('start_s', 0):.1f}", f"{theirs.get('start_s', 0):.1f}",
-        f"{kv:,}" if kv else "—", f"{kv // (r['context_tokens'] + 16):,}" if kv else "—",
+        f"{kv:,}" if kv else "—", f"{kv // (r['context_tokens'] + page):,}" if kv else "—",
         f"{cache['cached_tokens'] / cache['prompt_tokens']:.0%}" if cache else "—",
         f"{agreement['same_pred']:.0%}" if agreement else "—",
         f"{agreement['same_ll_correct']:.0%}" if agreement else "—",
         f"{agreement['max_ll_difference']:.1e}" if agreement else "—",
-        (f"{plan['gpu']}: {plan['pages'] * 16:,.0f} KV tokens, {plan['rows_at_once']:.0f} "
+        (f"{plan['gpu']}: {plan['pages'] * page:,.0f} KV tokens, {plan['rows_at_once']:.0f} "
          f"at once, {plan['rows_per_s']:.2g} rows/s") if plan else "—",
     ]  # fmt: skip
 
