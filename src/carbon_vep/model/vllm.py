@@ -115,7 +115,7 @@ class VllmEngine:
         self.capacity_tokens = _capacity_tokens(self.llm)
 
     def _run(self, prompts: Sequence[Sequence[int]], params: Any, kind: str) -> list[Any]:
-        requests = [self.tokens_prompt(prompt_token_ids=list(map(int, p))) for p in prompts]
+        requests = [self.tokens_prompt(prompt_token_ids=token_list(p)) for p in prompts]
         try:
             outputs = self.llm.generate(requests, params, use_tqdm=False)
         except (ValueError, self.refused) as err:  # a prompt past max_model_len, ...
@@ -148,11 +148,12 @@ class VllmEngine:
     ) -> list[float]:
         """Mean log p(token | everything before it) over each continuation's tokens: one
         forced one-token request a continuation token (see the module docstring)."""
-        requests = [
-            (list(prompt) + list(continuation[:i]), int(continuation[i]))
-            for prompt, continuation in zip(prompts, continuations, strict=True)
-            for i in range(len(continuation))
-        ]
+        requests = []
+        for prompt, continuation in zip(prompts, continuations, strict=True):
+            # Python ints made once a prompt: its k requests share them (at 128k tokens a
+            # per-request copy of numpy scalars is ~5 MB a request)
+            prompt, continuation = token_list(prompt), token_list(continuation)
+            requests += [(prompt + continuation[:i], token) for i, token in enumerate(continuation)]
         params = [
             self.vllm.SamplingParams(
                 temperature=0.0,
@@ -169,6 +170,11 @@ class VllmEngine:
             for out, (_, token) in zip(outputs, requests, strict=True)
         )
         return [sum(next(terms) for _ in c) / len(c) for c in continuations]
+
+
+def token_list(ids: Sequence[int]) -> list[int]:
+    """Token ids as the list of Python ints vLLM takes; a list is taken to hold ints already."""
+    return ids if isinstance(ids, list) else [int(i) for i in ids]
 
 
 def cpu_thread_binding(cpus: Iterable[int], workers: int) -> str:
