@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm demo ci test lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check scan-lambda clean
+.PHONY: setup setup-vllm demo ci test lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check gpu-kit scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,13 @@ GPU_CHECK_FLAGS ?=
 gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1 \
 		$(GPU_PYTHON) -m carbon_vep.benchmark.gpu --out $(GPU_CHECK_OUT) $(GPU_CHECK_FLAGS)
+
+# the lent device machine (../.library/device: no network, its own Python 3.12 and torch): the
+# wheels the check needs that its image lacks, into .whl/ for cp312 manylinux x86_64, and the
+# size one call would carry (fails over 60 MiB). On the device: bash scripts/gpu_run.sh
+# (docs/gpu.md#the-lent-device-machine-make-gpu-kit-scriptsgpu_runsh has the exact call).
+gpu-kit: setup
+	$(BIN)/python -m carbon_vep.benchmark.gpu.kit --dest .whl
 
 # a scan's calibration (PHRED, context means) at two genome sizes against a direct sort:
 # SNVs/s per core, peak memory per job, the bytes PHRED adds to the TSV (docs/calibration.md)

@@ -1,31 +1,44 @@
-"""`make gpu-check GPU_CHECK_FLAGS=--smoke`: every model path of the GPU check runs on the CPU at
+"""The GPU check as the lent device machine runs it, rehearsed on the CPU: `scripts/gpu_run.sh
+--smoke` in a fresh venv that holds the device image's packages (envs/device-image.txt, linked
+from .venv) and nothing else, with the device kit (`make gpu-kit`'s wheels, here for this
+Python) installed the way the device installs it (`pip install --no-index --no-deps --target`).
+A package the check needs in neither fails here, not on the device. Every model path runs at
 toy sizes, so the script a GPU session runs as it is cannot rot. No timing is asserted; the
 values it reports are (identical before and after each removed cost, a known answer found)."""
 
 import json
 import math
+import os
+import platform
+import shutil
 import subprocess
 import sys
+import venv
+from pathlib import Path
 
 import pytest
 
-from carbon_vep.benchmark.gpu import run
+from carbon_vep.benchmark.gpu import kit, run
 from carbon_vep.benchmark.gpu.generation import find_vllm_python
 from carbon_vep.benchmark.harness import PROJECT_ROOT
 
-HAS_VLLM = (PROJECT_ROOT / ".venv-vllm/bin/python").exists()
+VLLM_PYTHON = PROJECT_ROOT / ".venv-vllm/bin/python"
+HAS_VLLM = VLLM_PYTHON.exists()
+SCRIPT = PROJECT_ROOT / "scripts/gpu_run.sh"
 
-PATHS = [
+# the order the check measures them in: the headline questions first (run.STEPS)
+PATHS_3B = [
     "centered, full_vocab, prefix sharing",
+    "scan-chunk (writer thread)",
     "centered, full_vocab, no prefix sharing",
     "centered, dna_block",
     "fns (bp, dna_block)",
     "nexttoken, acgt_strings",
     "nexttoken, dna_block",
-    "scan-chunk (writer thread)",
     "sequence recovery (token decoder, 5 tokens)",
     "perturbation pairs (full_vocab)",
 ]
+PATHS_500M = PATHS_3B[:1] + PATHS_3B[2:7] + PATHS_3B[1:2] + PATHS_3B[7:]
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +47,99 @@ def gpu_check():
 
 
 @pytest.fixture(scope="module")
-def smoke(gpu_check, tmp_path_factory):
-    out = tmp_path_factory.mktemp("gpu_check")
+def rehearsal(tmp_path_factory):
+    """The kit for this Python (xz preset 0: the packing is what is tested, not its ratio) and
+    a venv with the image's packages and no others."""
+    root = tmp_path_factory.mktemp("rehearsal")
+    requirements = kit.pinned(kit.listed(kit.KIT_LIST))
+    python_version = ".".join(platform.python_version_tuple()[:2])
+    wheels = kit.make_kit(requirements, root / "cache", root / "kit", python_version, preset=0)
+    venv.EnvBuilder(with_pip=False).create(root / "venv")
+    [site] = (root / "venv/lib").glob("python*/site-packages")
+    linked = kit.link_image(root / "image")
+    (site / "device_image.pth").write_text(f"{root / 'image'}\n")
+    return {"root": root, "python": root / "venv/bin/python", "kit": root / "kit",
+            "wheels": wheels, "linked": linked}  # fmt: skip
+
+
+def gpu_run(rehearsal: dict, out: Path, *flags: str, kit_dir: Path | None = None):
+    env = dict(os.environ, GPU_PYTHON=str(rehearsal["python"]), OUT=str(out),
+               GPU_KIT=str(kit_dir or rehearsal["kit"]),
+               GPU_KIT_SITE=str(out.parent / "site"))  # fmt: skip
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(["bash", str(SCRIPT), *flags], env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smoke(rehearsal, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_check") / "out"
     # a budget no CI machine reaches: the toy sizes are what is tested, not the clock
-    gpu_check.main(["--smoke", "--out", str(out), "--device", "cpu", "--budget-s", "3600"])
+    flags = ["--smoke", "--device", "cpu", "--budget-s", "3600"]
+    if HAS_VLLM:  # the vLLM phase's jobs from the vLLM environment, as on a cluster
+        flags += ["--vllm-python", str(VLLM_PYTHON)]
+    done = gpu_run(rehearsal, out, *flags)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, json.loads((out / "gpu_check.json").read_text())
+
+
+def test_the_rehearsal_python_sees_only_the_image_and_the_kit(rehearsal, smoke):
+    """The packages the kit carries come from the kit; nothing outside the image list is
+    linked but what the image's own packages need; the log names the versions."""
+    out, report = smoke
+    assert not {"polars", "pysam", "transformers", "regex", "snakemake", "duckdb"} & set(
+        rehearsal["linked"]
+    )
+    assert "torch" in rehearsal["linked"] and "numpy" in rehearsal["linked"]
+    log = (out / "gpu_run.log").read_text()
+    assert "[gpu_run] torch" in log and "| polars " in log and "| pysam " in log
+    assert report["environment"]["transformers"] == kit.metadata.version("transformers")
+    packed = [w for w in rehearsal["wheels"] if w.suffix == ".xz"]
+    assert any("polars_runtime" in w.name for w in packed)  # the large wheel travels packed
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [
+            "gpu_check.json",
+            "gpu_check.md",
+            "gpu_run.log",
+            "profile_Carbon-3B_centered.txt",
+            "profile_Carbon-3B_scan.txt",
+        ]
+    )  # fmt: skip  (at most 8 files come back from the device)
+
+
+def test_a_package_missing_from_the_kit_fails_before_the_check(rehearsal, tmp_path):
+    partial = tmp_path / "kit"
+    partial.mkdir()
+    for wheel in rehearsal["wheels"]:
+        if not wheel.name.startswith("pysam-"):
+            shutil.copy(wheel, partial / wheel.name)
+    done = gpu_run(rehearsal, tmp_path / "out", "--smoke", "--device", "cpu", kit_dir=partial)
+    assert done.returncode == 5
+    assert "No module named 'pysam'" in (tmp_path / "out/gpu_run.log").read_text()
+    assert not (tmp_path / "out/gpu_check.json").exists()
+
+
+def test_no_kit_is_a_clear_error(rehearsal, tmp_path):
+    (tmp_path / "empty").mkdir()
+    done = gpu_run(rehearsal, tmp_path / "out", "--smoke", kit_dir=tmp_path / "empty")
+    assert done.returncode == 2 and "run 'make gpu-kit'" in done.stdout
 
 
 def test_every_model_path_runs_for_both_shapes(smoke):
     _, report = smoke
-    no_vllm = [] if HAS_VLLM else ["vLLM generation (no vLLM: make setup-vllm, or --vllm-python)"]
-    assert report["skipped"] == no_vllm
-    for model in ("Carbon-3B", "Carbon-500M"):
+    if HAS_VLLM:
+        assert report["skipped"] == []
+    else:  # the script names why (the rehearsal's python has no vllm, like the device's)
+        [skipped] = report["skipped"]
+        assert skipped.startswith("vllm: no vLLM on the lent machine: its CUDA wheel")
+    for model, paths in (("Carbon-3B", PATHS_3B), ("Carbon-500M", PATHS_500M)):
         rows = [r for r in report["paths"] if r["model"] == model]
-        assert [r["path"] for r in rows] == PATHS
+        assert [r["path"] for r in rows] == paths
         for r in rows:
             assert r["tokens"] > 0 and r["items"] > 0
             assert math.isclose(r["bp_per_s"], 6 * r["tokens_per_s"])
             assert r["fraction_of_peak"] > 0 and math.isfinite(r["tflops"])
-        scan = rows[PATHS.index("scan-chunk (writer thread)")]
+        scan = rows[paths.index("scan-chunk (writer thread)")]
         assert scan["unit"] == "SNVs" and scan["scan_stats"]["bases"] * 3 == scan["items"]
         for share in ("outside_forward_share", "device_idle_share"):
             assert 0 <= scan[share] < 1
@@ -76,11 +163,38 @@ def test_each_removed_cost_keeps_the_values(smoke):
 def test_precision_and_known_answer(smoke):
     _, report = smoke
     cases = {(r["case"], r["precision"]) for r in report["precision"]}
-    assert len(cases) == 6
+    assert len(cases) == 12  # every scoring path, bf16 and bf16 + upcast_output_layer
     for r in report["precision"]:  # bf16 rounding of a toy model's log-likelihoods: small
         assert 0 <= r["median_abs_ll_difference"] <= r["max_abs_ll_difference"] < 0.1
     aurocs = {(r["recipe"], r["precision"]): r["auroc"] for r in report["known_answer"]}
     assert len(aurocs) == 6 and min(aurocs.values()) >= 0.8, aurocs
+
+
+def test_genomic_niah_on_our_engine_against_the_published_three_passes(smoke):
+    _, report = smoke
+    assert [r["context_tokens"] for r in report["niah"]] == [512, 1024]
+    for row in report["niah"]:
+        ours, published = row["ours"], row["published"]
+        assert ours["failed_rows"] == 0 and ours["rows_per_s"] > 0 and ours["paired"]
+        assert published["seconds_per_row"] > 0
+        # the same model, rows and precision (bf16): the same answer, likelihoods to rounding
+        assert row["agreement"]["same_pred"] is True
+        assert row["agreement"]["target_ll_difference"] < 1e-3
+        assert row["agreement"]["negative_ll_difference"] < 1e-3
+
+
+def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):
+    """A second device call runs only the steps named, with each NIAH prefill chunk."""
+    report = gpu_check.main(["--smoke", "--device", "cpu", "--out", str(tmp_path),
+                             "--steps", "niah", "--niah-prefill-chunks", "0,96",
+                             "--budget-s", "3600"])  # fmt: skip
+    assert report["paths"] == report["precision"] == report["known_answer"] == []
+    chunks = [(r["context_tokens"], r["prefill_chunk"]) for r in report["niah"]]
+    assert chunks == [(512, 0), (512, 96), (1024, 0), (1024, 96)]
+    by_chunk = {(r["context_tokens"], r["prefill_chunk"]): r for r in report["niah"]}
+    assert "published" in by_chunk[512, 0] and "published" not in by_chunk[512, 96]
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--smoke", "--out", str(tmp_path), "--steps", "niah,warp_drive"])
 
 
 def test_the_generation_tasks_on_vllm_give_our_engines_answers(smoke):
@@ -135,6 +249,7 @@ def test_the_make_target_entry_point_parses_its_flags():
         [sys.executable, "-m", "carbon_vep.benchmark.gpu", "--help"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    for flag in ("--out", "--smoke", "--device", "--budget-s", "--vllm-python",
-                 "--generation-only"):  # fmt: skip
+    flags = ("--out", "--smoke", "--device", "--budget-s", "--vllm-python", "--generation-only",
+             "--steps", "--niah-prefill-chunks", "--no-vllm-reason")  # fmt: skip
+    for flag in flags:
         assert flag in done.stdout

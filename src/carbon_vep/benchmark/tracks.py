@@ -29,9 +29,7 @@ import numpy as np
 
 from carbon_vep.benchmark.calibrate import make_scan as make_positions
 from carbon_vep.benchmark.calibrate import step_calibrate, step_count
-from carbon_vep.benchmark.harness import markdown_table, run_step, write_json
-
-HG38_BASES = 2.9e9
+from carbon_vep.benchmark.harness import HG38_BASES, markdown_table, run_step, write_json
 
 
 def step_ours(folder: str) -> dict:

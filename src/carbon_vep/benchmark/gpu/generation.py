@@ -83,9 +83,11 @@ def score_command(python: str, engine: str, cell: Path, model: Path, out: Path, 
     return task_command(launcher, engine, "niah", cell, model, out, *extra)
 
 
-def _job_env() -> dict[str, str]:
+def _job_env(engine: str) -> dict[str, str]:
     source = str(PROJECT_ROOT / "src")  # a GPU node's python may run the package from here
-    path = os.environ.get("PYTHONPATH")
+    # vLLM's environment has its own transformers: this process's path (a device kit's newer
+    # one, say) must not shadow it
+    path = os.environ.get("PYTHONPATH") if engine != "vllm" else None
     return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                 VLLM_CPU_OMP_THREADS_BIND="nobind",
                 PYTHONPATH=f"{source}:{path}" if path else source)  # fmt: skip
@@ -95,7 +97,7 @@ def run_engine(python: str, engine: str, cell: Path, model: Path, work: Path, ct
                dtype: str, device: str) -> tuple[dict, pl.DataFrame | None]:  # fmt: skip
     out = work / f"{engine}_{ctx}.parquet"
     argv = score_command(python, engine, cell, model, out, ctx, dtype, device)
-    done = run_command(argv, env=_job_env(), check=False)
+    done = run_command(argv, env=_job_env(engine), check=False)
     result = {"wall_s": done.seconds, "peak_rss_mb": done.peak_rss_mb}
     if done.returncode:
         lines = done.stderr.strip().splitlines()

@@ -53,13 +53,17 @@ def compare_precision(model: Model, reference, inputs: Inputs) -> list[dict]:
     nexttoken = inputs.shard(reference, "nexttoken", sizes.nexttoken_bp, sizes.compare_sites)
     tiles = TileSettings(sizes.tile_bp, sizes.min_context)
     scan_end = min(inputs.scan_bp, sizes.tile_bp)
-    cases = {
-        "centered, full_vocab": lambda e: score_shard(
-            centered, reference, e, RecipeSettings("centered")
-        ),
-        "nexttoken, dna_block": lambda e: score_shard(
-            nexttoken, reference, e, RecipeSettings("nexttoken", "dna_block")
-        ),
+
+    def recipe(shard, name, normalization="published"):
+        settings = RecipeSettings(name, normalization)
+        return lambda e: score_shard(shard, reference, e, settings)
+
+    cases = {  # every scoring path of paths.py, in its order
+        "centered, full_vocab": recipe(centered, "centered"),
+        "centered, dna_block": recipe(centered, "centered", "dna_block"),
+        "fns (bp, dna_block)": recipe(centered, "fns"),
+        "nexttoken, acgt_strings": recipe(nexttoken, "nexttoken"),
+        "nexttoken, dna_block": recipe(nexttoken, "nexttoken", "dna_block"),
         "scan (log FNS marginals)": lambda e: _scan_rows(e, reference, scan_end, tiles),
     }
     rows = []
@@ -67,7 +71,8 @@ def compare_precision(model: Model, reference, inputs: Inputs) -> list[dict]:
         expected = run(fp32)
         for label, engine in engines.items():
             got = run(engine)
-            lls = [c for c in ("ref_ll", "alt_ll") if c in expected.columns]
+            # the raw log-likelihoods where the path has them (fns: its score alone)
+            lls = [c for c in ("ref_ll", "alt_ll") if c in expected.columns] or ["score"]
             diff = np.abs(np.concatenate([got[c].to_numpy() - expected[c].to_numpy() for c in lls]))
             rows.append(
                 {

@@ -11,7 +11,13 @@ from typing import Any
 import torch
 
 from carbon_vep.benchmark.gpu.device import Budget
-from carbon_vep.benchmark.harness import markdown_section, markdown_table, write_json, write_text
+from carbon_vep.benchmark.harness import (
+    HG38_BASES,
+    markdown_section,
+    markdown_table,
+    write_json,
+    write_text,
+)
 from carbon_vep.config.gpus import VLLM_PAGE_TOKENS
 
 
@@ -45,12 +51,13 @@ def environment(device: torch.device, smoke: bool, peak: float, peak_n: int) -> 
 def markdown(report: dict) -> str:
     """The run as a section for docs/benchmarks.md: the paths, then each phase that ran."""
     parts = [_paths_part(report), _scan_part(report), _ablations_part(report)]
-    parts += [_precision_part(report), _known_answer_part(report), _generation_part(report)]
+    parts += [_precision_part(report), _niah_part(report), _known_answer_part(report)]
+    parts.append(_generation_part(report))
     if report["profiles"]:
         names = ", ".join(f"`{p}`" for p in report["profiles"])
         parts.append(f"Profiler top-10 tables (by device time): {names}.")
     if report["skipped"]:
-        parts.append("Skipped for the time budget: " + "; ".join(report["skipped"]) + ".")
+        parts.append("Skipped: " + "; ".join(report["skipped"]) + ".")
     env = report["environment"]
     return markdown_section(f"GPU check: {env['device']}, {env['date']}", *parts, level=2)
 
@@ -88,14 +95,17 @@ def _scan_part(report: dict) -> str:
     intro = (
         "Scan (per chunk job): share of wall time outside the model's forward passes, and the "
         "device's idle share (wall time minus the device's own busy time, CUDA events) while "
-        "the host builds and writes rows on its thread."
+        "the host builds and writes rows on its thread. hg38 GPU-hours: its "
+        f"{HG38_BASES:.1e} ACGT bases (3 SNVs each) at this rate on this one GPU."
     )
-    header = ["model", "tiles", "SNVs/s", "scored bases/s", "outside forward", "device idle",
+    header = ["model", "tiles", "SNVs/s", "scored bases/s", "hg38 GPU-hours", "outside forward",
+              "device idle",
               "device µs/base", "rows built + written µs/base",
               "waited for the writer s"]  # fmt: skip
     rows = [
         [r["model"], r["scan_tiles"], f"{r['items_per_s']:,.0f}",
-         f"{r['scored_bases_per_s']:,.0f}", f"{r['outside_forward_share']:.1%}",
+         f"{r['scored_bases_per_s']:,.0f}",
+         f"{HG38_BASES / r['scored_bases_per_s'] / 3600:.2f}", f"{r['outside_forward_share']:.1%}",
          f"{r['device_idle_share']:.1%}", f"{r['device_us_per_base']:.2f}",
          f"{r['write_us_per_base']:.2f}", f"{r['writer_wait_s']:.2f}"]
         for r in scans
@@ -137,6 +147,50 @@ def _precision_part(report: dict) -> str:
         for r in report["precision"]
     ]  # fmt: skip
     return intro + "\n\n" + markdown_table(header, rows)
+
+
+def _niah_part(report: dict) -> str:
+    if not report["niah"]:
+        return ""
+    intro = (
+        "Genomic-NIAH on our engine, in the check's process (benchmark/gpu/niah.py): the "
+        "Carbon-3B-shaped model, a neardup_d2 cell at each context, one row a batch, the prompt "
+        "prefilled in chunks of `prefill chunk` tokens (the default 8,192) or whole; the time "
+        "of a context's first run includes its first-use costs (no untimed row); the published "
+        "three passes (`generate`, then a full forward "
+        "pass with full-vocabulary logits for each of the two values) on the cell's first row. "
+        "Arithmetic: config/gpus.py at 50% of an H100's bf16 peak."
+    )
+    header = ["context", "rows", "prefill chunk", "ours s/row", "ours rows/s", "ours peak GB",
+              "published s/row", "published peak GB", "published / ours", "same pred",
+              "max abs Δ LL", "arithmetic s/row", "arithmetic GB"]  # fmt: skip
+    return intro + "\n\n" + markdown_table(header, [_niah_row(r) for r in report["niah"]])
+
+
+def _niah_row(r: dict) -> list[str]:
+    ours, theirs = r["ours"], r.get("published", {})
+    agreement, plan = r.get("agreement"), r["arithmetic"]
+
+    def seconds(side: dict) -> str:
+        return side.get("error") or (f"{side['seconds_per_row']:.2f}" if side else "not run")
+
+    def gigabytes(side: dict) -> str:
+        peak = side.get("peak_allocated_gb")
+        return "—" if peak is None else f"{peak:.1f}"
+
+    both = "seconds_per_row" in ours and "seconds_per_row" in theirs
+    chunk = r["prefill_chunk"]
+    return [
+        f"{r['context_tokens']:,}", str(r["rows"]), f"{chunk:,}" if chunk else "whole prompt",
+        seconds(ours),
+        f"{ours['rows_per_s']:.3g}" if "rows_per_s" in ours else "—", gigabytes(ours),
+        seconds(theirs), gigabytes(theirs),
+        f"{theirs['seconds_per_row'] / ours['seconds_per_row']:.1f}x" if both else "—",
+        ("yes" if agreement["same_pred"] else "no") if agreement else "—",
+        f"{max(agreement['target_ll_difference'], agreement['negative_ll_difference']):.1e}"
+        if agreement else "—",
+        f"{plan['h100_seconds_per_row']:.2f}", f"{plan['paired_gb']:.1f}",
+    ]  # fmt: skip
 
 
 def _known_answer_part(report: dict) -> str:

@@ -7,6 +7,7 @@ import gc
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from carbon_vep.benchmark import known_answer
 from carbon_vep.benchmark.gpu.ablations import ablations
 from carbon_vep.benchmark.gpu.device import Budget, profile_table
 from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
+from carbon_vep.benchmark.gpu.niah import niah_phase
 from carbon_vep.benchmark.gpu.paths import measure, model_paths
 from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_aurocs
 from carbon_vep.benchmark.gpu.report import environment, write_report
@@ -34,9 +36,36 @@ from carbon_vep.benchmark.harness import bf16_peak_tflops
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
 )
+from carbon_vep.config.stages import NiahSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.model.demo import make_tokenizer
 from carbon_vep.model.tokens import dna_vocab
+
+# The steps in the order they run, most valuable first: a run cut short by its budget still
+# answers the questions that matter, and `--steps` lets a second run take what a first skipped.
+STEPS = {
+    "precision": "Carbon-3B bf16 against float32 on every scoring path",
+    "centered": "Carbon-3B centered recipe (full_vocab, prefix sharing): tokens/s, % of peak",
+    "scan": "Carbon-3B genome scan chunk: SNVs/s, hg38 GPU-hours",
+    "niah": "Genomic-NIAH on our engine at 32k/64k/128k, against the published three passes",
+    "paths": "the other Carbon-3B paths (recipes, recovery, perturbation)",
+    "ablations": "Carbon-3B GPU costs removed, before and after",
+    "profiles": "torch-profiler tables of the Carbon-3B centered and scan paths",
+    "known_answer": "known-answer AUROC in float32, bf16 and bf16 + upcast",
+    "carbon_500m": "every path with Carbon-500M's shape",
+    "vllm": "the generation tasks on vLLM against our engine",
+}
+HEADLINE_STEPS = [s for s in STEPS if s not in ("known_answer", "carbon_500m")]
+
+
+def parse_steps(text: str) -> list[str]:
+    steps = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown step(s) {', '.join(unknown)}: choose from {', '.join(STEPS)}"
+        )
+    return steps
 
 
 def main(argv: list[str] | None = None, started: float | None = None) -> dict:
@@ -47,16 +76,35 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     parser.add_argument("--device", default=None, help="default: cuda if present, else cpu")
     parser.add_argument("--budget-s", type=float, default=420.0)
     parser.add_argument(
+        "--steps",
+        type=parse_steps,
+        default=list(STEPS),
+        help="comma-separated steps to run, in the fixed order: " + ", ".join(STEPS),
+    )
+    parser.add_argument(
+        "--niah-prefill-chunks",
+        type=lambda text: tuple(int(v) for v in text.split(",")),
+        default=(NiahSettings().prefill_chunk,),
+        help="comma-separated prefill chunks the niah step runs ours with (0 = whole prompt)",
+    )
+    parser.add_argument(
         "--vllm-python",
         help="the Python of the vLLM jobs (default: .venv-vllm/bin/python, else this one if it "
         "has vllm); none: skip the vLLM phase",
     )
     parser.add_argument(
+        "--no-vllm-reason",
+        default=None,
+        help="why there is no vLLM here (recorded with the skipped vllm step)",
+    )
+    parser.add_argument(
         "--generation-only",
         action="store_true",
-        help="only the vLLM phase (the generation tasks on both engines), in its own budget",
+        help="only the vLLM phase (same as --steps vllm)",
     )
     args = parser.parse_args(argv)
+    if args.generation_only:
+        args.steps = ["vllm"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -86,46 +134,90 @@ class Run:
     inputs: Inputs
     work: Path
     vllm_python: str | None
+    steps: list[str]
+    no_vllm_reason: str | None = None
+    niah_chunks: tuple[int, ...] = (NiahSettings().prefill_chunk,)
 
     def save(self) -> None:
         write_report(self.report, self.out, self.budget)
 
-    def check_model(self, model: Model, headline: bool, only_generation: bool) -> None:
-        if not only_generation:
-            self.check_paths(model, headline)
-        if headline and self.budget.allows("vLLM generation", 60):
+    def wants(self, step: str, needs_s: float) -> bool:
+        return step in self.steps and self.budget.allows(f"{step}: {STEPS[step]}", needs_s)
+
+    def headline(self, model: Model) -> None:
+        """Carbon-3B: the steps in the order of STEPS."""
+        paths = model_paths(model, self.reference, self.inputs, self.work)
+        centered, scan = paths[0], paths[6]
+        if self.wants("precision", 45):
+            self.report["precision"] += compare_precision(model, self.reference, self.inputs)
+            self.save()
+        for step, path in (("centered", centered), ("scan", scan)):
+            if self.wants(step, 15):
+                self.measure(model, path)
+        if self.wants("niah", 60):
+            smoke = self.report["environment"]["smoke"]
+            self.report["niah"] += niah_phase(model, self.work, self.device, smoke, self.budget,
+                                              self.niah_chunks)  # fmt: skip
+            self.save()
+        if "paths" in self.steps:
+            for path in paths:
+                if path not in (centered, scan) and self.budget.allows(
+                    f"paths: {model.name} / {path.name}", 10
+                ):
+                    self.measure(model, path)
+        if self.wants("ablations", 90):
+            self.report["ablations"] += ablations(
+                model, self.reference, self.inputs, self.work, self.device
+            )
+            self.save()
+        if self.wants("profiles", 15):
+            for path, short in ((centered, "centered"), (scan, "scan")):
+                self.profile(model, path, short)
+        if "vllm" in self.steps:
+            self.vllm(model)
+
+    def measure(self, model: Model, path) -> None:
+        self.report["paths"].append(measure(model, path, self.device, self.sizes, self.peak))
+        self.save()
+
+    def profile(self, model: Model, path, short: str) -> None:
+        table = profile_table(path.run, self.device)
+        file = f"profile_{model.name}_{short}.txt"
+        (self.out / file).write_text(f"{model.name} / {path.name}\n{table}\n")
+        self.report["profiles"][file] = table
+        print(f"\n{model.name} / {path.name}\n{table}")
+        self.save()
+
+    def vllm(self, model: Model) -> None:
+        if self.vllm_python is None and self.no_vllm_reason:
+            self.budget.skipped.append(f"vllm: {self.no_vllm_reason}")
+            return
+        if self.budget.allows(f"vllm: {STEPS['vllm']}", 60):
             self.report["generation"] += generation(
                 model, self.work, self.device, self.report["environment"]["smoke"],
                 self.vllm_python, self.budget,
             )  # fmt: skip
             self.save()
 
-    def check_paths(self, model: Model, headline: bool) -> None:
-        paths = model_paths(model, self.reference, self.inputs, self.work)
-        for path in paths:
-            if self.budget.allows(f"{model.name} / {path.name}", 10):
-                self.report["paths"].append(
-                    measure(model, path, self.device, self.sizes, self.peak)
-                )
-                self.save()
-        if not headline:
-            return
-        if self.budget.allows(f"{model.name} ablations", 90):
-            self.report["ablations"] += ablations(
-                model, self.reference, self.inputs, self.work, self.device
-            )
-            self.save()
-        for path, short in ((paths[0], "centered"), (paths[6], "scan")):  # published, scan
-            if self.budget.allows(f"profile of {model.name} / {path.name}", 15):
-                table = profile_table(path.run, self.device)
-                file = f"profile_{model.name}_{short}.txt"
-                (self.out / file).write_text(f"{model.name} / {path.name}\n{table}\n")
-                self.report["profiles"][file] = table
-                print(f"\n{model.name} / {path.name}\n{table}")
-                self.save()
-        if self.budget.allows(f"{model.name} bf16 against float32", 45):
-            self.report["precision"] += compare_precision(model, self.reference, self.inputs)
-            self.save()
+    def other_paths(self, model: Model) -> None:
+        """Carbon-500M: every path, nothing else."""
+        for path in model_paths(model, self.reference, self.inputs, self.work):
+            if self.budget.allows(f"carbon_500m: {model.name} / {path.name}", 10):
+                self.measure(model, path)
+
+
+def with_model(tokenizer, vocab, device: torch.device, name: str, shapes: dict,
+               action: Callable[[Model], None]) -> None:  # fmt: skip
+    """`action` on the random-weight model of this name, built on the device and freed after
+    (no reference outlives this call, so the next model has the memory)."""
+    model = random_model(name, shapes[name], tokenizer, vocab, device, BF16)
+    try:
+        action(model)
+    finally:
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def _run(
@@ -141,8 +233,10 @@ def _run(
         "ablations": [],
         "precision": [],
         "known_answer": [],
+        "niah": [],
         "generation": [],
         "profiles": {},
+        "steps": args.steps,
         "skipped": budget.skipped,
     }
     print(
@@ -159,23 +253,17 @@ def _run(
         inputs = make_inputs(work, sizes)
         with open_reference(inputs.fasta) as reference:
             run = Run(report, out, budget, device, sizes, peak, reference, inputs, work,
-                      find_vllm_python(args.vllm_python))  # fmt: skip
-            names = ("Carbon-3B",) if args.generation_only else ("Carbon-3B", "Carbon-500M")
-            for name in names:  # the headline model first
-                if budget.allows(f"{name} paths", 40 if name == "Carbon-3B" else 25):
-                    model = random_model(name, shapes[name], tokenizer, vocab, device, BF16)
-                    run.check_model(model, name == "Carbon-3B", args.generation_only)
-                    del model
-                    gc.collect()
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                if args.generation_only:
-                    continue
-                if name == "Carbon-3B" and budget.allows("known-answer AUROC", 30):
-                    report["known_answer"] = known_answer_aurocs(
-                        device, work / "known_answer", sizes.known_answer_steps
-                    )
-                    write_report(report, out, budget)
+                      find_vllm_python(args.vllm_python), args.steps,
+                      args.no_vllm_reason, args.niah_prefill_chunks)  # fmt: skip
+            if any(s in args.steps for s in HEADLINE_STEPS) and budget.allows("Carbon-3B", 40):
+                with_model(tokenizer, vocab, device, "Carbon-3B", shapes, run.headline)
+            if run.wants("known_answer", 30):
+                report["known_answer"] = known_answer_aurocs(
+                    device, work / "known_answer", sizes.known_answer_steps
+                )
+                run.save()
+            if run.wants("carbon_500m", 25):
+                with_model(tokenizer, vocab, device, "Carbon-500M", shapes, run.other_paths)
     write_report(report, out, budget)
     print((out / "gpu_check.md").read_text())
     return report

@@ -1,0 +1,157 @@
+"""The GPU check's Genomic-NIAH phase on our engine, in this process: a cell at 32k, 64k and 128k
+tokens scored by `suite.niah.NiahScorer` (one prefill a row, in chunks of `prefill_chunk`,
+generation and both value likelihoods off its KV cache), and one row of each context the
+published way (`suite.niah_published.three_pass_row`: `generate`, then two full forward passes
+with full-vocabulary logits). Per context: seconds a row and rows/s, peak allocated memory,
+each approach's; the answers compared on the rows both scored; an approach that runs out of
+memory is recorded as such with the memory it had reached.
+
+The model is the run's random-weight Carbon-3B in bf16 with the default rotary embedding: YaRN,
+which the published recipe turns on past 32k, changes the rotary frequencies only, not the work.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from carbon_vep.benchmark.gpu.device import Budget
+from carbon_vep.benchmark.gpu.workload import Model
+from carbon_vep.benchmark.harness import device_peak_gb, reset_device_peak, timed
+from carbon_vep.benchmark.synthetic import write_fasta
+from carbon_vep.columns import Status
+from carbon_vep.config.gpus import CARBON_SHAPES, niah_memory_bytes, niah_row_seconds
+from carbon_vep.config.stages import NiahSettings
+from carbon_vep.model.engine import Engine
+from carbon_vep.suite.niah import NiahScorer, score_rows
+from carbon_vep.suite.niah_build import CellSpec, write_cell
+from carbon_vep.suite.niah_cells import read_cell
+from carbon_vep.suite.niah_published import three_pass_row
+
+CONTEXTS = (32_768, 65_536, 131_072)
+ROWS = {32_768: 4, 65_536: 2, 131_072: 2}  # ours; the published way runs the first row
+SMOKE_CONTEXTS = (512, 1024)
+SMOKE_ROWS = 2
+TASK = "neardup_d2"
+
+
+DEFAULT_CHUNKS = (NiahSettings().prefill_chunk,)
+
+
+def niah_phase(model: Model, work: Path, device: torch.device, smoke: bool, budget: Budget,
+               chunks: tuple[int, ...] = DEFAULT_CHUNKS) -> list[dict]:  # fmt: skip
+    """Per context, ours (once per prefill chunk in `chunks`, 0 = the whole prompt in one
+    pass) and the published three passes side by side (module docstring)."""
+    contexts = SMOKE_CONTEXTS if smoke else CONTEXTS
+    rng = np.random.default_rng(2)
+    fasta = write_fasta(work / "niah_haystack.fa", {
+        "hay": "".join(np.array(list("ACGT"))[rng.integers(0, 4, max(contexts) * 8)])})  # fmt: skip
+    scorer = NiahScorer(Engine(model.loaded.model, model.loaded.vocab, device, batch_size=1),
+                        model.loaded.tokenizer)  # fmt: skip
+    results = []
+    for ctx in contexts:
+        rows = SMOKE_ROWS if smoke else ROWS[ctx]
+        per_row = 0.0 if smoke else niah_row_seconds(CARBON_SHAPES["Carbon-3B"], ctx, "H100")
+        if not budget.allows(f"Genomic-NIAH at {ctx:,} tokens", 10 + 2 * (rows + 3) * per_row):
+            break
+        cell_path = work / f"niah_{ctx}.parquet"
+        write_cell(CellSpec(TASK, ctx, rows, seed=3), fasta, cell_path)
+        cell = read_cell(cell_path)
+        for i, chunk in enumerate(chunks):
+            if i and not budget.allows(f"Genomic-NIAH at {ctx:,} tokens, chunk {chunk}",
+                                       10 + 2 * rows * per_row):  # fmt: skip
+                break
+            row = {"model": model.name, "task": TASK, "context_tokens": ctx, "rows": rows,
+                   "prefill_chunk": chunk, "arithmetic": _arithmetic(ctx, chunk)}  # fmt: skip
+            scorer.prefill_chunk = chunk
+            row["ours"], scored = _ours(scorer, cell, device)
+            if i == 0 and budget.allows(f"Genomic-NIAH published three passes at {ctx:,} tokens",
+                                        10 + 4 * per_row):  # fmt: skip
+                row["published"], answer = _published(model, cell.row(0, named=True), device)
+                if answer is not None and scored is not None:
+                    row["agreement"] = _agreement(scored.row(0, named=True), answer)
+            results.append(row)
+            _print(row)
+    return results
+
+
+def _ours(scorer: NiahScorer, cell, device: torch.device) -> tuple[dict, object]:
+    scorer.paired = True
+    reset_device_peak(device)
+    try:
+        seconds, scored = timed(lambda: score_rows(cell, scorer, 1), device)
+    except torch.OutOfMemoryError as error:
+        failure = _out_of_memory(error, device)
+    else:
+        return _ours_row(seconds, scored, scorer, cell, device), scored
+    _release(device)  # out of the except block: its traceback no longer holds the tensors
+    return failure, None
+
+
+def _ours_row(seconds: float, scored, scorer: NiahScorer, cell, device) -> dict:
+    failed = int((scored["status"] == Status.FAILED.value).sum())
+    return {
+        "seconds": seconds,
+        "seconds_per_row": seconds / cell.height,
+        "rows_per_s": cell.height / seconds,
+        "peak_allocated_gb": device_peak_gb(device),
+        "paired": scorer.paired,
+        "failed_rows": failed,
+    }
+
+
+def _published(model: Model, row: dict, device: torch.device) -> tuple[dict, object]:
+    loaded = model.loaded
+    reset_device_peak(device)
+    try:
+        seconds, answer = timed(lambda: three_pass_row(
+            loaded.model, loaded.tokenizer, loaded.vocab, row["prompt"], row["value"],
+            row["negative_value"]), device)  # fmt: skip
+    except torch.OutOfMemoryError as error:
+        failure = _out_of_memory(error, device)
+    else:
+        return {"seconds_per_row": seconds, "peak_allocated_gb": device_peak_gb(device)}, answer
+    _release(device)
+    return failure, None
+
+
+def _out_of_memory(error: Exception, device: torch.device) -> dict:
+    return {"error": "out of memory", "peak_allocated_gb": device_peak_gb(device),
+            "message": str(error).splitlines()[0][:200]}  # fmt: skip
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _agreement(ours: dict, answer) -> dict:
+    return {
+        "same_pred": ours["pred"] == answer.pred,
+        "target_ll_difference": abs(ours["target_ll"] - answer.target_ll),
+        "negative_ll_difference": abs(ours["negative_ll"] - answer.negative_ll),
+    }
+
+
+def _arithmetic(ctx: int, chunk: int) -> dict:
+    shape = CARBON_SHAPES["Carbon-3B"]
+    return {
+        "h100_seconds_per_row": niah_row_seconds(shape, ctx, "H100"),
+        "paired_gb": niah_memory_bytes(shape, ctx, chunk)["total"] / 1e9,
+    }
+
+
+def _print(row: dict) -> None:
+    ours, published = row["ours"], row.get("published", {})
+    theirs = published.get("error") or (
+        f"{published['seconds_per_row']:.2f} s a row" if published else "not run"
+    )
+    mine = ours.get("error") or f"{ours['seconds_per_row']:.2f} s a row"
+    print(f"[gpu-check] Genomic-NIAH {row['context_tokens']:,} tokens, prefill chunk "
+          f"{row['prefill_chunk']}: ours {mine}, "
+          f"published three passes {theirs}", file=sys.stderr)  # fmt: skip
