@@ -5,7 +5,7 @@
 # $GPU_KIT_SITE (/tmp/site) as the device README says (no index, no dependencies, --target);
 # then the check runs, unbuffered, with its results and this log under $OUT (5 files; at most 8
 # come back). GPU_PYTHON (python3: the image's, with torch + CUDA), GPU_KIT (.whl) and
-# GPU_BUDGET_S (450) may be set; the CPU rehearsal (tests/test_gpu_kit.py) runs this same script
+# GPU_BUDGET_S (450) may be set; the CPU rehearsal (tests/test_gpu_check_smoke.py) runs this script
 # with --smoke.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -24,7 +24,7 @@ shopt -s nullglob
 kit_dir=${GPU_KIT:-.whl}
 kit=("$kit_dir"/*.whl "$kit_dir"/*.whl.xz)
 if ((${#kit[@]} == 0)); then
-    echo "[gpu_run] no kit in .whl/: run 'make gpu-kit' and carry .whl with the call" | tee -a "$log"
+    echo "[gpu_run] no kit in $kit_dir/: run 'make gpu-kit' and carry .whl with the call" | tee -a "$log"
     exit 2
 fi
 # the large wheels travel xz-compressed (carbon_vep/benchmark/gpu/kit.py: pack): unpacked here
@@ -39,7 +39,7 @@ wheels=("$kit_dir"/*.whl "$unpacked"/*.whl)
     --target "$site" "${wheels[@]}" 2>&1 | tee -a "$log" || exit 4
 export PYTHONPATH="$site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-"$python" -c "import torch, transformers, polars, pysam, carbon_vep.benchmark.gpu.run as r
+"$python" -c "import torch, transformers, polars, pysam, carbon_vep.benchmark.gpu.run
 print('[gpu_run] torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.is_available(),
       '| transformers', transformers.__version__, '| polars', polars.__version__,
       '| pysam', pysam.__version__)" 2>&1 | tee -a "$log" || exit 5

@@ -21,14 +21,12 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import torch
 
 from carbon_vep.benchmark.gpu.device import Budget
-from carbon_vep.benchmark.gpu.workload import Model, random_model
+from carbon_vep.benchmark.gpu.workload import Model, haystack_fasta, random_model
 from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command
-from carbon_vep.benchmark.synthetic import write_fasta
 from carbon_vep.benchmark.vllm import compare_niah, task_command
 from carbon_vep.cli.niah import read_job_times
 from carbon_vep.config.gpus import (
@@ -122,9 +120,7 @@ def generation(model: Model, work: Path, device: torch.device, smoke: bool,
                              model.loaded.vocab, device, torch.float32)  # fmt: skip
     contexts, rows = (SMOKE_CONTEXTS, SMOKE_ROWS) if smoke else (CONTEXTS, ROWS)
     checkpoint = save_checkpoint(model, work / "generation_model")
-    rng = np.random.default_rng(2)
-    fasta = write_fasta(work / "generation.fa", {
-        "hay": "".join(np.array(list("ACGT"))[rng.integers(0, 4, max(contexts) * 8)])})  # fmt: skip
+    fasta = haystack_fasta(work, max(contexts) * 8)
     dtype = "float32" if smoke else "bfloat16"
     gpu = gpu_class(device)
     results = []

@@ -11,7 +11,7 @@ less tightly than xz). It prints what one call would carry (the tree and the kit
 it fails naming the largest items. `scripts/gpu_run.sh` unpacks the `.xz` ones and installs
 them all there (`pip install --no-index --no-deps --target`).
 
-The CPU rehearsal (tests/benchmark/test_gpu_kit.py) builds the same kit for this Python and
+The CPU rehearsal (tests/test_gpu_check_smoke.py) builds the same kit for this Python and
 gives a fresh venv the image's packages (envs/device-image.txt, linked from this environment)
 and nothing else, so a package missing from the kit fails a test here, not on the device.
 """
@@ -65,7 +65,6 @@ def download(requirements: list[str], dest: Path, python_version: str) -> list[P
     manylinux x86_64; wheels in `dest` not among them are removed (two versions of a package
     would stop the install there)."""
     dest.mkdir(parents=True, exist_ok=True)
-    before = set(dest.glob("*.whl"))
     argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
             "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
             "--dest", str(dest)]  # fmt: skip
@@ -74,7 +73,7 @@ def download(requirements: list[str], dest: Path, python_version: str) -> list[P
     subprocess.run(argv + requirements, check=True)
     wanted = {_wheel_key(r.replace("==", "-")) for r in requirements}
     kept = []
-    for wheel in sorted(set(dest.glob("*.whl")) | before):
+    for wheel in sorted(dest.glob("*.whl")):
         if _wheel_key("-".join(wheel.name.split("-")[:2])) in wanted:
             kept.append(wheel)
         else:
@@ -139,9 +138,9 @@ def carry_report(root: Path, kit: list[Path]) -> tuple[int, str]:
     items = [(p.stat().st_size, str(p.relative_to(root))) for p in tree_files(root)]
     tree = sum(size for size, _ in items)
     wheels = [(w.stat().st_size, f"{w.parent.name}/{w.name}") for w in kit]
-    total = tree + sum(size for size, _ in wheels)
-    largest = sorted(items + wheels, reverse=True)[:5]
     kit_bytes = sum(size for size, _ in wheels)
+    total = tree + kit_bytes
+    largest = sorted(items + wheels, reverse=True)[:5]
     head = (f"one device call carries {total / 2**20:.1f} MiB: the tree {tree / 2**20:.1f} MiB "
             f"({len(items)} files) + the kit {kit_bytes / 2**20:.1f} MiB ({len(wheels)} wheels); "
             f"limit {CARRY_LIMIT_MIB} MiB")  # fmt: skip

@@ -16,13 +16,11 @@ import gc
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from carbon_vep.benchmark.gpu.device import Budget
-from carbon_vep.benchmark.gpu.workload import Model
+from carbon_vep.benchmark.gpu.workload import Model, haystack_fasta
 from carbon_vep.benchmark.harness import device_peak_gb, reset_device_peak, timed
-from carbon_vep.benchmark.synthetic import write_fasta
 from carbon_vep.columns import Status
 from carbon_vep.config.gpus import CARBON_SHAPES, niah_memory_bytes, niah_row_seconds
 from carbon_vep.config.stages import NiahSettings
@@ -47,9 +45,7 @@ def niah_phase(model: Model, work: Path, device: torch.device, smoke: bool, budg
     """Per context, ours (once per prefill chunk in `chunks`, 0 = the whole prompt in one
     pass) and the published three passes side by side (module docstring)."""
     contexts = SMOKE_CONTEXTS if smoke else CONTEXTS
-    rng = np.random.default_rng(2)
-    fasta = write_fasta(work / "niah_haystack.fa", {
-        "hay": "".join(np.array(list("ACGT"))[rng.integers(0, 4, max(contexts) * 8)])})  # fmt: skip
+    fasta = haystack_fasta(work, max(contexts) * 8)
     scorer = NiahScorer(Engine(model.loaded.model, model.loaded.vocab, device, batch_size=1),
                         model.loaded.tokenizer)  # fmt: skip
     results = []
@@ -81,53 +77,44 @@ def niah_phase(model: Model, work: Path, device: torch.device, smoke: bool, budg
 
 def _ours(scorer: NiahScorer, cell, device: torch.device) -> tuple[dict, object]:
     scorer.paired = True
-    reset_device_peak(device)
-    try:
-        seconds, scored = timed(lambda: score_rows(cell, scorer, 1), device)
-    except torch.OutOfMemoryError as error:
-        failure = _out_of_memory(error, device)
-    else:
-        return _ours_row(seconds, scored, scorer, cell, device), scored
-    _release(device)  # out of the except block: its traceback no longer holds the tensors
-    return failure, None
-
-
-def _ours_row(seconds: float, scored, scorer: NiahScorer, cell, device) -> dict:
+    seconds, scored, measured = _attempt(lambda: score_rows(cell, scorer, 1), device)
+    if scored is None:
+        return measured, None
     failed = int((scored["status"] == Status.FAILED.value).sum())
-    return {
+    return measured | {
         "seconds": seconds,
         "seconds_per_row": seconds / cell.height,
         "rows_per_s": cell.height / seconds,
-        "peak_allocated_gb": device_peak_gb(device),
         "paired": scorer.paired,
         "failed_rows": failed,
-    }
+    }, scored
 
 
 def _published(model: Model, row: dict, device: torch.device) -> tuple[dict, object]:
     loaded = model.loaded
+    seconds, answer, measured = _attempt(lambda: three_pass_row(
+        loaded.model, loaded.tokenizer, loaded.vocab, row["prompt"], row["value"],
+        row["negative_value"]), device)  # fmt: skip
+    if answer is None:
+        return measured, None
+    return measured | {"seconds_per_row": seconds}, answer
+
+
+def _attempt(run, device: torch.device) -> tuple[float, object, dict]:
+    """`run` timed, with the peak memory it reached: (seconds, result, {peak}), or, when it
+    runs out of memory, (nan, None, {error, peak, message}) with the memory released."""
     reset_device_peak(device)
     try:
-        seconds, answer = timed(lambda: three_pass_row(
-            loaded.model, loaded.tokenizer, loaded.vocab, row["prompt"], row["value"],
-            row["negative_value"]), device)  # fmt: skip
+        seconds, result = timed(run, device)
     except torch.OutOfMemoryError as error:
-        failure = _out_of_memory(error, device)
+        failure = {"error": "out of memory", "peak_allocated_gb": device_peak_gb(device),
+                   "message": str(error).splitlines()[0][:200]}  # fmt: skip
     else:
-        return {"seconds_per_row": seconds, "peak_allocated_gb": device_peak_gb(device)}, answer
-    _release(device)
-    return failure, None
-
-
-def _out_of_memory(error: Exception, device: torch.device) -> dict:
-    return {"error": "out of memory", "peak_allocated_gb": device_peak_gb(device),
-            "message": str(error).splitlines()[0][:200]}  # fmt: skip
-
-
-def _release(device: torch.device) -> None:
-    gc.collect()
+        return seconds, result, {"peak_allocated_gb": device_peak_gb(device)}
+    gc.collect()  # out of the except block: its traceback no longer holds the tensors
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    return float("nan"), None, failure
 
 
 def _agreement(ours: dict, answer) -> dict:

@@ -18,7 +18,7 @@ from carbon_vep.benchmark import known_answer
 from carbon_vep.benchmark.gpu.ablations import ablations
 from carbon_vep.benchmark.gpu.device import Budget, profile_table
 from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
-from carbon_vep.benchmark.gpu.niah import niah_phase
+from carbon_vep.benchmark.gpu.niah import DEFAULT_CHUNKS, niah_phase
 from carbon_vep.benchmark.gpu.paths import measure, model_paths
 from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_aurocs
 from carbon_vep.benchmark.gpu.report import environment, write_report
@@ -36,7 +36,6 @@ from carbon_vep.benchmark.harness import bf16_peak_tflops
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
 )
-from carbon_vep.config.stages import NiahSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.model.demo import make_tokenizer
 from carbon_vep.model.tokens import dna_vocab
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     parser.add_argument(
         "--niah-prefill-chunks",
         type=lambda text: tuple(int(v) for v in text.split(",")),
-        default=(NiahSettings().prefill_chunk,),
+        default=DEFAULT_CHUNKS,
         help="comma-separated prefill chunks the niah step runs ours with (0 = whole prompt)",
     )
     parser.add_argument(
@@ -136,7 +135,7 @@ class Run:
     vllm_python: str | None
     steps: list[str]
     no_vllm_reason: str | None = None
-    niah_chunks: tuple[int, ...] = (NiahSettings().prefill_chunk,)
+    niah_chunks: tuple[int, ...] = DEFAULT_CHUNKS
 
     def save(self) -> None:
         write_report(self.report, self.out, self.budget)

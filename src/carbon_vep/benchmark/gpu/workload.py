@@ -185,6 +185,16 @@ def make_inputs(folder: Path, sizes: Sizes) -> Inputs:
     return Inputs(fasta, sites, scan_bp, sizes, genome)
 
 
+def haystack_fasta(work: Path, bp: int) -> Path:
+    """A random ACGT contig `hay` of `bp` bases (numpy seed 2) for the Genomic-NIAH cells of
+    the niah and vllm steps; written once a size and shared."""
+    path = work / f"haystack_{bp}.fa"
+    if not path.exists():
+        rng = np.random.default_rng(2)
+        write_fasta(path, {"hay": "".join(np.array(list("ACGT"))[rng.integers(0, 4, bp)])})
+    return path
+
+
 def recovery_table(inputs: Inputs, sizes: Sizes) -> pl.DataFrame:
     rows = [
         {"sequence": inputs.genome[p - sizes.prompt_bp : p], "label": inputs.genome[p : p + 30]}
