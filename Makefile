@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm demo ci test lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check gpu-kit scan-lambda clean
+.PHONY: setup setup-vllm demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check gpu-kit scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,8 +52,15 @@ demo: setup
 ci: setup
 	$(BIN)/snakemake --cores 2 --configfile config/ci.yaml
 
+# the tests on both cores (pytest-xdist; a file's tests stay on one worker, so its module
+# fixtures, like a workflow run, are built once); timings in docs/testing.md
+PYTEST_WORKERS ?= 2
 test: setup lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+
+# the inner loop: every test that runs no workflow and starts no engine subprocess (< 3 min)
+test-fast: setup
+	$(BIN)/pytest -m "not workflow and not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check .

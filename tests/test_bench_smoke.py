@@ -7,6 +7,8 @@ import torch
 
 from carbon_vep.benchmark import engine as bench
 
+pytestmark = pytest.mark.slow  # each benchmark runs once at toy sizes
+
 
 def test_model_rows_reports_both_normalisations():
     tiny = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,

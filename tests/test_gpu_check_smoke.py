@@ -22,6 +22,8 @@ from carbon_vep.benchmark.gpu import kit, run
 from carbon_vep.benchmark.gpu.generation import find_vllm_python
 from carbon_vep.benchmark.harness import PROJECT_ROOT
 
+pytestmark = pytest.mark.slow  # the kit is built and the check runs in a fresh venv
+
 VLLM_PYTHON = PROJECT_ROOT / ".venv-vllm/bin/python"
 HAS_VLLM = VLLM_PYTHON.exists()
 SCRIPT = PROJECT_ROOT / "scripts/gpu_run.sh"

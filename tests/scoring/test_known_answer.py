@@ -49,6 +49,8 @@ from carbon_vep.suite.perturbation import score_pairs
 from carbon_vep.suite.recovery import recover
 from carbon_vep.variants.ingest import ingest_panel
 
+pytestmark = pytest.mark.slow  # a model is trained first (~25 s alone, more beside others)
+
 OPTIONS = MetricSettings(evaluation=EvaluationSettings(bootstrap=0))
 LABELS = LabelSettings(label_column="label")
 

@@ -63,6 +63,7 @@ def test_provenance_records_merge(tmp_path):
     assert merged == {"dataset": "d", "inputs_sha256": {"p": "1", "m/w": "2"}, "model_commit": "c"}
 
 
+@pytest.mark.workflow
 def test_changed_input_reruns_and_a_pin_mismatch_stops_the_run(demo_model_dir, tmp_path):
     """The workflow records the panel's hash; the panel changed in place is a reason to rerun
     (named by Snakemake), and with the old hash pinned the run stops naming both hashes."""
@@ -128,6 +129,7 @@ def test_download_is_kept_only_with_the_pinned_sha256(tmp_path):
         fetch_url((tmp_path / "nope.gz").as_uri(), out, digest)
 
 
+@pytest.mark.workflow
 def test_workflow_fetches_a_pinned_download_before_using_it(tmp_path, demo_model_dir):
     """A dataset's reference from `downloads`: fetched by its head-node rule (a file:// URL
     here), then hashed into the dataset's inputs record."""

@@ -127,6 +127,7 @@ def test_hub_snapshot_with_remote_code_needs_a_pin(demo_model_dir, tmp_path, mon
     check_remote_code(allowed, folder, True)
 
 
+@pytest.mark.workflow
 def test_workflow_refuses_an_unpinned_remote_code_model(tmp_path):
     """`snakemake -n` with a Hub model allowed remote code at no pinned commit: the workflow
     stops while it parses, with the message and the config key."""

@@ -225,7 +225,8 @@ def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path
     assert pl.read_parquet(merged / "rows.parquet").equals(whole)
     metrics = json.loads((tmp_path / "whole/m.json").read_text())
     assert metrics["kind"] == "genomic_niah" and metrics["n_scored"] == 8
-    assert metrics["headline_metrics"] == ["gen_exact_match", "ll_correct"]
+    assert metrics["headline_metrics"] == ["gen_exact_match"]  # ll_correct: a sanity check
+    assert "inflated" in metrics["definitions"]["ll_correct"]
     assert metrics["metrics"] == json.loads((merged / "m.json").read_text())["metrics"]
     assert "depth" in whole.columns and whole["task"].unique().to_list() == ["neardup_d2"]
     # a part missing: refused, nothing written
@@ -233,6 +234,28 @@ def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path
                  "--model-key", "demo", "--out", str(tmp_path / "bad.parquet"),
                  "--metrics", str(tmp_path / "bad.json")])  # fmt: skip
     assert code == 2 and not (tmp_path / "bad.parquet").exists()
+
+
+def test_the_plain_call_on_a_hub_cell_names_its_results(cell_path, demo_model_dir, tmp_path):
+    """A cell as the Hub ships it (no `task` column, named by its config): score-niah with no
+    --task / --model-key files it under the config name and the model directory's name."""
+    hub_cell = tmp_path / "niah_neardup_d2_300.parquet"
+    pl.read_parquet(cell_path).drop("task").write_parquet(hub_cell)
+    out = tmp_path / "o"
+    code = main(["score-niah", "--tasks-file", str(hub_cell), "--model", str(demo_model_dir),
+                 "--trust-remote-code", "--out", str(out / "rows.parquet"),
+                 "--metrics", str(out / "m.json"), "--bootstrap", "0"])  # fmt: skip
+    assert code == 0
+    metrics = json.loads((out / "m.json").read_text())
+    assert metrics["task"] == "niah_neardup_d2_300"
+    assert metrics["model_key"] == demo_model_dir.name
+    assert pl.read_parquet(out / "rows.parquet")["task"].unique().to_list() == ["neardup_d2"]
+    # a file name that is no config name: the task must be named
+    (tmp_path / "cell.parquet").write_bytes(hub_cell.read_bytes())
+    code = main(["score-niah", "--tasks-file", str(tmp_path / "cell.parquet"), "--model",
+                 str(demo_model_dir), "--trust-remote-code", "--out", str(out / "r2.parquet"),
+                 "--metrics", str(out / "m2.json")])  # fmt: skip
+    assert code == 2 and not (out / "r2.parquet").exists()
 
 
 def test_context_beyond_the_model_needs_yarn(demo_model_dir, tmp_path, caplog):

@@ -7,11 +7,20 @@ import polars as pl
 import pytest
 from support.files import random_dna, write_fasta
 
+from carbon_vep.cli import build_parser, main
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings
 from carbon_vep.config.stages import niah_config_name as config_name
 from carbon_vep.errors import InputError
-from carbon_vep.suite.niah_build import DEPTHS, CellSpec, occurrences, write_cell
+from carbon_vep.suite.niah_build import (
+    DEPTHS,
+    HAYSTACK_MODES,
+    MIN_PIECE_BP,
+    CellSpec,
+    StitchedSampler,
+    occurrences,
+    write_cell,
+)
 from carbon_vep.suite.niah_cells import niah_metrics, read_cell
 
 
@@ -25,10 +34,54 @@ def gappy_genome(tmp_path: Path) -> Path:
     return write_fasta(tmp_path / "g.fa", {"chrA": a, "chrB": b})
 
 
-def _cell(tmp_path: Path, genome: Path, task: str, ctx: int = 512, rows: int = 12, seed: int = 3):
+@pytest.fixture(scope="module")
+def fragmented_genome(tmp_path_factory) -> Path:
+    """300 contigs of 3-20 kbp, every third with an N run: no stretch near a 32k-token haystack
+    (~196 kbp), ~3.4 Mbp of ACGT in all, enough to stitch a 128k-token one (~786 kbp)."""
+    rng = np.random.default_rng(17)
+    contigs = {}
+    for i in range(300):
+        seq = "".join(np.array(list("ACGT"))[rng.integers(4, size=int(rng.integers(3000, 20000)))])
+        if i % 3 == 0:
+            at = int(rng.integers(100, len(seq) - 200))
+            seq = seq[:at] + "N" * int(rng.integers(1, 100)) + seq[at:].lower()
+        contigs[f"ctg{i}"] = seq
+    return write_fasta(tmp_path_factory.mktemp("fragmented") / "frag.fa", contigs)
+
+
+def _cell(tmp_path: Path, genome: Path, task: str, ctx: int = 512, rows: int = 12, seed: int = 3,
+          haystack: str = "auto"):  # fmt: skip
     out = tmp_path / f"{task}_{seed}.parquet"
-    write_cell(CellSpec(task, ctx, rows, seed), genome, out)
+    write_cell(CellSpec(task, ctx, rows, seed, haystack=haystack), genome, out)
     return pl.read_parquet(out)
+
+
+def _pieces(row: dict) -> list[tuple[str, int, int]]:
+    """haystack_pieces parsed: (contig, start, end), 0-based half-open."""
+    out = []
+    for piece in row["haystack_pieces"].split(","):
+        contig, _, span = piece.rpartition(":")
+        start, end = span.split("-")
+        out.append((contig, int(start), int(end)))
+    return out
+
+
+def _haystack(row: dict) -> str:
+    """A niah row's prompt without its one planted pair and its query key."""
+    prompt, at = row["prompt"], row["needle_offset_bp"]
+    return prompt[:at] + prompt[at + 48 : -len(row["key"])]
+
+
+def _check_geometry(row: dict, ctx: int) -> None:
+    prompt, value, key = row["prompt"], row["value"], row["key"]
+    assert set(prompt + value) <= set("ACGT")
+    assert row["positive_sequence"] == prompt + value
+    assert row["negative_sequence"].startswith(prompt)
+    assert len(row["negative_sequence"]) == len(row["positive_sequence"])
+    # prefix + prompt + value fill the context exactly, in whole tokens
+    assert len(prompt) % 6 == 0 and 1 + (len(prompt) + len(value)) // 6 == ctx
+    assert prompt.endswith(key) and occurrences(prompt, key) == 2
+    assert prompt.index(key + value) == row["needle_offset_bp"]
 
 
 def _hamming(a: str, b: str) -> int:
@@ -46,6 +99,7 @@ def test_built_cell_has_the_published_schema_and_geometry(tmp_path, gappy_genome
         assert row["negative_sequence"].startswith(prompt)
         negative = row["negative_sequence"][len(prompt) :]
         assert len(negative) == len(value) == row["value_len_bp"] == 24 and negative != value
+        assert row["haystack_mode"] == "contiguous"  # 512 tokens: contiguous, as published
         # prefix + prompt + value fill the context exactly, in whole tokens
         assert len(prompt) % 6 == 0 and 1 + (len(prompt) + len(value)) // 6 == 512
         assert prompt.endswith(key)
@@ -80,29 +134,109 @@ def test_builder_is_deterministic_and_seeds_differ(tmp_path, gappy_genome):
     assert not a["prompt"].equals(c["prompt"])
 
 
-def test_haystack_is_real_genome_without_n(tmp_path, gappy_genome):
+@pytest.mark.parametrize("haystack", ["contiguous", "stitched"])
+def test_haystack_is_real_genome_without_n(tmp_path, gappy_genome, haystack):
     import pysam
 
     fasta = pysam.FastaFile(str(gappy_genome))
-    cell = _cell(tmp_path, gappy_genome, "niah", ctx=400)
+    cell = _cell(tmp_path, gappy_genome, "niah", ctx=400, haystack=haystack)
     for row in cell.iter_rows(named=True):
-        prompt, key, value = row["prompt"], row["key"], row["value"]
-        at = row["needle_offset_bp"]
-        haystack = prompt[:at] + prompt[at + 48 : -len(key)]
-        start = row["haystack_start"]
-        expected = fasta.fetch(row["haystack_chrom"], start, start + len(haystack)).upper()
-        assert haystack == expected and "N" not in expected
-        assert prompt[at : at + 48] == key + value
+        pieces = _pieces(row)
+        expected = "".join(fasta.fetch(c, s, e) for c, s, e in pieces).upper()
+        assert _haystack(row) == expected and "N" not in expected
+        assert (row["haystack_chrom"], row["haystack_start"]) == pieces[0][:2]
+        assert row["haystack_mode"] == haystack
+        assert row["prompt"][row["needle_offset_bp"] :].startswith(row["key"] + row["value"])
+        if haystack == "contiguous":
+            assert len(pieces) == 1
 
 
-def test_depth_cycles_through_the_grid(tmp_path, gappy_genome):
+def test_niah_negative_is_wrong_at_every_base(tmp_path, gappy_genome):
+    cell = _cell(tmp_path, gappy_genome, "niah", rows=20)
+    for row in cell.iter_rows(named=True):
+        negative = row["negative_sequence"][len(row["prompt"]) :]
+        assert _hamming(negative, row["value"]) == 24
+
+
+def test_depth_cycles_through_the_five_published_depths(tmp_path, gappy_genome):
+    assert DEPTHS == (0.10, 0.25, 0.50, 0.75, 0.90)
     cell = _cell(tmp_path, gappy_genome, "niah", rows=len(DEPTHS) + 2)
     assert cell["depth"].to_list() == [*DEPTHS, DEPTHS[0], DEPTHS[1]]
-    first, last = cell.row(0, named=True), cell.row(len(DEPTHS) - 1, named=True)
-    assert first["needle_offset_bp"] == 0  # depth 0: the pair opens the prompt
-    assert first["prompt"].startswith(first["key"] + first["value"])
-    # depth 1: the pair closes the haystack, right before the query key
-    assert last["prompt"].endswith(last["key"] + last["value"] + last["key"])
+    haystack_tokens = CellSpec("niah", 512, 1, 0).haystack_bp // 6
+    for row in cell.iter_rows(named=True):
+        assert row["needle_offset_bp"] == round(row["depth"] * haystack_tokens) * 6
+        assert len(_haystack(row)) == haystack_tokens * 6
+
+
+def test_haystack_mode_switches_to_stitched_at_32768_tokens():
+    assert CellSpec("niah", 16384, 1, 0).haystack_mode == "contiguous"
+    assert CellSpec("niah", 32767, 1, 0).haystack_mode == "contiguous"
+    assert CellSpec("niah", 32768, 1, 0).haystack_mode == "stitched"
+    assert CellSpec("niah", 131072, 1, 0).haystack_mode == "stitched"
+    assert CellSpec("niah", 131072, 1, 0, haystack="contiguous").haystack_mode == "contiguous"
+    assert CellSpec("niah", 512, 1, 0, haystack="stitched").haystack_mode == "stitched"
+
+
+def test_fragmented_assembly_holds_a_stitched_32k_cell(tmp_path, fragmented_genome):
+    import pysam
+
+    fasta = pysam.FastaFile(str(fragmented_genome))
+    cell = _cell(tmp_path, fragmented_genome, "niah", ctx=32768, rows=2)
+    assert cell["haystack_mode"].to_list() == ["stitched"] * 2
+    for row in cell.iter_rows(named=True):
+        _check_geometry(row, 32768)
+        pieces = _pieces(row)
+        assert len(pieces) > 1 and len({(c, s) for c, s, _ in pieces}) == len(pieces)
+        expected = "".join(fasta.fetch(c, s, e) for c, s, e in pieces).upper()
+        assert _haystack(row) == expected and set(expected) <= set("ACGT")
+    # one base short of the switch the same genome has no stretch for a contiguous haystack
+    with pytest.raises(InputError, match="no stretch of .* --haystack stitched"):
+        write_cell(CellSpec("niah", 32767, 1, 0), fragmented_genome, tmp_path / "x.parquet")
+    with pytest.raises(InputError, match="no stretch of"):
+        spec = CellSpec("niah", 32768, 1, 0, haystack="contiguous")
+        write_cell(spec, fragmented_genome, tmp_path / "x.parquet")
+
+
+def test_fragmented_assembly_holds_a_128k_haystack(fragmented_genome):
+    length = CellSpec("neardup_d1", 131072, 1, 0).haystack_bp
+    sampler = StitchedSampler(fragmented_genome, length)
+    try:
+        pieces, haystack = sampler.draw(np.random.default_rng(0))
+    finally:
+        sampler.close()
+    assert len(haystack) == length > 780_000 and set(haystack) <= set("ACGT")
+    assert sum(p.end - p.start for p in pieces) == length
+    assert all(p.end - p.start >= 1 for p in pieces)
+    spans = sorted((p.contig, p.start, p.end) for p in pieces)
+    # no base twice: pieces of one contig do not overlap
+    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_stitched_haystack_wraps_around_a_single_run(tmp_path):
+    fasta = write_fasta(tmp_path / "one.fa", {"c": random_dna(4000, 5)})
+    cell = _cell(tmp_path, fasta, "niah", ctx=600, rows=10, haystack="stitched")
+    for row in cell.iter_rows(named=True):
+        pieces = _pieces(row)
+        assert 1 <= len(pieces) <= 2 and sum(e - s for _, s, e in pieces) == len(_haystack(row))
+
+
+def test_genome_too_small_for_a_stitched_haystack_is_named(tmp_path):
+    short = random_dna(MIN_PIECE_BP - 1, 3)
+    fasta = write_fasta(tmp_path / "small.fa", {"a": random_dna(2000, 1), "b": short})
+    with pytest.raises(InputError, match=r"small\.fa.*2,000 ACGT bases in runs of at least"):
+        write_cell(CellSpec("niah", 512, 2, 0, haystack="stitched"), fasta, tmp_path / "x.pq")
+    assert not (tmp_path / "x.pq").exists()
+
+
+def test_build_niah_command_forces_the_haystack(tmp_path, gappy_genome):
+    out = tmp_path / "cell.parquet"
+    code = main(["build-niah", "--reference", str(gappy_genome), "--task", "niah", "--ctx", "400",
+                 "--rows", "2", "--haystack", "stitched", "--out", str(out)])  # fmt: skip
+    assert code in (0, None)
+    assert pl.read_parquet(out)["haystack_mode"].to_list() == ["stitched"] * 2
+    args = build_parser().parse_args(["build-niah", "--reference", "g", "--task", "niah",
+                                      "--ctx", "1", "--out", "o"])  # fmt: skip
+    assert args.haystack == "auto" and HAYSTACK_MODES == ("auto", "contiguous", "stitched")
 
 
 def test_genome_too_short_for_the_context_is_named(tmp_path):
@@ -120,6 +254,7 @@ def test_genome_too_short_for_the_context_is_named(tmp_path):
         (CellSpec("neardup_d2", 512, 2, 0, distractors=3), "at least 8"),
         (CellSpec("niah", 10, 2, 0), "no haystack"),
         (CellSpec("neardup_d3", 512, 2, 0), "one of niah"),
+        (CellSpec("niah", 512, 2, 0, haystack="glued"), "--haystack 'glued'"),
     ],
 )
 def test_bad_cell_geometry_is_refused(tmp_path, gappy_genome, spec, message):

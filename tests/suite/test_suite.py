@@ -14,7 +14,6 @@ import yaml
 from carbon_vep.cli import main
 from carbon_vep.errors import InputError
 from carbon_vep.report.results_table import load_results, results_markdown, results_table
-from carbon_vep.sources.download import fetch_hub_file
 from carbon_vep.suite.tasks import read_task_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,31 +101,6 @@ def test_load_results_refuses_json_without_names(tmp_path):
         load_results([path])
 
 
-def test_fetch_hub_file_concatenates_a_glob_of_parquets(tmp_path, monkeypatch):
-    import huggingface_hub
-
-    snapshot = tmp_path / "snapshot"
-    for part, rows in (
-        ("motif_human/test-00001.parquet", [3]),
-        ("motif_human/test-00000.parquet", [1, 2]),
-        ("syn_human/test-00000.parquet", [9]),
-    ):
-        (snapshot / part).parent.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame({"x": rows}).write_parquet(snapshot / part)
-    calls = []
-
-    def fake_snapshot(repo_id, repo_type, revision, allow_patterns):
-        calls.append((repo_id, repo_type, revision, allow_patterns))
-        return str(snapshot)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    out = fetch_hub_file("org/bench", "motif_human/*.parquet", tmp_path / "motif.parquet")
-    assert pl.read_parquet(out)["x"].to_list() == [1, 2, 3]  # name order
-    assert calls == [("org/bench", "dataset", None, ["motif_human/*.parquet"])]
-    with pytest.raises(InputError, match="no file matches"):
-        fetch_hub_file("org/bench", "other/*.parquet", tmp_path / "other.parquet")
-
-
 # ---- the workflow ------------------------------------------------------------------------
 def _env() -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
@@ -154,6 +128,7 @@ def _snakemake(workdir: Path, config: dict, *extra: str) -> subprocess.Completed
     return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.workflow
 def test_published_suite_config_plans_hub_fetches_and_every_suite_rule(tmp_path):
     """`config/suite.yaml` dry-run: head-node fetch rules feed the datasets and tasks."""
     config = yaml.safe_load((ROOT / "config/suite.yaml").read_text())

@@ -28,6 +28,8 @@ from carbon_vep.suite.niah_build import CellSpec, write_cell
 from carbon_vep.suite.niah_vllm import allowed_ids, row_groups
 from carbon_vep.suite.recovery_vllm import check_decoder, unsuppressed_ids
 
+pytestmark = pytest.mark.slow  # vLLM engines start in subprocesses
+
 ROOT = Path(__file__).resolve().parents[2]
 FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"
 VLLM_BIN = ROOT / ".venv-vllm/bin"

@@ -4,6 +4,8 @@ snapshots/COMMIT/)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -18,3 +20,24 @@ def fake_hub_cache(hf_home: Path, model_dir: Path, repo_id: str = REPO_ID) -> Pa
     (repo / "refs/main").write_text(COMMIT)
     shutil.copytree(model_dir, repo / "snapshots" / COMMIT)
     return repo / "snapshots" / COMMIT
+
+
+def hub_dataset_cache(
+    hub_cache: Path, repo_id: str, commit: str, files: dict[str, bytes], main: bool = True
+) -> Path:
+    """Dataset files as the Hub's cache holds them: content-addressed blobs, the snapshot's
+    files linking to them (datasets--ORG--NAME/snapshots/COMMIT/PATH), refs/main = COMMIT when
+    `main`. Returns the snapshot folder."""
+    repo = hub_cache / f"datasets--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    for name, content in files.items():
+        blob = repo / "blobs" / hashlib.sha256(content).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(content)
+        link = snapshot / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    if main:
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs/main").write_text(commit)
+    return snapshot

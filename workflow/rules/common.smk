@@ -18,11 +18,13 @@ from carbon_vep.config.workflow import (
     check_niah_profile,
     profile_gpu_class,
 )
+from carbon_vep.estimate.bill import estimate, is_dry_run
+from carbon_vep.estimate.table import render
 from carbon_vep.report.track_list import track_set
 from carbon_vep.workflow.jobs import Jobs
 from carbon_vep.workflow.paths import RunPaths
 from carbon_vep.workflow.scans import ScanInputs, read_plan
-from carbon_vep.workflow.targets import Targets
+from carbon_vep.workflow.targets import Targets, names_pattern
 
 # The schema is generated from carbon_vep.config.schema (`carbon-vep config-schema`); RunConfig
 # is the same config typed, every default filled in, builds and model keys checked.
@@ -36,6 +38,9 @@ PROFILES = {
 for rule_name in MODEL_RULES:
     check_gpu_profile(rule_name, PROFILES.get(rule_name, {}), RUN.models)
 check_niah_profile(PROFILES.get("score_niah", {}), RUN)
+# the bill before the run (carbon-vep estimate) heads a dry run's plan; jobs do not reprint it
+if workflow.is_main_process and is_dry_run(sys.argv):
+    print(render(estimate(RUN, PROFILES)), file=sys.stderr)
 
 OUTDIR = RUN.outdir
 # the comparison gate's baseline: as given, or a relative path shipped with the workflow
@@ -45,6 +50,10 @@ WORKFLOW_ROOT = os.path.join(
 BASELINE = RUN.baseline
 if BASELINE and not os.path.isabs(BASELINE) and not os.path.exists(BASELINE):
     BASELINE = os.path.normpath(os.path.join(WORKFLOW_ROOT, BASELINE))
+# the published Genomic-NIAH points the report draws beside a run's own
+PUBLISHED_NIAH = os.path.normpath(
+    os.path.join(WORKFLOW_ROOT, "baselines", "published_niah.yaml")
+)
 CONFIG_SHA256 = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 TARGETS = Targets(RUN, BASELINE)
@@ -67,18 +76,23 @@ MODEL_INPUTS = PATHS.model_inputs
 NIAH_CELL = PATHS.niah_cell
 NIAH_INPUTS = PATHS.niah_inputs
 NIAH_RESULT = PATHS.niah_result
+LOG_DIR = PATHS.log_dir
+NIAH_RESULT_LOG = PATHS.log(NIAH_RESULT)
+HUB_MODEL_RECORD_LOG = PATHS.log(HUB_MODEL_RECORD)
 TRACK_NAMES = [track.name for track in track_set(calibrated=True)]
 
 
 wildcard_constraints:
-    dataset="|".join(RUN.datasets),
-    model="|".join(RUN.models),
+    # names_pattern: an empty section matches nothing (an empty constraint would match any
+    # path, and send a NIAH or task output to the panel rules)
+    dataset=names_pattern(list(RUN.datasets)),
+    model=names_pattern(list(RUN.models)),
     shard=r"\d{5}",
-    scan="|".join(RUN.scans) or "^$",
+    scan=names_pattern(list(RUN.scans)),
     chunk=r"\d{5}",
     part=r"\d{5}",
     track="|".join(TRACK_NAMES),
-    niah="|".join(RUN.niah) or "^$",
+    niah=names_pattern(list(RUN.niah)),
     cell=r"niah_[A-Za-z0-9_]+",
     # an output file of a scan: contig names encoded (@XX), `+N` for shared files
     file=r"[A-Za-z0-9._@+-]+",

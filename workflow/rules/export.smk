@@ -6,7 +6,7 @@ rule export_vcf:
         vcf=f"{OUTDIR}/{{dataset}}/{{model}}/results.vcf.gz",
         tbi=f"{OUTDIR}/{{dataset}}/{{model}}/results.vcf.gz.tbi",
     log:
-        f"logs/{OUTDIR}/{{dataset}}/{{model}}/export_vcf.log",
+        f"{LOG_DIR}/{{dataset}}/{{model}}/export_vcf.log",
     conda:
         "../../envs/carbon-vep.yaml"
     shell:

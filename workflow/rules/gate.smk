@@ -10,7 +10,7 @@ if BASELINE:
         output:
             f"{OUTDIR}/baseline_comparison.tsv",
         log:
-            log=f"logs/{OUTDIR}/compare_baseline.log",
+            log=f"{LOG_DIR}/compare_baseline.log",
             junit=f"{OUTDIR}/baseline_comparison.junit.xml",
         conda:
             "../../envs/carbon-vep.yaml"

@@ -10,7 +10,7 @@ rule check_panel:
         checked=f"{OUTDIR}/{{dataset}}/checked.parquet",
         summary=f"{OUTDIR}/{{dataset}}/checked_summary.json",
     log:
-        f"logs/{OUTDIR}/{{dataset}}/check_panel.log",
+        f"{LOG_DIR}/{{dataset}}/check_panel.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:

@@ -8,7 +8,7 @@ rule record_dataset_inputs:
     output:
         DATASET_INPUTS,
     log:
-        f"logs/{OUTDIR}/inputs/dataset_{{dataset}}.log",
+        f"{LOG_DIR}/inputs/dataset_{{dataset}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -24,7 +24,7 @@ rule record_task_inputs:
     output:
         TASK_INPUTS,
     log:
-        f"logs/{OUTDIR}/inputs/task_{{task}}.log",
+        f"{LOG_DIR}/inputs/task_{{task}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -40,7 +40,7 @@ rule record_model_inputs:
     output:
         MODEL_INPUTS,
     log:
-        f"logs/{OUTDIR}/inputs/model_{{model}}.log",
+        f"{LOG_DIR}/inputs/model_{{model}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:

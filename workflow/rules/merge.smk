@@ -5,7 +5,7 @@ rule merge_scores:
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
     log:
-        f"logs/{OUTDIR}/{{dataset}}/{{model}}/merge_scores.log",
+        f"{LOG_DIR}/{{dataset}}/{{model}}/merge_scores.log",
     wildcard_constraints:
         dataset=TARGETS.dataset_pattern(lookup=False),
     conda:

@@ -7,7 +7,7 @@ rule compute_metrics:
         metrics=f"{OUTDIR}/{{dataset}}/{{model}}/metrics.json",
         evaluated=f"{OUTDIR}/{{dataset}}/{{model}}/evaluated.parquet",
     log:
-        f"logs/{OUTDIR}/{{dataset}}/{{model}}/compute_metrics.log",
+        f"{LOG_DIR}/{{dataset}}/{{model}}/compute_metrics.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:

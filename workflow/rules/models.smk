@@ -20,7 +20,7 @@ rule fetch_model:
     output:
         HUB_MODEL_RECORD,
     log:
-        f"logs/{HUB_MODEL_RECORD}.log",
+        f"{HUB_MODEL_RECORD_LOG}.log",
     localrule: True
     conda:
         "../../envs/carbon-vep.yaml"

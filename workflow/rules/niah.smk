@@ -7,7 +7,7 @@ rule fetch_niah_cell:
     output:
         NIAH_CELL,
     log:
-        f"logs/{OUTDIR}/niah/{{niah}}/fetch_{{cell}}.log",
+        f"{LOG_DIR}/niah/{{niah}}/fetch_{{cell}}.log",
     wildcard_constraints:
         niah=TARGETS.niah_pattern("hub"),
     localrule: True
@@ -25,7 +25,7 @@ rule build_niah_cell:
     output:
         NIAH_CELL,
     log:
-        f"logs/{OUTDIR}/niah/{{niah}}/build_{{cell}}.log",
+        f"{LOG_DIR}/niah/{{niah}}/build_{{cell}}.log",
     wildcard_constraints:
         niah=TARGETS.niah_pattern("build"),
     conda:
@@ -43,7 +43,7 @@ rule record_niah_inputs:
     output:
         NIAH_INPUTS,
     log:
-        f"logs/{OUTDIR}/inputs/niah_{{niah}}.{{cell}}.log",
+        f"{LOG_DIR}/inputs/niah_{{niah}}.{{cell}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -61,7 +61,7 @@ rule score_niah:
         rows=f"{NIAH_RESULT}/parts/rows_{{part}}.parquet",
         metrics=f"{NIAH_RESULT}/parts/metrics_{{part}}.json",
     log:
-        f"logs/{NIAH_RESULT}/score_niah_{{part}}.log",
+        f"{NIAH_RESULT_LOG}/score_niah_{{part}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard; GPU memory and time follow from the model and the context
@@ -98,7 +98,7 @@ rule merge_niah:
         predictions=f"{NIAH_RESULT}/predictions.parquet",
         metrics=f"{NIAH_RESULT}/metrics.json",
     log:
-        f"logs/{NIAH_RESULT}/merge_niah.log",
+        f"{NIAH_RESULT_LOG}/merge_niah.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:

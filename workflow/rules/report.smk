@@ -10,7 +10,7 @@ rule write_report:
             labels={"dataset": "{dataset}", "model": "{model}"},
         ),
     log:
-        f"logs/{OUTDIR}/{{dataset}}/{{model}}/write_report.log",
+        f"{LOG_DIR}/{{dataset}}/{{model}}/write_report.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -29,6 +29,7 @@ rule write_run_report:
         metrics=TARGETS.run_metrics(),
         rows=TARGETS.run_rows(),
         scans=[f"{folder}/summary.json" for folder in TARGETS.run_scan_dirs()],
+        published_niah=[PUBLISHED_NIAH] if RUN.niah else [],
     output:
         html=report(
             f"{OUTDIR}/report.html",
@@ -38,7 +39,7 @@ rule write_run_report:
         ),
         summary=f"{OUTDIR}/summary.md",
     log:
-        f"logs/{OUTDIR}/write_run_report.log",
+        f"{LOG_DIR}/write_run_report.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -48,6 +49,10 @@ rule write_run_report:
             else ""
         ),
         scans=" ".join(f"--scan {folder}" for folder in TARGETS.run_scan_dirs()),
+        published=lambda wc, input: " ".join(
+            f"--published-niah {path}" for path in input.published_niah
+        ),
     shell:
         "carbon-vep html-report --metrics {input.metrics} --rows {input.rows} {params.tables}"
-        " {params.scans} --out-html {output.html} --out-md {output.summary} > {log} 2>&1"
+        " {params.scans} {params.published} --out-html {output.html}"
+        " --out-md {output.summary} > {log} 2>&1"

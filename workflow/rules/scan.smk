@@ -10,7 +10,7 @@ checkpoint plan_scan:
         plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
         report=f"{OUTDIR}/scans/{{scan}}/plan.md",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/plan_scan.log",
+        f"{LOG_DIR}/scans/{{scan}}/plan_scan.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -32,7 +32,7 @@ rule scan_chunk:
         chunk=temp(f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.parquet"),
         stats=f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.json",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/scan_chunk_{{chunk}}.log",
+        f"{LOG_DIR}/scans/{{scan}}/{{model}}/scan_chunk_{{chunk}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
@@ -64,7 +64,7 @@ rule merge_scan_file:
         parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/{{file}}.parquet",
         counts=f"{OUTDIR}/scans/{{scan}}/{{model}}/calibration/counts/{{file}}.parquet",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/merge_scan_file_{{file}}.log",
+        f"{LOG_DIR}/scans/{{scan}}/{{model}}/merge_scan_file_{{file}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -94,7 +94,7 @@ rule calibrate_scan:
             )
         ],
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/calibrate_scan.log",
+        f"{LOG_DIR}/scans/{{scan}}/{{model}}/calibrate_scan.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -115,7 +115,7 @@ rule write_scan_tsv:
         tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz",
         tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz.tbi",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/write_scan_tsv_{{file}}.log",
+        f"{LOG_DIR}/scans/{{scan}}/{{model}}/write_scan_tsv_{{file}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -145,7 +145,7 @@ rule summarize_scan:
             labels={"scan": "{scan}", "model": "{model}"},
         ),
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/summarize_scan.log",
+        f"{LOG_DIR}/scans/{{scan}}/{{model}}/summarize_scan.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -167,7 +167,7 @@ rule export_track:
     output:
         f"{SCAN_TRACKS}/{{track}}.bw",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/export_track_{{track}}.log",
+        f"{LOG_DIR}/scans/{{scan}}/{{model}}/export_track_{{track}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -188,7 +188,7 @@ rule write_track_hub:
         hub=f"{SCAN_TRACKS}/hub.txt",
         summary=f"{SCAN_TRACKS}/tracks.json",
     log:
-        f"logs/{OUTDIR}/scans/{{scan}}/{{model}}/write_track_hub.log",
+        f"{LOG_DIR}/scans/{{scan}}/{{model}}/write_track_hub.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -210,7 +210,7 @@ rule annotate_from_scan:
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
     log:
-        f"logs/{OUTDIR}/{{dataset}}/{{model}}/annotate_from_scan.log",
+        f"{LOG_DIR}/{{dataset}}/{{model}}/annotate_from_scan.log",
     wildcard_constraints:
         dataset=TARGETS.dataset_pattern(lookup=True),
     conda:

@@ -6,7 +6,7 @@ rule score_shard:
     output:
         f"{OUTDIR}/{{dataset}}/{{model}}/shard_scores/shard_{{shard}}.parquet",
     log:
-        f"logs/{OUTDIR}/{{dataset}}/{{model}}/score_shard_{{shard}}.log",
+        f"{LOG_DIR}/{{dataset}}/{{model}}/score_shard_{{shard}}.log",
     conda:
         "../../envs/carbon-vep.yaml"
     # portable defaults; a cluster profile sets the GPU class, partition, memory and time

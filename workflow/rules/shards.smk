@@ -5,7 +5,7 @@ checkpoint make_shards:
     output:
         shards=directory(f"{OUTDIR}/{{dataset}}/shards"),
     log:
-        f"logs/{OUTDIR}/{{dataset}}/make_shards.log",
+        f"{LOG_DIR}/{{dataset}}/make_shards.log",
     conda:
         "../../envs/carbon-vep.yaml"
     params:

@@ -8,7 +8,7 @@ rule score_recovery:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
         metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
     log:
-        f"logs/{OUTDIR}/suite/{{task}}/{{model}}/score_recovery.log",
+        f"{LOG_DIR}/suite/{{task}}/{{model}}/score_recovery.log",
     wildcard_constraints:
         task=TARGETS.task_pattern("sequence_recovery"),
     conda:
@@ -45,7 +45,7 @@ rule score_perturbation:
         predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
         metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
     log:
-        f"logs/{OUTDIR}/suite/{{task}}/{{model}}/score_perturbation.log",
+        f"{LOG_DIR}/suite/{{task}}/{{model}}/score_perturbation.log",
     wildcard_constraints:
         task=TARGETS.task_pattern("perturbation"),
     conda:
@@ -84,7 +84,7 @@ rule make_results_table:
         ),
         md=f"{OUTDIR}/results_table.md",
     log:
-        f"logs/{OUTDIR}/make_results_table.log",
+        f"{LOG_DIR}/make_results_table.log",
     conda:
         "../../envs/carbon-vep.yaml"
     shell:

@@ -12,12 +12,22 @@ from __future__ import annotations
 import argparse
 import logging
 
-from carbon_vep.cli import evaluate, niah, report, scan, scoring, sources, suite, variants
+from carbon_vep.cli import (
+    estimate,
+    evaluate,
+    niah,
+    report,
+    scan,
+    scoring,
+    sources,
+    suite,
+    variants,
+)
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.errors import EngineError, InputError, TokenizerMismatchError
 
 log = logging.getLogger("carbon_vep")
-STAGES = (variants, scoring, scan, evaluate, suite, niah, report, sources)
+STAGES = (variants, scoring, scan, evaluate, suite, niah, report, sources, estimate)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -46,10 +46,15 @@ def _json_object(item: str) -> dict[str, Any]:
     return json.loads(item)
 
 
-def add_result_args(p: argparse.ArgumentParser) -> None:
-    """The names a metrics JSON is filed under in the results table, and its provenance."""
-    p.add_argument("--task", required=True, help="task / dataset name in the results table")
-    p.add_argument("--model-key", required=True, help="model name in the results table")
+def add_result_args(p: argparse.ArgumentParser, defaults: str | None = None) -> None:
+    """The names a metrics JSON is filed under in the results table, and its provenance;
+    required unless the command says what it defaults them to (`defaults`)."""
+    task_help, key_help = "task / dataset name in the results table", "model name there"
+    if defaults:
+        task_help += f" (default: {defaults})"
+        key_help += " (default: the model directory's or Hub id's last part)"
+    p.add_argument("--task", required=not defaults, help=task_help)
+    p.add_argument("--model-key", required=not defaults, help=key_help)
     p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or a JSON object")
 
 

@@ -9,6 +9,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from carbon_vep import atomic
 from carbon_vep.cli.common import add_result_args, engine_for, load_model, write_task_result
@@ -31,6 +32,13 @@ def add_build_niah(sub) -> None:
     p.add_argument("--key-bp", type=int, default=24)
     p.add_argument("--value-bp", type=int, default=24)
     p.add_argument("--distractors", type=int, default=8, help="distractor pairs (neardup tasks)")
+    p.add_argument(
+        "--haystack",
+        choices=("auto", "contiguous", "stitched"),
+        default="auto",
+        help="one stretch of genome, or ACGT runs concatenated (default auto: stitched from "
+        "32,768 tokens on, as published)",
+    )
     p.add_argument("--out", required=True, help="the cell, Parquet")
     p.set_defaults(func=build_niah)
 
@@ -39,9 +47,10 @@ def build_niah(args: argparse.Namespace) -> None:
     from carbon_vep.suite.niah_build import CellSpec, write_cell
 
     spec = CellSpec(args.task, args.ctx, args.rows, args.seed, args.key_bp, args.value_bp,
-                    args.distractors)  # fmt: skip
+                    args.distractors, haystack=args.haystack)  # fmt: skip
     n = write_cell(spec, args.reference, args.out)
-    log.info("%s: %d rows of %s at %d tokens", args.out, n, args.task, args.ctx)
+    log.info("%s: %d rows of %s at %d tokens, %s haystacks", args.out, n, args.task, args.ctx,
+             spec.haystack_mode)  # fmt: skip
 
 
 def _add_cell_task(p: argparse.ArgumentParser) -> None:
@@ -50,7 +59,8 @@ def _add_cell_task(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cell-task",
         choices=NIAH_TASKS,
-        help="the rows' task when the cell has no `task` column (default: --task)",
+        help="the rows' task when the cell has no `task` column (default: from the file name, "
+        "when it is the cell's config name: niah_4k.parquet, niah_neardup_d2_32k.parquet)",
     )
 
 
@@ -74,7 +84,7 @@ def add_score_niah(sub) -> None:
     )
     add_flags(p, ModelSettings, NiahSettings, EvaluationSettings)
     _add_cell_task(p)
-    add_result_args(p)
+    add_result_args(p, defaults="the cell's config name, e.g. niah_neardup_d2_32k")
     p.add_argument("--out", required=True, help="per-row results Parquet")
     p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
     p.set_defaults(func=score_niah)
@@ -114,11 +124,14 @@ def read_job_times(log_text: str) -> dict | None:
 
 
 def score_niah(args: argparse.Namespace) -> None:
-    from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell
+    from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell, result_name
 
     model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
-    task = args.cell_task or args.task
-    cell = read_cell(args.tasks_file, task=task)[args.row_range]  # refused before a model loads
+    task = args.cell_task
+    cell = read_cell(args.tasks_file, task=task)  # refused before a model loads
+    args.task = args.task or result_name(cell)
+    args.model_key = args.model_key or Path(model.path.rstrip("/")).name
+    cell = cell[args.row_range]
     score = _score_on_vllm if model.engine == "vllm" else _score_on_transformers
     clock = JobClock()
     rows, parameters = score(args, model, settings, task, cell, clock)
@@ -248,7 +261,7 @@ def merge_niah(args: argparse.Namespace) -> None:
     from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell
 
     (evaluation,) = from_args(args, EvaluationSettings)
-    uids = read_cell(args.cell, task=args.cell_task or args.task)["uid"]
+    uids = read_cell(args.cell, task=args.cell_task)["uid"]
     rows = pl.concat([pl.read_parquet(p) for p in args.parts], how="vertical")
     if sorted(rows["uid"].to_list()) != sorted(uids.to_list()):
         missing = sorted(set(uids.to_list()) - set(rows["uid"].to_list()))[:3]

@@ -47,6 +47,11 @@ def add_html_report(sub) -> None:
         "--scan", action="append", default=[],
         help="a scan's output folder (summary.json, calibration/): its calibration is shown",
     )  # fmt: skip
+    p.add_argument(
+        "--published-niah",
+        help="published Genomic-NIAH exact match (baselines/published_niah.yaml), drawn beside "
+        "a model of the same key",
+    )
     p.add_argument("--title", default="carbon-vep run report")
     p.add_argument("--out-html", required=True)
     p.add_argument("--out-md", required=True)
@@ -60,7 +65,8 @@ def html_report(args: argparse.Namespace) -> None:
 
     run = load_run(args.metrics, args.rows)
     table = pl.read_parquet(args.results_table) if args.results_table else None
-    atomic.write_text(render_html(run, table, args.title, args.scan), args.out_html)
+    html = render_html(run, table, args.title, args.scan, args.published_niah)
+    atomic.write_text(html, args.out_html)
     table_markdown = Path(args.results_table_md).read_text() if args.results_table_md else ""
     summary = render_summary([r.metrics for r in run], table_markdown, args.title)
     atomic.write_text(summary, args.out_md)

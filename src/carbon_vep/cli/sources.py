@@ -23,9 +23,17 @@ def add_fetch_hub(sub) -> None:
 
 def fetch_hub(args: argparse.Namespace) -> None:
     from carbon_vep.sources.download import fetch_hub_file
+    from carbon_vep.sources.hub import is_pinned
 
     (hub,) = from_args(args, HubFileConfig)
-    fetch_hub_file(hub.repo_id, hub.filename, hub.out, hub.revision, hub.repo_type)
+    fetched = fetch_hub_file(hub.repo_id, hub.filename, hub.out, hub.revision, hub.repo_type)
+    log.info("%s@%s: %s -> %s", hub.repo_id, fetched["commit"], fetched["files"], hub.out)
+    if not is_pinned(hub.revision):
+        log.warning(
+            "%s: revision %s is not a commit; it resolved to %s: set `revision: %s` so every "
+            "run reads the same file", hub.repo_id, hub.revision or "main", fetched["commit"],
+            fetched["commit"],
+        )  # fmt: skip
 
 
 def add_fetch_url(sub) -> None:

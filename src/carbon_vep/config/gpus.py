@@ -27,12 +27,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The Llama configs of the Carbon sizes (random-weight stand-ins need nothing else): the shapes
-# of Carbon's model cards (docs/gpu.md), which give 2.973 B and 0.352 B body parameters.
+# of Carbon's model cards (docs/gpu.md), which give 2.973 B and 0.352 B body parameters; and
+# Carbon-8B, which the Carbon report says shares Llama 3-8B's layer count, hidden size, FFN
+# dimension and attention configuration (its config.json is not in our sources; its card says
+# LlamaForCausalLM with Carbon-3B's tokenizer, so the same vocabulary): 6.979 B body parameters.
 CARBON_SHAPES: dict[str, dict[str, int]] = {
     "Carbon-500M": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                         num_attention_heads=16, num_key_value_heads=8, head_dim=64),
     "Carbon-3B": dict(hidden_size=3072, intermediate_size=8448, num_hidden_layers=30,
                       num_attention_heads=32, num_key_value_heads=4, head_dim=96),
+    "Carbon-8B": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128),
 }  # fmt: skip
 CARBON_VOCAB = 155_776
 BF16 = 2
@@ -115,24 +120,21 @@ def profile_batch_tokens(memory_gb: float, shape: str = "Carbon-3B") -> int:
 
 
 # ---- Genomic-NIAH: one long prompt a row --------------------------------------------------
-# Carbon-8B's shape is not on a model card we have: Llama-3.1-8B's is assumed (arithmetic only,
-# docs/gpu.md says so); the NIAH estimates use it for a model whose name says 8B.
-NIAH_SHAPES = CARBON_SHAPES | {
-    "Carbon-8B (assumed)": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                num_attention_heads=32, num_key_value_heads=8, head_dim=128),
-}  # fmt: skip
+NIAH_SHAPES = CARBON_SHAPES  # the NIAH estimates' name for the same shapes
 ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
 
 
 def model_shape(path: str) -> str:
-    """The Carbon shape whose cost a model is estimated at: 500M when its name says so, else 3B
-    (the larger, so estimates err on the side of more GPU-hours)."""
-    return "Carbon-500M" if "500m" in path.lower() else "Carbon-3B"
+    """The Carbon shape whose cost a model is estimated at: 500M or 8B when its name says so,
+    else 3B (an unknown 3B-class model; estimates then err towards more GPU-hours)."""
+    name = path.lower().rstrip("/").rsplit("/", 1)[-1]
+    sizes = [s for s in CARBON_SHAPES if s.split("-")[1].lower() in name]
+    return sizes[0] if len(sizes) == 1 else "Carbon-3B"
 
 
 def niah_shape(path: str) -> str:
-    """As model_shape, and the assumed 8B shape for a model whose name says 8B."""
-    return "Carbon-8B (assumed)" if "8b" in path.lower() else model_shape(path)
+    """The shape of the NIAH estimates: as model_shape."""
+    return model_shape(path)
 
 
 def kv_bytes_per_token(shape: dict[str, int]) -> int:

@@ -107,7 +107,13 @@ class TaskConfig:
         return self.recovery if self.kind == "sequence_recovery" else self.perturbation
 
 
+# The Genomic-NIAH dataset as its card declares it: each config's test split at
+# data/<config>/test-*.parquet (the card's `configs:` block at this commit, "Initial Genome-NIAH
+# release: 4 tasks x 6 ctxs = 24 configs, 12000 rows"; docs/suite-conventions.md#genomic-niah).
+# The official script's default id, HuggingFaceBio/genome-niah, has no card in our sources.
 NIAH_REPO = "HuggingFaceBio/genomic-niah"
+NIAH_REVISION = "f286afed98bc4ce34c5250c558ae97439e30cc4e"
+NIAH_FILES = "data/{config}/test-*.parquet"
 
 
 @dataclass(frozen=True)
@@ -137,12 +143,14 @@ class NiahConfig:
     )
     repo_id: str = setting(NIAH_REPO, help="Hub dataset of the cells (source hub)")
     revision: str | None = setting(
-        None, help="commit of the Hub dataset (pin it for reproducible runs; source hub)"
+        NIAH_REVISION,
+        help="commit of the Hub dataset (source hub; the default is the release whose layout "
+        "`filename` follows)",
     )
     filename: str = setting(
-        "{config}/test-*.parquet",
+        NIAH_FILES,
         help="the split's Parquet file(s) of a config in the Hub repository ({config} = the "
-        "cell's config name; a glob is fetched and joined)",
+        "cell's config name; a glob is fetched and joined, `*` within one folder)",
     )
     reference: str | None = setting(None, help="source build: the genome haystacks come from")
     rows: int = setting(
@@ -202,7 +210,8 @@ class NiahConfig:
 class HubFileConfig:
     repo_id: str = setting(help="Hub repository id")
     filename: str = setting(
-        help="file in the repository, or a glob of Parquet files to concatenate"
+        help="file in the repository, or a glob of Parquet files to concatenate (`*` matches "
+        "within one folder: `syn_human/test-*` takes that config's shards only)"
     )
     out: str = setting(help="where datasets and tasks read the file")
     revision: str | None = setting(None, help="commit, tag or branch")

@@ -356,6 +356,20 @@ def niah_config_name(task: str, tokens: int) -> str:
     return f"{prefix}_{niah_context_label(tokens)}"
 
 
+def parse_niah_config_name(name: str) -> tuple[str, int] | None:
+    """(task, tokens) of a cell's config name (niah_neardup_d2_32k -> neardup_d2, 32768), or
+    None when `name` is not one."""
+    prefix, _, label = name.rpartition("_")
+    if label.endswith("k") and label[:-1].isdigit():
+        tokens = int(label[:-1]) * 1024
+    elif label.isdigit():
+        tokens = int(label)
+    else:
+        return None
+    task = "niah" if prefix == "niah" else prefix.removeprefix("niah_")
+    return (task, tokens) if task in NIAH_TASKS and prefix.startswith("niah") else None
+
+
 @dataclass(frozen=True)
 class NiahSettings:
     """Genomic-NIAH: greedy retrieval of a planted value after a long prompt, and its likelihood

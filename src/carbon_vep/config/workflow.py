@@ -12,6 +12,9 @@ from carbon_vep.config.stages import ModelSettings
 
 # the rules that run a model (a GPU profile gives each of them a GPU)
 MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah")
+# the GPU class a CUDA model's time is reckoned on when the profile names none (the smallest of
+# the profiles', so a time limit or an estimate errs long)
+DEFAULT_GPU_CLASS = "A10"
 
 
 def profile_gpu_class(resources: Mapping[str, Any]) -> str | None:
@@ -99,11 +102,12 @@ def check_gpu_profile(
 
 def niah_runtime_minutes(ctx: int, rows: int, model_path: str, gpu: str | None) -> int:
     """A score_niah job's time limit: its rows' prefills at the assumed efficiency of the
-    profile's GPU class (an A10 when none is named), three times over, plus 10 minutes to load."""
+    profile's GPU class (DEFAULT_GPU_CLASS when none is named), three times over, plus 10
+    minutes to load."""
     from carbon_vep.config.gpus import NIAH_SHAPES, niah_row_seconds, niah_shape
 
     shape = NIAH_SHAPES[niah_shape(model_path)]
-    seconds = rows * niah_row_seconds(shape, ctx, gpu or "A10")
+    seconds = rows * niah_row_seconds(shape, ctx, gpu or DEFAULT_GPU_CLASS)
     return int(10 + 3 * seconds / 60)
 
 

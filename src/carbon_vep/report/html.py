@@ -22,7 +22,7 @@ from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
 from carbon_vep.report import plots
 from carbon_vep.report.markdown import _fmt, _with_interval, ordered_metrics
-from carbon_vep.report.niah import niah_section
+from carbon_vep.report.niah import load_published, niah_section
 from carbon_vep.report.page import (
     CSS,
     SORT_SCRIPT,
@@ -377,9 +377,11 @@ def render_html(
     table: pl.DataFrame | None,
     title: str = "carbon-vep run report",
     scans: Sequence[str | Path] = (),
+    published_niah: str | Path | None = None,
 ) -> str:
     """The whole run as one self-contained HTML page (`table`: the run's results table;
-    `scans`: the output folders of its scans)."""
+    `scans`: the output folders of its scans; `published_niah`: the published NIAH points,
+    baselines/published_niah.yaml)."""
     colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
     sections = {
         "vep": _vep_section,
@@ -391,7 +393,8 @@ def render_html(
         for task, results in by_task(run, kind).items():
             body.append(section(task, results, colours))
             nav.append(f"<a href='#{esc(task)}'>{esc(task)}</a>")
-    if niah := niah_section(run, colours):
+    published = load_published(published_niah) if published_niah else None
+    if niah := niah_section(run, colours, published):
         body.append(niah)
         nav.append("<a href='#Genomic-NIAH'>Genomic-NIAH</a>")
     for scan_dir in scans:

@@ -1,27 +1,58 @@
 """Genomic-NIAH in the run's report: exact match against context (one line per task, and per
-YaRN setting where both ran), a depth x context heat map of exact match, and the cells' table."""
+YaRN setting where both ran; the published points of the same model beside them), a depth x
+context heat map of exact match, and the cells' table. Tasks in order of difficulty."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import polars as pl
+import yaml
 from matplotlib.figure import Figure
 
 from carbon_vep.columns import Status
+from carbon_vep.config.stages import NIAH_TASKS
 from carbon_vep.report import plots
 from carbon_vep.report.page import TaskResult, block, figure_img, heading, html_table, row_of
 
 KIND = "genomic_niah"
+# model key -> setting (as _setting_label names it) -> [(context tokens, exact match)]
+Published = Mapping[str, Mapping[str, list[tuple[int, float]]]]
+
+
+def _setting_label(task: str, yarn: float) -> str:
+    return f"{task} (YaRN x{yarn:g})" if yarn else str(task)
 
 
 def _setting(result: TaskResult) -> str:
     """The line a cell's result belongs to: its task, with YaRN's factor when it was on."""
     parameters = result.metrics.get("parameters", {})
-    yarn = parameters.get("yarn_factor") or 0
     task = parameters.get("task") or result.rows["task"].drop_nulls().head(1).to_list()[0]
-    return f"{task} (YaRN x{yarn:g})" if yarn else str(task)
+    return _setting_label(task, parameters.get("yarn_factor") or 0)
+
+
+def _difficulty(setting: str) -> tuple[int, str]:
+    """Sort key of a setting: the tasks' difficulty (niah, then d4, d2, d1: the closer the
+    distractor keys, the harder), then native before YaRN."""
+    task = setting.split(" ")[0]
+    return (NIAH_TASKS.index(task) if task in NIAH_TASKS else len(NIAH_TASKS), setting)
+
+
+def load_published(path: str | Path) -> Published:
+    """baselines/published_niah.yaml's points, by model key and setting."""
+    spec = yaml.safe_load(Path(path).read_text())
+    task = spec.get("task", "niah")
+    return {
+        model: {
+            _setting_label(
+                task, 0 if setting == "native" else float(setting.removeprefix("yarn"))
+            ): sorted((int(ctx), float(value)) for ctx, value in points.items())
+            for setting, points in settings.items()
+        }
+        for model, settings in spec["points"].items()
+    }
 
 
 def _context(result: TaskResult) -> int:
@@ -32,21 +63,26 @@ def _context(result: TaskResult) -> int:
 
 
 def exact_match_by_context(
-    series: Mapping[str, Mapping[str, list[tuple[int, float]]]], colours: Mapping[str, str]
+    series: Mapping[str, Mapping[str, list[tuple[int, float]]]],
+    colours: Mapping[str, str],
+    published: Published | None = None,
 ) -> Figure:
     """One panel per model: exact match against context (tokens, log2 axis), a line per
-    task / YaRN setting."""
+    task / YaRN setting in order of difficulty, and the published points of a model of the
+    same key (black crosses: native; open black squares: YaRN)."""
     n = max(1, len(series))
     fig = Figure(figsize=(min(5.0 * n, 12.0), 3.4))
     axes = np.atleast_1d(fig.subplots(1, n))
     styles = ["-", "--", ":", "-."]
     for ax, (model, lines) in zip(axes, series.items(), strict=False):
-        for i, (label, points) in enumerate(sorted(lines.items())):
+        ordered = sorted(lines.items(), key=lambda item: _difficulty(item[0]))
+        for i, (label, points) in enumerate(ordered):
             x, y = zip(*sorted(points), strict=True)
             ax.plot(x, y, styles[i % len(styles)], marker="o", color=colours[model], alpha=0.5 + 0.5
                     * (1 - i / max(1, len(lines))), label=label)  # fmt: skip
+        shown = _published_points(ax, (published or {}).get(model, {}))
         ax.set_xscale("log", base=2)
-        contexts = sorted({x for points in lines.values() for x, _ in points})
+        contexts = sorted({x for points in lines.values() for x, _ in points} | shown)
         ax.set_xticks(contexts, [f"{c // 1024}k" if c % 1024 == 0 else str(c) for c in contexts])
         ax.set(xlabel="context (tokens)", ylabel="exact match (fraction of rows)",
                title=model, ylim=(-0.02, 1.02))  # fmt: skip
@@ -54,6 +90,18 @@ def exact_match_by_context(
         ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def _published_points(ax, settings: Mapping[str, list[tuple[int, float]]]) -> set[int]:
+    """The published exact match of this model, as points; the contexts drawn."""
+    for label, points in settings.items():
+        x, y = zip(*points, strict=True)
+        if "YaRN" in label:
+            style = {"marker": "s", "facecolors": "none", "edgecolors": "black"}
+        else:
+            style = {"marker": "x", "color": "black"}
+        ax.scatter(x, y, s=36, zorder=3, label=f"published: {label}", **style)
+    return {x for points in settings.values() for x, _ in points}
 
 
 def depth_context_heatmap(grids: Mapping[str, pl.DataFrame]) -> Figure:
@@ -78,8 +126,11 @@ def depth_context_heatmap(grids: Mapping[str, pl.DataFrame]) -> Figure:
     return fig
 
 
-def niah_section(run: Sequence[TaskResult], colours: Mapping[str, str]) -> str:
-    """The Genomic-NIAH section: every cell of the run, by model."""
+def niah_section(
+    run: Sequence[TaskResult], colours: Mapping[str, str], published: Published | None = None
+) -> str:
+    """The Genomic-NIAH section: every cell of the run, by model, tasks in order of difficulty
+    (`published`: load_published's points, drawn beside a model of the same key)."""
     results = [r for r in run if r.metrics.get("kind") == KIND]
     if not results:
         return ""
@@ -95,17 +146,24 @@ def niah_section(run: Sequence[TaskResult], colours: Mapping[str, str]) -> str:
     rows = [
         [entry, setting, f"{ctx:,}",
          *(_cell_text(by_model.get(m)) for m in models)]
-        for (entry, setting, ctx), by_model in sorted(cells.items())
+        for (entry, setting, ctx), by_model in sorted(
+            cells.items(), key=lambda item: (item[0][0], _difficulty(item[0][1]), item[0][2]))
     ]  # fmt: skip
     parts = [
         heading("Genomic-NIAH", "long-context retrieval"),
-        "<p class='sub'>Exact match: the greedy 6-mer prediction equals the planted value "
-        "(published headline); LL: the value's likelihood beats the negative's.</p>",
+        "<p class='sub'>Exact match (EM): the greedy 6-mer prediction equals the planted "
+        "value, the published headline. Tasks from easiest to hardest: niah, then distractor "
+        "keys 4, 2 and 1 bp from the query key (neardup_d4, d2, d1). LL check: the value's "
+        "likelihood beats the negative's, a sanity check only (inflated: the negative differs "
+        "at every base). Crosses and squares: published exact match of a model of the same "
+        "key (the Carbon technical report).</p>",
         row_of(
             block("Cells", html_table(["entry", "task", "context", *models], rows, 3)),
             block(
                 "Exact match against context",
-                figure_img(exact_match_by_context(series, colours), "NIAH exact match"),
+                figure_img(
+                    exact_match_by_context(series, colours, published), "NIAH exact match"
+                ),  # fmt: skip
             ),
         ),  # fmt: skip
     ]
@@ -121,7 +179,10 @@ def _cell_text(result: TaskResult | None) -> str:
         return "—"
     metrics = result.metrics["metrics"]
     em, ll = metrics.get("gen_exact_match"), metrics.get("ll_correct")
-    return "n/a" if em is None else f"EM {em:.2f} · LL {ll:.2f} (n={result.metrics['n_scored']})"
+    if em is None:
+        return "n/a"
+    check = f" · LL check {ll:.2f}" if ll is not None else ""
+    return f"EM {em:.2f} (n={result.metrics['n_scored']}){check}"
 
 
 def _depth_grids(results: Sequence[TaskResult]) -> dict[str, pl.DataFrame]:

@@ -65,16 +65,20 @@ GPU_PEAK_TFLOPS = {name: gpu.bf16_tflops for name, gpu in GPU_CLASSES.items()}  
 BYTES_PER_SNV = {"parquet": 2.6, "tabix_tsv": 3.2}
 
 
-def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:
-    """Estimated GPU-hours to scan `bases` with this tiling (arithmetic, not a measurement)."""
+def scan_flops(bases: float, tiles: TileSettings, dims: Mapping[str, int]) -> float:
+    """Matmul FLOPs of scanning `bases` with this tiling, for a model of shape `dims`."""
     window = tiles.tile_bp - tiles.tile_bp % K
     stride = max(K, window - tiles.min_context)
     tokens = bases / K * window / stride  # every scored base is read window/stride times
-    dims = CARBON_SHAPES[shape]
     per_token = body_flops(dims) + output_flops(dims, DNA_ROWS)
     per_token += attention_flops(dims) * window / K / 2
-    seconds = tokens * per_token / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY)
-    return seconds / 3600
+    return tokens * per_token
+
+
+def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:
+    """Estimated GPU-hours to scan `bases` with this tiling (arithmetic, not a measurement)."""
+    flops = scan_flops(bases, tiles, CARBON_SHAPES[shape])
+    return flops / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY) / 3600
 
 
 # ---- targets -------------------------------------------------------------------------------

@@ -10,8 +10,15 @@ import shutil
 import urllib.request
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import Any
 
 import polars as pl
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+)
 
 from carbon_vep import atomic
 from carbon_vep.errors import InputError
@@ -63,33 +70,63 @@ def fetch_url(url: str, out: str | Path, sha256: str | None, gunzip: bool = Fals
     return actual
 
 
+def glob_matches(path: str, pattern: str) -> bool:
+    """`pattern` matches `path` folder by folder (`*` never spans a `/`): a config's
+    `syn_human/test-*` cannot take another folder's files."""
+    parts, wanted = path.split("/"), pattern.split("/")
+    return len(parts) == len(wanted) and all(map(fnmatch, parts, wanted))
+
+
 def fetch_hub_file(
     repo_id: str,
     filename: str,
     out: str | Path,
     revision: str | None = None,
     repo_type: str = "dataset",
-) -> Path:
+) -> dict[str, Any]:
     """Download one file of a Hub repository to `out` (atomically), or, when `filename` is a
-    glob, every matching Parquet concatenated in name order. Needs internet (a head node)."""
+    glob, every matching Parquet concatenated in name order. Needs internet (a head node), or
+    the files in the local Hub cache (HF_HUB_OFFLINE=1). Returns what was fetched: the commit
+    the revision resolved to, the files, for the log and the record."""
+    where = f"hf://{repo_type}s/{repo_id}@{revision or 'main'}"
+    try:
+        return _fetch_hub_file(repo_id, filename, out, revision, repo_type)
+    except (HfHubHTTPError, EntryNotFoundError, LocalEntryNotFoundError, HFValidationError) as err:
+        raise InputError(where, f"cannot fetch {filename!r}: {err}") from err
+
+
+def _fetch_hub_file(
+    repo_id: str, filename: str, out: str | Path, revision: str | None, repo_type: str
+) -> dict[str, Any]:
     from huggingface_hub import hf_hub_download, snapshot_download
 
     if not any(c in filename for c in "*?["):
-        path = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision)
+        path = Path(hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision))
         with atomic.atomic_path(out) as tmp:
             shutil.copyfile(path, tmp)
-        return Path(out)
+        return _fetched(repo_id, revision, path.parents[len(Path(filename).parts) - 1], [path])
     root = snapshot_download(
         repo_id, repo_type=repo_type, revision=revision, allow_patterns=[filename]
     )
-    root = Path(root)  # allow_patterns match like fnmatch: `*` also spans folders
+    root = Path(root)
     files = sorted(
         f
         for f in root.rglob("*")
-        if f.is_file() and fnmatch(f.relative_to(root).as_posix(), filename)
+        if f.is_file() and glob_matches(f.relative_to(root).as_posix(), filename)
     )
     if not files:
-        raise InputError(f"hf://{repo_type}s/{repo_id}", f"no file matches {filename!r}")
+        raise InputError(
+            f"hf://{repo_type}s/{repo_id}@{root.name}", f"no file matches {filename!r}"
+        )
     frame = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
     atomic.write_parquet(frame, out)
-    return Path(out)
+    return _fetched(repo_id, revision, root, files)
+
+
+def _fetched(repo_id: str, revision: str | None, snapshot: Path, files: list[Path]) -> dict:
+    return {
+        "repo_id": repo_id,
+        "revision": revision,
+        "commit": snapshot.name,  # the cache's snapshots/<commit>/
+        "files": [f.relative_to(snapshot).as_posix() for f in files],
+    }

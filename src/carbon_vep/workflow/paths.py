@@ -3,12 +3,24 @@ package both name (Snakemake wildcards in `{braces}`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class RunPaths:
     outdir: str
+
+    @staticmethod
+    def log(pattern: str) -> str:
+        """The log of the job writing `pattern`: under `logs/`, the output's path made relative
+        (an absolute outdir would give `logs//abs/...`, which Snakemake warns about)."""
+        return "logs/" + os.path.normpath(pattern).lstrip("/")
+
+    @property
+    def log_dir(self) -> str:
+        """Where the logs of the jobs writing under the outdir go."""
+        return self.log(self.outdir)
 
     @property
     def hub_model_record(self) -> str:

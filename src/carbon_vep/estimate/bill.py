@@ -1,0 +1,262 @@
+"""The bill before the run: from a config and the resources a profile gives each rule, every
+file to fetch (with the revision it is pinned to, or not), the jobs of each rule as far as they
+are known before a checkpoint runs, and, for each task and model, the GPU class its rule gets
+and the GPU-hours the arithmetic of `costs` gives (with the H100 check's measured rate beside it
+where it measured the same path). `carbon-vep estimate` prints it, and so does `snakemake -n`.
+No torch, no Snakemake.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from carbon_vep.config.gpus import niah_row_seconds
+from carbon_vep.config.run import NiahConfig, RunConfig
+from carbon_vep.config.stages import TileSettings
+from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, profile_gpu_class
+from carbon_vep.errors import InputError
+from carbon_vep.estimate.costs import (
+    MEASURED_H100_SCAN_BASES_S,
+    Shape,
+    Work,
+    gpu_seconds,
+    measured_niah_hours,
+    measured_work_hours,
+    panel_work,
+    pass_flops,
+    perturbation_work,
+    recovery_work,
+    shape_of,
+)
+from carbon_vep.estimate.counts import Count, input_count
+from carbon_vep.estimate.fetches import Fetch, JobCount, fetches, job_counts, scan_bases
+
+Resources = Mapping[str, Mapping[str, Any]]  # rule -> its resources, as a profile sets them
+
+
+@dataclass(frozen=True)
+class GpuLine:
+    task: str
+    model: str
+    rule: str
+    gpu: str | None  # the GPU class the hours are on (None: a CPU model)
+    gpu_label: str
+    items: str
+    count_from: str
+    work: str  # what an item costs, as the arithmetic assumes it
+    pflop: float | None
+    hours: float | None  # on `gpu`, at ASSUMED_EFFICIENCY of its bf16 peak
+    measured_h100_hours: float | None = None  # at the H100 check's rate for the same path
+
+
+@dataclass(frozen=True)
+class Bill:
+    fetches: list[Fetch]
+    jobs: list[JobCount]
+    gpu: list[GpuLine]
+
+
+def estimate(run: RunConfig, resources: Resources) -> Bill:
+    """The bill of `run` under a profile's `resources` (rule -> resources; {} for none)."""
+    return Bill(fetches(run), job_counts(run), gpu_lines(run, resources))
+
+
+# ---- GPU time per task and model -----------------------------------------------------------
+def gpu_of(rule: str, device: str, resources: Resources) -> tuple[str | None, str]:
+    """The GPU class a rule's jobs get (None for a CPU model), and how the estimate names it."""
+    if not device.startswith("cuda"):
+        return None, f"none (device {device})"
+    named = profile_gpu_class(resources.get(rule, {}))
+    if named:
+        return named, named
+    return DEFAULT_GPU_CLASS, f"{DEFAULT_GPU_CLASS} (default)"
+
+
+def gpu_lines(run: RunConfig, resources: Resources) -> list[GpuLine]:
+    out = []
+    for key, dataset in run.datasets.items():
+        if dataset.scoring.definition.needs_model:
+            for model in run.entry_models(dataset):
+                out.append(_panel_line(run, key, model, resources))
+    for key, task in run.tasks.items():
+        out += [_task_line(run, key, model, resources) for model in run.entry_models(task)]
+    for key, scan in run.scans.items():
+        out += [_scan_line(run, key, model, resources) for model in run.entry_models(scan)]
+    for key, entry in run.niah.items():
+        for model in run.entry_models(entry):
+            out += [_niah_line(run, key, ctx, model, resources) for ctx in sorted(entry.contexts)]
+    return out
+
+
+def _model(run: RunConfig, key: str) -> tuple[Shape, str]:
+    shape = shape_of(run.models[key])
+    return shape, f"{key} ({shape.name})"
+
+
+@dataclass(frozen=True)
+class _Items:
+    """`count` items of `work` each, for a model of `shape` on `device`."""
+
+    shape: Shape
+    count: Count | None
+    work: Work | None
+    unit: str
+    device: str
+
+
+def _line(task: str, model: str, rule: str, resources: Resources, it: _Items) -> GpuLine:
+    """A line of the items' PFLOP and their hours on the rule's GPU class."""
+    gpu, label = gpu_of(rule, it.device, resources)
+    rows = it.count.rows if it.count else None
+    flops = it.work.flops * rows if it.work and rows is not None else None
+    what = it.work.what if it.work else it.shape.source if it.shape.dims is None else "unknown"
+    return GpuLine(
+        task, model, rule, gpu, label,
+        items=f"{rows:,} {it.unit}" if rows is not None else f"{it.unit}: unknown",
+        count_from=it.count.source if it.count else "unknown until fetched or checked",
+        work=what, pflop=_pflop(flops), hours=_hours(flops, gpu),
+        measured_h100_hours=(
+            measured_work_hours(it.shape.name, it.work, rows) if it.work and rows else None
+        ),
+    )  # fmt: skip
+
+
+def _pflop(flops: float | None) -> float | None:
+    return None if flops is None else flops / 1e15
+
+
+def _hours(flops: float | None, gpu: str | None) -> float | None:
+    return gpu_seconds(flops, gpu) / 3600 if flops is not None and gpu else None
+
+
+def _panel_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:
+    dataset = run.datasets[key]
+    shape, model = _model(run, model_key)
+    work = panel_work(dataset.scoring, shape.dims) if shape.dims else None
+    items = _Items(
+        shape, input_count(dataset.panel, run), work, "variants", run.models[model_key].device
+    )
+    return _line(
+        f"datasets.{key} ({dataset.scoring.recipe})", model, "score_shard", resources, items
+    )
+
+
+def _task_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:
+    task = run.tasks[key]
+    shape, model = _model(run, model_key)
+    count = input_count(task.path, run)
+    bp = count.sequence_bp if count else None
+    recovery = task.kind == "sequence_recovery"
+    work: Work | None = None
+    if shape.dims and recovery:
+        work = recovery_work(task.recovery, shape.dims, bp)
+        if run.models[model_key].engine == "vllm":  # the check measured our engine only
+            work = replace(work, path=None)
+    elif shape.dims:
+        work = perturbation_work(task.perturbation, shape.dims, bp)
+    rule, unit = ("score_recovery", "prompts") if recovery else ("score_perturbation", "pairs")
+    items = _Items(shape, count, work, unit, run.models[model_key].device)
+    return _line(f"tasks.{key} ({task.kind})", model, rule, resources, items)
+
+
+def _scan_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:
+    from carbon_vep.scan.plan import scan_flops
+
+    scan, (shape, model) = run.scans[key], _model(run, model_key)
+    bases, tiles = scan_bases(scan), scan.tiles
+    gpu, label = gpu_of("scan_chunk", run.models[model_key].device, resources)
+    flops = scan_flops(bases.rows, tiles, shape.dims) if bases and shape.dims else None
+    rate = MEASURED_H100_SCAN_BASES_S.get(shape.name)
+    measured_tiles = tiles == TileSettings()  # the check scanned with the default tiles
+    return GpuLine(
+        f"scans.{key}", model, "scan_chunk", gpu, label,
+        items=f"<= {bases.rows:,} bases" if bases else "bases: after plan_scan",
+        count_from=bases.source if bases else "plan_scan",
+        work=f"tiles of {tiles.tile_bp:,} bp, min_context {tiles.min_context:,}",
+        pflop=_pflop(flops), hours=_hours(flops, gpu),
+        measured_h100_hours=bases.rows / rate / 3600 if bases and rate and measured_tiles else None,
+    )  # fmt: skip
+
+
+def niah_cell_hours(entry: NiahConfig, ctx: int, dims: Mapping[str, int], gpu: str) -> float:
+    """GPU-hours of one cell: its rows' prefills at ASSUMED_EFFICIENCY (niah_row_seconds)."""
+    return entry.rows * niah_row_seconds(dims, ctx, gpu) / 3600
+
+
+def _niah_line(run: RunConfig, key: str, ctx: int, model_key: str, resources: Resources) -> GpuLine:
+    """The cells of an entry at one context (its tasks cost the same), for one model."""
+    entry, (shape, model) = run.niah[key], _model(run, model_key)
+    cells = len([c for c in entry.cells() if c.ctx == ctx])
+    gpu, label = gpu_of("score_niah", run.models[model_key].device, resources)
+    dims = shape.dims
+    measured = measured_niah_hours(shape.name, ctx, entry.niah.prefill_chunk, entry.rows)
+    ours = run.models[model_key].engine == "transformers"  # the check measured our engine
+    yarn = f", YaRN x{entry.niah.yarn_factor:g}" if entry.niah.yarn_factor else ""
+    return GpuLine(
+        f"niah.{key} {ctx:,} tokens{yarn}", model, "score_niah", gpu, label,
+        items=f"{cells} cells x {entry.rows:,} rows", count_from=f"niah.{key}.rows",
+        work=f"one {ctx:,}-token prefill a row",
+        pflop=_pflop(cells * entry.rows * pass_flops(dims, ctx, 0) if dims else None),
+        hours=cells * niah_cell_hours(entry, ctx, dims, gpu) if dims and gpu else None,
+        measured_h100_hours=cells * measured if measured is not None and ours else None,
+    )  # fmt: skip
+
+
+# ---- a config and a profile, as the CLI reads them -------------------------------------------
+def read_profile(folder: str | None) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """A Snakemake profile's set-resources (rule -> resources) and its `config:` overrides."""
+    import yaml
+
+    if folder is None:
+        return {}, {}
+    path = Path(folder) / "config.yaml"
+    if not path.is_file():
+        raise InputError(str(path), "no Snakemake profile here (config.yaml)")
+    profile = yaml.safe_load(path.read_text()) or {}
+    resources = _set_resources(profile.get("set-resources") or {})
+    overrides = {}
+    for item in profile.get("config") or []:
+        key, _, value = str(item).partition("=")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return resources, overrides
+
+
+def _set_resources(items: Mapping[str, Any] | list[str]) -> dict[str, dict[str, Any]]:
+    """set-resources as a mapping (rule: {name: value}, the shipped profiles' form) or as
+    Snakemake's command-line strings (`rule:name=value`)."""
+    if isinstance(items, Mapping):
+        return {rule: dict(values or {}) for rule, values in items.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        rule, _, setting = str(item).partition(":")
+        name, _, value = setting.partition("=")
+        out.setdefault(rule, {})[name] = value
+    return out
+
+
+def load_run(config: str, profile: str | None) -> tuple[RunConfig, dict[str, dict[str, Any]]]:
+    """The config as a run under `profile` sees it (its `config:` list applied), and the
+    profile's resources."""
+    import yaml
+
+    resources, overrides = read_profile(profile)
+    if not Path(config).is_file():
+        raise InputError(config, "config file not found")
+    raw = yaml.safe_load(Path(config).read_text()) or {}
+    return RunConfig.from_dict({**raw, **overrides}), resources
+
+
+def is_dry_run(argv: Sequence[str]) -> bool:
+    """Whether a snakemake command line asks for a dry run (-n, --dry-run, -np, ...): read from
+    the command line, because Snakemake decides on a dry run only after the Snakefile is parsed
+    (`workflow.dryrun` is still False while common.smk runs)."""
+    for arg in argv[1:]:
+        if arg.startswith("--dry") and len(arg) > 5:  # argparse takes a long option's prefix
+            return True
+        if re.fullmatch(r"-[A-Za-z]+", arg) and "n" in arg:
+            return True
+    return False

@@ -1,0 +1,213 @@
+"""What one item of each kind of work costs a model, for the estimate: the tokens it puts through
+the model and their matmul FLOPs (config.gpus: 2 x the body's parameters a token, QK^T and AV
+over the tokens before it, 2 x hidden size for each output-layer row at each scored position),
+GPU seconds at ASSUMED_EFFICIENCY of a GPU class's bf16 peak, and the rates the GPU check
+measured on an H100 for the same path. Arithmetic on shapes, not a measurement. No torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from carbon_vep.config.gpus import (
+    ASSUMED_EFFICIENCY,
+    CARBON_SHAPES,
+    CARBON_VOCAB,
+    GPU_CLASSES,
+    attention_flops,
+    body_flops,
+    model_shape,
+    output_flops,
+)
+from carbon_vep.config.stages import (
+    ModelSettings,
+    PerturbationSettings,
+    RecipeSettings,
+    RecoverySettings,
+)
+
+K = 6  # bases a token
+DNA_ROWS = 4**K
+_SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str  # a Carbon size, or the model folder whose config.json gave it
+    dims: dict[str, int] | None  # None: not estimated
+    source: str
+
+
+@dataclass(frozen=True)
+class Work:
+    tokens: float  # tokens through the model for one item
+    flops: float  # their matmul FLOPs
+    what: str  # the arithmetic's assumption, as the estimate prints it
+    path: str | None = None  # the GPU check's name of the same path (for a measured rate)
+
+
+def shape_of(model: ModelSettings) -> Shape:
+    """A local model folder's own config.json; a demo model not built yet is not estimated;
+    a Hub id by the Carbon size its name says (model_shape)."""
+    config = os.path.join(model.path, "config.json")
+    if os.path.isfile(config):
+        return _local_shape(model.path, config)
+    if model.build_demo:
+        return Shape("demo model", None, "built on first use: not estimated")
+    name = model_shape(model.path)
+    dims = {**CARBON_SHAPES[name], "vocab_size": CARBON_VOCAB}
+    if name.split("-")[1].lower() in model.path.lower():
+        return Shape(name, dims, "its name")
+    # a name that says no Carbon size is reckoned as Carbon-3B, and no measured rate applies
+    return Shape(f"{name}, assumed", dims, "assumed: its name says no Carbon size")
+
+
+def _local_shape(folder: str, config: str) -> Shape:
+    with open(config) as handle:
+        raw = json.load(handle)
+    if not all(key in raw for key in _SHAPE_KEYS):
+        return Shape(os.path.basename(folder), None, f"{config}: not a Llama-style config")
+    dims = {key: int(raw[key]) for key in _SHAPE_KEYS}
+    dims["num_key_value_heads"] = int(raw.get("num_key_value_heads") or dims["num_attention_heads"])
+    dims["head_dim"] = int(
+        raw.get("head_dim") or dims["hidden_size"] // dims["num_attention_heads"]
+    )
+    dims["vocab_size"] = int(raw.get("vocab_size") or CARBON_VOCAB)
+    same = [n for n, s in CARBON_SHAPES.items() if all(dims[k] == v for k, v in s.items())]
+    return Shape(same[0] if same else os.path.basename(folder), dims, f"{config}")
+
+
+def pass_flops(
+    dims: Mapping[str, int],
+    tokens: float,
+    rows: int,
+    *,
+    positions: float | None = None,
+    context: float = 0,
+) -> float:
+    """FLOPs of `tokens` tokens after `context` cached ones (each attends, on average, to the
+    context and half the new tokens), with `rows` output rows at `positions` positions (every
+    token by default)."""
+    attention = attention_flops(dims) * tokens * (context + tokens / 2)
+    scored = tokens if positions is None else positions
+    return tokens * body_flops(dims) + attention + scored * output_flops(dims, rows)
+
+
+def gpu_seconds(flops: float, gpu: str) -> float:
+    """Seconds of `flops` at ASSUMED_EFFICIENCY of the GPU class's bf16 peak."""
+    return flops / (GPU_CLASSES[gpu].bf16_tflops * 1e12 * ASSUMED_EFFICIENCY)
+
+
+def _rows(normalization: str, dims: Mapping[str, int]) -> int:
+    return DNA_ROWS if normalization == "dna_block" else dims["vocab_size"]
+
+
+# ---- variant panels ------------------------------------------------------------------------
+def panel_work(scoring: RecipeSettings, dims: Mapping[str, int]) -> Work | None:
+    """A variant's cost under its dataset's recipe (None: scored by lookup, no model). Each
+    variant is taken as its own site: alternates of one site share the reference window (and a
+    next-token context), so a panel of several alternates a site costs less."""
+    recipe = scoring.definition
+    norm = scoring.resolved_normalization
+    window = scoring.window_bp or recipe.default_window_bp
+    if recipe.likelihood in ("token", "bp"):
+        return _window_work(scoring, dims, window // K + 1, norm)
+    if recipe.likelihood == "next_base":
+        tokens = window // K + 1
+        flops = pass_flops(dims, tokens, _rows(norm, dims), positions=1)
+        what = f"{tokens:,}-token left context ({window:,} bp), {norm} at its end"
+        return Work(tokens, flops, what, f"nexttoken {norm}")
+    if recipe.likelihood == "scan":
+        tokens = scoring.tiles.tile_bp // K + 1
+        what = f"<= one {tokens:,}-token tile a variant (nearby variants share tiles)"
+        return Work(tokens, pass_flops(dims, tokens, DNA_ROWS), what)
+    return None
+
+
+def _window_work(scoring: RecipeSettings, dims: Mapping[str, int], tokens: int, norm: str) -> Work:
+    """centered / fns: the reference window and the alternate's; with prefix sharing the
+    alternate runs only from the variant (half the window) off the reference's cache."""
+    rows = _rows(norm, dims)
+    whole = pass_flops(dims, tokens, rows)
+    if scoring.share_prefix:
+        half = tokens / 2
+        flops, count = whole + pass_flops(dims, half, rows, context=half), 1.5
+        how = f"ref window of {tokens:,} tokens + alt's {tokens // 2:,} after the variant"
+    else:
+        flops, count, how = 2 * whole, 2.0, f"ref + alt windows of {tokens:,} tokens"
+    views = 2 if scoring.rc_average else 1
+    what = f"{how}, {norm}" + (", x 2 (reverse complement)" if views == 2 else "")
+    path = f"{scoring.recipe} {norm}" + (" shared" if scoring.share_prefix else "")
+    return Work(views * count * tokens, views * flops, what, path)
+
+
+# ---- suite tasks ---------------------------------------------------------------------------
+def recovery_work(settings: RecoverySettings, dims: Mapping[str, int], bp: int | None) -> Work:
+    """A prompt of at most max_prompt_bp (whole 6-mers, after <dna>), then new_tokens greedy
+    steps off its cache, each over the whole vocabulary."""
+    prompt = min(bp or settings.max_prompt_bp, settings.max_prompt_bp) // K + 1
+    flops = pass_flops(dims, prompt, dims["vocab_size"], positions=1)
+    flops += pass_flops(dims, settings.new_tokens, dims["vocab_size"], context=prompt)
+    what = f"<= {prompt:,}-token prompt + {settings.new_tokens} generated"
+    path = "recovery token" if settings.decoder == "token" else None  # the one measured
+    return Work(prompt + settings.new_tokens, flops, what, path)
+
+
+def perturbation_work(
+    settings: PerturbationSettings, dims: Mapping[str, int], bp: int | None
+) -> Work | None:
+    """Both sequences of a pair, each one pass (None: their length is unknown)."""
+    if bp is None:
+        return None
+    tokens = bp // K + 1
+    norm = settings.resolved_normalization
+    what = f"2 x <= {tokens:,} tokens (original, perturbed), {norm}"
+    path = f"perturbation {norm}" if settings.scoring == "token" else None
+    return Work(2 * tokens, 2 * pass_flops(dims, tokens, _rows(norm, dims)), what, path)
+
+
+# ---- measured on an H100 -------------------------------------------------------------------
+# The GPU check on an H100 80GB HBM3, 2026-11-26 (docs/benchmarks.md, run 1; random weights with
+# Carbon's shapes, bf16, batch_tokens 131,072): tokens/s of each path, by shape
+MEASURED_H100_TOKENS_S: dict[tuple[str, str], float] = {
+    ("Carbon-3B", "centered full_vocab shared"): 34_203,
+    ("Carbon-3B", "centered full_vocab"): 55_609,
+    ("Carbon-3B", "centered dna_block shared"): 37_397,
+    ("Carbon-3B", "fns dna_block shared"): 32_776,
+    ("Carbon-3B", "nexttoken acgt_strings"): 63_795,
+    ("Carbon-3B", "nexttoken dna_block"): 64_035,
+    ("Carbon-3B", "recovery token"): 47_936,
+    ("Carbon-3B", "perturbation full_vocab"): 55_669,
+    ("Carbon-500M", "centered full_vocab shared"): 33_118,
+    ("Carbon-500M", "centered full_vocab"): 166_657,
+    ("Carbon-500M", "centered dna_block shared"): 25_342,
+    ("Carbon-500M", "fns dna_block shared"): 29_683,
+    ("Carbon-500M", "nexttoken acgt_strings"): 263_281,
+    ("Carbon-500M", "nexttoken dna_block"): 266_731,
+    ("Carbon-500M", "recovery token"): 78_297,
+    ("Carbon-500M", "perturbation full_vocab"): 110_815,
+}
+# scan-chunk with the default tiles (49,146 bp, min_context 24,000): scored bases/s
+MEASURED_H100_SCAN_BASES_S = {"Carbon-3B": 180_543, "Carbon-500M": 646_185}
+# Genomic-NIAH, Carbon-3B, our engine, s a row (generation and both likelihoods included), by
+# context: in prefill chunks of 8,192 (run 1) and the whole prompt at once (run 2)
+MEASURED_H100_NIAH_S = {32_768: (2.40, 1.88), 65_536: (5.47, 2.90), 131_072: (18.85, 9.25)}
+
+
+def measured_work_hours(shape: str, work: Work, items: int) -> float | None:
+    """H100-hours of `items` at the check's measured tokens/s for the same path, if measured."""
+    rate = MEASURED_H100_TOKENS_S.get((shape, work.path or ""))
+    return None if rate is None else items * work.tokens / rate / 3600
+
+
+def measured_niah_hours(shape: str, ctx: int, prefill_chunk: int, rows: int) -> float | None:
+    """H100-hours of `rows` NIAH rows of Carbon-3B at `ctx`, as measured (chunked or whole)."""
+    if shape != "Carbon-3B" or ctx not in MEASURED_H100_NIAH_S:
+        return None
+    if prefill_chunk not in (0, 8192) and prefill_chunk < ctx:
+        return None  # another chunk size was not measured
+    chunked, whole = MEASURED_H100_NIAH_S[ctx]
+    return rows * (chunked if 0 < prefill_chunk < ctx else whole) / 3600

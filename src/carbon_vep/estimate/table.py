@@ -1,0 +1,118 @@
+"""The bill before the run as Markdown tables (`carbon-vep estimate`, `snakemake -n`): the
+files to fetch, the jobs per rule, GPU time per task and model with a total per GPU class, and
+the arithmetic's assumptions under them. No torch, no Snakemake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from carbon_vep.config.fields import ConfigError
+from carbon_vep.config.gpus import ASSUMED_EFFICIENCY, GPU_CLASSES
+from carbon_vep.config.run import RunConfig
+from carbon_vep.config.workflow import (
+    DEFAULT_GPU_CLASS,
+    MODEL_RULES,
+    check_gpu_profile,
+    check_niah_profile,
+)
+from carbon_vep.estimate.bill import Bill, GpuLine, Resources, estimate, load_run
+
+PEAKS = ", ".join(f"{name} {gpu.bf16_tflops:g}" for name, gpu in GPU_CLASSES.items())
+ASSUMPTIONS = (
+    f"Every GPU figure is **arithmetic**, not a measurement: matmul FLOPs (2 x the body's "
+    f"parameters a token, attention over the tokens before it, the output-layer rows a scored "
+    f"position uses) at {ASSUMED_EFFICIENCY:.0%} of each GPU class's bf16 peak ({PEAKS} "
+    "TFLOP/s; the H100 check measured 717), loading, I/O and elementwise work left out "
+    '(docs/gpu.md). "H100-hours, measured rate": the same tokens at the tokens/s the H100 GPU '
+    "check measured on that path (2026-11-26, random weights of Carbon's shapes, "
+    "docs/benchmarks.md). Items are an input's rows: checks skip some, so a bound. A variant "
+    "is taken as its own site (alternates of one site share the reference window). Carbon-8B's "
+    "shape is Llama 3-8B's, as the Carbon report states (its config.json not seen)."
+)
+
+
+def bill_text(config: str, profile: str | None) -> str:
+    """The bill of a config file under a profile folder (None: no profile), as Markdown, with
+    what Snakemake would refuse when it reads the config under that profile."""
+    run, resources = load_run(config, profile)
+    where = f"profile {profile}" if profile else "no profile"
+    return render(estimate(run, resources), where) + _refusals(run, resources)
+
+
+def _refusals(run: RunConfig, resources: Resources) -> str:
+    """The parse-time checks of the workflow (common.smk), as a note instead of an error."""
+    try:
+        for rule in MODEL_RULES:
+            check_gpu_profile(rule, resources.get(rule, {}), run.models)
+        check_niah_profile(resources.get("score_niah", {}), run)
+    except ConfigError as err:
+        return f"\n**Snakemake refuses this config under this profile**: {err}\n"
+    return ""
+
+
+def render(bill: Bill, where: str = "this run's profile") -> str:
+    lines = [f"## The bill before the run ({where})", "", ASSUMPTIONS, ""]
+    fetched = [(f.rule, f.source, f"`{f.file}`" if f.file else "the snapshot", f.revision)
+               for f in bill.fetches]  # fmt: skip
+    lines += [f"### Files to fetch ({len(bill.fetches)})", ""]
+    lines += _table(("rule", "from", "file", "revision"), fetched)
+    lines += ["", "### Jobs per rule (before the checkpoints run)", ""]
+    jobs = [(f"`{j.rule}`", _count(j.jobs), j.how) for j in bill.jobs]  # `<name>` is no HTML
+    lines += _table(("rule", "jobs", "how"), jobs)
+    lines += ["", "### GPU time per task and model", ""]
+    lines += _table(
+        ("task", "model (shape)", "rule: GPU", "items", "count from", "an item", "PFLOP",
+         f"GPU-hours (arithmetic, {ASSUMED_EFFICIENCY:.0%} of peak)", "H100-hours, measured rate"),
+        [_gpu_row(g) for g in bill.gpu] + _total_rows(bill.gpu),
+    )  # fmt: skip
+    if any(g.gpu_label.endswith("(default)") for g in bill.gpu):
+        lines += ["", f"GPU \"{DEFAULT_GPU_CLASS} (default)\": the profile names no GPU class "
+                  f"for the rule, so its CUDA models are reckoned on an {DEFAULT_GPU_CLASS}, as "
+                  "the workflow's time limits are."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_row(g: GpuLine) -> tuple[str, ...]:
+    hours = f"{_num(g.hours)} {g.gpu}" if g.hours is not None else "—"
+    return (g.task, g.model, f"{g.rule}: {g.gpu_label}", g.items, g.count_from, g.work,
+            _num(g.pflop), hours, _num(g.measured_h100_hours))  # fmt: skip
+
+
+def _total_rows(lines: Sequence[GpuLine]) -> list[tuple[str, ...]]:
+    """A total per model (when there are several), then the total of the run."""
+    models = list(dict.fromkeys(g.model for g in lines))
+    per_model = [_total(f"total, {m}", [g for g in lines if g.model == m]) for m in models]
+    return (per_model if len(models) > 1 else []) + [_total("**total**", lines)]
+
+
+def _total(name: str, lines: Sequence[GpuLine]) -> tuple[str, ...]:
+    """PFLOP and GPU-hours per GPU class of `lines`, and how many lines are unknown."""
+    by_class: dict[str, float] = {}
+    for g in lines:
+        if g.hours is not None and g.gpu:
+            by_class[g.gpu] = by_class.get(g.gpu, 0.0) + g.hours
+    hours = " + ".join(f"**{_num(h)} {gpu}-hours**" for gpu, h in by_class.items()) or "—"
+    unknown = sum(g.hours is None and g.gpu is not None for g in lines)
+    if unknown:
+        hours += f" ({unknown} line(s) unknown)"
+    pflop = sum(g.pflop for g in lines if g.pflop is not None)
+    return (name, "", "", "", "", "", _num(pflop), hours, "")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _count(jobs: int | None) -> str:
+    return "after the checkpoint" if jobs is None else f"{jobs:,}"
+
+
+def _num(value: float | None) -> str:
+    """Three significant figures, thousands separated; — for unknown."""
+    if value is None:
+        return "—"
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if value >= 0.001 else "< 0.001"

@@ -1,0 +1,184 @@
+"""The bill before the run (`carbon-vep estimate`, `snakemake -n`): the files to fetch with their
+revisions, the jobs per rule, and GPU-hours that are the package's own arithmetic on the GPU
+class the profile gives each rule."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+import yaml
+from support.cluster import ROOT, run_snakemake
+
+from carbon_vep.cli import main
+from carbon_vep.config.gpus import CARBON_SHAPES, body_parameters, model_shape, niah_row_seconds
+from carbon_vep.config.run import RunConfig
+from carbon_vep.estimate.bill import estimate, is_dry_run, niah_cell_hours, read_profile
+from carbon_vep.estimate.counts import HUB_COUNTS
+from carbon_vep.estimate.table import bill_text
+
+COMMIT = "f" * 40
+EIGHT_B = "HuggingFaceBio/Carbon-8B"
+
+
+def _run(niah: dict | None = None, **sections) -> RunConfig:
+    models = sections.pop("models", None) or {
+        "m": {"path": EIGHT_B, "device": "cuda", "revision": COMMIT, "trust_remote_code": True}
+    }
+    niah = {"cells": {"tasks": ["niah"], "contexts": [32768], **(niah or {})}}
+    return RunConfig.from_dict({"models": models, "niah": niah, **sections})
+
+
+def _niah_line(run: RunConfig, resources: dict):
+    (line,) = [g for g in estimate(run, resources).gpu if g.rule == "score_niah"]
+    return line
+
+
+def test_a_niah_cells_gpu_hours_are_its_rows_at_the_row_arithmetic():
+    h100 = {"score_niah": {"gpu_model": "h100"}}
+    run = _run({"rows": 500})
+    expected = 500 * niah_row_seconds(CARBON_SHAPES["Carbon-8B"], 32768, "H100") / 3600
+    assert niah_cell_hours(run.niah["cells"], 32768, CARBON_SHAPES["Carbon-8B"], "H100") == (
+        pytest.approx(expected)
+    )
+    assert _niah_line(run, h100).hours == pytest.approx(expected)
+    two = _run({"tasks": ["niah", "neardup_d2"], "rows": 500})  # two cells at that context
+    assert _niah_line(two, h100).hours == pytest.approx(2 * expected)
+    assert _niah_line(two, h100).items == "2 cells x 500 rows"
+
+
+def test_no_profile_reckons_on_the_default_class_an_h100_profile_on_h100s():
+    run = _run()
+    default = _niah_line(run, {})
+    assert (default.gpu, default.gpu_label) == ("A10", "A10 (default)")
+    resources, overrides = read_profile(str(ROOT / "profiles/slurm-h100"))
+    assert overrides["batch_tokens"] == 131072  # the profile's `config:` list, typed
+    h100 = _niah_line(run, resources)
+    assert (h100.gpu, h100.gpu_label) == ("H100", "H100")
+    assert default.hours / h100.hours == pytest.approx(800 / 125)  # the classes' bf16 peaks
+    cpu = _run(models={"m": {"path": EIGHT_B, "device": "cpu", "revision": COMMIT}})
+    assert _niah_line(cpu, resources).hours is None  # a CPU model holds no GPU
+
+
+def test_measured_h100_rates_stand_beside_the_arithmetic_only_where_measured():
+    three_b = {"m": {"path": "HuggingFaceBio/Carbon-3B", "device": "cuda", "revision": COMMIT}}
+    h100 = {"score_niah": {"gpu_model": "h100"}}
+    chunked = _run({"contexts": [131072], "rows": 500}, models=three_b)
+    assert _niah_line(chunked, h100).measured_h100_hours == pytest.approx(500 * 18.85 / 3600)
+    whole = _run({"contexts": [131072], "rows": 500, "prefill_chunk": 0}, models=three_b)
+    assert _niah_line(whole, h100).measured_h100_hours == pytest.approx(500 * 9.25 / 3600)
+    assert _niah_line(_run(), h100).measured_h100_hours is None  # Carbon-8B: never measured
+
+
+def test_pinned_and_unpinned_revisions_are_shown():
+    hub = {"repo_id": "org/data", "filename": "x.parquet", "out": "data/x.parquet"}
+    run = _run(
+        {"revision": None},
+        models={"m": {"path": EIGHT_B, "trust_remote_code": True, "allow_unpinned": True}},
+        hub_files={"pinned": {**hub, "revision": COMMIT}, "main": hub,
+                   "tag": {**hub, "revision": "v1.0"}},
+    )  # fmt: skip
+    revisions = {f.rule: f.revision for f in estimate(run, {}).fetches}
+    assert revisions["fetch_hub_pinned"] == COMMIT
+    assert revisions["fetch_hub_main"] == "main (unpinned)"
+    assert revisions["fetch_hub_tag"] == "v1.0 (a branch or tag: unpinned)"
+    assert revisions["fetch_model m"] == "main (unpinned)"
+    assert revisions["fetch_niah_cell cells/niah_32k"] == "main (unpinned)"
+
+
+def test_score_niah_jobs_are_its_row_ranges():
+    run = _run({"rows": 250, "rows_per_job": 100})
+    jobs = {j.rule: j.jobs for j in estimate(run, {}).jobs}
+    assert jobs["score_niah [cells]"] == len(run.niah["cells"].row_ranges()) == 3
+    models = {k: {"path": EIGHT_B, "revision": COMMIT} for k in ("a", "b")}
+    wider = _run({"tasks": ["niah", "neardup_d1"], "rows": 250, "rows_per_job": 100},
+                 models=models)  # fmt: skip
+    assert {j.rule: j.jobs for j in estimate(wider, {}).jobs}["score_niah [cells]"] == 2 * 2 * 3
+
+
+def test_a_local_panel_is_counted_from_its_file_a_hub_one_from_its_documented_count(tmp_path):
+    panel = tmp_path / "panel.parquet"
+    pl.DataFrame({"chrom": ["1"] * 7, "pos": range(1, 8)}).write_parquet(panel)
+    dataset = {"reference": "g.fa", "build": "hg38", "recipe": "nexttoken", "shard_size": 3}
+    hub = {
+        "repo_id": "HuggingFaceBio/clinvar-vep-final",
+        "filename": "coding/clinvar_coding.parquet",
+        "out": str(tmp_path / "absent.parquet"),
+    }
+    run = _run(datasets={"here": {**dataset, "panel": str(panel)},
+                         "fetched": {**dataset, "panel": hub["out"]}},
+               hub_files={"clinvar": hub})  # fmt: skip
+    bill = estimate(run, {})
+    jobs = {j.rule: j.jobs for j in bill.jobs}
+    assert jobs["score_shard [here]"] == math.ceil(7 / 3)
+    documented = HUB_COUNTS[hub["repo_id"], hub["filename"]].rows
+    assert jobs["score_shard [fetched]"] == math.ceil(documented / 3)
+    items = {g.task: (g.items, g.count_from) for g in bill.gpu}
+    assert items["datasets.here (nexttoken)"] == ("7 variants", "the file here")
+    assert items["datasets.fetched (nexttoken)"][0] == f"{documented:,} variants"
+    # a file the bill cannot read (an empty placeholder, a broken download) never stops it
+    panel.write_bytes(b"")
+    items = {g.task: g.count_from for g in estimate(run, {}).gpu}
+    assert items["datasets.here (nexttoken)"] != "the file here"
+
+
+def test_carbon_8b_has_its_own_shape():
+    assert model_shape(EIGHT_B) == "Carbon-8B" and model_shape("org/Carbon-500M") == "Carbon-500M"
+    assert model_shape("GenerTeam/GENERator-v2-eukaryote-3b-base") == "Carbon-3B"
+    assert round(body_parameters(CARBON_SHAPES["Carbon-8B"]) / 1e9, 3) == 6.979
+
+
+@pytest.mark.parametrize("profile", [None, "profiles/slurm-h100"])
+@pytest.mark.parametrize("config", sorted((ROOT / "config").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_is_estimated(config, profile, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the configs' relative paths are the repository's
+    text = bill_text(str(config), profile)
+    assert "### GPU time per task and model" in text and "| **total** |" in text
+
+
+def test_what_snakemake_would_refuse_under_the_profile_is_said(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"models: {{m: {{path: {EIGHT_B}, device: cuda, revision: '{COMMIT}'}}}}\n"
+        "niah: {cells: {tasks: [niah], contexts: [32768]}}\n"
+    )
+    refused = "**Snakemake refuses this config under this profile**: niah.cells: a 32,768-token"
+    assert refused in bill_text(str(config), str(ROOT / "profiles/slurm-a10"))
+    assert "refuses" not in bill_text(str(config), str(ROOT / "profiles/slurm-h100"))
+
+
+def test_the_cli_prints_the_table(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"models: {{m: {{path: {EIGHT_B}, device: cuda, revision: '{COMMIT}'}}}}\n"
+        "niah: {cells: {tasks: [niah], contexts: [131072]}}\n"
+    )
+    assert main(["estimate", "--config", str(config), "--profile",
+                 str(ROOT / "profiles/slurm-h100")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "## The bill before the run" in out
+    assert "| niah.cells 131,072 tokens | m (Carbon-8B) | score_niah: H100 |" in out
+    assert "H100-hours**" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "dry"),
+    [(["-n"], True), (["-np", "--cores", "2"], True), (["--dry-run"], True),
+     (["--dryrun"], True), (["--configfile", "c.yaml", "-nF"], True),
+     (["--cores", "2", "-p"], False), (["--notemp"], False), (["all"], False)],
+)  # fmt: skip
+def test_a_dry_run_is_read_from_the_command_line(argv, dry):
+    assert is_dry_run(["snakemake", *argv]) is dry
+
+
+@pytest.mark.workflow
+def test_a_dry_run_prints_the_bill_before_its_plan(tmp_path):
+    config = ROOT / "config/ci.yaml"
+    result = run_snakemake(tmp_path, config, "-n")
+    assert result.returncode == 0, result.stderr[-2000:]
+    entry = RunConfig.from_dict(yaml.safe_load(config.read_text())).niah["demo_niah"]
+    jobs = len(entry.cells()) * len(entry.row_ranges())  # one model
+    assert "## The bill before the run" in result.stderr
+    assert f"| `score_niah [demo_niah]` | {jobs} |" in result.stderr
+    assert "The bill before the run" not in result.stdout  # the plan stays as it was

@@ -1,0 +1,59 @@
+"""A config holds only what its user wants: each section of the demo config alone (datasets,
+scans, tasks or niah) plans its own jobs, with a relative and an absolute `outdir`, every log
+under logs/ without a double slash."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from support.cluster import ROOT, run_snakemake
+
+pytestmark = pytest.mark.workflow
+SECTIONS = ("datasets", "scans", "tasks", "niah")
+
+
+def _shipped(value):
+    """The demo's shipped files by absolute path (the run's directory is elsewhere)."""
+    if isinstance(value, dict):
+        return {k: _shipped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shipped(v) for v in value]
+    if isinstance(value, str) and value.startswith("resources/"):
+        return str(ROOT / value)
+    return value
+
+
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
+@pytest.mark.parametrize("section", SECTIONS)
+def test_one_section_alone_plans_its_own_jobs(section, absolute, tmp_path):
+    config = _shipped(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+    for other in SECTIONS:
+        if other != section:
+            config[other] = {}
+    config.pop("baseline", None)
+    outdir = str(tmp_path / "out") if absolute else "out"
+    config["outdir"] = outdir
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_snakemake(tmp_path, path, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "double '/'" not in result.stdout + result.stderr
+    plan = result.stdout
+    logs = re.findall(r"^\s+log: (.*)$", plan, flags=re.M)
+    assert logs and all(
+        log.startswith(f"logs/{outdir.lstrip('/')}/") or log.startswith("logs/build_demo_model")
+        for log in logs
+    ), logs[:5]
+    rules = set(re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", plan, flags=re.M))
+    own = {
+        "datasets": "check_panel",
+        "scans": "plan_scan",
+        "tasks": "score_perturbation",
+        "niah": "merge_niah",
+    }
+    assert own[section] in rules
+    assert not {own[s] for s in SECTIONS if s != section} & rules
+    if section in ("tasks", "niah"):  # their metrics come from their own rules, not a panel's
+        assert "compute_metrics" not in rules
