@@ -34,7 +34,7 @@ def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf
     """config/ci.yaml (the demo with short windows, gated on baselines/demo.yaml), the model
     built in `workdir`, ten variants a shard; with `panel` instead of the demo panel."""
     config = _absolute(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
-    config["shard_size"] = 15  # three shards a dataset (the metrics must not depend on it)
+    config["shard_size"] = 10  # several shards (the metrics must not depend on it)
     config["models"]["demo"]["path"] = str(model_dir)
     for ds in config["datasets"].values():
         if panel != DEMO / "demo_panel.vcf":
