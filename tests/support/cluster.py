@@ -24,6 +24,18 @@ def shard_scores(shard: int) -> str:
     return f"results/{DATASET}/demo/shard_scores/shard_{shard:05d}.parquet"
 
 
+def absolute_demo_paths(node):
+    """A shipped config's repository-relative demo files (resources/demo/...), made absolute, so
+    a run in another directory finds them."""
+    if isinstance(node, dict):
+        return {key: absolute_demo_paths(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [absolute_demo_paths(value) for value in node]
+    if isinstance(node, str) and node.startswith("resources/demo/"):
+        return str(ROOT / node)
+    return node
+
+
 def demo_config(workdir: Path, model: str | Path, **model_keys) -> Path:
     """The demo's centered dataset alone, 240 bp windows, 20 variants a shard (3 shards), scored
     by `model` (a prebuilt directory or a Hub id: never built by the workflow)."""

@@ -8,27 +8,16 @@ import re
 
 import pytest
 import yaml
-from support.cluster import ROOT, run_snakemake
+from support.cluster import ROOT, absolute_demo_paths, run_snakemake
 
 pytestmark = pytest.mark.workflow
 SECTIONS = ("datasets", "scans", "tasks", "niah")
 
 
-def _shipped(value):
-    """The demo's shipped files by absolute path (the run's directory is elsewhere)."""
-    if isinstance(value, dict):
-        return {k: _shipped(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shipped(v) for v in value]
-    if isinstance(value, str) and value.startswith("resources/"):
-        return str(ROOT / value)
-    return value
-
-
 @pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
 @pytest.mark.parametrize("section", SECTIONS)
 def test_one_section_alone_plans_its_own_jobs(section, absolute, tmp_path):
-    config = _shipped(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+    config = absolute_demo_paths(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
     for other in SECTIONS:
         if other != section:
             config[other] = {}

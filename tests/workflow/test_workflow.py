@@ -11,7 +11,7 @@ import polars as pl
 import pysam
 import pytest
 import yaml
-from support.cluster import run_snakemake, workflow_env
+from support.cluster import absolute_demo_paths, run_snakemake, workflow_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "resources/demo"
@@ -19,21 +19,10 @@ PANEL_ROWS = 56  # 44 VCF records, multi-allelic ones split into one row per ALT
 pytestmark = pytest.mark.workflow
 
 
-def _absolute(node):
-    """The shipped config's repository-relative resource paths, made absolute."""
-    if isinstance(node, dict):
-        return {key: _absolute(value) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_absolute(value) for value in node]
-    if isinstance(node, str) and node.startswith("resources/demo/"):
-        return str(ROOT / node)
-    return node
-
-
 def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
     """config/ci.yaml (the demo with short windows, gated on baselines/demo.yaml), the model
     built in `workdir`, ten variants a shard; with `panel` instead of the demo panel."""
-    config = _absolute(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
+    config = absolute_demo_paths(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
     config["shard_size"] = 10  # several shards (the metrics must not depend on it)
     config["models"]["demo"]["path"] = str(model_dir)
     for ds in config["datasets"].values():
