@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks gpu-check gpu-kit scan-lambda clean
+.PHONY: setup setup-vllm demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +103,12 @@ gpu-kit: setup
 # SNVs/s per core, peak memory per job, the bytes PHRED adds to the TSV (docs/calibration.md)
 bench-calibrate: setup
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.calibrate --json results/bench_calibrate.json
+
+# long greedy rollouts (2,048-token prompts, 512 new tokens) on our engine alone, batched and with
+# a draft model, beside model.generate as the Carbon-3B card calls it: tokens/s, bp/s, the draft's
+# acceptance, identical predictions (docs/generation.md)
+bench-generate: setup
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.generate --json results/bench_generate.json
 
 # Genomic-NIAH: one prefill per row against the published three passes, side by side on CPU
 # (a small Carbon-shaped model, 4,096-token rows): same outputs, wall time, peak RSS

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from carbon_vep.benchmark import generate
 from carbon_vep.benchmark.gpu import kit, run
 from carbon_vep.benchmark.gpu.generation import find_vllm_python
 from carbon_vep.benchmark.harness import PROJECT_ROOT
@@ -185,6 +186,23 @@ def test_genomic_niah_on_our_engine_against_the_published_three_passes(smoke):
         assert row["agreement"]["negative_ll_difference"] < 1e-3
 
 
+def test_rollouts_alone_batched_and_drafted(smoke):
+    """The rollouts step: the card's plain `generate`, ours, the draft alone, ours with the
+    draft (its acceptance recorded, its predictions the target's), ours batched."""
+    _, report = smoke
+    result = report["rollouts"]
+    runs = {r["run"].split(",")[0].split(" batch")[0]: r for r in result["runs"]}
+    assert len(result["runs"]) == 5 and result["drafted_identical"] is True
+    drafted = result["runs"][3]["draft"]
+    assert drafted["new_tokens"] == 24 and 0 <= drafted["acceptance_rate"] <= 1
+    assert drafted["draft_calls"] > 0 and drafted["target_calls"] <= 24
+    assert result["runs"][4]["batch_size"] == 2 and result["runs"][4]["new_tokens"] == 48
+    assert all(r["tokens_per_s"] > 0 for r in runs.values())
+    # at acceptance 1 the projection is K + 1 tokens a step over its cost
+    assert generate.projected_speedup(1.0, 5, 0.2) == pytest.approx(6 / 2)
+    assert generate.projected_speedup(0.0, 5, 0.2) == pytest.approx(1 / 2)
+
+
 def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):
     """A second device call runs only the steps named, with each NIAH prefill chunk."""
     report = gpu_check.main(["--smoke", "--device", "cpu", "--out", str(tmp_path),
@@ -252,6 +270,7 @@ def test_the_make_target_entry_point_parses_its_flags():
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     flags = ("--out", "--smoke", "--device", "--budget-s", "--vllm-python", "--generation-only",
-             "--steps", "--niah-prefill-chunks", "--no-vllm-reason")  # fmt: skip
+             "--steps", "--niah-prefill-chunks", "--no-vllm-reason",
+             "--rollout-tokens")  # fmt: skip
     for flag in flags:
         assert flag in done.stdout

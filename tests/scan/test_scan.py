@@ -54,6 +54,24 @@ def test_tiles_for_sparse_positions_cover_them():
     assert len(tiles) == 3  # 5,000 and 5,010 share a tile
 
 
+def test_a_positions_tile_does_not_depend_on_the_other_positions():
+    """The scan recipe scores a variant from the tile that covers it: the same tile whatever
+    else is in its shard, or the score (and a dataset's AUROC) would move with shard_size."""
+    rng = np.random.default_rng(3)
+    length = 30_000
+    positions = sorted(rng.choice(length, 60, replace=False).tolist()) + [0, length - 1]
+    together = tiles_for_positions(positions, length, 600, 240)
+    for pos in positions:
+        covering = [t for t in together if t.score_start <= pos < t.score_end]
+        alone = [t for t in tiles_for_positions([pos], length, 600, 240)
+                 if t.score_start <= pos < t.score_end]  # fmt: skip
+        assert covering == alone, pos
+    halves = tiles_for_positions(positions[::2], length, 600, 240) + tiles_for_positions(
+        positions[1::2], length, 600, 240
+    )
+    assert set(together) == set(halves)
+
+
 def test_parse_region_is_one_based_inclusive():
     assert parse_region("chr1:1,001-2,000") == ("chr1", 1000, 2000)
     with pytest.raises(ValueError):
@@ -120,8 +138,11 @@ def test_scan_recipe_looks_up_panel_variants(engine, reference):
     # the contig's last base is scored too: its tile slides left to end on the contig end
     assert scores["score_status"].to_list() == ["scored", "scored"]
     assert scores["window_bp"][1] >= 60
-    positions = scan_region(engine, reference, "chr17", 2_009, 2_010, TileSettings(120, 60))
-    expected = snv_scores(positions).filter(pl.col("alt") == rows[0][3])["score"][0]
+    # the same as a region scan of the variant's grid cell (stride 120 - 60): the same tile
+    cell = 2_009 // 60 * 60
+    positions = scan_region(engine, reference, "chr17", cell, cell + 60, TileSettings(120, 60))
+    at_variant = snv_scores(positions).filter(pl.col("pos") == 2_010)
+    expected = at_variant.filter(pl.col("alt") == rows[0][3])["score"][0]
     assert scores["score"][0] == pytest.approx(expected, abs=1e-6)
     assert scores["normalization"][0] == "dna_block"
 

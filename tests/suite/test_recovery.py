@@ -6,8 +6,10 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from transformers import LogitsProcessorList
 
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
+from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.model.loading import load_model
 from carbon_vep.model.tokens import BASES, suppressed_token_ids
 from carbon_vep.suite.recovery import (
@@ -18,6 +20,9 @@ from carbon_vep.suite.recovery import (
     prompt_bases,
     recover,
     recovery_metrics,
+    rollout_bp,
+    row_accuracy,
+    table_label_source,
 )
 
 
@@ -143,3 +148,260 @@ def test_recovery_metrics_are_row_means_with_per_type_means():
     assert "/ 30" in result["definitions"]["accuracy"]
     assert any("non-ACGT" in w for w in result["warnings"])
     assert 0.0 <= result["confidence_intervals"]["accuracy"]["low"] <= 0.5
+
+
+# ---- the published script's modes (huggingface/carbon evaluation/sequence_recovery_eval.py) ----
+# The reference below re-states that script's per-row logic in plain code, independently of
+# suite.recovery: label source, prompt text, tokenization, generation, accuracy per mode.
+SCRIPT_SPECIES_TAGS = {
+    "vertebrate_mammalian": "<mammalian_species>",
+    "vertebrate_other": "<vertebrate_non_mammalian_species>",
+    "fungi": "<fungi_species>",
+    "plant": "<plant_species>",
+    "protozoa": "<protozoan_species>",
+    "invertebrate": "<invertebrate_species>",
+}
+
+
+class _Suppress:
+    """The script's logits processor: the special ids to -inf."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __call__(self, input_ids, scores):
+        scores[:, self.ids] = -float("inf")
+        return scores
+
+
+def _script_reference(rows, tokenizer, model, *, gen_len, accuracy_mode, score_len_bp,
+                      label_source, max_seq_len, use_species_tags):  # fmt: skip
+    """(pred, label, accuracy, scored_bp, label_source) per row, as the script computes them."""
+    requested = score_len_bp if accuracy_mode == "fixed_bp" else gen_len * 6
+    if label_source == "auto":
+        use_tail = requested > min(len(r["label"]) for r in rows)
+    else:
+        use_tail = label_source == "sequence_tail"
+    # Carbon's tokenizer lists its DNA tags in `special_tokens`, which the script suppresses;
+    # the demo tokenizer keeps them in `dna_special_tokens`
+    special = sorted(
+        set(tokenizer.all_special_ids)
+        | set(tokenizer.convert_tokens_to_ids(tokenizer.dna_special_tokens))
+    )
+    out = []
+    for r in rows:
+        seq = r["sequence"]
+        prompt_seq, label = (seq[:-requested], seq[-requested:]) if use_tail else (seq, r["label"])
+        keep = min(len(prompt_seq), max_seq_len) // 6 * 6
+        truncated = prompt_seq[-keep:] if keep > 0 else ""
+        tag = SCRIPT_SPECIES_TAGS.get(r["type"], "") if use_species_tags else ""
+        inputs = tokenizer(tag + "<dna>" + truncated, add_special_tokens=False, return_tensors="pt")
+        with torch.inference_mode():
+            generated = model.generate(
+                **inputs,
+                max_new_tokens=gen_len,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                logits_processor=LogitsProcessorList([_Suppress(special)]),
+            )
+        pred = tokenizer.decode(generated[0, -gen_len:].tolist())
+        scored = score_len_bp if accuracy_mode == "fixed_bp" else min(len(label), len(pred))
+        same = sum(1 for i in range(min(len(label), len(pred), scored)) if label[i] == pred[i])
+        accuracy = same / scored if scored > 0 else 0.0
+        source = "sequence_tail" if use_tail else "dataset"
+        out.append((pred, label, accuracy, scored, source, inputs["input_ids"][0].tolist()))
+    return out
+
+
+def _task_table(rows):
+    return pl.DataFrame(rows).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"),
+        pl.format("t.tsv:line {}", pl.int_range(pl.len()) + 2).alias("source"),
+    )
+
+
+def _rows(seed, lengths, label_bp, types=None):
+    rng = np.random.default_rng(seed)
+    types = types or [f"type{i % 2}" for i in range(len(lengths))]
+    return [
+        {
+            "sequence": "".join(rng.choice(list(BASES), n)),
+            "label": "".join(rng.choice(list(BASES), m)),
+            "type": t,
+        }
+        for n, m, t in zip(lengths, label_bp, types, strict=True)
+    ]
+
+
+def _compare_with_script(loaded, rows, settings, monkeypatch, use_species_tags=False):
+    expected = _script_reference(
+        rows, loaded.tokenizer, loaded.model, gen_len=settings.new_tokens,
+        accuracy_mode=settings.accuracy_mode, score_len_bp=settings.score_bp,
+        label_source=settings.label_source, max_seq_len=settings.max_prompt_bp,
+        use_species_tags=use_species_tags,
+    )  # fmt: skip
+    prompts, generate = [], loaded.model.generate
+
+    def recording(input_ids=None, **kwargs):
+        prompts.extend(input_ids.tolist())
+        return generate(input_ids=input_ids, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loaded.model, "generate", recording)
+        got = recover(_task_table(rows), loaded, settings, batch_size=4)
+    assert sorted(prompts) == sorted(e[5] for e in expected)  # the same token ids go in
+    assert got["status"].to_list() == ["scored"] * len(rows)
+    assert got["prediction"].to_list() == [e[0] for e in expected]
+    assert got["accuracy"].to_list() == [e[2] for e in expected]  # float32 model, exact
+    assert got["scored_bp"].to_list() == [e[3] for e in expected]
+    assert got["label_source"].to_list() == [e[4] for e in expected]
+    shown = settings.score_bp if settings.accuracy_mode == "fixed_bp" else None
+    assert got["label"].to_list() == [e[1][:shown] for e in expected]
+    return got, expected
+
+
+# lengths not multiples of 6, some past max_prompt_bp (100 bp): the tail is cut before the
+# prompt is truncated, as in the script
+CASES = {
+    # fixed_bp, dataset labels: a 12 bp label (shorter than the 30 bp rollout) loses 18 bases
+    "fixed_dataset_short_label": (
+        dict(label_source="dataset"), [157, 95, 64, 131], [12, 30, 40, 128]),
+    # prediction_length, dataset labels: a 20 bp label caps the scored bases at 20
+    "prediction_length_dataset": (
+        dict(accuracy_mode="prediction_length", label_source="dataset", new_tokens=8),
+        [157, 95, 64, 131], [20, 60, 48, 128]),
+    # prediction_length, the last 48 bp of the sequence are the label
+    "prediction_length_sequence_tail": (
+        dict(accuracy_mode="prediction_length", label_source="sequence_tail", new_tokens=8),
+        [157, 95, 64, 131], [20, 60, 48, 128]),
+    # auto keeps the dataset labels: 30 bp is not longer than the shortest label (30)
+    "auto_dataset": (dict(), [157, 95, 64, 131], [30, 31, 40, 128]),
+    # auto takes the tail: 48 bp is longer than the shortest label (40)
+    "auto_sequence_tail": (
+        dict(accuracy_mode="prediction_length", new_tokens=8), [157, 95, 64, 131],
+        [40, 128, 128, 128]),
+    # fixed_bp with a tail: the tail is score_bp long (the script's requested rollout)
+    "fixed_sequence_tail": (dict(label_source="sequence_tail"), [157, 95, 64, 131],
+                            [30, 30, 30, 30]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_predictions_and_accuracies_equal_the_published_scripts(loaded, case, monkeypatch):
+    overrides, lengths, label_bp = CASES[case]
+    settings = RecoverySettings(max_prompt_bp=100, **overrides)
+    rows = _rows(7, lengths, label_bp)
+    got, expected = _compare_with_script(loaded, rows, settings, monkeypatch)
+    if case == "fixed_dataset_short_label":
+        assert got["scored_bp"][0] == 30 and got["n_match"][0] <= 12
+    if case == "prediction_length_dataset":
+        assert got["scored_bp"].to_list()[0] == min(20, len(expected[0][0]))
+    if case.endswith("sequence_tail"):
+        assert set(got["label_source"]) == {"sequence_tail"}
+        assert got["prompt_bp"][0] == 96  # 157 - tail (48 or 30) -> 109 or 127 -> 100 -> 96
+
+
+@pytest.fixture(scope="module")
+def tagged(demo_model_dir):
+    """The demo model with the six species tags added to its tokenizer as special tokens (the
+    embedding grown to match), as a model trained with them would have."""
+    from carbon_vep.model.loading import LoadedModel
+    from carbon_vep.model.tokens import dna_vocab
+
+    base = load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
+    base.tokenizer.add_tokens(sorted(SCRIPT_SPECIES_TAGS.values()), special_tokens=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        base.model.resize_token_embeddings(len(base.tokenizer))
+    vocab = dna_vocab(base.tokenizer)
+    return LoadedModel(base.model, base.tokenizer, vocab, base.device, base.settings)
+
+
+@pytest.mark.parametrize("accuracy_mode", ["fixed_bp", "prediction_length"])
+def test_species_tags_go_before_the_prefix_as_in_the_script(tagged, accuracy_mode, monkeypatch):
+    types = ["vertebrate_mammalian", "fungi", "not_a_species", "plant", "vertebrate_mammalian"]
+    rows = _rows(8, [66, 66, 66, 90, 157], [30, 40, 48, 60, 128], types)
+    settings = RecoverySettings(accuracy_mode=accuracy_mode, species_tags=True, new_tokens=8)
+    got, expected = _compare_with_script(tagged, rows, settings, monkeypatch, True)
+    vocab, dna = tagged.tokenizer.get_vocab(), tagged.vocab.prefix_id
+    for row, (*_, ids) in zip(rows, expected, strict=True):  # tag, <dna>, 6-mers; or no tag
+        tag = SCRIPT_SPECIES_TAGS.get(row["type"])
+        assert ids[:2] == ([vocab[tag], dna] if tag else [dna, ids[1]])
+    result = recovery_metrics(got, settings, EvaluationSettings(bootstrap=0))
+    assert list(result["by_type"]) == sorted(set(types))  # the script's per-type order
+    assert any("without a species tag" in w for w in result["warnings"])
+
+
+def test_a_species_tag_the_vocabulary_lacks_is_refused_naming_it(loaded):
+    assert "<mammalian_species>" not in loaded.tokenizer.get_vocab()  # the demo has none
+    rows = _rows(9, [66, 66], [30, 30], ["vertebrate_mammalian", "x"])
+    with pytest.raises(TokenizerMismatchError, match="<mammalian_species>"):
+        recover(_task_table(rows), loaded, RecoverySettings(species_tags=True), 4)
+    untyped = _task_table(rows).drop("type")
+    with pytest.raises(InputError, match="t.tsv: species_tags needs a `type` column"):
+        recover(untyped, loaded, RecoverySettings(species_tags=True), 4)
+
+
+def test_a_sequence_not_longer_than_the_tail_stops_the_run_naming_its_row(loaded):
+    rows = _rows(10, [66, 48, 30], [30, 30, 30])
+    settings = RecoverySettings(
+        label_source="sequence_tail", accuracy_mode="prediction_length", new_tokens=8
+    )
+    message = r"t.tsv:line 3: sequence of 48 bp is not longer than the 48 bp sequence_tail label"
+    with pytest.raises(InputError, match=message):
+        recover(_task_table(rows), loaded, settings, 4)
+
+
+def test_accuracy_per_mode_and_the_auto_rule():
+    fixed, by_prediction = RecoverySettings(), RecoverySettings(accuracy_mode="prediction_length")
+    assert row_accuracy("ACGTAC", "ACGTAA" * 10, fixed) == (5, 30, 5 / 30)
+    assert row_accuracy("ACGTAC", "ACGTAA" * 10, by_prediction) == (5, 6, 5 / 6)
+    assert row_accuracy("ACGTAC" * 5, "ACG", by_prediction) == (3, 3, 1.0)
+    assert row_accuracy("", "ACG", by_prediction) == (0, 0, 0.0)  # nothing to score: 0
+    assert rollout_bp(fixed, 6) == 30 and rollout_bp(by_prediction, 6) == 30  # 5 tokens
+    assert table_label_source(fixed, 6, [30, 128]) == "dataset"  # 30 is not longer than 30
+    assert table_label_source(fixed, 6, [29, 128]) == "sequence_tail"
+    assert table_label_source(RecoverySettings(label_source="dataset"), 6, [1]) == "dataset"
+    assert table_label_source(RecoverySettings(label_source="sequence_tail"), 6, [999]) == (
+        "sequence_tail"
+    )
+
+
+def test_score_recovery_has_the_flags():
+    from carbon_vep.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["score-recovery", "--tasks-file", "t", "--model", "m", "--out", "o", "--metrics", "j",
+         "--task", "t", "--model-key", "m",
+         "--accuracy-mode", "prediction_length", "--label-source", "sequence_tail",
+         "--species-tags", "--new-tokens", "8", "--max-prompt-bp", "96", "--score-bp", "12"]
+    )  # fmt: skip
+    from carbon_vep.config.fields import from_args
+
+    (settings,) = from_args(args, RecoverySettings)
+    expected = {"accuracy_mode": "prediction_length", "label_source": "sequence_tail"}
+    assert settings == RecoverySettings(
+        max_prompt_bp=96, new_tokens=8, score_bp=12, species_tags=True, **expected
+    )
+
+
+def test_metrics_report_scored_bp_the_label_source_and_skip_untyped_rows():
+    predictions = pl.DataFrame(
+        {
+            "status": ["scored"] * 4,
+            "accuracy": [0.5, 1.0, 0.25, 0.0],
+            "scored_bp": [48, 20, 48, 0],
+            "type": ["vertebrate_mammalian", "fungi", "fungi", None],
+            "label": ["A" * 48] * 4,
+            "label_source": ["sequence_tail"] * 4,
+            "prompt_non_acgt": [0] * 4,
+        }
+    )
+    settings = RecoverySettings(accuracy_mode="prediction_length", new_tokens=8)
+    result = recovery_metrics(predictions, settings, EvaluationSettings(bootstrap=0))
+    assert result["metrics"]["accuracy"] == pytest.approx(0.4375)  # overall: every row
+    assert list(result["by_type"]) == ["fungi", "vertebrate_mammalian"]  # sorted, no None
+    assert result["by_type"]["fungi"] == {"n": 2, "accuracy": 0.625, "mean_scored_bp": 34.0}
+    assert result["mean_scored_bp"] == 29.0 and result["label_source"] == "sequence_tail"
+    assert "min(label length, prediction length)" in result["definitions"]["accuracy"]
+    assert any("auto took the sequence tail" in w for w in result["warnings"])

@@ -178,6 +178,8 @@ def test_task_commands_name_their_results(tmp_path, demo_model_dir):
                 "rec",
                 "--decoder",
                 "fns_conditional",
+                "--label-source",  # auto would take the sequence's tail: the label is 7 bp
+                "dataset",
                 "--out",
                 str(tmp_path / "rec.parquet"),
                 "--metrics",

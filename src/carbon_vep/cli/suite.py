@@ -30,6 +30,7 @@ def add_score_recovery(sub) -> None:
 
 
 def score_recovery(args: argparse.Namespace) -> None:
+    from carbon_vep.model.drafting import load_draft
     from carbon_vep.suite.recovery import recover, recovery_metrics
     from carbon_vep.suite.tasks import read_task_table
 
@@ -41,9 +42,14 @@ def score_recovery(args: argparse.Namespace) -> None:
         predictions = _recover_on_vllm(table, model, settings, args.tasks_file)
     else:
         loaded = load_model(model, args.tasks_file)
-        predictions = recover(table, loaded, settings, model.batch_size, model.batch_tokens)
+        draft = load_draft(model, loaded)
+        predictions = recover(table, loaded, settings, model.batch_size, model.batch_tokens,
+                              draft)  # fmt: skip
+    metrics = recovery_metrics(predictions, settings, evaluation)
+    if model.draft_model:
+        metrics["speculative"] = {"draft_model": model.draft_model, **draft.record()}
     atomic.write_parquet(predictions, args.out)
-    write_task_result(recovery_metrics(predictions, settings, evaluation), args, ["accuracy"])
+    write_task_result(metrics, args, ["accuracy"])
 
 
 def _recover_on_vllm(table, model: ModelSettings, settings: RecoverySettings, where: str):
@@ -57,10 +63,11 @@ def _recover_on_vllm(table, model: ModelSettings, settings: RecoverySettings, wh
     check_decoder(settings, where)
     require_model_here(model)
     tokenizer, vocab = load_tokenizer(model)
-    longest = settings.max_prompt_bp // vocab.k + 1 + settings.new_tokens  # <dna> + prompt
+    tag = int(settings.species_tags)  # a species tag, <dna>, the prompt, the new tokens
+    longest = tag + 1 + settings.max_prompt_bp // vocab.k + settings.new_tokens
     engine = VllmEngine(model, max_model_len=model.vllm.max_model_len or longest, what=where)
     generate = vllm_continuations(engine, tokenizer, vocab, settings)
-    return recover_with(table, vocab.k, settings, generate)
+    return recover_with(table, vocab.k, settings, generate, tokenizer)
 
 
 def add_score_perturbation(sub) -> None:

@@ -350,6 +350,7 @@ class RunConfig:
             raise ConfigError("dataset name 'suite' is reserved: OUTDIR/suite holds suite tasks")
         for key, model in self.models.items():
             check_unpinned_remote_code(key, model)
+            self._check_draft(key, model)
         for key, entry in self.niah.items():
             entry.check(key)
         for section in ("datasets", "scans", "tasks", "niah"):
@@ -391,6 +392,29 @@ class RunConfig:
             for key, d in self.datasets.items()
             if d.scoring.recipe == "from_scan" and d.scoring.scan is not None
         }
+
+    def _check_draft(self, key: str, model: ModelSettings) -> None:
+        """A draft names another model entry (its path and revision go to the jobs)."""
+        if model.draft_model is None:
+            return
+        if model.draft_model == key or model.draft_model not in self.models:
+            known = ", ".join(k for k in self.models if k != key) or "none"
+            raise ConfigError(
+                f"models.{key}.draft_model: {model.draft_model!r} is not another model entry "
+                f"(entries: {known}); name the draft by its key"
+            )
+        if model.engine == "vllm":
+            raise ConfigError(
+                f"models.{key}: draft_model with engine vllm is not supported here; vLLM's "
+                "own speculative decoding is configured in vLLM (docs/generation.md)"
+            )
+
+    def draft_settings(self, model: ModelSettings) -> ModelSettings:
+        """`model` with its draft key replaced by that entry's path and revision."""
+        if model.draft_model is None:
+            return model
+        draft = self.models[model.draft_model]
+        return dataclasses.replace(model, draft_model=draft.path, draft_revision=draft.revision)
 
     def entry_models(
         self, entry: DatasetConfig | ScanConfig | TaskConfig | NiahConfig

@@ -61,7 +61,9 @@ class VllmSettings:
     )
 
 
-GENERATION_ONLY = ("engine", *(f.name for f in fields(VllmSettings)))  # not variant scoring's
+# the settings of the generation tasks alone (variant scoring's jobs do not get them)
+SPECULATIVE = ("draft_model", "draft_revision", "num_speculative_tokens")
+GENERATION_ONLY = ("engine", *SPECULATIVE, *(f.name for f in fields(VllmSettings)))
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,20 @@ class ModelSettings:
         help="engine of the generation tasks (Genomic-NIAH, sequence recovery): this package's "
         "transformers engine, or vLLM, the engine Carbon is served with (its own environment: "
         "make setup-vllm). Variant scoring, scans and perturbation pairs run on transformers",
+    )
+    draft_model: str | None = setting(
+        None,
+        help="speculative decoding of sequence recovery (transformers' assisted generation, "
+        "as the Carbon-3B card runs it): in a config the key of another model entry, on the "
+        "command line its path or Hub id; it must share this model's tokenizer "
+        "(Carbon-500M drafts for Carbon-3B and -8B). Greedy output is the target's alone "
+        "(docs/generation.md#speculative-decoding)",
+    )
+    draft_revision: str | None = setting(
+        None, help="revision of the draft model (in a config: taken from its entry)"
+    )
+    num_speculative_tokens: int = setting(
+        5, minimum=1, help="tokens the draft model proposes a step"
     )
     vllm: VllmSettings = group(VllmSettings)
 
@@ -318,7 +334,28 @@ class RecoverySettings:
     )
     max_prompt_bp: int = setting(6144, minimum=6, help="prompt = the rightmost bases, whole 6-mers")
     new_tokens: int = setting(5, minimum=1, help="tokens generated")
-    score_bp: int = setting(30, minimum=1, help="accuracy denominator in bp")
+    score_bp: int = setting(
+        30,
+        minimum=1,
+        help="accuracy denominator in bp under accuracy_mode fixed_bp (and there the length of "
+        "a sequence_tail label)",
+    )
+    accuracy_mode: Literal["fixed_bp", "prediction_length"] = setting(
+        "fixed_bp",
+        help="fixed_bp: matches / score_bp (published headline); prediction_length: matches / "
+        "min(label, prediction) bp, the published long-rollout scoring",
+    )
+    label_source: Literal["auto", "dataset", "sequence_tail"] = setting(
+        "auto",
+        help="dataset: the `label` column; sequence_tail: the last rollout bp of `sequence` "
+        "(score_bp, or new_tokens x 6 under prediction_length), the prompt cut before it; auto "
+        "(published default): sequence_tail when the rollout is longer than the shortest label",
+    )
+    species_tags: bool = setting(
+        False,
+        help="put the `type` column's species tag (`<mammalian_species>`, ...) before the DNA "
+        "prefix, as the published --use_species_tags; the tag must be one token of the model",
+    )
 
 
 @dataclass(frozen=True)

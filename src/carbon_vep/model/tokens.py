@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,9 @@ class DnaVocab:
     vocab_size: int
     acgt_string_ids: dict[str, list[int]] = field(default_factory=dict)  # first base -> ids
 
-    def encode(self, seq: str) -> np.ndarray:
-        """Prefix + k-mer ids of `seq` (length must be a multiple of k; N/IUPAC -> <oov>)."""
+    def encode(self, seq: str, lead: Sequence[int] = ()) -> np.ndarray:
+        """`lead` ids (e.g. a species tag), prefix, k-mer ids of `seq` (length must be a multiple
+        of k; N/IUPAC -> <oov>)."""
         if len(seq) % self.k:
             raise ValueError(f"sequence length {len(seq)} is not a multiple of k={self.k}")
         codes = base_codes(seq, self.k)
@@ -65,7 +67,7 @@ class DnaVocab:
             if self.oov_id is None:
                 raise ValueError("non-ACGT base in a window and the tokenizer has no <oov> token")
             ids = np.where(bad, self.oov_id, ids)
-        return np.concatenate([[self.prefix_id], ids]).astype(np.int64)
+        return np.concatenate([np.asarray(lead, np.int64), [self.prefix_id], ids]).astype(np.int64)
 
 
 def _read_dna_config(tokenizer: Any) -> dict:

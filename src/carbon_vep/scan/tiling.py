@@ -77,14 +77,19 @@ def tile_segment(
 def tiles_for_positions(
     positions: list[int], contig_length: int, window_bp: int, min_context: int, k: int = 6
 ) -> list[Tile]:
-    """Tiles for sparse 0-based positions: each tile starts at the first uncovered position."""
-    tiles: list[Tile] = []
-    for pos in sorted(set(positions)):
-        if tiles and tiles[-1].score_start <= pos < tiles[-1].score_end:
-            continue
-        end = min(pos + window_bp - min_context, contig_length)
-        tiles += tile_region(contig_length, pos, end, window_bp, min_context, k)[:1]
-    return tiles
+    """Tiles for sparse 0-based positions, on a grid fixed by the contig: a position's tile is
+    the `tile_region` tile of its grid cell [g, g + stride), g a multiple of the stride
+    (window_bp - min_context, after rounding to whole k-mers). So a position's window, and its
+    score, depend on the position alone, not on the other positions of its shard."""
+    stride = window_bp - window_bp % k - min_context
+    if stride < k:
+        raise ValueError(f"window_bp {window_bp} leaves no room after min_context {min_context}")
+    cells = sorted({pos // stride * stride for pos in positions})
+    return [
+        tile_region(contig_length, g, min(g + stride, contig_length), window_bp, min_context, k)[0]
+        for g in cells
+        if g < contig_length
+    ]
 
 
 def parse_region(region: str) -> tuple[str, int, int]:

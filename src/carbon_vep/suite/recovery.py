@@ -5,6 +5,13 @@ greedy-generate 5 tokens (30 bp) with the tokenizer's special tokens suppressed;
 accuracy = bases equal to `label` among the first 30 / 30 (a short prediction counts its
 missing bases as wrong); headline = mean over rows, plus per-`type` means.
 
+The published evaluation script (huggingface/carbon `evaluation/sequence_recovery_eval.py`,
+docs/suite-conventions.md#recipes) adds, and we follow it: `accuracy_mode` fixed_bp (the above)
+or prediction_length (matches / min(len label, len prediction), 0 when that is 0); `label_source`
+dataset, sequence_tail (the last rollout bp of `sequence` are the label, the rest the prompt,
+cut before the prompt is truncated) or auto (the tail for the whole table when the rollout is
+longer than its shortest label); `species_tags` (the `type`'s tag before the DNA prefix).
+
 Generation runs through transformers `generate` (greedy, the model's KV cache); prompts of equal
 token length are batched together, so no padding is ever involved. Three greedy decoders:
 
@@ -23,8 +30,9 @@ token length are batched together, so no padding is ever involved. Three greedy 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -33,8 +41,10 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
+from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.evaluate.metrics import bootstrap_mean_interval
 from carbon_vep.model.batching import FAILED_ALONE, in_batches
+from carbon_vep.model.drafting import Draft
 from carbon_vep.model.loading import LoadedModel
 from carbon_vep.model.tokens import non_acgt_count, suppressed_token_ids
 from carbon_vep.progress import Progress
@@ -44,6 +54,21 @@ ACCURACY_DEFINITION = (
     "mean over rows of (bases equal to the label among the first {bp} of prediction and label) "
     "/ {bp}; a prediction shorter than {bp} bp counts its missing bases as wrong"
 )
+PREDICTION_LENGTH_DEFINITION = (
+    "mean over rows of (bases equal to the label among the first scored_bp) / scored_bp, with "
+    "scored_bp = min(label length, prediction length) per row (a row with scored_bp 0 counts 0)"
+)
+# the published map from the dataset's `type` to the tag put before the DNA prefix
+# (huggingface/carbon evaluation/sequence_recovery_eval.py, SPECIES_TAG_MAP); another type
+# gets no tag there, and none here
+SPECIES_TAGS = {
+    "vertebrate_mammalian": "<mammalian_species>",
+    "vertebrate_other": "<vertebrate_non_mammalian_species>",
+    "fungi": "<fungi_species>",
+    "plant": "<plant_species>",
+    "protozoa": "<protozoan_species>",
+    "invertebrate": "<invertebrate_species>",
+}
 
 
 def prompt_bases(sequence: str, max_bp: int, k: int) -> str:
@@ -55,6 +80,48 @@ def prompt_bases(sequence: str, max_bp: int, k: int) -> str:
 def base_matches(prediction: str, label: str, score_bp: int) -> int:
     """Positions among the first `score_bp` where prediction and label have the same base."""
     return sum(a == b for a, b in zip(prediction[:score_bp], label[:score_bp], strict=False))
+
+
+def rollout_bp(settings: RecoverySettings, k: int) -> int:
+    """The scored window asked for: `score_bp` under fixed_bp, `new_tokens`·k under
+    prediction_length. It is the length of a sequence_tail label and auto's yardstick."""
+    return settings.score_bp if settings.accuracy_mode == "fixed_bp" else settings.new_tokens * k
+
+
+def table_label_source(settings: RecoverySettings, k: int, label_lengths: list[int]) -> str:
+    """`dataset` or `sequence_tail`, for the whole table. auto takes the tail when the rollout is
+    longer than the shortest label (and when no row has a label at all)."""
+    if settings.label_source != "auto":
+        return settings.label_source
+    longer = not label_lengths or rollout_bp(settings, k) > min(label_lengths)
+    return "sequence_tail" if longer else "dataset"
+
+
+def row_accuracy(prediction: str, label: str, settings: RecoverySettings) -> tuple[int, int, float]:
+    """(matches, scored_bp, accuracy) of one row under `settings.accuracy_mode`."""
+    if settings.accuracy_mode == "fixed_bp":
+        scored = settings.score_bp
+    else:
+        scored = min(len(label), len(prediction))
+    matches = base_matches(prediction, label, scored)
+    return matches, scored, matches / scored if scored > 0 else 0.0
+
+
+def species_tag_ids(tokenizer: Any, types: Iterable[str | None]) -> dict[str, int]:
+    """The token id of the species tag of each of `types` that has one (SPECIES_TAGS). A tag the
+    tokenizer does not encode as one token of its vocabulary is refused, naming it."""
+    vocabulary = tokenizer.get_vocab()
+    ids: dict[str, int] = {}
+    for tag in sorted({SPECIES_TAGS[t] for t in types if t in SPECIES_TAGS}):
+        encoded = list(tokenizer(tag, add_special_tokens=False)["input_ids"])
+        if len(encoded) != 1 or vocabulary.get(tag) != encoded[0]:
+            raise TokenizerMismatchError(
+                f"species tag {tag} is not one token of the model's vocabulary (the tokenizer "
+                f"encodes it as {len(encoded)} ids): species_tags needs a model trained with "
+                "the species tags; set species_tags off for this model"
+            )
+        ids[tag] = int(encoded[0])
+    return ids
 
 
 # ---- FNS greedy decoders as logits processors ------------------------------------------
@@ -125,14 +192,22 @@ def _processors(loaded: LoadedModel, settings: RecoverySettings) -> LogitsProces
 @torch.inference_mode()
 def generate_continuations(
     loaded: LoadedModel, prompts: list[str], settings: RecoverySettings, batch_size: int,
-    batch_tokens: int = 0,
+    batch_tokens: int = 0, draft: Draft | None = None,
+    leads: list[tuple[int, ...]] | None = None,
 ) -> list[str | None]:  # fmt: skip
-    """Greedy continuation text of each prompt (bases only, prefix added here); None where a
+    """Greedy continuation text of each prompt (bases only, prefix added here, after the
+    prompt's `leads` ids: its species tag, if any); None where a
     prompt ran out of memory even alone. A batch holds `batch_size` prompts, or as many as fit
-    in `batch_tokens` (prompt and generated tokens) when that is set."""
-    encoded = [loaded.vocab.encode(p) for p in prompts]
+    in `batch_tokens` (prompt and generated tokens) when that is set. With a `draft`, decoding
+    is speculative (model.drafting), one prompt at a time as transformers requires, and the
+    draft's counters grow by what this call generated."""
+    leads = leads or [()] * len(prompts)  # a lead changes the length: still grouped, no padding
+    encoded = [loaded.vocab.encode(p, lead) for p, lead in zip(prompts, leads, strict=True)]
     config = _generation_config(loaded, settings)
     processors = _processors(loaded, settings)
+    assisted = draft.generate_kwargs() if draft else {}
+    if draft:
+        batch_size, batch_tokens = 1, 0
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(encoded):
         by_length.setdefault(len(ids), []).append(i)
@@ -145,18 +220,26 @@ def generate_continuations(
             attention_mask=torch.ones_like(ids),
             generation_config=config,
             logits_processor=processors,
+            **assisted,
         )
         new_ids = generated[:, ids.shape[1] :].cpu().tolist()  # one copy per batch
+        if draft:
+            draft.new_tokens += sum(map(len, new_ids))
         return [loaded.tokenizer.decode(row) for row in new_ids]
 
     progress = Progress(len(prompts), "prompts", "sequence recovery")
-    for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
-        tokens = [length + settings.new_tokens] * len(members)
-        batches = in_batches(members, work, batch_size, loaded.device, progress, tokens=tokens,
-                             batch_tokens=batch_tokens)  # fmt: skip
-        for index, values in batches:
-            for i, value in zip(index, values, strict=True):
-                out[members[i]] = value
+    hooks = draft.counting(loaded.model) if draft else []
+    try:
+        for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
+            tokens = [length + settings.new_tokens] * len(members)
+            batches = in_batches(members, work, batch_size, loaded.device, progress,
+                                 tokens=tokens, batch_tokens=batch_tokens)  # fmt: skip
+            for index, values in batches:
+                for i, value in zip(index, values, strict=True):
+                    out[members[i]] = value
+    finally:
+        for hook in hooks:
+            hook.remove()
     progress.close()
     return out
 
@@ -164,30 +247,41 @@ def generate_continuations(
 # ---- the task ----------------------------------------------------------------------------
 def recover(
     table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings, batch_size: int,
-    batch_tokens: int = 0,
+    batch_tokens: int = 0, draft: Draft | None = None,
 ) -> pl.DataFrame:  # fmt: skip
     """One output row per input row: prompt size, prediction, matches, accuracy, status.
 
-    Rows without a sequence or label are kept with status `invalid` and no accuracy. Bases
+    Rows without a sequence (or, with dataset labels, a label) are kept with status `invalid`
+    and no accuracy. Bases
     other than ACGT in a prompt go to the tokenizer as `<oov>`, as in the published script,
     and are counted in `prompt_non_acgt`.
     """
 
-    def generate(prompts: list[str]) -> list[str | None]:
-        return generate_continuations(loaded, prompts, settings, batch_size, batch_tokens)
+    def generate(prompts: list[str], leads: list[tuple[int, ...]]) -> list[str | None]:
+        return generate_continuations(loaded, prompts, settings, batch_size, batch_tokens,
+                                      draft, leads)  # fmt: skip
 
-    return recover_with(table, loaded.vocab.k, settings, generate)
+    return recover_with(table, loaded.vocab.k, settings, generate, loaded.tokenizer)
 
 
 def recover_with(
     table: pl.DataFrame,
     k: int,
     settings: RecoverySettings,
-    generate: Callable[[list[str]], list[str | None]],
+    generate: Callable[[list[str], list[tuple[int, ...]]], list[str | None]],
+    tokenizer: Any = None,
 ) -> pl.DataFrame:
-    """`recover` with the continuations from `generate` (prompts -> texts, None where a prompt
-    failed): our engine's, or vLLM's (suite.recovery_vllm)."""
+    """`recover` with the continuations from `generate` (prompts and each prompt's leading ids
+    -> texts, None where a prompt failed): our engine's, or vLLM's (suite.recovery_vllm).
+    `tokenizer` resolves the species tags (needed with `species_tags`).
+
+    The label source is decided for the whole table (`table_label_source`); with
+    sequence_tail, a sequence not longer than the tail stops the run naming its row, as the
+    published script stops (it has no per-row status for it)."""
     if "type" not in table.columns:
+        if settings.species_tags and table.height:
+            where = str(table["source"][0]).rsplit(":", 1)[0]
+            raise InputError(where, "species_tags needs a `type` column; found none")
         table = table.with_columns(pl.lit(None, pl.Utf8).alias("type"))
     rows = table.select(
         "row_id",
@@ -196,23 +290,44 @@ def recover_with(
         pl.col("label").cast(pl.Utf8).str.to_uppercase(),
         pl.col("type").cast(pl.Utf8),
     ).to_dicts()
-    prompt_of = {
-        r["row_id"]: prompt_bases(r["sequence"], settings.max_prompt_bp, k)
-        for r in rows
-        if r["sequence"] and r["label"]
-    }
-    generated = generate(list(prompt_of.values()))
+    label_lengths = [len(r["label"]) for r in rows if r["label"] is not None]
+    source = table_label_source(settings, k, label_lengths)
+    tail = rollout_bp(settings, k) if source == "sequence_tail" else 0
+    short = [r for r in rows if r["sequence"] and len(r["sequence"]) <= tail]
+    if short:
+        raise InputError(
+            short[0]["source"],
+            f"sequence of {len(short[0]['sequence'])} bp is not longer than the {tail} bp "
+            f"sequence_tail label (label_source {settings.label_source}; {len(short)} such "
+            "row(s)): drop them, or use label_source dataset",
+        )
+    held_out: dict[int, tuple[str, str]] = {}  # row -> (what the prompt is cut from, label)
+    for r in rows:
+        if r["sequence"] and tail:  # the tail is cut first, then the prompt truncated
+            held_out[r["row_id"]] = (r["sequence"][:-tail], r["sequence"][-tail:])
+        elif r["sequence"] and r["label"]:
+            held_out[r["row_id"]] = (r["sequence"], r["label"])
+    prompt_of = {i: prompt_bases(s, settings.max_prompt_bp, k) for i, (s, _) in held_out.items()}
+    if settings.species_tags and tokenizer is None:
+        raise ValueError("recover_with: species_tags needs the model's tokenizer")
+    tag_id = species_tag_ids(tokenizer, [r["type"] for r in rows]) if settings.species_tags else {}
+    tags = {r["row_id"]: SPECIES_TAGS.get(r["type"] or "") for r in rows}
+    leads = [(tag_id[tags[i]],) if tags[i] in tag_id else () for i in prompt_of]
+    generated = generate(list(prompt_of.values()), leads)
     predictions = dict(zip(prompt_of, generated, strict=True))
+    missing = "missing sequence" if tail else "missing sequence or label"
     out = []
     for r in rows:
-        record = {**r, "status": Status.INVALID.value, "reason": "missing sequence or label"}
-        record.update(dict.fromkeys(("prompt_bp", "prompt_non_acgt", "n_match", "accuracy")))
-        record.update(prediction=None)
+        record = {**r, "status": Status.INVALID.value, "reason": missing, "label_source": source}
+        record.update(dict.fromkeys(("prompt_bp", "prompt_non_acgt", "n_match", "scored_bp")))
+        record.update(accuracy=None, prediction=None)
+        if r["row_id"] in held_out:
+            record["label"] = held_out[r["row_id"]][1]
         if r["row_id"] in predictions and predictions[r["row_id"]] is None:
             record.update(status=Status.FAILED.value, reason=FAILED_ALONE)
         elif r["row_id"] in predictions:
             pred, prompt = predictions[r["row_id"]], prompt_of[r["row_id"]]
-            matches = base_matches(pred, r["label"], settings.score_bp)
+            matches, scored_bp, accuracy = row_accuracy(pred, record["label"], settings)
             record.update(
                 status=Status.SCORED.value,
                 reason="",
@@ -220,14 +335,17 @@ def recover_with(
                 prompt_non_acgt=non_acgt_count(prompt),
                 prediction=pred,
                 n_match=matches,
-                accuracy=matches / settings.score_bp,
+                scored_bp=scored_bp,
+                accuracy=accuracy,
             )
         out.append(record)
+    shown = settings.score_bp if settings.accuracy_mode == "fixed_bp" else None  # label shown
     return (
         pl.DataFrame(out, infer_schema_length=None)
         .drop("sequence")
         .with_columns(
-            pl.col("label").str.slice(0, settings.score_bp),
+            pl.col("label").str.slice(0, shown),
+            pl.col("accuracy").cast(pl.Float64),
             pl.lit(settings.decoder).alias("decoder"),
         )
     )
@@ -242,11 +360,17 @@ def recovery_metrics(
     evaluation = evaluation or EvaluationSettings()
     scored = predictions.filter(pl.col("status") == Status.SCORED)
     accuracy = scored["accuracy"].to_numpy()
-    by_type = {
-        str(t): {"n": part.height, "accuracy": float(part["accuracy"].mean())}
-        for (t,), part in scored.group_by("type", maintain_order=True)
-    }
-    definition = ACCURACY_DEFINITION.format(bp=settings.score_bp)
+    has_bp = "scored_bp" in scored.columns
+    by_type: dict[str, dict] = {}
+    for (t,), part in scored.filter(pl.col("type").is_not_null()).group_by("type"):
+        by_type[str(t)] = {"n": part.height, "accuracy": float(part["accuracy"].mean())}
+        if has_bp:
+            by_type[str(t)]["mean_scored_bp"] = float(part["scored_bp"].mean())
+    fixed = settings.accuracy_mode == "fixed_bp"
+    definition = (
+        ACCURACY_DEFINITION.format(bp=settings.score_bp) if fixed else PREDICTION_LENGTH_DEFINITION
+    )
+    sources = predictions["label_source"].drop_nulls() if "label_source" in predictions else None
     result: dict = {
         "kind": "sequence_recovery",
         "n_rows": predictions.height,
@@ -254,11 +378,17 @@ def recovery_metrics(
         "status_counts": dict(sorted(Counter(predictions["status"].to_list()).items())),
         "metrics": {"accuracy": float(accuracy.mean()) if len(accuracy) else None},
         "by_type": dict(sorted(by_type.items())),
+        "label_source": sources[0] if sources is not None and len(sources) else None,
+        "mean_scored_bp": float(scored["scored_bp"].mean()) if has_bp and scored.height else None,
         "confidence_intervals": {},
         "chance_accuracy": CHANCE_ACCURACY,
         "definitions": {
             "accuracy": definition,
-            "by_type": "the same accuracy averaged over the rows of each `type`",
+            "by_type": "the same accuracy averaged over the rows of each `type`, types in sorted "
+            "order (the published script's per-type means; rows without a type are in none)",
+            "label_source": "where the labels came from, for the whole table: dataset (the "
+            "`label` column) or sequence_tail (the last bases of `sequence`, cut off the prompt)",
+            "mean_scored_bp": "mean over scored rows of the bases each accuracy is taken over",
             "chance_accuracy": "expected accuracy of uniformly random bases",
         },
         "parameters": asdict(settings),
@@ -267,8 +397,21 @@ def recovery_metrics(
     interval = bootstrap_mean_interval(accuracy, evaluation.bootstrap, evaluation.seed)
     if interval:
         result["confidence_intervals"]["accuracy"] = interval
+    if settings.label_source == "auto" and result["label_source"] == "sequence_tail":
+        result["warnings"].append(
+            "label_source auto took the sequence tail: the rollout is longer than the shortest "
+            "label, so every row's label is the end of its sequence (published rule)"
+        )
+    if settings.species_tags:
+        tagged = pl.col("type").is_in(list(SPECIES_TAGS)).fill_null(False)
+        untagged = scored.filter(~tagged).height
+        if untagged:
+            result["warnings"].append(
+                f"{untagged} rows have a type without a species tag: prompted without one, as "
+                "published"
+            )
     short = scored.filter(pl.col("label").str.len_chars() < settings.score_bp).height
-    if short:
+    if short and fixed:
         result["warnings"].append(
             f"{short} labels are shorter than {settings.score_bp} bp: their missing bases count "
             "as wrong (published denominator)"

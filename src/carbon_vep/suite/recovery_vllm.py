@@ -35,13 +35,15 @@ def check_decoder(settings: RecoverySettings, where: str) -> None:
 def vllm_continuations(
     engine: VllmEngine, tokenizer: Any, vocab: DnaVocab, settings: RecoverySettings
 ):
-    """A `generate` for `suite.recovery.recover_with`: all prompts through the engine at once."""
+    """A `generate` for `suite.recovery.recover_with`: all prompts through the engine at once,
+    each after its leading ids (its species tag, if any)."""
     allowed = unsuppressed_ids(tokenizer, vocab)
 
-    def generate(prompts: list[str]) -> list[str | None]:
+    def generate(prompts: list[str], leads: list[tuple[int, ...]]) -> list[str | None]:
         if not prompts:
             return []
-        new = engine.greedy([vocab.encode(p) for p in prompts], settings.new_tokens, allowed)
+        encoded = [vocab.encode(p, lead) for p, lead in zip(prompts, leads, strict=True)]
+        new = engine.greedy(encoded, settings.new_tokens, allowed)
         return [tokenizer.decode(row) for row in new]
 
     return generate

@@ -127,7 +127,7 @@ class Jobs:
     def model_settings(self, wc: Any, *groups: Any, generation: bool = False) -> str:
         """The model's settings (the batch sizes are resources) and `groups`; the engine and
         vLLM's options only for a generation task (NIAH, sequence recovery)."""
-        model = self.run.models[wc.model]
+        model = self.run.draft_settings(self.run.models[wc.model])
         engine = ("vllm_env",) if generation else GENERATION_ONLY
         exclude = ("batch_size", "batch_tokens", "build_demo", *engine)
         return spec_json(model, *groups, exclude=exclude)

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from carbon_vep.benchmark import generate
 from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.harness import (
     HG38_BASES,
@@ -53,6 +54,7 @@ def markdown(report: dict) -> str:
     parts = [_paths_part(report), _scan_part(report), _ablations_part(report)]
     parts += [_precision_part(report), _niah_part(report), _known_answer_part(report)]
     parts.append(_generation_part(report))
+    parts.append(_rollouts_part(report))
     if report["profiles"]:
         names = ", ".join(f"`{p}`" for p in report["profiles"])
         parts.append(f"Profiler top-10 tables (by device time): {names}.")
@@ -243,6 +245,19 @@ def _generation_row(r: dict) -> list[str]:
         (f"{plan['gpu']}: {plan['pages'] * page:,.0f} KV tokens, {plan['rows_at_once']:.0f} "
          f"at once, {plan['rows_per_s']:.2g} rows/s") if plan else "—",
     ]  # fmt: skip
+
+
+def _rollouts_part(report: dict) -> str:
+    result = report.get("rollouts")
+    if not result:
+        return ""
+    intro = (
+        "Long greedy rollouts on our engine (benchmark/gpu/rollouts.py, benchmark/generate.py): "
+        f"{result['target']} alone, batched, and with {result['draft']} drafting (transformers' "
+        "assisted generation, one prompt at a time); random weights on both, so the acceptance "
+        "is that of two unrelated models."
+    )
+    return intro + "\n\n" + generate.markdown(result)
 
 
 def _note(key: str, value: Any) -> str:

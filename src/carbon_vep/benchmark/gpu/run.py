@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from carbon_vep.benchmark.gpu.niah import DEFAULT_CHUNKS, niah_phase
 from carbon_vep.benchmark.gpu.paths import measure, model_paths
 from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_aurocs
 from carbon_vep.benchmark.gpu.report import environment, write_report
+from carbon_vep.benchmark.gpu.rollouts import rollouts
 from carbon_vep.benchmark.gpu.workload import (
     BF16,
     SMOKE,
@@ -47,6 +49,7 @@ STEPS = {
     "centered": "Carbon-3B centered recipe (full_vocab, prefix sharing): tokens/s, % of peak",
     "scan": "Carbon-3B genome scan chunk: SNVs/s, hg38 GPU-hours",
     "niah": "Genomic-NIAH on our engine at 32k/64k/128k, against the published three passes",
+    "rollouts": "Carbon-3B long rollouts alone, batched and with a Carbon-500M draft",
     "paths": "the other Carbon-3B paths (recipes, recovery, perturbation)",
     "ablations": "Carbon-3B GPU costs removed, before and after",
     "profiles": "torch-profiler tables of the Carbon-3B centered and scan paths",
@@ -97,6 +100,12 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         help="why there is no vLLM here (recorded with the skipped vllm step)",
     )
     parser.add_argument(
+        "--rollout-tokens",
+        type=int,
+        default=None,
+        help="new tokens a prompt in the rollouts step (default 512; --smoke 24)",
+    )
+    parser.add_argument(
         "--generation-only",
         action="store_true",
         help="only the vLLM phase (same as --steps vllm)",
@@ -110,6 +119,8 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     if device.type != "cuda" and not args.smoke:
         parser.error("no CUDA device: run with --smoke (toy sizes on the CPU)")
     sizes = SMOKE if args.smoke else Sizes()
+    if args.rollout_tokens:
+        sizes = dataclasses.replace(sizes, rollout_new_tokens=args.rollout_tokens)
     threads = torch.get_num_threads()
     if args.smoke:  # toy models: one thread is fastest and does not fight other processes
         torch.set_num_threads(1)
@@ -157,6 +168,9 @@ class Run:
             smoke = self.report["environment"]["smoke"]
             self.report["niah"] += niah_phase(model, self.work, self.device, smoke, self.budget,
                                               self.niah_chunks)  # fmt: skip
+            self.save()
+        if self.wants("rollouts", 90):
+            self.report["rollouts"] = rollouts(model, self.device, self.sizes)
             self.save()
         if "paths" in self.steps:
             for path in paths:
@@ -234,6 +248,7 @@ def _run(
         "known_answer": [],
         "niah": [],
         "generation": [],
+        "rollouts": {},
         "profiles": {},
         "steps": args.steps,
         "skipped": budget.skipped,

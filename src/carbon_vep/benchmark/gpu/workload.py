@@ -68,6 +68,9 @@ class Sizes:
     compare_sites: int = 8
     ablation_windows: int = 32
     known_answer_steps: int = 150
+    rollout_prompt_tokens: int = 2048
+    rollout_new_tokens: int = 512
+    rollout_batch: int = 64
 
 
 SMOKE = Sizes(
@@ -87,6 +90,9 @@ SMOKE = Sizes(
     compare_sites=2,
     ablation_windows=4,
     known_answer_steps=20,
+    rollout_prompt_tokens=64,
+    rollout_new_tokens=24,
+    rollout_batch=2,
 )
 
 
