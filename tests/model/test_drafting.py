@@ -18,6 +18,7 @@ from carbon_vep.config.stages import ModelSettings, RecoverySettings
 from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.drafting import Draft, DraftMismatchError, check_draft, load_draft
 from carbon_vep.model.loading import LoadedModel, load_model
+from carbon_vep.model.vllm import engine_arguments, speculative_record
 from carbon_vep.suite.recovery import generate_continuations
 from carbon_vep.workflow.jobs import Jobs
 
@@ -166,3 +167,34 @@ def test_counting_hooks_are_removed_after_generation(loaded, one_layer_draft):
     with torch.inference_mode():
         loaded.model(input_ids=torch.ones(1, 3, dtype=torch.long))
     assert draft.calls == calls
+
+
+def test_vllm_gets_the_draft_and_its_counters_make_the_acceptance():
+    spec = ModelSettings(
+        "org/Carbon-3B",
+        draft_model="org/Carbon-500M",
+        draft_revision="b" * 40,
+        num_speculative_tokens=3,
+    )
+    arguments = engine_arguments(spec, None, 0)
+    assert arguments["speculative_config"] == {
+        "method": "draft_model",
+        "model": "org/Carbon-500M",
+        "revision": "b" * 40,
+        "num_speculative_tokens": 3,
+    }
+    assert arguments["disable_log_stats"] is False
+    assert "speculative_config" not in engine_arguments(ModelSettings("org/Carbon-3B"), None, 0)
+    counters = [
+        SimpleNamespace(name=f"vllm:spec_decode_num_{n}", value=v)
+        for n, v in (("drafts", 10), ("draft_tokens", 30), ("accepted_tokens", 12))
+    ]
+    counters.append(SimpleNamespace(name="vllm:num_requests_running", value=1))
+    record = speculative_record(counters, 3)
+    assert record == {
+        "speculative_tokens": 3,
+        "drafts": 10,
+        "draft_tokens": 30,
+        "accepted_tokens": 12,
+        "acceptance_rate": 0.4,
+    }

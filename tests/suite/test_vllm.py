@@ -213,21 +213,36 @@ def test_yarn_changes_the_answers_on_both_engines_alike(niah_runs):
 
 
 def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
+    """40-token rollouts: ours, vLLM, and vLLM with a 1-layer draft model (its draft-model
+    speculative decoding): the same predictions, the draft's counters recorded."""
     vllm_exe = _vllm_environment()
+    draft = build_demo_model(tmp_path / "draft", hidden_size=192, num_layers=1, num_heads=2,
+                             num_kv_heads=1, intermediate_size=256, seed=6)  # fmt: skip
     rng = np.random.default_rng(4)
     rows = ["".join(rng.choice(list("ACGT"), 700)) for _ in range(6)]
     table = tmp_path / "rec.tsv"
     table.write_text("sequence\tlabel\n" + "".join(f"{s[:660]}\t{s[660:]}\n" for s in rows))
-    out = {}
-    for engine, exe in (("transformers", OURS), ("vllm", vllm_exe)):
-        path = tmp_path / f"{engine}.parquet"
+    out, metrics = {}, {}
+    runs = (
+        ("transformers", OURS, ()),
+        ("vllm", vllm_exe, ()),
+        ("drafted", vllm_exe, ("--draft-model", str(draft), "--num-speculative-tokens", "3")),
+    )
+    for name, exe, extra in runs:
+        path = tmp_path / f"{name}.parquet"
+        engine = "transformers" if name == "transformers" else "vllm"
         _run(exe, "score-recovery", "--tasks-file", str(table), "--model", str(head96),
              "--trust-remote-code", "--dtype", "float32", "--engine", engine, "--task", "rec",
-             "--model-key", "m", "--out", str(path),
-             "--metrics", str(tmp_path / f"{engine}.json"))  # fmt: skip
-        out[engine] = pl.read_parquet(path)
-    assert out["transformers"]["prediction"].to_list() == out["vllm"]["prediction"].to_list()
-    assert out["vllm"]["prediction"].str.len_chars().min() == 30
+             "--model-key", "m", "--new-tokens", "40", "--out", str(path),
+             "--metrics", str(tmp_path / f"{name}.json"), *extra)  # fmt: skip
+        out[name] = pl.read_parquet(path)["prediction"].to_list()
+        metrics[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert out["transformers"] == out["vllm"] == out["drafted"]
+    assert min(map(len, out["vllm"])) == 240
+    record = metrics["drafted"]["speculative"]
+    assert record["engine"] == "vllm" and record["speculative_tokens"] == 3
+    assert record["draft_tokens"] > 0 and 0 <= record["acceptance_rate"] <= 1
+    assert "speculative" not in metrics["vllm"]
 
 
 def test_a_cell_past_max_model_len_stops_naming_the_cell_and_the_setting(head96, tmp_path):

@@ -30,6 +30,7 @@ def add_score_recovery(sub) -> None:
 
 
 def score_recovery(args: argparse.Namespace) -> None:
+    from carbon_vep.cli.common import require_model_here
     from carbon_vep.model.drafting import load_draft
     from carbon_vep.suite.recovery import recover, recovery_metrics
     from carbon_vep.suite.tasks import read_task_table
@@ -39,35 +40,22 @@ def score_recovery(args: argparse.Namespace) -> None:
     )
     table = read_task_table(args.tasks_file, ["sequence", "label"])
     if model.engine == "vllm":
-        predictions = _recover_on_vllm(table, model, settings, args.tasks_file)
+        from carbon_vep.suite.recovery_vllm import recover_on_vllm
+
+        require_model_here(model)
+        predictions, speculative = recover_on_vllm(table, model, settings, args.tasks_file)
     else:
         loaded = load_model(model, args.tasks_file)
         draft = load_draft(model, loaded)
-        predictions = recover(table, loaded, settings, model.batch_size, model.batch_tokens,
-                              draft)  # fmt: skip
+        batches = (model.batch_size, model.batch_tokens)
+        predictions = recover(table, loaded, settings, *batches, draft)
+        speculative = draft.record() if draft else None
     metrics = recovery_metrics(predictions, settings, evaluation)
-    if model.draft_model:
-        metrics["speculative"] = {"draft_model": model.draft_model, **draft.record()}
+    if speculative:
+        named = {"draft_model": model.draft_model, "engine": model.engine}
+        metrics["speculative"] = {**named, **speculative}
     atomic.write_parquet(predictions, args.out)
     write_task_result(metrics, args, ["accuracy"])
-
-
-def _recover_on_vllm(table, model: ModelSettings, settings: RecoverySettings, where: str):
-    """The task's prompts through one vLLM engine (suite.recovery_vllm)."""
-    from carbon_vep.cli.common import require_model_here
-    from carbon_vep.model.loading import load_tokenizer
-    from carbon_vep.model.vllm import VllmEngine
-    from carbon_vep.suite.recovery import recover_with
-    from carbon_vep.suite.recovery_vllm import check_decoder, vllm_continuations
-
-    check_decoder(settings, where)
-    require_model_here(model)
-    tokenizer, vocab = load_tokenizer(model)
-    tag = int(settings.species_tags)  # a species tag, <dna>, the prompt, the new tokens
-    longest = tag + 1 + settings.max_prompt_bp // vocab.k + settings.new_tokens
-    engine = VllmEngine(model, max_model_len=model.vllm.max_model_len or longest, what=where)
-    generate = vllm_continuations(engine, tokenizer, vocab, settings)
-    return recover_with(table, vocab.k, settings, generate, tokenizer)
 
 
 def add_score_perturbation(sub) -> None:

@@ -403,11 +403,6 @@ class RunConfig:
                 f"models.{key}.draft_model: {model.draft_model!r} is not another model entry "
                 f"(entries: {known}); name the draft by its key"
             )
-        if model.engine == "vllm":
-            raise ConfigError(
-                f"models.{key}: draft_model with engine vllm is not supported here; vLLM's "
-                "own speculative decoding is configured in vLLM (docs/generation.md)"
-            )
 
     def draft_settings(self, model: ModelSettings) -> ModelSettings:
         """`model` with its draft key replaced by that entry's path and revision."""

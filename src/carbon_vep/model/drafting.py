@@ -9,6 +9,7 @@ argmax and keeps the proposal only where they agree, so the output is the target
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ import torch
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.errors import InputError
 from carbon_vep.model.loading import LoadedModel, load_model
+from carbon_vep.model.tokens import DnaVocab
 
 DEFAULT_SPECULATIVE_TOKENS = 5
 
@@ -27,12 +29,26 @@ class DraftMismatchError(InputError):
 def check_draft(target: LoadedModel, draft: LoadedModel, target_name: str, draft_name: str) -> None:
     """Raise DraftMismatchError naming both models unless the draft has the target's vocabulary
     (every token at the same id) and the same DNA block (k, prefix, k-mer ids)."""
+    check_tokenizers(
+        target.tokenizer, target.vocab, draft.tokenizer, draft.vocab, target_name, draft_name
+    )
+
+
+def check_tokenizers(
+    target_tokenizer: Any,
+    target_vocab: DnaVocab,
+    draft_tokenizer: Any,
+    draft_vocab: DnaVocab,
+    target_name: str,
+    draft_name: str,
+) -> None:
+    """`check_draft` on the tokenizers alone (what a vLLM job has before its engine starts)."""
     problems = []
-    if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
         problems.append(
-            f"vocabularies differ ({len(target.tokenizer)} and {len(draft.tokenizer)} tokens)"
+            f"vocabularies differ ({len(target_tokenizer)} and {len(draft_tokenizer)} tokens)"
         )
-    t, d = target.vocab, draft.vocab
+    t, d = target_vocab, draft_vocab
     if (t.k, t.prefix_token, t.prefix_id) != (d.k, d.prefix_token, d.prefix_id):
         problems.append(f"DNA prefix or k differ ({t.prefix_token}/{t.k}, {d.prefix_token}/{d.k})")
     elif not np.array_equal(t.kmer_ids, d.kmer_ids):
@@ -43,6 +59,11 @@ def check_draft(target: LoadedModel, draft: LoadedModel, target_name: str, draft
             f"cannot draft for {target_name}: {'; '.join(problems)}; a draft model "
             "must share the target's tokenizer (Carbon-500M drafts for Carbon-3B and -8B)",
         )
+
+
+def draft_spec(spec: ModelSettings) -> ModelSettings:
+    """How the draft `spec` names is loaded: as the target (dtype, device, remote code)."""
+    return replace(spec, path=spec.draft_model, revision=spec.draft_revision, draft_model=None)
 
 
 @dataclass
@@ -99,7 +120,6 @@ def load_draft(spec: ModelSettings, target: LoadedModel) -> Draft | None:
     remote code) and checked against it."""
     if spec.draft_model is None:
         return None
-    draft_spec = replace(spec, path=spec.draft_model, revision=spec.draft_revision)
-    draft = load_model(draft_spec)
+    draft = load_model(draft_spec(spec))
     check_draft(target, draft, spec.path, spec.draft_model)
     return Draft(draft, tokens=spec.num_speculative_tokens)

@@ -65,6 +65,14 @@ def engine_arguments(
     }
     if max_model_len:
         arguments["max_model_len"] = max_model_len
+    if model.draft_model:  # vLLM's draft-model speculative decoding; its counters need stats on
+        arguments["speculative_config"] = {
+            "method": "draft_model",
+            "model": model.draft_model,
+            "revision": model.draft_revision,
+            "num_speculative_tokens": model.num_speculative_tokens,
+        }
+        arguments["disable_log_stats"] = False
     if not on_cpu:
         arguments["gpu_memory_utilization"] = model.vllm.gpu_memory_utilization
     if hf_overrides:
@@ -202,6 +210,22 @@ MEMORY_HINT = (
     "for memory lower max_num_seqs or max_model_len, raise gpu_memory_utilization (or, on a "
     "CPU, cpu_kv_cache_gb), or spread the model over more GPUs (tensor_parallel_size)"
 )
+
+
+SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+}
+
+
+def speculative_record(metrics: Iterable[Any], speculative_tokens: int) -> dict:
+    """The draft's counters from `LLM.get_metrics()` and its acceptance rate (accepted /
+    proposed tokens)."""
+    counts = {SPEC_COUNTERS[m.name]: int(m.value) for m in metrics if m.name in SPEC_COUNTERS}
+    proposed = counts.get("draft_tokens", 0)
+    rate = counts.get("accepted_tokens", 0) / proposed if proposed else None
+    return {"speculative_tokens": speculative_tokens, **counts, "acceptance_rate": rate}
 
 
 def _capacity_tokens(llm: Any) -> int | None:

@@ -9,11 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import polars as pl
 
-from carbon_vep.config.stages import RecoverySettings
+from carbon_vep.config.stages import ModelSettings, RecoverySettings
 from carbon_vep.errors import EngineError
+from carbon_vep.model.drafting import check_tokenizers, draft_spec
+from carbon_vep.model.loading import load_tokenizer
 from carbon_vep.model.tokens import DnaVocab, suppressed_token_ids
-from carbon_vep.model.vllm import VllmEngine
+from carbon_vep.model.vllm import VllmEngine, speculative_record
+from carbon_vep.suite.recovery import recover_with
 
 
 def unsuppressed_ids(tokenizer: Any, vocab: DnaVocab) -> list[int]:
@@ -47,3 +51,24 @@ def vllm_continuations(
         return [tokenizer.decode(row) for row in new]
 
     return generate
+
+
+def recover_on_vllm(
+    table: pl.DataFrame, model: ModelSettings, settings: RecoverySettings, where: str
+) -> tuple[pl.DataFrame, dict | None]:
+    """The task's prompts through one vLLM engine: the predictions, and the draft's record
+    when the model names one (vLLM's draft-model speculative decoding)."""
+    check_decoder(settings, where)
+    tokenizer, vocab = load_tokenizer(model)
+    if model.draft_model:  # before the engine starts: a mismatch costs no start-up
+        check_tokenizers(
+            tokenizer, vocab, *load_tokenizer(draft_spec(model)), model.path, model.draft_model
+        )
+    tag = int(settings.species_tags)  # a species tag, <dna>, the prompt, the new tokens
+    longest = tag + 1 + settings.max_prompt_bp // vocab.k + settings.new_tokens
+    engine = VllmEngine(model, max_model_len=model.vllm.max_model_len or longest, what=where)
+    generate = vllm_continuations(engine, tokenizer, vocab, settings)
+    predictions = recover_with(table, vocab.k, settings, generate, tokenizer)
+    if not model.draft_model:
+        return predictions, None
+    return predictions, speculative_record(engine.llm.get_metrics(), model.num_speculative_tokens)
