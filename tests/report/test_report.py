@@ -219,3 +219,12 @@ def test_the_report_plots_the_rows_the_metrics_used(run):
     assert run[0].metrics["parameters"]["recipe"] == "centered"
     with pytest.raises(ValueError, match="2 metrics files but 1 row files"):
         load_run(["a.json", "b.json"], ["a.parquet"])
+
+
+def test_a_table_without_rows_is_a_line_saying_why():
+    from carbon_vep.report.page import html_table
+
+    assert html_table(["a", "b"], [], empty="Nothing scanned yet.") == (
+        "<p class='empty'>Nothing scanned yet.</p>"
+    )
+    assert "<tbody><tr>" in html_table(["a", "b"], [["x", 1]])

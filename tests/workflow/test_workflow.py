@@ -164,6 +164,9 @@ def test_niah_cells_are_built_scored_in_parts_and_reported(demo_run):
         assert str(demo_run / "resources/demo_model/config.json") in metrics["provenance"][
             "inputs_sha256"]  # fmt: skip
     report = (demo_run / "results/report.html").read_text()
+    # no section shows a header over nothing: an empty table is a line saying why
+    assert "<tbody></tbody>" not in report
+    assert "No pentanucleotide cell has its own mean" in report  # the small demo scan's cells
     assert "id='Genomic-NIAH'" in report and "demo_niah.niah_neardup_d2_512" in (
         demo_run / "results/results_table.md").read_text()  # fmt: skip
 

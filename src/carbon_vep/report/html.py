@@ -40,7 +40,7 @@ from carbon_vep.report.page import (
     status_table,
     warnings_box,
 )
-from carbon_vep.scan.calibrate import Calibration, cpg_site, extreme_contexts
+from carbon_vep.scan.calibrate import NO_OWN_MEANS, Calibration, cpg_site, extreme_contexts
 
 
 def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
@@ -364,7 +364,10 @@ def _scan_section(scan_dir: str | Path) -> str:
                 block(
                     "Cells with the highest and lowest mean",
                     html_table(
-                        ["context", "change", "CpG", "neutral SNVs", "mean"], rows, numeric_from=3
+                        ["context", "change", "CpG", "neutral SNVs", "mean"],
+                        rows,
+                        numeric_from=3,
+                        empty=NO_OWN_MEANS,
                     ),
                 ),
             ),  # fmt: skip

@@ -78,8 +78,16 @@ def _cell(value: object, numeric: bool) -> str:
     return f"<td{css}>{esc(value.text if isinstance(value, Hint) else value)}</td>"
 
 
-def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric_from: int = 1):
-    """A table whose columns sort when their header is clicked (SORT_SCRIPT)."""
+def html_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    numeric_from: int = 1,
+    empty: str = "No rows to show.",
+):
+    """A table whose columns sort when their header is clicked (SORT_SCRIPT); without rows, the
+    line `empty` (why there are none) instead of a header over nothing."""
+    if not rows:
+        return f"<p class='empty'>{esc(empty)}</p>"
     head = "".join(f'<th tabindex="0" aria-sort="none">{esc(h)}</th>' for h in header)
     body = "".join(
         "<tr>" + "".join(_cell(c, i >= numeric_from) for i, c in enumerate(row)) + "</tr>"

@@ -425,10 +425,16 @@ def extreme_contexts(calibration: Calibration, n: int = 8) -> pl.DataFrame:
     return picked.select("context", "ref", "alt", "cpg", "n_neutral", "mean")
 
 
+NO_OWN_MEANS = (
+    "No pentanucleotide cell has its own mean: too few neutral SNVs a cell (each falls back to "
+    "a coarser context), as in a small scan."
+)
+
+
 def contexts_markdown(calibration: Calibration, n: int = 8) -> str:
     table = extreme_contexts(calibration, n)
     if table.is_empty():
-        return "No pentanucleotide cell has its own mean (too few neutral SNVs a cell).\n"
+        return NO_OWN_MEANS + "\n"
     lines = [
         f"Context cells with the highest and lowest mean score ({n} each; CpG: the variant's "
         "base is the C or the G of a CpG):",
