@@ -11,7 +11,6 @@ target and Carbon-500M as the draft (benchmark/gpu/run.py).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -24,15 +23,15 @@ from carbon_vep.benchmark.harness import (
     markdown_table,
     reset_device_peak,
     timed,
+    write_json,
 )
-from carbon_vep.config.stages import ModelSettings, RecoverySettings
+from carbon_vep.config.stages import DEFAULT_SPECULATIVE_TOKENS, ModelSettings, RecoverySettings
 from carbon_vep.model.drafting import Draft, check_draft
 from carbon_vep.model.loading import LoadedModel, load_model
 from carbon_vep.suite.recovery import generate_continuations
 
 PROMPT_TOKENS = 2048
 NEW_TOKENS = 512
-SPECULATIVE_TOKENS = 5
 ASSUMED_ACCEPTANCE = (0.6, 0.8, 0.9)  # what the projection is drawn at (arithmetic)
 
 
@@ -142,7 +141,7 @@ def compare(
     prompts: list[str],
     new_tokens: int,
     batch_size: int,
-    speculative_tokens: int = SPECULATIVE_TOKENS,
+    speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS,
 ) -> dict:
     """Target alone (batch 1 and batched), draft alone, target with the draft: side by side.
     `prompts[:1]` is what the one-at-a-time runs take; the batched run takes them all."""
@@ -233,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS)
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     parser.add_argument("--prompts", type=int, default=4, help="prompts of the batched run")
-    parser.add_argument("--speculative-tokens", type=int, default=SPECULATIVE_TOKENS)
+    parser.add_argument("--speculative-tokens", type=int, default=DEFAULT_SPECULATIVE_TOKENS)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_generate_") as tmp:
         target, draft = _cpu_models(Path(tmp))
@@ -248,8 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.speculative_tokens,
         )
     print(markdown(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return result
 
 

@@ -63,6 +63,7 @@ class VllmSettings:
 
 # the settings of the generation tasks alone (variant scoring's jobs do not get them)
 SPECULATIVE = ("draft_model", "draft_revision", "num_speculative_tokens")
+DEFAULT_SPECULATIVE_TOKENS = 5  # the draft's proposals a step
 GENERATION_ONLY = ("engine", *SPECULATIVE, *(f.name for f in fields(VllmSettings)))
 
 
@@ -128,7 +129,7 @@ class ModelSettings:
         None, help="revision of the draft model (in a config: taken from its entry)"
     )
     num_speculative_tokens: int = setting(
-        5, minimum=1, help="tokens the draft model proposes a step"
+        DEFAULT_SPECULATIVE_TOKENS, minimum=1, help="tokens the draft model proposes a step"
     )
     vllm: VllmSettings = group(VllmSettings)
 

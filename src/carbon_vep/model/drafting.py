@@ -14,12 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from carbon_vep.config.stages import ModelSettings
+from carbon_vep.config.stages import DEFAULT_SPECULATIVE_TOKENS, ModelSettings
 from carbon_vep.errors import InputError
 from carbon_vep.model.loading import LoadedModel, load_model
 from carbon_vep.model.tokens import DnaVocab
-
-DEFAULT_SPECULATIVE_TOKENS = 5
 
 
 class DraftMismatchError(InputError):

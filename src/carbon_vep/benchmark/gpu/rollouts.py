@@ -6,40 +6,34 @@ acceptance is the arithmetic beside it, from the step times measured here."""
 
 from __future__ import annotations
 
-import gc
-
 import torch
 
 from carbon_vep.benchmark import generate
-from carbon_vep.benchmark.gpu.workload import TOY_SHAPES, Model, Sizes, random_model
+from carbon_vep.benchmark.gpu.workload import TOY_SHAPES, Model, Sizes, with_model
 from carbon_vep.config.gpus import CARBON_SHAPES
 
 
-def rollouts(model: Model, device: torch.device, sizes: Sizes) -> dict:
+def rollouts(model: Model, device: torch.device, sizes: Sizes, smoke: bool) -> dict:
+    """The comparison of benchmark.generate, with a random draft of Carbon-500M's shape (the toy
+    shape under --smoke) built beside the target and freed after."""
     loaded = model.loaded
-    shapes = CARBON_SHAPES if device.type == "cuda" else TOY_SHAPES
-    draft = random_model(
-        "Carbon-500M",
-        shapes["Carbon-500M"],
-        loaded.tokenizer,
-        loaded.vocab,
-        device,
-        loaded.model.dtype,
+    prompts = generate.random_prompts(
+        sizes.rollout_batch, sizes.rollout_prompt_tokens, loaded.vocab.k
     )
-    try:
-        prompts = generate.random_prompts(
-            sizes.rollout_batch, sizes.rollout_prompt_tokens, loaded.vocab.k
+    result: dict = {}
+
+    def measure(draft: Model) -> None:
+        result.update(
+            generate.compare(
+                loaded,
+                draft.loaded,
+                (model.name, draft.name),
+                prompts,
+                sizes.rollout_new_tokens,
+                sizes.rollout_batch,
+            )
         )
-        return generate.compare(
-            loaded,
-            draft.loaded,
-            (model.name, draft.name),
-            prompts,
-            sizes.rollout_new_tokens,
-            sizes.rollout_batch,
-        )
-    finally:
-        del draft
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+
+    shapes = TOY_SHAPES if smoke else CARBON_SHAPES
+    with_model(loaded.tokenizer, loaded.vocab, device, "Carbon-500M", shapes, measure)
+    return result

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +23,13 @@ from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_a
 from carbon_vep.benchmark.gpu.report import environment, write_report
 from carbon_vep.benchmark.gpu.rollouts import rollouts
 from carbon_vep.benchmark.gpu.workload import (
-    BF16,
     SMOKE,
     TOY_SHAPES,
     Inputs,
     Model,
     Sizes,
     make_inputs,
-    random_model,
+    with_model,
 )
 from carbon_vep.benchmark.harness import bf16_peak_tflops
 from carbon_vep.config.gpus import (
@@ -170,7 +167,8 @@ class Run:
                                               self.niah_chunks)  # fmt: skip
             self.save()
         if self.wants("rollouts", 90):
-            self.report["rollouts"] = rollouts(model, self.device, self.sizes)
+            smoke = self.report["environment"]["smoke"]
+            self.report["rollouts"] = rollouts(model, self.device, self.sizes, smoke)
             self.save()
         if "paths" in self.steps:
             for path in paths:
@@ -217,20 +215,6 @@ class Run:
         for path in model_paths(model, self.reference, self.inputs, self.work):
             if self.budget.allows(f"carbon_500m: {model.name} / {path.name}", 10):
                 self.measure(model, path)
-
-
-def with_model(tokenizer, vocab, device: torch.device, name: str, shapes: dict,
-               action: Callable[[Model], None]) -> None:  # fmt: skip
-    """`action` on the random-weight model of this name, built on the device and freed after
-    (no reference outlives this call, so the next model has the memory)."""
-    model = random_model(name, shapes[name], tokenizer, vocab, device, BF16)
-    try:
-        action(model)
-    finally:
-        del model
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
 def _run(

@@ -3,6 +3,8 @@ Carbon's shapes (toy shapes under --smoke), and a synthetic genome with its work
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +147,20 @@ def random_model(name: str, shape: dict[str, int], tokenizer, vocab, device, dty
     total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else 0
     tokens = profile_batch_tokens(total / 1e9) if total else 4096
     return Model(name, shape, loaded, BodyCounter(model.get_decoder(), shape), tokens)
+
+
+def with_model(tokenizer, vocab, device: torch.device, name: str, shapes: dict,
+               action: Callable[[Model], None]) -> None:  # fmt: skip
+    """`action` on the random-weight model of this name, built on the device and freed after
+    (no reference outlives this call, so the next model has the memory)."""
+    model = random_model(name, shapes[name], tokenizer, vocab, device, BF16)
+    try:
+        action(model)
+    finally:
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
