@@ -266,24 +266,51 @@ def _outputs(run: Path) -> dict[str, bytes]:
     return {str(f.relative_to(scan)): f.read_bytes() for f in sorted(files)}
 
 
-def test_killed_chunk_is_redone_alone_with_identical_files(genome_run, shared, demo_model_dir,
-                                                           tmp_path):  # fmt: skip
-    workdir = tmp_path / "resume"
-    workdir.mkdir()
-    config = _config(workdir, shared, demo_model_dir)
+def _killing_env(tmp_path: Path, shim: str, **extra: str) -> dict[str, str]:
+    """The workflow's environment with `shim` first on PATH as `carbon-vep`."""
     bindir = tmp_path / "shim"
     bindir.mkdir()
-    (bindir / "carbon-vep").write_text(KILL_SHIM.format(python=sys.executable))
+    (bindir / "carbon-vep").write_text(shim.format(python=sys.executable))
     (bindir / "carbon-vep").chmod(0o755)
-    env = workflow_env(SHIM_CHUNK=f"{KILLED_CHUNK:05d}")
+    env = workflow_env(**extra)
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    return env
+
+
+SUMMARY = ("summary.json", "summary.md", "scan.json")  # the targets: lost, they are redone
+
+
+def _finished_run_without(genome_run: Path, dest: Path, *removed: str) -> Path:
+    """A copy of the finished scan (outputs and Snakemake's records) with `removed` (paths under
+    the scan's folder) deleted: what a run redoes after losing them with the targets (an
+    intermediate file lost alone is not redone while the targets are up to date)."""
+    from support.cluster import copy_run
+
+    workdir = copy_run(genome_run, dest)
+    for name in removed:
+        path = workdir / SCAN / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return workdir
+
+
+def test_killed_chunk_is_redone_alone_with_identical_files(genome_run, shared, demo_model_dir,
+                                                           tmp_path):  # fmt: skip
+    """chrA's files lost, so both of its chunks are scored again (their Parquet is temporary),
+    and the job of chunk 1 is killed mid-write: the rerun redoes that chunk alone."""
+    lost = ("positions/chrA.parquet", "calibration/counts/chrA.parquet", *SUMMARY)
+    workdir = _finished_run_without(genome_run, tmp_path / "resume", *lost)
+    config = _config(workdir, shared, demo_model_dir)
+    env = _killing_env(tmp_path, KILL_SHIM, SHIM_CHUNK=f"{KILLED_CHUNK:05d}")
     killed = run_snakemake(workdir, config, *TARGETS, "--keep-going", env=env)
     assert killed.returncode != 0
+    log = killed.stdout + killed.stderr
+    started = re.findall(r"wildcards: scan=genome, model=demo, chunk=(\d+)", log)
+    assert sorted(started) == ["00000", f"{KILLED_CHUNK:05d}"]  # chrA's two chunks
     chunks = workdir / SCAN / "chunks"
     name = f"chunk_{KILLED_CHUNK:05d}"
-    assert not (chunks / f"{name}.parquet").exists() and not (chunks / f"{name}.json").exists()
+    assert not (chunks / f"{name}.parquet").exists()
     assert list(chunks.glob(f".{name}.parquet.tmp-*"))  # the killed job's half-written file
-    assert not (workdir / SCAN / "snvs/chrA.tsv.gz").exists()  # its merge waits for the chunk
+    assert not (workdir / SCAN / "positions/chrA.parquet").exists()  # its merge waits for it
     assert (chunks / "chunk_00000.parquet").exists()
 
     rerun = run_snakemake(workdir, config, *TARGETS)
@@ -429,17 +456,16 @@ sys.exit(cli.main(argv))
 
 def test_a_killed_calibration_is_redone_with_identical_files(genome_run, shared, demo_model_dir,
                                                             tmp_path):  # fmt: skip
-    workdir = tmp_path / "calibrate"
-    workdir.mkdir()
+    """The calibration and what follows it lost, and its job killed after writing its first
+    table: the rerun redoes it (not the scan) and every file equals the first run's."""
+    tables = ("phred.parquet", "calibrated_phred.parquet", "contexts.parquet", "calibration.json")
+    lost = [f"calibration/{name}" for name in tables] + ["snvs", *SUMMARY]
+    workdir = _finished_run_without(genome_run, tmp_path / "calibrate", *lost)
     config = _config(workdir, shared, demo_model_dir)
-    bindir = tmp_path / "shim"
-    bindir.mkdir()
-    (bindir / "carbon-vep").write_text(KILL_CALIBRATION_SHIM.format(python=sys.executable))
-    (bindir / "carbon-vep").chmod(0o755)
-    env = workflow_env()
-    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    env = _killing_env(tmp_path, KILL_CALIBRATION_SHIM)
     killed = run_snakemake(workdir, config, *TARGETS, env=env)
     assert killed.returncode != 0
+    assert "rule calibrate_scan:" in killed.stdout + killed.stderr
     folder = workdir / SCAN / "calibration"
     assert not (folder / "calibration.json").exists()  # written last: marks the folder complete
     assert not (folder / "phred.parquet").exists()  # the killed write left its temporary name

@@ -25,7 +25,7 @@ from carbon_vep.model.loading import Yarn, load_model, load_tokenizer, yarn_over
 from carbon_vep.model.tokens import suppressed_token_ids
 from carbon_vep.model.vllm import VllmUnavailableError, cpu_thread_binding, engine_arguments
 from carbon_vep.suite.niah_build import CellSpec, write_cell
-from carbon_vep.suite.niah_vllm import allowed_ids, row_groups
+from carbon_vep.suite.niah_vllm import allowed_ids, engine_length, row_groups
 from carbon_vep.suite.recovery_vllm import check_decoder, unsuppressed_ids
 
 pytestmark = pytest.mark.slow  # vLLM engines start in subprocesses
@@ -123,6 +123,34 @@ def test_without_vllm_installed_the_job_says_how_to_get_it(head96):
         VllmEngine(_settings(head96), what="cell.parquet")
 
 
+def test_a_cell_past_max_model_len_stops_before_the_engine_starts(head96, tmp_path):
+    """max_model_len set below the cell's context: the job stops naming the cell and the
+    setting to change, before vLLM is imported (so this runs without it), and leaves no output
+    behind."""
+    cell = tmp_path / "cell.parquet"
+    write_cell(CellSpec("niah", 512, 2, seed=1), FASTA, cell)
+    done = subprocess.run(
+        [str(OURS), "score-niah", "--tasks-file", str(cell), "--model", str(head96),
+         "--trust-remote-code", "--engine", "vllm", "--max-model-len", "256", "--task", "c512",
+         "--model-key", "m", "--out", str(tmp_path / "o.parquet"),
+         "--metrics", str(tmp_path / "o.json")],
+        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    message = done.stderr.strip().splitlines()[-1]
+    assert "cell.parquet (c512)" in message and "vllm.max_model_len is 256" in message
+    assert "make setup-vllm" not in message  # not the engine's own refusal: it never started
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_the_engine_length_is_the_cells_need_plus_one_or_the_configured_one():
+    assert engine_length(511, 0, "c") == 512  # one token past the prompt, then dropped
+    assert engine_length(511, 4096, "c") == 4096 and engine_length(511, 512, "c") == 512
+    assert engine_length(0, 0, "c") == 0  # an empty job: the model's own positions
+    with pytest.raises(EngineError, match=r"c: its prompts need max_model_len 512 .* is 511"):
+        engine_length(511, 511, "c")
+
+
 # ---- with the vLLM environment -------------------------------------------------------------
 def _vllm_environment() -> Path:
     if not (VLLM_BIN / "carbon-vep").exists():
@@ -144,7 +172,9 @@ def _run(exe: Path | str, *args: str, bind: bool = False) -> None:
 
 @pytest.fixture(scope="module")
 def niah_runs(head96, tmp_path_factory):
-    """One cell (8 rows of 512 tokens) scored by both engines, with and without YaRN."""
+    """One cell (8 rows of 512 tokens) scored by both engines, with and without YaRN; vLLM's
+    YaRN run splits the model over two workers (tensor_parallel_size 2, Carbon-8B's way onto
+    two GPUs), each bound to its own core by the job: one engine start tests both."""
     vllm_exe = _vllm_environment()
     work = tmp_path_factory.mktemp("niah")
     cell = work / "cell.parquet"
@@ -152,34 +182,26 @@ def niah_runs(head96, tmp_path_factory):
     runs = {}
     for yarn in ("0", "2"):
         for engine, exe in (("transformers", OURS), ("vllm", vllm_exe)):
+            split = engine == "vllm" and yarn == "2"
             out = work / f"{engine}_{yarn}"
             _run(exe, "score-niah", "--tasks-file", str(cell), "--model", str(head96),
                  "--trust-remote-code", "--dtype", "float32", "--engine", engine,
                  "--yarn-factor", yarn, "--yarn-original-positions", "2048",
                  "--yarn-max-positions", "4096", "--task", "cell", "--model-key", "m",
-                 "--out", f"{out}.parquet", "--metrics", f"{out}.json")  # fmt: skip
+                 "--out", f"{out}.parquet", "--metrics", f"{out}.json",
+                 *(["--tensor-parallel-size", "2"] if split else []), bind=split)  # fmt: skip
             runs[engine, yarn] = (pl.read_parquet(f"{out}.parquet"),
                                   json.loads(Path(f"{out}.json").read_text()))  # fmt: skip
-    runs["cell"] = cell
     return runs
 
 
-def test_niah_on_vllm_split_over_two_workers_gives_the_same_answers(niah_runs, head96, tmp_path):
-    """tensor_parallel_size 2 (Carbon-8B's way onto two GPUs) on two CPU workers, each bound
-    to its own core by the job: the same predictions and likelihoods as one worker."""
-    vllm_exe = _vllm_environment()
-    out = tmp_path / "tp2"
-    _run(vllm_exe, "score-niah", "--tasks-file", str(niah_runs["cell"]), "--model", str(head96),
-         "--trust-remote-code", "--dtype", "float32", "--engine", "vllm",
-         "--tensor-parallel-size", "2", "--task", "cell", "--model-key", "m",
-         "--out", f"{out}.parquet", "--metrics", f"{out}.json", bind=True)  # fmt: skip
-    split = pl.read_parquet(f"{out}.parquet")
-    ours, _ = niah_runs["transformers", "0"]
-    assert split["pred"].to_list() == ours["pred"].to_list()
-    assert split["ll_correct"].to_list() == ours["ll_correct"].to_list()
-    assert np.abs(split["target_ll"].to_numpy() - ours["target_ll"].to_numpy()).max() < 1e-4
-    parameters = json.loads(Path(f"{out}.json").read_text())["parameters"]
-    assert parameters["tensor_parallel_size"] == 2
+def test_niah_on_vllm_split_over_two_workers_gives_the_same_answers(niah_runs):
+    """The run over two CPU workers gives one worker's answers: our engine's (below), and the
+    split is recorded."""
+    _, split = niah_runs["vllm", "2"]
+    _, single = niah_runs["vllm", "0"]
+    assert split["parameters"]["tensor_parallel_size"] == 2
+    assert single["parameters"]["tensor_parallel_size"] == 1
 
 
 @pytest.mark.parametrize("yarn", ["0", "2"])
@@ -243,22 +265,3 @@ def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
     assert record["engine"] == "vllm" and record["speculative_tokens"] == 3
     assert record["draft_tokens"] > 0 and 0 <= record["acceptance_rate"] <= 1
     assert "speculative" not in metrics["vllm"]
-
-
-def test_a_cell_past_max_model_len_stops_naming_the_cell_and_the_setting(head96, tmp_path):
-    """max_model_len set below the cell's context: the job stops with the cell and the
-    setting to change, and leaves no output behind."""
-    vllm_exe = _vllm_environment()
-    cell = tmp_path / "cell.parquet"
-    write_cell(CellSpec("niah", 512, 2, seed=1), FASTA, cell)
-    done = subprocess.run(
-        [str(vllm_exe), "score-niah", "--tasks-file", str(cell), "--model", str(head96),
-         "--trust-remote-code", "--engine", "vllm", "--max-model-len", "256", "--task", "c512",
-         "--model-key", "m", "--out", str(tmp_path / "o.parquet"),
-         "--metrics", str(tmp_path / "o.json")],
-        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr[-2000:]
-    message = done.stderr.strip().splitlines()[-1]
-    assert "cell.parquet" in message and "max_model_len" in message
-    assert not (tmp_path / "o.parquet").exists()

@@ -21,9 +21,11 @@ pytestmark = pytest.mark.workflow
 
 def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
     """config/ci.yaml (the demo with short windows, gated on baselines/demo.yaml), the model
-    built in `workdir`, ten variants a shard; with `panel` instead of the demo panel."""
+    built in `workdir`, 28 variants a shard; with `panel` instead of the demo panel."""
     config = absolute_demo_paths(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
-    config["shard_size"] = 10  # several shards (the metrics must not depend on it)
+    # two shards a dataset (the metrics must not depend on it; each shard is a model job, and
+    # a model job's start, torch and transformers imported, is most of its time here)
+    config["shard_size"] = 28
     config["models"]["demo"]["path"] = str(model_dir)
     for ds in config["datasets"].values():
         if panel != DEMO / "demo_panel.vcf":
@@ -300,18 +302,17 @@ def _tasks(run: Path) -> list[str]:
 
 
 def _one_job_of_each_model_rule(run: Path) -> list[str]:
-    """An output of one job of every model rule of the run (the first shard of each dataset,
-    each task's predictions, the first part of each NIAH cell), and the scan's chunks by rule
-    name (their Parquet is temporary: no file to name once the run is done)."""
+    """An output of one job of every model rule of the run: the first shard of each dataset
+    (each recipe scores differently), one task of each kind, the first part of one NIAH cell,
+    and the scan's chunks by rule name (their Parquet is temporary: no file to name once the
+    run is done)."""
     results = run / "results"
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    tasks = {task["kind"]: name for name, task in sorted(config["tasks"].items(), reverse=True)}
     picks = [
         *(min(d.glob("shard_*.parquet")) for d in results.glob("*/demo/shard_scores")),
-        *(
-            d / "predictions.parquet"
-            for d in results.glob("suite/*/demo")
-            if d.parent.name != "niah"
-        ),
-        *(min(d.glob("rows_*.parquet")) for d in results.glob("suite/niah/*/*/demo/parts")),
+        *(results / f"suite/{name}/demo/predictions.parquet" for name in tasks.values()),
+        min(results.glob("suite/niah/*/*/demo/parts/rows_*.parquet")),
     ]
     return [str(p.relative_to(run)) for p in picks] + ["scan_chunk"]
 

@@ -168,7 +168,7 @@ def _score_on_vllm(args, model: ModelSettings, settings: NiahSettings, task, cel
     from carbon_vep.model.tokens import dna_block_ids
     from carbon_vep.model.vllm import VllmEngine
     from carbon_vep.suite.niah_cells import prompt_tokens, read_cell
-    from carbon_vep.suite.niah_vllm import VllmNiahScorer, score_rows_vllm
+    from carbon_vep.suite.niah_vllm import VllmNiahScorer, engine_length, score_rows_vllm
 
     require_model_here(model)
     tokenizer, vocab = load_tokenizer(model)
@@ -179,9 +179,9 @@ def _score_on_vllm(args, model: ModelSettings, settings: NiahSettings, task, cel
     positions = overrides["max_position_embeddings"] if overrides else _checkpoint_positions(model)
     _check_positions(cell, vocab.k, positions, settings, args.tasks_file)
     needed = prompt_tokens(cell, vocab.k) if cell.height else 0
-    # + 1: a likelihood request (prompt + value) must ask vLLM for one token it then drops
-    length = model.vllm.max_model_len or (needed + 1 if needed else 0)
-    engine = VllmEngine(model, overrides, length, what=f"{args.tasks_file} ({args.task})")
+    where = f"{args.tasks_file} ({args.task})"
+    length = engine_length(needed, model.vllm.max_model_len, where)
+    engine = VllmEngine(model, overrides, length, what=where)
     clock.ready()
     rows = score_rows_vllm(cell, VllmNiahScorer(engine, tokenizer, vocab))
     parameters = {"engine": "vllm", "vllm": engine.version, "yarn_factor": settings.yarn_factor,

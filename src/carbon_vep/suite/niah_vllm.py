@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from carbon_vep.errors import EngineError
 from carbon_vep.model.tokens import DnaVocab, dna_block_ids, suppressed_token_ids
 from carbon_vep.model.vllm import VllmEngine
 from carbon_vep.progress import Progress
@@ -33,6 +34,21 @@ def allowed_ids(tokenizer: Any, vocab: DnaVocab) -> list[int]:
     if block is None:
         block = np.arange(vocab.vocab_size)
     return [int(i) for i in np.setdiff1d(block, suppressed)]
+
+
+def engine_length(needed: int, configured: int, where: str) -> int:
+    """The engine's max_model_len for prompts of up to `needed` tokens: the configured one, or
+    (0) what the cell needs. A likelihood request asks vLLM for one token past the prompt (then
+    dropped), so the cell needs `needed + 1`; a configured length below that stops the job
+    before the engine starts (vLLM would refuse the requests after starting)."""
+    length = needed + 1 if needed else 0
+    if configured and configured < length:
+        raise EngineError(
+            f"{where}: its prompts need max_model_len {length} ({needed} tokens, + 1 for a "
+            f"likelihood request), the model's vllm.max_model_len is {configured}; raise "
+            "max_model_len (or leave it 0: what the cell needs)"
+        )
+    return configured or length
 
 
 RESIDENT_SHARE = 0.9  # of the KV cache a group's prompts may fill (the rest: new tokens)
