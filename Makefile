@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit scan-lambda clean
+.PHONY: setup setup-vllm setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ $(VLLM_VENV)/.installed: envs/vllm.txt
 	touch $@
 
 setup-vllm: $(VLLM_VENV)/.installed
+
+# igv.js (npm, pinned in envs/igv-js/package-lock.json) for the test that renders a scan's
+# tracks in headless Chromium (tests/report/test_tracks.py); without it that test skips
+IGV_JS := envs/igv-js/node_modules/igv/dist/igv.min.js
+$(IGV_JS): envs/igv-js/package-lock.json
+	npm ci --prefix envs/igv-js --no-audit --no-fund --silent
+	touch $@
+
+setup-igv: $(IGV_JS)
 
 demo: setup
 	$(BIN)/snakemake --cores 2

@@ -1,10 +1,13 @@
-"""Write outputs under a temporary name and rename on success, so nothing half-written survives."""
+"""Write outputs under a temporary name and rename on success, so nothing half-written survives:
+files, directories, and a data file with its tabix index. Every output of the package is
+written through here."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,21 +16,47 @@ from typing import Any
 import polars as pl
 
 
-@contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling path; rename it onto `path` only if the block succeeds. The
-    temporary files of an earlier writer of `path` that was killed are removed first."""
+def temporary_sibling(path: str | Path, suffix: str = "") -> Path:
+    """A temporary name beside `path` (`.name.tmp-<pid><suffix>`: a writer that wants a file
+    suffix, such as `.bw`, keeps it), after removing the temporary files of an earlier writer
+    of `path` that was killed. Rename it onto `path` with `os.replace` when complete."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     for stale in final.parent.glob(f".{glob.escape(final.name)}.tmp-*"):
-        stale.unlink(missing_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}{suffix}")
+
+
+@contextmanager
+def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary sibling path (`temporary_sibling`); rename it onto `path` only if the
+    block succeeds."""
+    final = Path(path)
+    tmp = temporary_sibling(final, suffix)
     try:
         yield tmp
         os.replace(tmp, final)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary sibling directory; when the block succeeds it replaces `path`
+    (an earlier directory there is removed first), else it is removed."""
+    final = Path(path)
+    tmp = temporary_sibling(final)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_parquet(frame: pl.DataFrame, path: str | Path) -> None:
@@ -50,22 +79,29 @@ TSV_TABIX = {"seq_col": 0, "start_col": 1, "end_col": 1, "meta_char": "#", "zero
 
 
 @contextmanager
-def indexed_bgzf(path: str | Path, tabix: dict[str, Any] = TSV_TABIX) -> Iterator[Any]:
-    """A bgzipped table written through the yielded handle under a temporary name, then
-    tabix-indexed (`tabix`: pysam.tabix_index's column options) and renamed into place with its
-    `.tbi`; nothing of a failed write survives."""
+def indexed_file(path: str | Path, tabix: dict[str, Any] | None = TSV_TABIX) -> Iterator[Path]:
+    """Yield a temporary path with `path`'s own suffix (pysam decides compression by it) to
+    write the file to; then tabix-index it (`tabix`: pysam.tabix_index's column options; None:
+    no index) and rename it and its `.tbi` into place. Nothing of a failed write survives."""
     import pysam
-    from pysam.libcbgzf import BGZFile
 
     final = Path(path)
-    with atomic_path(final) as tmp:
-        work = tmp.with_name(f"{tmp.name}.gz")  # pysam decides compression by the suffix
+    with atomic_path(final, suffix=f"-{final.name}") as work:
+        index = Path(f"{work}.tbi")
         try:
-            with BGZFile(str(work), "wb") as handle:
-                yield handle
-            pysam.tabix_index(str(work), force=True, **tabix)
-            os.replace(f"{work}.tbi", f"{final}.tbi")
-            os.replace(work, tmp)
+            yield work
+            if tabix is not None:
+                pysam.tabix_index(str(work), force=True, keep_original=True, **tabix)
+                os.replace(index, f"{final}.tbi")
         finally:
-            work.unlink(missing_ok=True)
-            Path(f"{work}.tbi").unlink(missing_ok=True)
+            index.unlink(missing_ok=True)
+
+
+@contextmanager
+def indexed_bgzf(path: str | Path, tabix: dict[str, Any] = TSV_TABIX) -> Iterator[Any]:
+    """A bgzipped table written through the yielded handle, then tabix-indexed and renamed into
+    place with its `.tbi` (`indexed_file`)."""
+    from pysam.libcbgzf import BGZFile
+
+    with indexed_file(path, tabix) as work, BGZFile(str(work), "wb") as handle:
+        yield handle

@@ -15,6 +15,8 @@ from enum import StrEnum
 
 import polars as pl
 
+from carbon_vep import markdown
+
 
 class Status(StrEnum):
     """Why a row has (or has no) score. Values are the strings written to every table."""
@@ -272,15 +274,12 @@ SCORE_SHARD = (*(by_name(PANEL, CHECK)[k] for k in VARIANT_KEY), *SCORE)
 
 def markdown_table(columns: Iterable[Column]) -> str:
     """A `| column | type | meaning |` table (the docs' column tables are generated here)."""
-    lines = ["| column | type | meaning |", "|---|---|---|"]
-    lines += [f"| `{c.name}` | {_dtype_name(c.dtype)} | {c.description} |" for c in columns]
-    return "\n".join(lines)
+    rows = [[f"`{c.name}`", _dtype_name(c.dtype), c.description] for c in columns]
+    return markdown.table(["column", "type", "meaning"], rows)
 
 
 def status_table(statuses: Iterable[Status] = OUTPUT_STATUSES) -> str:
-    lines = ["| status | meaning |", "|---|---|"]
-    lines += [f"| `{s}` | {s.description} |" for s in statuses]
-    return "\n".join(lines)
+    return markdown.table(["status", "meaning"], [[f"`{s}`", s.description] for s in statuses])
 
 
 def _dtype_name(dtype: pl.DataType | type[pl.DataType]) -> str:

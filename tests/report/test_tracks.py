@@ -48,7 +48,7 @@ def run(tmp_path_factory, demo_model_dir) -> Path:
                             "dtype": "float32", "device": "cpu", "batch_size": 4}},
         "scans": {"browse": {"reference": str(fasta), "build": "hg38", "regions": "all",
                              "tile_bp": 600, "min_context": 240, "tsv_decimals": 6,
-                             "tracks": True}},
+                             "tracks": True, "tracks_reference": "copy"}},
     }  # fmt: skip
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     result = run_snakemake(workdir, workdir / "config.yaml", "--cores", "2")
@@ -171,15 +171,139 @@ def test_the_hub_passes_a_schema_check(run):
     assert len(leaves) == 11  # 4 scores, 4 PHRED, 2 maxima, surprise
 
 
+def _view_limits(folder: Path) -> dict[str, dict[str, tuple[float, float]]]:
+    """Each track's view limits as the UCSC hub, the IGV session and igv.js hold them."""
+    stanzas = [s for s in _stanzas((folder / "trackDb.txt").read_text()) if "bigDataUrl" in s]
+    session = ET.parse(folder / "igv_session.xml").getroot()
+    igv_js = json.loads((folder / "igv.json").read_text())["tracks"]
+    return {
+        "hub": {
+            s["bigDataUrl"]: tuple(float(x) for x in s["viewLimits"].split(":")) for s in stanzas
+        },
+        "session": {
+            track.get("id"): (float(data.get("minimum")), float(data.get("maximum")))
+            for track in session.iter("Track")
+            for data in track.iter("DataRange")
+        },
+        "igv.js": {track["url"]: (track["min"], track["max"]) for track in igv_js},
+    }
+
+
+def test_score_tracks_are_viewed_at_their_datas_scale_everywhere(run):
+    """The score tracks' view: from the 0.1th to the 99.9th centile of the scan's SNV scores
+    (as the TSV prints them), rounded outward, around 0; PHRED fixed at 0-40; the same limits
+    in the UCSC hub, the IGV session and the igv.js configuration."""
+    from carbon_vep.report.track_hub import around_zero
+
+    tsv = pl.concat(
+        pl.read_csv(path, separator="\t", comment_prefix="##", schema_overrides={"#chrom": pl.Utf8})
+        for path in sorted((run / SCAN / "snvs").glob("*.tsv.gz"))
+    )["score"].to_numpy()
+    want = around_zero(*np.quantile(tsv, [0.001, 0.999], method="inverted_cdf"))
+    assert want[0] < 0 < want[1] < 1  # the demo model's small scores: -2..6 showed nothing
+    views = _view_limits(run / TRACKS)
+    assert views["hub"] == views["session"] == views["igv.js"]
+    limits = views["hub"]
+    for name in (*(f"score_{b}" for b in BASES), "max_score"):
+        assert limits[f"{name}.bw"] == want, name
+    assert all(limits[f"phred_{b}.bw"] == (0.0, 40.0) for b in BASES)
+
+
 def test_igv_session_and_igv_js_name_every_track(run):
+    """tracks_reference copy: the FASTA and its index beside the tracks, named by file name;
+    no file of the folder holds an absolute path (it can be published or sent as it is)."""
     folder = run / TRACKS
     session = ET.parse(folder / "igv_session.xml").getroot()
-    assert session.get("genome") == str(run / "genome.fa")
+    assert session.get("genome") == "genome.fa"
+    assert (folder / "genome.fa").read_bytes() == (run / "genome.fa").read_bytes()
+    assert (folder / "genome.fa.fai").is_file()
     paths = [r.get("path") for r in session.iter("Resource")]
     assert all((folder / p).is_file() for p in paths) and len(paths) == 11
     config = json.loads((folder / "igv.json").read_text())
-    assert config["reference"]["indexURL"] == f"{run / 'genome.fa'}.fai"
+    assert config["reference"] == {"id": "hg38", "fastaURL": "genome.fa",
+                                   "indexURL": "genome.fa.fai"}  # fmt: skip
+    assert config["loadDefaultGenomes"] is False  # the page needs nothing from outside
     assert sorted(t["url"] for t in config["tracks"]) == sorted(paths)
+    texts = [p.read_text() for p in folder.iterdir() if p.suffix in (".xml", ".json", ".txt")]
+    assert len(texts) == 6 and not any(str(run) in text or "/tmp/" in text for text in texts)
+
+
+IGV_JS = Path(__file__).resolve().parents[2] / "envs/igv-js/node_modules/igv/dist/igv.min.js"
+PAGE = """<!doctype html><html><body><div id="igv"></div><script src="igv.min.js"></script>
+<script>
+fetch("igv.json").then((r) => r.json())
+  .then((config) => igv.createBrowser(document.getElementById("igv"), {...config, locus: LOCUS}))
+  .then((browser) => { window.igvBrowser = browser; })
+  .catch((error) => { console.error(String(error)); window.igvFailed = String(error); });
+</script></body></html>"""
+LOCUS = "chrA:1001-1400"  # scored bases between the soft-masked run and the gap
+
+
+def _painted_rows(page) -> dict[str, int]:
+    """Per data track: how many pixel rows of its canvas hold a painted (non-transparent) pixel,
+    i.e. how tall its bars are drawn (a view far wider than the data draws them a row high)."""
+    return page.evaluate(
+        """() => Object.fromEntries(window.igvBrowser.trackViews
+            .filter((view) => view.track.type === "wig")
+            .map((view) => {
+                const canvas = view.viewports[0].canvas;
+                const data = canvas.getContext("2d")
+                    .getImageData(0, 0, canvas.width, canvas.height).data;
+                const rows = new Set();
+                for (let i = 3; i < data.length; i += 4)
+                    if (data[i] > 0) rows.add(Math.floor((i - 3) / 4 / canvas.width));
+                return [view.track.name, rows.size / window.devicePixelRatio];
+            }))"""
+    )
+
+
+def test_igv_js_draws_every_track_of_the_published_folder(run):
+    """The tracks folder served as it is from 127.0.0.1 and opened by igv.js (npm, pinned:
+    `make setup-igv`) in headless Chromium: every track loads with no console error and no
+    request leaves the folder, and every data track's bars are drawn tall at a scored locus,
+    read from the rendered canvases' pixels."""
+    from support.browser import CHROMIUM_FLAGS, chromium_path, sync_playwright
+    from support.http import served
+
+    if not IGV_JS.is_file():
+        pytest.skip("igv.js is not installed: make setup-igv (npm)")
+    executable = chromium_path()
+    errors, outside = [], []
+    with served(run / TRACKS) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 2400})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("requestfailed", lambda r: errors.append(f"failed: {r.url} {r.failure}"))
+
+        def route(request):
+            if request.request.url.startswith(base):
+                return request.continue_()
+            outside.append(request.request.url)
+            return request.abort()
+
+        page.route("**/*", route)
+        page.route(f"{base}/igv.min.js", lambda r: r.fulfill(path=str(IGV_JS)))
+        page.route(f"{base}/view.html",
+                   lambda r: r.fulfill(body=PAGE.replace("LOCUS", repr(LOCUS)),
+                                       content_type="text/html"))  # fmt: skip
+        page.goto(f"{base}/view.html")
+        page.wait_for_function("window.igvBrowser || window.igvFailed", timeout=60_000)
+        page.wait_for_function(
+            "window.igvBrowser.trackViews.filter((v) => v.track.type === 'wig')"
+            ".every((v) => v.viewports[0].canvas)",
+            timeout=60_000,
+        )
+        page.wait_for_timeout(500)  # the last track's paint
+        rows = _painted_rows(page)
+        browser.close()
+    assert not errors and not outside, (errors, outside)
+    config = json.loads((run / TRACKS / "igv.json").read_text())
+    assert sorted(rows) == sorted(t["name"] for t in config["tracks"])
+    # a 50-pixel track: the data's own view draws the bars tens of rows tall; the old fixed
+    # -2..6 view drew the demo model's scores one row high (measured: 50 against 1)
+    flat = {name: height for name, height in rows.items() if height < 10}
+    assert not flat, rows
 
 
 def test_runs_of_one_value_become_one_bedgraph_entry():

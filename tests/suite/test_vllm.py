@@ -50,7 +50,7 @@ def _settings(path: Path, **extra) -> ModelSettings:
 
 # ---- without vLLM -------------------------------------------------------------------------
 def test_generation_is_restricted_to_the_6mer_block_less_the_special_ids(head96):
-    from carbon_vep.cli.common import engine_for
+    from carbon_vep.model.job import engine_for
     from carbon_vep.suite.niah import NiahScorer
 
     loaded = load_model(_settings(head96))

@@ -194,9 +194,10 @@ rule write_track_hub:
     params:
         scan=lambda wc, input: os.path.dirname(input.summary),
         out=lambda wc, output: os.path.dirname(output.hub),
+        reference=lambda wc: RUN.scans[wc.scan].tracks_reference,
     shell:
         "carbon-vep export-tracks --scan {params.scan} --out {params.out} --hub-only"
-        " > {log} 2>&1"
+        " --reference-mode {params.reference} > {log} 2>&1"
 
 
 # A dataset with recipe from_scan: its panel looked up in the scan's outputs, no model (the

@@ -9,5 +9,5 @@ tests) measure against: `published` (the published approaches restated straightf
 `known_answer` (a model whose right answer is known), `host_reads` (host synchronisations
 counted on a CPU), `synthetic` (generated genomes and scans).
 
-The benchmarks import the stages; no stage imports the benchmarks (import-linter).
+May import: every stage; no stage imports the benchmarks (import-linter).
 """

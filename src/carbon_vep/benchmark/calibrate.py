@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from carbon_vep.benchmark.harness import markdown_table, run_step, write_json
+from carbon_vep.benchmark.harness import run_step, write_json
 from carbon_vep.benchmark.synthetic import write_synthetic_scan
+from carbon_vep.markdown import table as markdown_table
 
 HG38_SNVS = 9.3e9
 CORES = 16

@@ -34,7 +34,6 @@ from carbon_vep.benchmark.harness import (
     PROJECT_ROOT,
     bf16_peak_tflops,
     device_peak_gb,
-    markdown_table,
     median_interleaved,
     peak_rss_above_start_mb,
     timed,
@@ -44,6 +43,7 @@ from carbon_vep.config.gpus import CARBON_SHAPES
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import ModelSettings, RecipeSettings, TileSettings
 from carbon_vep.genome.reference import open_reference
+from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import load_model

@@ -20,12 +20,12 @@ import torch
 
 from carbon_vep.benchmark.harness import (
     device_peak_gb,
-    markdown_table,
     reset_device_peak,
     timed,
     write_json,
 )
 from carbon_vep.config.stages import DEFAULT_SPECULATIVE_TOKENS, ModelSettings, RecoverySettings
+from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.drafting import Draft, check_draft
 from carbon_vep.model.loading import LoadedModel, load_model
 from carbon_vep.suite.recovery import generate_continuations

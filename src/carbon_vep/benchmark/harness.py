@@ -11,7 +11,7 @@
   bf16 matmul peak (what a model's FLOP rate is compared with);
 - two approaches side by side (`Pair`: how many times faster, how many times less memory);
 - what a run writes: its JSON (`write_json`) and Markdown tables for docs/benchmarks.md
-  (`markdown_table`, `markdown_section`).
+  (`markdown_section`; tables: carbon_vep.markdown).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from carbon_vep import atomic
 
 # the project checkout: the benchmarks read its resources/ (demo genome, lambda phage)
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -244,18 +246,7 @@ def write_json(path: str | Path | None, payload: Any, indent: int = 2) -> None:
 
 def write_text(path: str | Path, text: str) -> None:
     """`text` into `path` through a temporary file beside it: a reader never sees half of it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub Markdown table; cells as given (format numbers before)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    atomic.write_text(text, path)
 
 
 def markdown_section(title: str, *parts: str, level: int = 3) -> str:

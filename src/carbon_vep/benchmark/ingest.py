@@ -33,6 +33,7 @@ import polars as pl
 import pysam
 
 from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, write_json
+from carbon_vep.markdown import table as markdown_table
 
 ROOT = PROJECT_ROOT
 SEED = 13
@@ -268,15 +269,15 @@ def main(argv: list[str] | None = None) -> None:
         identical = same_output(ours.pop("src"), base.pop("src"))
         print(f"\ncheck-panel, {args.records:,} records, {n_rows:,} rows "
               f"(identical output: {identical})\n")  # fmt: skip
-        print("| code | rows | wall s | peak RSS MB | bytes/row | speed vs baseline | memory vs "
-              "baseline |\n|---|---|---|---|---|---|---|")  # fmt: skip
-        for name, r in results.items():
-            speed = base["wall_s"] / r["wall_s"]
-            memory = base["peak_rss_mb"] / r["peak_rss_mb"]
-            print(
-                f"| {name} | {n_rows:,} | {r['wall_s']} | {r['peak_rss_mb']:,} | "
-                f"{r['peak_rss_mb'] * 2**20 / n_rows:,.0f} | {speed:.2f}x | {memory:.1f}x less |"
-            )
+        header = ["code", "rows", "wall s", "peak RSS MB", "bytes/row", "speed vs baseline",
+                  "memory vs baseline"]  # fmt: skip
+        rows = [
+            [name, f"{n_rows:,}", r["wall_s"], f"{r['peak_rss_mb']:,}",
+             f"{r['peak_rss_mb'] * 2**20 / n_rows:,.0f}", f"{base['wall_s'] / r['wall_s']:.2f}x",
+             f"{base['peak_rss_mb'] / r['peak_rss_mb']:.1f}x less"]
+            for name, r in results.items()
+        ]  # fmt: skip
+        print(markdown_table(header, rows))
         payload = {"records": args.records, "rows": n_rows, "identical_output": identical}
         write_json(args.json, payload | results)
         if not identical:

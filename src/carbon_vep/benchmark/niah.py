@@ -25,10 +25,10 @@ from carbon_vep.benchmark.harness import (
     PROJECT_ROOT,
     Measured,
     Pair,
-    markdown_table,
     run_step,
     write_json,
 )
+from carbon_vep.markdown import table as markdown_table
 
 FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
 

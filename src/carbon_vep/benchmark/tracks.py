@@ -29,7 +29,8 @@ import numpy as np
 
 from carbon_vep.benchmark.calibrate import make_scan as make_positions
 from carbon_vep.benchmark.calibrate import step_calibrate, step_count
-from carbon_vep.benchmark.harness import HG38_BASES, markdown_table, run_step, write_json
+from carbon_vep.benchmark.harness import HG38_BASES, run_step, write_json
+from carbon_vep.markdown import table as markdown_table
 
 
 def step_ours(folder: str) -> dict:

@@ -27,11 +27,10 @@ import polars as pl
 from carbon_vep.benchmark.harness import (
     PROJECT_ROOT,
     Pair,
-    markdown_table,
     run_command,
     write_json,
 )
-from carbon_vep.cli.niah import read_job_times
+from carbon_vep.markdown import table as markdown_table
 
 FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
 VLLM_EXE = PROJECT_ROOT / ".venv-vllm/bin/carbon-vep"
@@ -58,9 +57,22 @@ def task_command(launcher: list[str], engine: str, task: str, inputs: Path, mode
     """A generation task's job (`score-niah` for task niah, else `score-recovery`) on one
     engine, its metrics beside `out`; `launcher`: the carbon-vep command of an environment."""
     command = "score-niah" if task == "niah" else "score-recovery"
+    times = ["--times", str(times_path(out))] if task == "niah" else []
     return [*launcher, command, "--tasks-file", str(inputs), "--model", str(model),
             "--trust-remote-code", "--engine", engine, "--task", task, "--model-key", "m",
-            "--out", str(out), "--metrics", str(out.with_suffix(".json")), *extra]  # fmt: skip
+            "--out", str(out), "--metrics", str(out.with_suffix(".json")), *times,
+            *extra]  # fmt: skip
+
+
+def times_path(out: Path) -> Path:
+    """Where a NIAH job writes its times (engine start, scoring: suite.niah_job.JobTimes)."""
+    return out.with_name(f"{out.stem}_times.json")
+
+
+def job_times(out: Path) -> dict:
+    """The times a NIAH job wrote beside `out` (empty when it wrote none)."""
+    path = times_path(out)
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: Path):
@@ -118,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
                              "vllm_peak_rss_mb": round(theirs.peak_rss_mb),
                              "vllm_speedup": round(1 / pair.speedup, 3)}  # fmt: skip
             for engine, measured in (("transformers", ours), ("vllm", theirs)):
-                times = read_job_times(measured.stderr) or {}  # NIAH jobs log them
+                times = job_times(work / f"{task}_{engine[0]}.parquet")  # NIAH jobs write them
                 for key in ("start_s", "score_s"):
                     if key in times:
                         results[task][f"{engine}_{key}"] = times[key]

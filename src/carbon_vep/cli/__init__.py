@@ -5,6 +5,8 @@ runs. A stage's options come from the settings it reads (`carbon_vep.config`: on
 each setting, its flag and its default); a rule passes them as one JSON object (`--settings`),
 and options given on the command line override it. Commands import what they need when they
 run, so the stages that need no model never import torch.
+
+May import: every stage but `benchmark`.
 """
 
 from __future__ import annotations

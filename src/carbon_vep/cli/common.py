@@ -1,5 +1,5 @@
 """What several stage commands share: KEY=VALUE / JSON options, the result arguments of a
-metrics command, and loading a model (offline checks first, torch only when it is needed)."""
+metrics command and its result file, a panel's recipe windows. (A job's model: model.job.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import polars as pl
 
 from carbon_vep import atomic
 from carbon_vep.config.fields import ConfigError
-from carbon_vep.config.stages import ModelSettings, RecipeSettings
+from carbon_vep.config.stages import RecipeSettings
 from carbon_vep.errors import InputError
 
 log = logging.getLogger("carbon_vep")
@@ -69,48 +69,6 @@ def write_task_result(result: dict, args: argparse.Namespace, headline: list[str
     atomic.write_json(result, args.metrics_out)
     for warning in result["warnings"]:
         log.warning(warning)
-
-
-def require_model_here(model: ModelSettings) -> None:
-    """Fail in seconds, before torch is imported, when an offline job lacks its Hub model."""
-    from huggingface_hub import constants
-
-    from carbon_vep.sources.hub import (
-        check_remote_code,
-        is_local_model,
-        model_folder,
-        require_cached,
-    )
-
-    if constants.HF_HUB_OFFLINE and not is_local_model(model.path):
-        require_cached(model.path, model.revision)
-    check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
-
-
-def load_model(model: ModelSettings, job: str | None, yarn=None, long_context: bool = False):
-    """The model checked offline first, on a device that is really there (`yarn`: a
-    model.loading.Yarn to apply at load; `long_context`: FlashAttention-2 where it can run)."""
-    require_model_here(model)
-    from carbon_vep.model.loading import load_model, long_context_attention, resolve_device
-
-    device = resolve_device(model.device, job=job)
-    attention = long_context_attention(device, model.dtype) if long_context else None
-    return load_model(model, yarn, attention)
-
-
-def load_engine(model: ModelSettings, job: str | None, yarn=None):
-    """The scoring engine on the loaded model, its output layer verified on a probe."""
-    return engine_for(load_model(model, job, yarn), model)
-
-
-def engine_for(loaded, model: ModelSettings):
-    from carbon_vep.model.engine import Engine, verify_output_layer
-
-    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=model.batch_size,
-                    batch_tokens=model.batch_tokens,
-                    upcast_output_layer=model.upcast_output_layer)  # fmt: skip
-    verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
-    return engine
 
 
 def recipe_windows(checked: pl.DataFrame, reference, recipe: RecipeSettings) -> pl.DataFrame:

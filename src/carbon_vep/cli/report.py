@@ -12,6 +12,7 @@ import polars as pl
 
 from carbon_vep import atomic
 from carbon_vep.cli.common import log, pairs
+from carbon_vep.config.run import TRACK_REFERENCES
 from carbon_vep.errors import InputError
 
 
@@ -144,17 +145,24 @@ def add_export_tracks(sub) -> None:
     p.add_argument("--hub-only", action="store_true",
                    help="only the hub and IGV files, beside bigWigs already written")  # fmt: skip
     p.add_argument("--email", default=None, help="contact in the hub's hub.txt")
+    p.add_argument(
+        "--reference-mode",
+        default="auto",
+        choices=TRACK_REFERENCES,
+        help="how the IGV sessions name the reference (a scan's tracks_reference)",
+    )
     p.set_defaults(func=export_tracks)
 
 
 def export_tracks(args: argparse.Namespace) -> None:
-    from carbon_vep.report.tracks import HUB_EMAIL, export_tracks, write_hub
+    from carbon_vep.report.track_hub import HUB_EMAIL, write_hub
+    from carbon_vep.report.tracks import export_tracks
 
     if not args.hub_only:
         written = export_tracks(args.scan, args.out, args.track)
         log.info("%s: %s", args.out, ", ".join(f"{name}.bw" for name in written))
     if args.hub_only or args.track is None:
-        summary = write_hub(args.scan, args.out, args.email or HUB_EMAIL)
+        summary = write_hub(args.scan, args.out, args.email or HUB_EMAIL, args.reference_mode)
         log.info("%s: hub.txt, igv_session.xml, igv.json for %d tracks (%s bytes of bigWig)",
                  args.out, len(summary["tracks"]), f"{summary['bigwig_bytes']:,}")  # fmt: skip
 

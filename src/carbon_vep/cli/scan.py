@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from carbon_vep import atomic
-from carbon_vep.cli.common import load_engine, log, pairs
+from carbon_vep.cli.common import log, pairs
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import (
     CalibrationSettings,
@@ -17,6 +17,7 @@ from carbon_vep.config.stages import (
     TileSettings,
 )
 from carbon_vep.errors import InputError
+from carbon_vep.model.job import load_engine
 
 
 def add_scan(sub) -> None:

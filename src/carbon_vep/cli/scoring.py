@@ -4,14 +4,13 @@ stage in one process), and annotate (lookup in a scan's outputs, no model)."""
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
 import polars as pl
 
 from carbon_vep import atomic
-from carbon_vep.cli.common import load_engine, log, recipe_windows
+from carbon_vep.cli.common import log, recipe_windows
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import (
     LabelSettings,
@@ -21,6 +20,7 @@ from carbon_vep.config.stages import (
     ShardSettings,
 )
 from carbon_vep.errors import InputError
+from carbon_vep.model.job import load_engine
 
 
 def add_make_shards(sub) -> None:
@@ -40,16 +40,11 @@ def make_shards(args: argparse.Namespace) -> None:
     with open_reference(args.reference) as reference:
         variants = recipe_windows(pl.read_parquet(args.checked), reference, recipe)
     sharded = assign_shards(variants, shards.shard_size)
-    outdir = Path(args.outdir)
-    tmp = outdir.with_name(f".{outdir.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     n_shards = int(sharded["shard"].max()) + 1 if sharded.height else 1
-    for shard in range(n_shards):  # an empty panel still gets one (empty) shard
-        part = sharded.filter(pl.col("shard") == shard).drop("shard")
-        part.write_parquet(tmp / f"shard_{shard:05d}.parquet")
-    shutil.rmtree(outdir, ignore_errors=True)
-    tmp.rename(outdir)
+    with atomic.atomic_dir(args.outdir) as tmp:
+        for shard in range(n_shards):  # an empty panel still gets one (empty) shard
+            part = sharded.filter(pl.col("shard") == shard).drop("shard")
+            part.write_parquet(tmp / f"shard_{shard:05d}.parquet")
     log.info("%d variants in %d shards", sharded.height, n_shards)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from carbon_vep import atomic
-from carbon_vep.cli.common import add_result_args, load_engine, load_model, write_task_result
+from carbon_vep.cli.common import add_result_args, write_task_result
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import (
     EvaluationSettings,
@@ -13,6 +13,7 @@ from carbon_vep.config.stages import (
     PerturbationSettings,
     RecoverySettings,
 )
+from carbon_vep.model.job import load_engine, load_job_model
 
 
 def _add_task(sub, name: str, settings: type, func, columns: str) -> None:
@@ -30,8 +31,8 @@ def add_score_recovery(sub) -> None:
 
 
 def score_recovery(args: argparse.Namespace) -> None:
-    from carbon_vep.cli.common import require_model_here
     from carbon_vep.model.drafting import load_draft
+    from carbon_vep.model.job import require_model_here
     from carbon_vep.suite.recovery import recover, recovery_metrics
     from carbon_vep.suite.tasks import read_task_table
 
@@ -45,7 +46,7 @@ def score_recovery(args: argparse.Namespace) -> None:
         require_model_here(model)
         predictions, speculative = recover_on_vllm(table, model, settings, args.tasks_file)
     else:
-        loaded = load_model(model, args.tasks_file)
+        loaded = load_job_model(model, args.tasks_file)
         draft = load_draft(model, loaded)
         batches = (model.batch_size, model.batch_tokens)
         predictions = recover(table, loaded, settings, *batches, draft)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from carbon_vep.config.fields import ConfigError, describe, flat_fields, from_flat, group, setting
 from carbon_vep.config.stages import (
@@ -62,6 +62,10 @@ class DatasetConfig:
         return self.checks.build
 
 
+TrackReference = Literal["auto", "genome", "relative", "copy"]
+TRACK_REFERENCES = get_args(TrackReference)  # how a scan's IGV sessions name the reference
+
+
 @dataclass(frozen=True)
 class ScanConfig:
     reference: str = setting(help="genome FASTA (or GENERator Parquet)")
@@ -79,6 +83,14 @@ class ScanConfig:
         help="also write genome-browser tracks of the scan (bigWig per alternative base, "
         "PHRED, max, surprise; a UCSC track hub and IGV sessions: docs/tracks.md) into "
         "scans/<scan>/<model>/tracks/",
+    )
+    tracks_reference: TrackReference = setting(
+        "auto",
+        help="how the tracks' IGV sessions name the reference (no absolute path, so the "
+        "folder can be published or sent): genome (the build's id: hg19, hg38, mm10, ...), "
+        "relative (the FASTA by a path relative to the tracks folder), copy (the FASTA and its "
+        "index put into the tracks folder, hard-linked where possible); auto: genome for a "
+        "build IGV and UCSC host, else relative (docs/tracks.md)",
     )
     tiles: TileSettings = group(TileSettings)
     chunks: ScanChunkSettings = group(ScanChunkSettings)

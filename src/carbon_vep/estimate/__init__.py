@@ -6,6 +6,6 @@ items an input holds: a local file's own count, else the documented one, each wi
 `fetches` (the files and the jobs), `bill` (the GPU lines, and reading a config and a profile),
 `table` (the Markdown the command and the dry run print).
 
-May import: `scoring`, `suite`, `report` and every stage below them; the CLI and the workflow
-import it. No torch, no Snakemake: the Snakefile imports it while parsing.
+May import: `scoring`, `suite`, `report`, `scan`, `config`, `genome` and the shared modules; the
+CLI and the workflow import it. No torch, no Snakemake: the Snakefile imports it while parsing.
 """

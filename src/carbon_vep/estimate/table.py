@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from carbon_vep import markdown
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.gpus import ASSUMED_EFFICIENCY, GPU_CLASSES
 from carbon_vep.config.run import RunConfig
@@ -56,12 +57,12 @@ def render(bill: Bill, where: str = "this run's profile") -> str:
     fetched = [(f.rule, f.source, f"`{f.file}`" if f.file else "the snapshot", f.revision)
                for f in bill.fetches]  # fmt: skip
     lines += [f"### Files to fetch ({len(bill.fetches)})", ""]
-    lines += _table(("rule", "from", "file", "revision"), fetched)
+    lines += _lines(("rule", "from", "file", "revision"), fetched)
     lines += ["", "### Jobs per rule (before the checkpoints run)", ""]
     jobs = [(f"`{j.rule}`", _count(j.jobs), j.how) for j in bill.jobs]  # `<name>` is no HTML
-    lines += _table(("rule", "jobs", "how"), jobs)
+    lines += _lines(("rule", "jobs", "how"), jobs)
     lines += ["", "### GPU time per task and model", ""]
-    lines += _table(
+    lines += _lines(
         ("task", "model (shape)", "rule: GPU", "items", "count from", "an item", "PFLOP",
          f"GPU-hours (arithmetic, {ASSUMED_EFFICIENCY:.0%} of peak)", "H100-hours, measured rate"),
         [_gpu_row(g) for g in bill.gpu] + _total_rows(bill.gpu),
@@ -100,9 +101,8 @@ def _total(name: str, lines: Sequence[GpuLine]) -> tuple[str, ...]:
     return (name, "", "", "", "", "", _num(pflop), hours, "")
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+def _lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    return markdown.table(header, list(rows)).split("\n")
 
 
 def _count(jobs: int | None) -> str:

@@ -12,6 +12,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from contextlib import nullcontext
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pysam
 
+from carbon_vep.atomic import atomic_path
 from carbon_vep.errors import InputError
 from carbon_vep.genome.htslib import captured_messages
 
@@ -125,23 +127,22 @@ def _fasta_problem(path: Path, htslib_errors: str) -> str:
 
 
 def _build_fasta_index(path: Path, fai: Path, gzi: Path | None) -> None:
-    """Write .fai (and .gzi) next to the FASTA under temporary names, then rename them in.
+    """Write .fai (and .gzi) next to the FASTA under temporary names, then rename them in (the
+    .gzi first: a reader looks for the .fai).
 
     Two jobs indexing the same FASTA at once each write their own temporary files, so a reader
     never sees a half-written index.
     """
-    suffix = f".tmp-{os.getpid()}"
-    tmp_fai, tmp_gzi = Path(f"{fai}{suffix}"), Path(f"{gzi}{suffix}") if gzi else None
-    args = [str(path), "--fai-idx", str(tmp_fai)]
-    if tmp_gzi:
-        args += ["--gzi-idx", str(tmp_gzi)]
-    failure: Exception | None = None
-    with captured_messages() as messages:
-        try:
-            pysam.faidx(*args)
-        except (pysam.SamtoolsError, OSError) as err:
-            failure = err
-    try:
+    with atomic_path(fai) as tmp_fai, atomic_path(gzi) if gzi else nullcontext() as tmp_gzi:
+        args = [str(path), "--fai-idx", str(tmp_fai)]
+        if tmp_gzi:
+            args += ["--gzi-idx", str(tmp_gzi)]
+        failure: Exception | None = None
+        with captured_messages() as messages:
+            try:
+                pysam.faidx(*args)
+            except (pysam.SamtoolsError, OSError) as err:
+                failure = err
         if failure is None and not tmp_fai.exists():
             failure = OSError("no index written")
         duplicates = [m for m in messages.lines("W") if "duplicate sequence" in m]
@@ -156,13 +157,6 @@ def _build_fasta_index(path: Path, fai: Path, gzi: Path | None) -> None:
                     "to a writable directory",
                 ) from failure
             raise InputError(path, _fasta_problem(path, messages.errors())) from failure
-        os.replace(tmp_fai, fai)
-        if gzi and tmp_gzi:
-            os.replace(tmp_gzi, gzi)
-    finally:
-        for leftover in (tmp_fai, tmp_gzi):
-            if leftover and leftover.exists():
-                leftover.unlink()
 
 
 class FastaReference(Reference):

@@ -77,7 +77,9 @@ def make_model(config: LlamaConfig, seed: int) -> LlamaForCausalLM:
 
 
 def _publish(staging: Path, out_dir: Path) -> None:
-    """Move the finished ``staging`` dir to ``out_dir``, replacing an incomplete one."""
+    """Move the finished ``staging`` dir to ``out_dir``, replacing an incomplete one. (Not
+    `atomic.atomic_dir`: several processes, test workers, may build the same model at once, and
+    atomic's cleanup of a killed writer's files would remove another live build's staging.)"""
     if is_complete(out_dir):  # a concurrent build finished first
         return
     for path in staging.iterdir():

@@ -19,7 +19,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
-from carbon_vep import columns
+from carbon_vep import columns, markdown
 from carbon_vep.config.fields import is_required, schema_property
 from carbon_vep.config.recipes import NORMALIZATIONS, RECIPES
 from carbon_vep.config.run import SECTIONS, run_fields
@@ -36,31 +36,24 @@ def _normalizations() -> str:
         published.setdefault(recipe.published_normalization, []).append(recipe.name)
         for name in recipe.normalizations:
             computed.setdefault(name, []).append(recipe.name)
-    lines = ["| option | meaning | published for | computed by |", "|---|---|---|---|"]
-    lines += [
-        f"| `{name}` | {text} | {', '.join(published.get(name, [])) or '—'} | "
-        f"{', '.join(computed.get(name, [])) or '—'} |"
+    rows = [
+        [f"`{name}`", text, ", ".join(published.get(name, [])) or "—",
+         ", ".join(computed.get(name, [])) or "—"]
         for name, text in NORMALIZATIONS.items()
-    ]
-    return "\n".join(lines)
+    ]  # fmt: skip
+    return markdown.table(["option", "meaning", "published for", "computed by"], rows)
 
 
 def _recipes() -> str:
-    lines = ["| recipe | what it scores | `window_bp` (default) |", "|---|---|---|"]
-    lines += [
-        f"| `{r.name}` | {r.summary} | {r.window_meaning}"
-        + (f" ({r.default_window_bp:,}) |" if r.default_window_bp else " |")
+    rows = [
+        [f"`{r.name}`", r.summary,
+         r.window_meaning + (f" ({r.default_window_bp:,})" if r.default_window_bp else "")]
         for r in RECIPES.values()
-    ]
-    return "\n".join(lines)
+    ]  # fmt: skip
+    return markdown.table(["recipe", "what it scores", "`window_bp` (default)"], rows)
 
 
 # ---- the configuration reference ------------------------------------------------------------
-def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _value(value: Any) -> str:
     """A default as it would be written in YAML (flow style)."""
     if isinstance(value, Mapping):
@@ -127,26 +120,20 @@ def _config_top_level() -> str:
     """The config's top-level keys: the run's own, the run-level settings (one value for every
     entry of the sections that have them) and the sections."""
     properties = json_schema()["properties"]
-    lines = ["| key | type | default | applies to | meaning |", "|---|---|---|---|---|"]
+    rows = []
     for name in ("outdir", "baseline", "sha256"):
         prop = properties[name]
-        lines.append(
-            f"| `{name}` | {_type(prop)} | `{_value(prop['default'])}` | the run "
-            f"| {_cell(prop['description'])} |"
-        )
+        default = f"`{_value(prop['default'])}`"
+        rows.append([f"`{name}`", _type(prop), default, "the run", prop["description"]])
     for name, (f, _) in run_fields().items():
         prop = properties[name]
-        users = [s for s, (cls, _, _) in SECTIONS.items() if _has_setting(cls, name)]
-        lines.append(
-            f"| `{name}` | {_type(prop)} | {_default(f, prop)} | every entry of "
-            f"{', '.join(f'`{s}`' for s in users)} | {_cell(prop['description'])} |"
-        )
+        users = [f"`{s}`" for s, (cls, _, _) in SECTIONS.items() if _has_setting(cls, name)]
+        applies = "every entry of " + ", ".join(users)
+        rows.append([f"`{name}`", _type(prop), _default(f, prop), applies, prop["description"]])
     for name, (_, required, description) in SECTIONS.items():
         default = "**required** (at least one entry)" if required else "`{}`"
-        lines.append(
-            f"| `{name}` | map of entry key to entry | {default} | the run | {_cell(description)} |"
-        )
-    return "\n".join(lines)
+        rows.append([f"`{name}`", "map of entry key to entry", default, "the run", description])
+    return markdown.table(["key", "type", "default", "applies to", "meaning"], rows)
 
 
 def _has_setting(cls: type, name: str) -> bool:
@@ -156,16 +143,14 @@ def _has_setting(cls: type, name: str) -> bool:
 def _config_section(section: str) -> Callable[[], str]:
     def table() -> str:
         cls = SECTIONS[section][0]
-        lines = ["| key | type | default | group | meaning |", "|---|---|---|---|---|"]
+        rows = []
         for group, f, hint in _entry_settings(cls):
             if f.metadata["scope"] != "entry":  # run-level keys sit in the top-level table
                 continue
             prop = schema_property(f, hint)
-            lines.append(
-                f"| `{f.name}` | {_cell(_type(prop))} | {_cell(_default(f, prop))} "
-                f"| {group if group == '—' else f'`{group}`'} | {_cell(prop['description'])} |"
-            )
-        return "\n".join(lines)
+            rows.append([f"`{f.name}`", _type(prop), _default(f, prop),
+                         group if group == "—" else f"`{group}`", prop["description"]])  # fmt: skip
+        return markdown.table(["key", "type", "default", "group", "meaning"], rows)
 
     return table
 

@@ -13,8 +13,7 @@
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +21,11 @@ import polars as pl
 import pysam
 
 from carbon_vep import columns
-from carbon_vep.atomic import atomic_path, indexed_bgzf
+from carbon_vep.atomic import indexed_bgzf, indexed_file
 
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
 _VCF_TYPES = {pl.Float64: "Float", pl.Float32: "Float", pl.Boolean: "Flag"}
 _INFO_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_", ",": "|"})
-
-
-def _write_indexed(
-    out_path: Path, write: Callable[[Path], None], tabix: dict[str, Any] | None
-) -> None:
-    """Write through `write` to a temporary name with the same suffix (pysam decides
-    compression by suffix), tabix-index it when asked, then rename data and index into place."""
-    with atomic_path(out_path) as tmp:
-        work = tmp.with_name(f"{tmp.name}-{out_path.name}")
-        index = Path(f"{work}.tbi")
-        try:
-            write(work)
-            if tabix is not None:
-                pysam.tabix_index(str(work), force=True, keep_original=True, **tabix)
-                os.replace(index, f"{tmp}.tbi")
-            os.replace(work, tmp)
-        finally:
-            work.unlink(missing_ok=True)
-            index.unlink(missing_ok=True)
-    if tabix is not None:
-        os.replace(f"{tmp}.tbi", f"{out_path}.tbi")
 
 
 def _contig_rank(frame: pl.DataFrame, contig_order: Sequence[str] | None) -> pl.Expr:
@@ -224,5 +202,6 @@ def write_results_vcf(
                 vcf.write(_vcf_record(vcf, row, ids))
 
     indexed = out_path.name.endswith(".gz")
-    _write_indexed(out_path, write, {"preset": "vcf"} if indexed else None)
+    with indexed_file(out_path, {"preset": "vcf"} if indexed else None) as work:
+        write(work)
     return n_unwritable

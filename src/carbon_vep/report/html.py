@@ -60,7 +60,10 @@ def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
 def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame | None) -> str:
     """The results table as make_results_table wrote it, with each value's interval."""
     if table is None or table.height == 0:
-        return "<h2 id='results'>Results</h2><p>No results.</p>"
+        return (
+            "<h2 id='results'>Results</h2><p class='empty'>No results table: the config lists no "
+            "dataset, task or Genomic-NIAH entry (a scan alone has its section below).</p>"
+        )
     models = [c for c in table.columns if c not in ("task", "metric")]
     lookup = {(r.task, r.model): r.metrics for r in run}
     rows = []
@@ -318,6 +321,7 @@ def _provenance_section(run: Sequence[TaskResult]) -> str:
             ["model key", "model id / path", "revision", "dtype", "config sha256"],
             rows,
             numeric_from=99,
+            empty="No model results in this run: a scan's model is recorded in its scan.json.",
         )
         + html_table(["package", "version"], versions, numeric_from=99)
         + "</footer>"

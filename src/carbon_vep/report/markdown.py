@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from carbon_vep import markdown
 from carbon_vep.columns import Status
 from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
@@ -37,12 +38,6 @@ def ordered_metrics(names: Sequence[str]) -> list[str]:
 
 
 # ---- Markdown, one dataset x model ---------------------------------------------------------
-def _table(header: list[str], rows: list[list[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _metrics_table(metrics: dict) -> str:
     """Each metric with its interval and definition; beside it, for a scan's panel, the same
     metric on the context-calibrated score."""
@@ -54,7 +49,7 @@ def _metrics_table(metrics: dict) -> str:
          *([_with_interval(calibrated, name)] if calibrated else []), definitions.get(name, "")]
         for name in ordered_metrics(list(metrics["metrics"]))
     ]  # fmt: skip
-    return _table(header, rows)
+    return markdown.table(header, rows)
 
 
 def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
@@ -69,7 +64,7 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
         f"{merged.height} input rows, {scored.height} scored. "
         "Score orientation: larger = more damaging.",
         "## Input status counts",
-        _table(["status", "rows"], [[k, v] for k, v in metrics["status_counts"].items()]),
+        markdown.table(["status", "rows"], [[k, v] for k, v in metrics["status_counts"].items()]),
     ]
     if metrics.get("metrics"):
         excluded = metrics.get("n_excluded_label_conflict", 0)
@@ -93,7 +88,7 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
         parts += ["## Warnings", "\n".join(f"- {w}" for w in metrics["warnings"])]
     parts += _top_part(scored) + _unscored_part(merged.filter(pl.col("status") != Status.SCORED))
     prov_rows = [[k, v] for k, v in {**provenance, **package_versions()}.items()]
-    parts += ["## Provenance", _table(["item", "value"], prov_rows)]
+    parts += ["## Provenance", markdown.table(["item", "value"], prov_rows)]
     return "\n\n".join(parts) + "\n"
 
 
@@ -102,7 +97,10 @@ def _top_part(scored: pl.DataFrame) -> list[str]:
         return []
     top = scored.sort("score", descending=True).head(10)
     rows = [[r["chrom"], r["pos"], r["ref"], r["alt"], f"{r['score']:.4g}"] for r in top.to_dicts()]
-    return ["## Highest-scoring variants", _table(["chrom", "pos", "ref", "alt", "score"], rows)]
+    return [
+        "## Highest-scoring variants",
+        markdown.table(["chrom", "pos", "ref", "alt", "score"], rows),
+    ]
 
 
 def _unscored_part(unscored: pl.DataFrame) -> list[str]:
@@ -117,7 +115,7 @@ def _unscored_part(unscored: pl.DataFrame) -> list[str]:
         .drop("_first")
     )
     rows = [list(r) for r in reasons.head(20).iter_rows()]
-    return ["## Rows not scored, by reason", _table(["status", "reason", "rows"], rows)]
+    return ["## Rows not scored, by reason", markdown.table(["status", "reason", "rows"], rows)]
 
 
 def render_summary(

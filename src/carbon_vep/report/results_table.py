@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from carbon_vep import markdown
 from carbon_vep.errors import InputError
 
 
@@ -78,17 +79,15 @@ def results_markdown(results: Sequence[dict]) -> str:
     if long.height == 0:
         return "No results.\n"
     models = list(dict.fromkeys(long["model"].to_list()))
-    lines = [
-        "| task | metric (×100) | " + " | ".join(models) + " |",
-        "|---|---|" + "---|" * len(models),
-    ]
+    rows = []
     for (task, metric), part in long.group_by(["task", "metric"], maintain_order=True):
         by_model = {r["model"]: r for r in part.to_dicts()}
         cells = [
             _cell(r["value"], r["ci_low"], r["ci_high"]) if (r := by_model.get(m)) else "—"
             for m in models
         ]
-        lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
+        rows.append([task, metric, *cells])
+    lines = [markdown.table(["task", "metric (×100)", *models], rows)]
     definitions = long.unique(["metric", "definition"], maintain_order=True)
     lines += ["", "Definitions:", ""]
     lines += [f"- `{r['metric']}` ({r['kind']}): {r['definition']}" for r in definitions.to_dicts()]

@@ -12,7 +12,8 @@ COLOURS = {"A": "0,150,0", "C": "0,0,200", "G": "210,140,0", "T": "200,0,0"}  # 
 
 @dataclass(frozen=True)
 class Track:
-    """One bigWig: its file stem, short and long labels, colour and view limits."""
+    """One bigWig: its file stem, short and long labels, colour and view limits (a score
+    track's are placeholders until report.tracks.data_views sets them from the scan)."""
 
     name: str
     short: str

@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from carbon_vep import markdown
 from carbon_vep.atomic import atomic_path
 from carbon_vep.errors import InputError
 from carbon_vep.scan.snvs import (
@@ -205,6 +206,12 @@ class RankScale:
                 "phred": 10.0 * np.log10(self.total / ranks),
             }
         ).sort("score", descending=True)
+
+    def quantile(self, fraction: float, decimals: int) -> float:
+        """The score below which `fraction` of the SNVs fall (the lowest key whose cumulative
+        count reaches it), at the printed precision."""
+        reached = np.searchsorted(np.append(self.below[1:], self.total), fraction * self.total)
+        return float(self.keys[min(int(reached), len(self.keys) - 1)] / 10**decimals)
 
     def score_at(self, phred: float, decimals: int) -> float | None:
         """The lowest score whose PHRED reaches `phred` (None when none does)."""
@@ -439,12 +446,11 @@ def contexts_markdown(calibration: Calibration, n: int = 8) -> str:
         f"Context cells with the highest and lowest mean score ({n} each; CpG: the variant's "
         "base is the C or the G of a CpG):",
         "",
-        "| context | change | CpG | neutral SNVs | mean score |",
-        "|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {r['context']} | {r['ref']}>{r['alt']} | {'yes' if r['cpg'] else ''} | "
-        f"{r['n_neutral']:,} | {r['mean']:.3f} |"
+    rows = [
+        [r["context"], f"{r['ref']}>{r['alt']}", "yes" if r["cpg"] else "", f"{r['n_neutral']:,}",
+         f"{r['mean']:.3f}"]
         for r in table.iter_rows(named=True)
-    ]
-    return "\n".join(lines) + "\n"
+    ]  # fmt: skip
+    header = ["context", "change", "CpG", "neutral SNVs", "mean score"]
+    return "\n".join([*lines, markdown.table(header, rows)]) + "\n"

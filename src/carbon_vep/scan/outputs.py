@@ -28,7 +28,6 @@ reference, model and which file holds each contig (what `carbon-vep annotate` re
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import time
@@ -40,8 +39,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pysam
 
-from carbon_vep import columns
-from carbon_vep.atomic import indexed_bgzf
+from carbon_vep import columns, markdown
+from carbon_vep.atomic import indexed_bgzf, temporary_sibling
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.calibrate import (
@@ -72,10 +71,7 @@ class BaseWriter:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.tmp-*"):  # killed
-            stale.unlink(missing_ok=True)
+        self.tmp = temporary_sibling(self.path)  # a killed writer's file removed first
         self.schema = pl.DataFrame(schema=BASE_SCHEMA).to_arrow().schema
         self.writer = pq.ParquetWriter(self.tmp, self.schema, **_WRITE_OPTIONS)
         self.rows = 0
@@ -325,10 +321,10 @@ def _calibration_markdown(c: Mapping[str, Any]) -> list[str]:
 
     thresholds = c["thresholds"]
     rows = [
-        f"| PHRED {p} (top {top}) | {score(thresholds['score'][f'phred_{p}'])} "
-        f"| {score(thresholds['calibrated'][f'phred_{p}'])} |"
+        [f"PHRED {p} (top {top})", score(thresholds["score"][f"phred_{p}"]),
+         score(thresholds["calibrated"][f"phred_{p}"])]
         for p, top in ((10, "10%"), (20, "1%"), (30, "0.1%"))
-    ]
+    ]  # fmt: skip
     return [
         "## calibration",
         "",
@@ -337,9 +333,7 @@ def _calibration_markdown(c: Mapping[str, Any]) -> list[str]:
         f"alternate base (cells under {c['context_min_count']} neutral SNVs fall back to the "
         "trinucleotide, then the global mean; docs/calibration.md).",
         "",
-        "| the lowest score at | score | calibrated |",
-        "|---|---|---|",
-        *rows,
+        markdown.table(["the lowest score at", "score", "calibrated"], rows),
         "",
         f"- pentanucleotide cells by the mean they use: {c['pentanucleotide_cells_by_mean_used']}",
         f"- SNVs by context: {c['snvs_by_context_level']} (trinucleotide / global: within 2 bp "

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from carbon_vep import markdown
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
     CARBON_SHAPES,
@@ -383,12 +384,12 @@ def describe_plan(plan: Mapping[str, Any], title: str = "scan plan") -> str:
             f"Estimated GPU-hours (arithmetic at {est['assumed_efficiency']:.0%} of bf16 peak, "
             "docs/performance.md; not measured):",
             "",
-            "| model | shape | " + " | ".join(gpus) + " |",
-            "|---|---|" + "---|" * len(gpus),
         ]
-        for key, row in est["models"].items():
-            cells = " | ".join(f"{row['gpu_hours'][g]:,.2f}" for g in gpus)
-            lines.append(f"| {key} | {row['shape']} | {cells} |")
+        rows = [
+            [key, row["shape"], *(f"{row['gpu_hours'][g]:,.2f}" for g in gpus)]
+            for key, row in est["models"].items()
+        ]
+        lines.append(markdown.table(["model", "shape", *gpus], rows))
     return "\n".join(lines) + "\n"
 
 

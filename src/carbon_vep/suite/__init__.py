@@ -2,5 +2,5 @@
 recovery (`recovery`) and perturbation pairs (`perturbation`), each ending in a metrics JSON
 that the results table reads.
 
-May import: `evaluate`, `model`, `config`, `genome` and the shared modules.
+May import: `evaluate`, `scan`, `model`, `variants`, `config`, `genome` and the shared modules.
 """

@@ -1,4 +1,7 @@
 """What the Snakefile computes, as plain Python: the run's file patterns (`paths`), the files it
 produces and the wildcard patterns (`targets`), and what each job is given — inputs, settings,
 resources, provenance (`jobs`, `scans` for what a scan's plan decides). workflow/rules/common.smk
-binds them to the config and the rules name them; nothing here imports torch."""
+binds them to the config and the rules name them.
+
+May import: `config` and the shared modules. No torch: the Snakefile imports it while parsing.
+"""

@@ -27,8 +27,7 @@ import torch
 from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.gpu.workload import Model, haystack_fasta, random_model
 from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command
-from carbon_vep.benchmark.vllm import compare_niah, task_command
-from carbon_vep.cli.niah import read_job_times
+from carbon_vep.benchmark.vllm import compare_niah, job_times, task_command
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
     gpu_class_named,
@@ -100,7 +99,7 @@ def run_engine(python: str, engine: str, cell: Path, model: Path, work: Path, ct
     if done.returncode:
         lines = done.stderr.strip().splitlines()
         return result | {"error": lines[-1][:300] if lines else f"exit {done.returncode}"}, None
-    times = read_job_times(done.stderr) or {}
+    times = job_times(out)
     result |= {k: times[k] for k in ("start_s", "score_s") if k in times}
     if times.get("score_s"):
         result["rows_per_s"] = times["rows"] / times["score_s"]

@@ -15,11 +15,11 @@ from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.harness import (
     HG38_BASES,
     markdown_section,
-    markdown_table,
     write_json,
     write_text,
 )
 from carbon_vep.config.gpus import VLLM_PAGE_TOKENS
+from carbon_vep.markdown import table as markdown_table
 
 
 def environment(device: torch.device, smoke: bool, peak: float, peak_n: int) -> dict:

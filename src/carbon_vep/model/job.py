@@ -1,0 +1,52 @@
+"""A job's model: checked offline before torch is imported (a missing Hub model, remote code not
+allowed), loaded on a device that is really there, and its scoring engine's output layer
+verified on a probe. Every model command starts here; torch is imported only past the checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from carbon_vep.config.stages import ModelSettings
+
+
+def require_model_here(model: ModelSettings) -> None:
+    """Fail in seconds, before torch is imported, when an offline job lacks its Hub model."""
+    from huggingface_hub import constants
+
+    from carbon_vep.sources.hub import (
+        check_remote_code,
+        is_local_model,
+        model_folder,
+        require_cached,
+    )
+
+    if constants.HF_HUB_OFFLINE and not is_local_model(model.path):
+        require_cached(model.path, model.revision)
+    check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
+
+
+def load_job_model(model: ModelSettings, job: str | None, yarn=None, long_context: bool = False):
+    """The model checked offline first, on a device that is really there (`yarn`: a
+    model.loading.Yarn to apply at load; `long_context`: FlashAttention-2 where it can run)."""
+    require_model_here(model)
+    from carbon_vep.model.loading import load_model, long_context_attention, resolve_device
+
+    device = resolve_device(model.device, job=job)
+    attention = long_context_attention(device, model.dtype) if long_context else None
+    return load_model(model, yarn, attention)
+
+
+def engine_for(loaded: Any, model: ModelSettings):
+    """The scoring engine on a loaded model, its output layer verified on a probe."""
+    from carbon_vep.model.engine import Engine, verify_output_layer
+
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=model.batch_size,
+                    batch_tokens=model.batch_tokens,
+                    upcast_output_layer=model.upcast_output_layer)  # fmt: skip
+    verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
+    return engine
+
+
+def load_engine(model: ModelSettings, job: str | None, yarn=None):
+    """The scoring engine of a job (`load_job_model`, then `engine_for`)."""
+    return engine_for(load_job_model(model, job, yarn), model)

@@ -1,0 +1,170 @@
+"""One Genomic-NIAH job: a cell's rows (or a range of them) scored on the engine the model names
+(`engine: transformers`, ours, or `vllm`), with the published context policy: a context past the
+model's positions is refused unless YaRN extends it (`yarn_factor`, as published for Carbon past
+32k tokens), and vLLM's max_model_len is what the cell needs. The job's two times (the engine's
+start, the scoring) come back as a record (`JobTimes`) the job writes as JSON beside its outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from carbon_vep.config.fields import describe
+from carbon_vep.config.stages import ModelSettings, NiahSettings
+from carbon_vep.errors import InputError
+from carbon_vep.suite.niah_cells import prompt_tokens, read_cell
+
+log = logging.getLogger("carbon_vep")
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """What a job scores: the cell's file, its result name, its task, the rows of this job."""
+
+    path: str
+    task: str
+    cell_task: str | None = None
+    rows: slice = field(default_factory=lambda: slice(None))
+
+    @property
+    def where(self) -> str:
+        return f"{self.path} ({self.task})"
+
+
+@dataclass
+class JobTimes:
+    """A job's two times: the engine's start (the model loaded, vLLM's KV cache allocated) and
+    the scoring of its rows."""
+
+    engine: str
+    began: float = field(default_factory=time.perf_counter)
+    ready_at: float | None = None
+    done_at: float | None = None
+    rows: int = 0
+
+    def ready(self) -> None:
+        self.ready_at = time.perf_counter()
+
+    def done(self, rows: int) -> None:
+        self.done_at, self.rows = time.perf_counter(), rows
+
+    def record(self) -> dict[str, Any]:
+        """rows, start_s, score_s, engine: what the benchmarks read."""
+        ready = self.ready_at or self.began
+        done = self.done_at or time.perf_counter()
+        return {"rows": self.rows, "start_s": round(ready - self.began, 3),
+                "score_s": round(done - ready, 3), "engine": self.engine}  # fmt: skip
+
+    def line(self, where: str) -> str:
+        r = self.record()
+        return (f"{where}: {r['rows']} rows scored in {r['score_s']:.2f} s on {r['engine']} "
+                f"after an engine start of {r['start_s']:.2f} s")  # fmt: skip
+
+
+def score_cell(
+    job: CellJob, cell: pl.DataFrame, model: ModelSettings, settings: NiahSettings
+) -> tuple[pl.DataFrame, dict[str, Any], JobTimes]:
+    """The job's rows, the metrics' parameters and the job's times, on the model's engine."""
+    score = _on_vllm if model.engine == "vllm" else _on_transformers
+    times = JobTimes(model.engine)
+    rows, parameters = score(job, cell, model, settings, times)
+    times.done(rows.height)
+    return rows, parameters, times
+
+
+def _on_transformers(job: CellJob, cell, model: ModelSettings, settings: NiahSettings, times):
+    from carbon_vep.model.job import engine_for, load_job_model
+    from carbon_vep.suite.niah import NiahScorer, score_rows
+
+    loaded = load_job_model(model, job.path, yarn(settings), long_context=True)
+    if loaded.vocab.k != 6:
+        cell = read_cell(job.path, loaded.vocab.k, job.cell_task)[job.rows]
+    limit = _positions(loaded.model.config)
+    check_positions(cell, loaded.vocab.k, limit, settings, job.path)
+    scorer = NiahScorer(engine_for(loaded, model), loaded.tokenizer, settings.prefill_chunk)
+    times.ready()
+    rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
+    parameters = {"engine": "transformers", "yarn_factor": settings.yarn_factor,
+                  "restricted_to_dna_block": scorer.allowed is not None,
+                  "prefill_chunk": settings.prefill_chunk,
+                  "attention": loaded.model.config._attn_implementation}  # fmt: skip
+    return rows, parameters
+
+
+def _on_vllm(job: CellJob, cell, model: ModelSettings, settings: NiahSettings, times):
+    """The job's rows through one vLLM engine, started once (suite.niah_vllm)."""
+    from carbon_vep.model.job import require_model_here
+    from carbon_vep.model.loading import load_tokenizer, yarn_overrides
+    from carbon_vep.model.tokens import dna_block_ids
+    from carbon_vep.model.vllm import VllmEngine
+    from carbon_vep.suite.niah_vllm import VllmNiahScorer, engine_length, score_rows_vllm
+
+    require_model_here(model)
+    tokenizer, vocab = load_tokenizer(model)
+    if vocab.k != 6:
+        cell = read_cell(job.path, vocab.k, job.cell_task)[job.rows]
+    extension = yarn(settings)
+    overrides = yarn_overrides(model, extension) if extension else None
+    limit = overrides["max_position_embeddings"] if overrides else _checkpoint_positions(model)
+    check_positions(cell, vocab.k, limit, settings, job.path)
+    needed = prompt_tokens(cell, vocab.k) if cell.height else 0
+    length = engine_length(needed, model.vllm.max_model_len, job.where)
+    engine = VllmEngine(model, overrides, length, what=job.where)
+    times.ready()
+    rows = score_rows_vllm(cell, VllmNiahScorer(engine, tokenizer, vocab))
+    parameters = {"engine": "vllm", "vllm": engine.version, "yarn_factor": settings.yarn_factor,
+                  "restricted_to_dna_block": dna_block_ids(tokenizer, vocab) is not None,
+                  "prefix_caching": model.vllm.prefix_caching,
+                  "tensor_parallel_size": model.vllm.tensor_parallel_size,
+                  "max_model_len": length, "kv_cache_tokens": engine.capacity_tokens,
+                  "prefix_cache": engine.cache_stats}  # fmt: skip
+    return rows, parameters
+
+
+def _positions(config) -> int | None:
+    return getattr(config, "max_position_embeddings", None)
+
+
+def _checkpoint_positions(model: ModelSettings) -> int | None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        model.path, revision=model.revision, trust_remote_code=model.trust_remote_code
+    )
+    return _positions(config)
+
+
+def yarn(settings: NiahSettings):
+    """The YaRN extension the settings ask for (a model.loading.Yarn), or None."""
+    from carbon_vep.model.loading import Yarn
+
+    if not settings.yarn_factor:
+        return None
+    return Yarn(settings.yarn_factor, settings.yarn_original_positions,
+                settings.yarn_max_positions)  # fmt: skip
+
+
+def check_positions(cell, k: int, limit: int | None, settings: NiahSettings, path: str) -> None:
+    """A context beyond the model's positions is refused without YaRN (saying which setting
+    turns it on) and warned about beyond YaRN's reach."""
+    needed = prompt_tokens(cell, k) if cell.height else 0
+    if settings.yarn_factor:
+        if needed > settings.positions:
+            log.warning("%s: rows need %d tokens, beyond YaRN x%g of %d positions (%d)", path,
+                        needed, settings.yarn_factor, settings.yarn_original_positions,
+                        settings.positions)  # fmt: skip
+        return
+    if limit is not None and needed > limit:
+        factor = next(f for f in dataclasses.fields(NiahSettings) if f.name == "yarn_factor")
+        flag = describe(factor, "4", float)
+        raise InputError(
+            path, f"rows need {needed:,} tokens (prefix + prompt + value) but the model has "
+            f"{limit:,} positions; extend the context with YaRN ({flag}, as published for "
+            "Carbon past 32k tokens) or score a shorter context"
+        )  # fmt: skip

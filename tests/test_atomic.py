@@ -1,0 +1,68 @@
+"""Every output is written under a temporary name and renamed when complete (carbon_vep.atomic):
+a failed or killed write leaves nothing at the output's name, a finished one replaces it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pysam
+import pytest
+
+from carbon_vep import atomic
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    out = tmp_path / "a.json"
+    out.write_text("old")
+    with pytest.raises(RuntimeError), atomic.atomic_path(out) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
+    assert out.read_text() == "old" and sorted(tmp_path.iterdir()) == [out]
+
+
+def test_a_killed_writers_temporary_is_removed_and_a_suffix_kept(tmp_path):
+    out = tmp_path / "score_A.bw"
+    stale = tmp_path / ".score_A.bw.tmp-99999.bw"  # a killed job's file (another pid)
+    stale.write_text("half")
+    with atomic.atomic_path(out, suffix=".bw") as tmp:
+        assert tmp.name.endswith(".bw") and not stale.exists()
+        tmp.write_text("whole")
+    assert out.read_text() == "whole" and sorted(tmp_path.iterdir()) == [out]
+
+
+def test_a_directory_is_replaced_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "shards"
+    out.mkdir()
+    (out / "shard_00009.parquet").write_text("from an earlier run")
+    with pytest.raises(RuntimeError), atomic.atomic_dir(out) as tmp:
+        (tmp / "shard_00000.parquet").write_text("new")
+        raise RuntimeError("killed")
+    assert [p.name for p in out.iterdir()] == ["shard_00009.parquet"]
+    with atomic.atomic_dir(out) as tmp:
+        (tmp / "shard_00000.parquet").write_text("new")
+    assert [p.name for p in out.iterdir()] == ["shard_00000.parquet"]  # no stale shard kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shards"]
+
+
+def _rows(handle) -> None:
+    handle.write(b"#chrom\tpos\tscore\nchr1\t5\t0.5\nchr1\t9\t1.5\n")
+
+
+def test_an_indexed_table_arrives_with_its_index(tmp_path):
+    out = tmp_path / "snvs.tsv.gz"
+    with atomic.indexed_bgzf(out) as handle:
+        _rows(handle)
+    with pysam.TabixFile(str(out)) as tabix:
+        assert [line.split("\t")[1] for line in tabix.fetch("chr1", 6, 10)] == ["9"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz", "snvs.tsv.gz.tbi"]
+
+
+def test_a_failed_indexed_write_leaves_neither_file(tmp_path):
+    out = tmp_path / "snvs.tsv.gz"
+    with pytest.raises(RuntimeError), atomic.indexed_bgzf(out) as handle:
+        _rows(handle)
+        raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+    with atomic.indexed_file(tmp_path / "plain.vcf", tabix=None) as work:
+        Path(work).write_text("##fileformat=VCFv4.2\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.vcf"]  # no index asked
