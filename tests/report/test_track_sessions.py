@@ -48,8 +48,11 @@ def test_another_build_gets_its_fasta_by_a_path_relative_to_the_tracks(scan):
     session = ET.fromstring(igv_session(tracks, reference))
     assert session.get("genome") == reference.fasta
     browser = igv_js(tracks, record, reference)
-    assert browser["reference"] == {"id": "lambda_test", "fastaURL": reference.fasta,
-                                    "indexURL": reference.index}  # fmt: skip
+    assert browser["reference"] == {
+        "id": "lambda_test",
+        "fastaURL": reference.fasta,
+        "indexURL": reference.index,
+    }
     assert not any(os.path.isabs(v) for v in json.dumps(browser).split('"') if "/" in v)
 
 

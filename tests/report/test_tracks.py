@@ -44,12 +44,28 @@ def run(tmp_path_factory, demo_model_dir) -> Path:
     fasta = write_fasta(workdir / "genome.fa", _genome())
     config = {
         "outdir": "results",
-        "models": {"demo": {"path": str(demo_model_dir), "trust_remote_code": True,
-                            "dtype": "float32", "device": "cpu", "batch_size": 4}},
-        "scans": {"browse": {"reference": str(fasta), "build": "hg38", "regions": "all",
-                             "tile_bp": 600, "min_context": 240, "tsv_decimals": 6,
-                             "tracks": True, "tracks_reference": "copy"}},
-    }  # fmt: skip
+        "models": {
+            "demo": {
+                "path": str(demo_model_dir),
+                "trust_remote_code": True,
+                "dtype": "float32",
+                "device": "cpu",
+                "batch_size": 4,
+            }
+        },
+        "scans": {
+            "browse": {
+                "reference": str(fasta),
+                "build": "hg38",
+                "regions": "all",
+                "tile_bp": 600,
+                "min_context": 240,
+                "tsv_decimals": 6,
+                "tracks": True,
+                "tracks_reference": "copy",
+            }
+        },
+    }
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     result = run_snakemake(workdir, workdir / "config.yaml", "--cores", "2")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -93,8 +109,13 @@ def test_every_track_equals_the_scan_at_every_scored_base(run):
     genome = _genome()
     scored = {c: part for (c,), part in expected.partition_by("chrom", as_dict=True).items()}
     assert set(scored) == {"chrA", "HLA-A*01:01:01:01", "tig00000001|arrow"}
-    for track in [*(f"score_{b}" for b in BASES), *(f"phred_{b}" for b in BASES), "surprise",
-                  "max_score", "max_phred"]:  # fmt: skip
+    for track in [
+        *(f"score_{b}" for b in BASES),
+        *(f"phred_{b}" for b in BASES),
+        "surprise",
+        "max_score",
+        "max_phred",
+    ]:
         path = run / TRACKS / f"{track}.bw"
         for chrom, part in scored.items():
             length = len(genome[chrom])
@@ -114,8 +135,9 @@ def test_every_track_equals_the_scan_at_every_scored_base(run):
                 want[(pos - 1)[part["ref"].to_numpy() == track[-1]]] = np.nan
             np.testing.assert_array_equal(np.isnan(got_a), np.isnan(want), err_msg=track)
             atol = 0.051 if "phred" in track else 0.0  # the TSV prints PHRED to 1 decimal
-            np.testing.assert_allclose(got_a, want, rtol=0, atol=atol, equal_nan=True,
-                                       err_msg=f"{track} {chrom}")  # fmt: skip
+            np.testing.assert_allclose(
+                got_a, want, rtol=0, atol=atol, equal_nan=True, err_msg=f"{track} {chrom}"
+            )
 
 
 def test_gaps_and_unscored_bases_have_no_value_never_zero(run):
@@ -142,16 +164,19 @@ def test_chromosome_sizes_come_from_the_reference_index(run):
 
 
 def _stanzas(text: str) -> list[dict[str, str]]:
-    return [dict(line.split(" ", 1) for line in block.splitlines() if line.strip())
-            for block in text.strip().split("\n\n")]  # fmt: skip
+    return [
+        dict(line.split(" ", 1) for line in block.splitlines() if line.strip())
+        for block in text.strip().split("\n\n")
+    ]
 
 
 def test_the_hub_passes_a_schema_check(run):
     folder = run / TRACKS
     hub = dict(line.split(" ", 1) for line in (folder / "hub.txt").read_text().splitlines())
     assert set(hub) >= {"hub", "shortLabel", "longLabel", "genomesFile", "email"}
-    genomes = dict(line.split(" ", 1) for line in (folder / hub["genomesFile"]).read_text()
-                   .splitlines())  # fmt: skip
+    genomes = dict(
+        line.split(" ", 1) for line in (folder / hub["genomesFile"]).read_text().splitlines()
+    )
     assert genomes["genome"] == "hg38" and (folder / genomes["trackDb"]).is_file()
     stanzas = _stanzas((folder / genomes["trackDb"]).read_text())
     names = {s["track"] for s in stanzas}
@@ -161,8 +186,9 @@ def test_the_hub_passes_a_schema_check(run):
         assert len(stanza["shortLabel"]) <= 17 and stanza["type"] == "bigWig"
         if "parent" in stanza:
             assert stanza["parent"].split()[0] in names
-            assert "compositeTrack" in next(s for s in stanzas if s["track"] ==
-                                            stanza["parent"].split()[0])  # fmt: skip
+            assert "compositeTrack" in next(
+                s for s in stanzas if s["track"] == stanza["parent"].split()[0]
+            )
         if "compositeTrack" not in stanza:
             assert (folder / stanza["bigDataUrl"]).is_file()
             low, high = map(float, stanza["viewLimits"].split(":"))
@@ -220,8 +246,11 @@ def test_igv_session_and_igv_js_name_every_track(run):
     paths = [r.get("path") for r in session.iter("Resource")]
     assert all((folder / p).is_file() for p in paths) and len(paths) == 11
     config = json.loads((folder / "igv.json").read_text())
-    assert config["reference"] == {"id": "hg38", "fastaURL": "genome.fa",
-                                   "indexURL": "genome.fa.fai"}  # fmt: skip
+    assert config["reference"] == {
+        "id": "hg38",
+        "fastaURL": "genome.fa",
+        "indexURL": "genome.fa.fai",
+    }
     assert config["loadDefaultGenomes"] is False  # the page needs nothing from outside
     assert sorted(t["url"] for t in config["tracks"]) == sorted(paths)
     texts = [p.read_text() for p in folder.iterdir() if p.suffix in (".xml", ".json", ".txt")]
@@ -284,9 +313,10 @@ def test_igv_js_draws_every_track_of_the_published_folder(run):
 
         page.route("**/*", route)
         page.route(f"{base}/igv.min.js", lambda r: r.fulfill(path=str(IGV_JS)))
-        page.route(f"{base}/view.html",
-                   lambda r: r.fulfill(body=PAGE.replace("LOCUS", repr(LOCUS)),
-                                       content_type="text/html"))  # fmt: skip
+        page.route(
+            f"{base}/view.html",
+            lambda r: r.fulfill(body=PAGE.replace("LOCUS", repr(LOCUS)), content_type="text/html"),
+        )
         page.goto(f"{base}/view.html")
         page.wait_for_function("window.igvBrowser || window.igvFailed", timeout=60_000)
         page.wait_for_function(

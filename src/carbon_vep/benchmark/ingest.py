@@ -40,12 +40,17 @@ SEED = 13
 CONTIG_BP = 20_000_000
 RECORDS_PER_CONTIG = 500_000  # ~1 record per 40 bp, ClinVar's density in well-covered genes
 CLNSIG = [  # ClinVar's terms, roughly at the frequencies of its GRCh38 release
-    ("Uncertain_significance", 0.44), ("Likely_benign", 0.26), ("Benign", 0.07),
-    ("Pathogenic", 0.07), ("Likely_pathogenic", 0.04),
+    ("Uncertain_significance", 0.44),
+    ("Likely_benign", 0.26),
+    ("Benign", 0.07),
+    ("Pathogenic", 0.07),
+    ("Likely_pathogenic", 0.04),
     ("Conflicting_classifications_of_pathogenicity", 0.06),
-    ("Pathogenic/Likely_pathogenic", 0.02), ("Benign/Likely_benign", 0.02),
-    ("not_provided", 0.01), ("Pathogenic|risk_factor", 0.01),
-]  # fmt: skip
+    ("Pathogenic/Likely_pathogenic", 0.02),
+    ("Benign/Likely_benign", 0.02),
+    ("not_provided", 0.01),
+    ("Pathogenic|risk_factor", 0.01),
+]
 CLNDN = [
     "not_provided",
     "Hereditary_cancer-predisposing_syndrome|not_provided",
@@ -68,10 +73,23 @@ MC = [
     "SO:0001624|3_prime_UTR_variant",
 ]
 OPTIONS = [
-    "--format", "vcf", "--build", "hg38", "--label-source", "clinvar_clnsig",
-    "--label-column", "label", "--info-field", "CLNSIG", "--info-field", "CLNREVSTAT",
-    "--info-field", "GENEINFO", "--info-field", "MC",
-]  # fmt: skip
+    "--format",
+    "vcf",
+    "--build",
+    "hg38",
+    "--label-source",
+    "clinvar_clnsig",
+    "--label-column",
+    "label",
+    "--info-field",
+    "CLNSIG",
+    "--info-field",
+    "CLNREVSTAT",
+    "--info-field",
+    "GENEINFO",
+    "--info-field",
+    "MC",
+]
 HEADER = """##fileformat=VCFv4.1
 ##fileDate=2025-01-05
 ##source=ClinVar
@@ -118,8 +136,9 @@ def _other(base: str, k: int) -> str:
 
 def _record_lines(contig: int, seq: bytes, n: int, rng: np.random.Generator, first_id: int):
     positions = np.unique(rng.integers(100, CONTIG_BP - 1_000, int(n * 1.02)))[:n]
-    kinds = rng.choice(9, size=positions.size, p=[0.862, 0.05, 0.03, 0.005, 0.03, 0.01, 0.005,
-                                                   0.004, 0.004])  # fmt: skip
+    kinds = rng.choice(
+        9, size=positions.size, p=[0.862, 0.05, 0.03, 0.005, 0.03, 0.01, 0.005, 0.004, 0.004]
+    )
     draws = rng.integers(0, 1 << 30, size=(positions.size, 6))
     sig_names = [name for name, _ in CLNSIG]
     sig = rng.choice(len(CLNSIG), size=positions.size, p=[w for _, w in CLNSIG])
@@ -197,8 +216,9 @@ def generate(workdir: Path, n_records: int) -> tuple[Path, Path, int]:
 # ---- measurement ---------------------------------------------------------------------------
 def baseline_tree(commit: str, into: Path) -> Path:
     """The package source of `commit`, extracted (git archive) under `into`."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"],
-                             check=True, capture_output=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "src"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into / "src"
 
@@ -207,10 +227,20 @@ def run_check_panel(src: Path, fasta: Path, panel: Path, out: Path) -> dict:
     """One check-panel of the package at `src` in a fresh process: wall s, peak RSS MB."""
     env = {**os.environ, "PYTHONPATH": str(src), "CARBON_VEP_INTERFACE": "cli"}
     command = [
-        sys.executable, "-m", "carbon_vep.cli", "check-panel",
-        "--panel", str(panel), "--reference", str(fasta), *OPTIONS,
-        "--out", str(out / "checked.parquet"), "--summary", str(out / "summary.json"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "carbon_vep.cli",
+        "check-panel",
+        "--panel",
+        str(panel),
+        "--reference",
+        str(fasta),
+        *OPTIONS,
+        "--out",
+        str(out / "checked.parquet"),
+        "--summary",
+        str(out / "summary.json"),
+    ]
     measured = run_command(command, env=env)
     return {"wall_s": round(measured.seconds, 1), "peak_rss_mb": round(measured.peak_rss_mb)}
 
@@ -247,8 +277,11 @@ def main(argv: list[str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         fasta, panel, n_rows = generate(workdir, args.records)
-        print(f"generated {args.records:,} records ({n_rows:,} ALTs) in "
-              f"{time.perf_counter() - start:.0f} s: {panel}", flush=True)  # fmt: skip
+        print(
+            f"generated {args.records:,} records ({n_rows:,} ALTs) in "
+            f"{time.perf_counter() - start:.0f} s: {panel}",
+            flush=True,
+        )
         if args.generate_only:
             return
         versions = [("ours", ROOT / "src")]
@@ -259,24 +292,44 @@ def main(argv: list[str] | None = None) -> None:
             out = Path(tmp) / name.replace(" ", "_")
             out.mkdir()
             results[name] = {"src": out, **run_check_panel(src, fasta, panel, out)}
-            print(f"{name}: {results[name]['wall_s']} s, {results[name]['peak_rss_mb']} MB peak "
-                  "RSS", flush=True)  # fmt: skip
+            print(
+                f"{name}: {results[name]['wall_s']} s, {results[name]['peak_rss_mb']} MB peak RSS",
+                flush=True,
+            )
         if args.baseline == "none":
-            print(json.dumps({k: {m: v for m, v in r.items() if m != "src"}
-                              for k, r in results.items()}))  # fmt: skip
+            print(
+                json.dumps(
+                    {k: {m: v for m, v in r.items() if m != "src"} for k, r in results.items()}
+                )
+            )
             return
         ours, base = results["ours"], results[f"baseline {args.baseline}"]
         identical = same_output(ours.pop("src"), base.pop("src"))
-        print(f"\ncheck-panel, {args.records:,} records, {n_rows:,} rows "
-              f"(identical output: {identical})\n")  # fmt: skip
-        header = ["code", "rows", "wall s", "peak RSS MB", "bytes/row", "speed vs baseline",
-                  "memory vs baseline"]  # fmt: skip
+        print(
+            f"\ncheck-panel, {args.records:,} records, {n_rows:,} rows "
+            f"(identical output: {identical})\n"
+        )
+        header = [
+            "code",
+            "rows",
+            "wall s",
+            "peak RSS MB",
+            "bytes/row",
+            "speed vs baseline",
+            "memory vs baseline",
+        ]
         rows = [
-            [name, f"{n_rows:,}", r["wall_s"], f"{r['peak_rss_mb']:,}",
-             f"{r['peak_rss_mb'] * 2**20 / n_rows:,.0f}", f"{base['wall_s'] / r['wall_s']:.2f}x",
-             f"{base['peak_rss_mb'] / r['peak_rss_mb']:.1f}x less"]
+            [
+                name,
+                f"{n_rows:,}",
+                r["wall_s"],
+                f"{r['peak_rss_mb']:,}",
+                f"{r['peak_rss_mb'] * 2**20 / n_rows:,.0f}",
+                f"{base['wall_s'] / r['wall_s']:.2f}x",
+                f"{base['peak_rss_mb'] / r['peak_rss_mb']:.1f}x less",
+            ]
             for name, r in results.items()
-        ]  # fmt: skip
+        ]
         print(markdown_table(header, rows))
         payload = {"records": args.records, "rows": n_rows, "identical_output": identical}
         write_json(args.json, payload | results)

@@ -40,9 +40,14 @@ def engine_for(loaded: Any, model: ModelSettings):
     """The scoring engine on a loaded model, its output layer verified on a probe."""
     from carbon_vep.model.engine import Engine, verify_output_layer
 
-    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=model.batch_size,
-                    batch_tokens=model.batch_tokens,
-                    upcast_output_layer=model.upcast_output_layer)  # fmt: skip
+    engine = Engine(
+        loaded.model,
+        loaded.vocab,
+        loaded.device,
+        batch_size=model.batch_size,
+        batch_tokens=model.batch_tokens,
+        upcast_output_layer=model.upcast_output_layer,
+    )
     verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
     return engine
 

@@ -37,19 +37,26 @@ def _normalizations() -> str:
         for name in recipe.normalizations:
             computed.setdefault(name, []).append(recipe.name)
     rows = [
-        [f"`{name}`", text, ", ".join(published.get(name, [])) or "—",
-         ", ".join(computed.get(name, [])) or "—"]
+        [
+            f"`{name}`",
+            text,
+            ", ".join(published.get(name, [])) or "—",
+            ", ".join(computed.get(name, [])) or "—",
+        ]
         for name, text in NORMALIZATIONS.items()
-    ]  # fmt: skip
+    ]
     return markdown.table(["option", "meaning", "published for", "computed by"], rows)
 
 
 def _recipes() -> str:
     rows = [
-        [f"`{r.name}`", r.summary,
-         r.window_meaning + (f" ({r.default_window_bp:,})" if r.default_window_bp else "")]
+        [
+            f"`{r.name}`",
+            r.summary,
+            r.window_meaning + (f" ({r.default_window_bp:,})" if r.default_window_bp else ""),
+        ]
         for r in RECIPES.values()
-    ]  # fmt: skip
+    ]
     return markdown.table(["recipe", "what it scores", "`window_bp` (default)"], rows)
 
 
@@ -148,8 +155,15 @@ def _config_section(section: str) -> Callable[[], str]:
             if f.metadata["scope"] != "entry":  # run-level keys sit in the top-level table
                 continue
             prop = schema_property(f, hint)
-            rows.append([f"`{f.name}`", _type(prop), _default(f, prop),
-                         group if group == "—" else f"`{group}`", prop["description"]])  # fmt: skip
+            rows.append(
+                [
+                    f"`{f.name}`",
+                    _type(prop),
+                    _default(f, prop),
+                    group if group == "—" else f"`{group}`",
+                    prop["description"],
+                ]
+            )
         return markdown.table(["key", "type", "default", "group", "meaning"], rows)
 
     return table

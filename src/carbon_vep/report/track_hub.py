@@ -27,8 +27,13 @@ from carbon_vep.report.tracks import scan_inputs
 from carbon_vep.scan.calibrate import Calibration
 
 # UCSC's assembly names for the builds it hosts (canonical build -> UCSC `genome` line)
-UCSC_GENOMES = {"GRCh38": "hg38", "GRCh37": "hg19", "NCBI36": "hg18", "GRCm39": "mm39",
-                "GRCm38": "mm10"}  # fmt: skip
+UCSC_GENOMES = {
+    "GRCh38": "hg38",
+    "GRCh37": "hg19",
+    "NCBI36": "hg18",
+    "GRCm39": "mm39",
+    "GRCm38": "mm10",
+}
 HUB_EMAIL = "not-set@example.org"  # hub.txt needs a contact; export-tracks --email sets it
 
 
@@ -67,8 +72,9 @@ def summary_range(path: Path) -> tuple[float, float]:
     return low, min(summary["max"], summary["mean"] + spread)
 
 
-def data_views(tracks: Sequence[Track], calibration: Calibration | None,
-               out_dir: Path) -> list[Track]:  # fmt: skip
+def data_views(
+    tracks: Sequence[Track], calibration: Calibration | None, out_dir: Path
+) -> list[Track]:
     """`tracks` with view ranges from the scan's data: the SNV score tracks (each alternate
     base and the maximum: one scale, so they compare) from the calibration's counts of every
     SNV score (VIEW_FRACTIONS), or from their bigWigs' summaries without a calibration; the
@@ -101,16 +107,22 @@ def hub_files(
 ) -> dict[str, str]:
     """hub.txt, genomes.txt and trackDb.txt of a UCSC track hub (for a build UCSC hosts)."""
     genome = ucsc_genome(record["build"]) or record["build"]
-    about = (f"model {_model_label(record.get('model'))} (revision {record.get('revision')}), scan "
-             f"{record.get('scan')}, tiles {record.get('tile_bp')} bp")  # fmt: skip
-    hub = (f"hub {name}\nshortLabel carbon-vep {name}\nlongLabel carbon-vep scan {name}: "
-           f"{about}\ngenomesFile genomes.txt\nemail {email}\n")  # fmt: skip
+    about = (
+        f"model {_model_label(record.get('model'))} (revision {record.get('revision')}), scan "
+        f"{record.get('scan')}, tiles {record.get('tile_bp')} bp"
+    )
+    hub = (
+        f"hub {name}\nshortLabel carbon-vep {name}\nlongLabel carbon-vep scan {name}: "
+        f"{about}\ngenomesFile genomes.txt\nemail {email}\n"
+    )
     genomes = f"genome {genome}\ntrackDb trackDb.txt\n"
     scores = [t for t in tracks if t.name.startswith("score_")]
     phreds = [t for t in tracks if t.name.startswith("phred_")]
     stanzas = []
-    composites = (("scores", scores, "scores by alt", "SNV scores by alternative base"),
-                  ("phreds", phreds, "PHRED by alt", "SNV PHRED by alternative base"))  # fmt: skip
+    composites = (
+        ("scores", scores, "scores by alt", "SNV scores by alternative base"),
+        ("phreds", phreds, "PHRED by alt", "SNV PHRED by alternative base"),
+    )
     for parent, members, label, long_label in composites:
         if not members:
             continue
@@ -119,17 +131,24 @@ def hub_files(
             f"longLabel {long_label} ({about})\ntype bigWig\nvisibility full\n"
             f"autoScale off\nviewLimits {members[0].view[0]:g}:{members[0].view[1]:g}\n"
             "maxHeightPixels 100:40:8\n"
-        )  # fmt: skip
+        )
         stanzas += [_stanza(t, name, parent=f"{name}_{parent}") for t in members]
     stanzas += [_stanza(t, name) for t in tracks if t not in scores and t not in phreds]
     return {"hub.txt": hub, "genomes.txt": genomes, "trackDb.txt": "\n".join(stanzas)}
 
 
 def _stanza(track: Track, hub: str, parent: str | None = None) -> str:
-    lines = [f"track {hub}_{track.name}", f"bigDataUrl {track.name}.bw",
-             f"shortLabel {track.short}", f"longLabel {track.long}", "type bigWig",
-             f"color {track.colour}", "autoScale off",
-             f"viewLimits {track.view[0]:g}:{track.view[1]:g}", "visibility full"]  # fmt: skip
+    lines = [
+        f"track {hub}_{track.name}",
+        f"bigDataUrl {track.name}.bw",
+        f"shortLabel {track.short}",
+        f"longLabel {track.long}",
+        "type bigWig",
+        f"color {track.colour}",
+        "autoScale off",
+        f"viewLimits {track.view[0]:g}:{track.view[1]:g}",
+        "visibility full",
+    ]
     if parent:
         lines.insert(1, f"parent {parent} on")
     return "\n".join(lines) + "\n"
@@ -160,16 +179,22 @@ def session_reference(record: Mapping[str, Any], out_dir: Path, mode: str) -> Se
     reference = Path(record["reference"])
     if mode == "genome":
         if genome is None:
-            raise InputError(out_dir, f"tracks_reference genome: build {record['build']!r} is "
-                             f"none IGV and UCSC host ({', '.join(UCSC_GENOMES.values())}); use "
-                             "relative or copy")  # fmt: skip
+            raise InputError(
+                out_dir,
+                f"tracks_reference genome: build {record['build']!r} is "
+                f"none IGV and UCSC host ({', '.join(UCSC_GENOMES.values())}); use "
+                "relative or copy",
+            )
         return SessionReference(genome=genome)
     files = [reference, *(reference.with_name(reference.name + s) for s in (".fai", ".gzi"))]
     files = [f for f in files if f.is_file()]
     if reference.suffix == ".parquet" or len(files) < 2:
-        raise InputError(reference, f"tracks_reference {mode}: a genome browser reads an "
-                         "indexed FASTA (the file and its .fai), not this; name the build's "
-                         "genome id instead")  # fmt: skip
+        raise InputError(
+            reference,
+            f"tracks_reference {mode}: a genome browser reads an "
+            "indexed FASTA (the file and its .fai), not this; name the build's "
+            "genome id instead",
+        )
     if mode == "copy":
         for source in files:
             _link_or_copy(source, out_dir / source.name)
@@ -192,8 +217,9 @@ def igv_session(tracks: Sequence[Track], reference: SessionReference) -> str:
     """An IGV desktop session (XML): the reference (a genome id, or the FASTA by a path relative
     to the session) and every track, by relative path."""
     genome = reference.genome or reference.fasta
-    resources = "".join(f"<Resource path={quoteattr(t.name + '.bw')} name={quoteattr(t.short)}/>"
-                        for t in tracks)  # fmt: skip
+    resources = "".join(
+        f"<Resource path={quoteattr(t.name + '.bw')} name={quoteattr(t.short)}/>" for t in tracks
+    )
     panel = "".join(
         f"<Track attributeKey={quoteattr(t.name + '.bw')} id={quoteattr(t.name + '.bw')} "
         f'name={quoteattr(t.short)} color={quoteattr(t.colour)} autoScale="false">'
@@ -201,13 +227,16 @@ def igv_session(tracks: Sequence[Track], reference: SessionReference) -> str:
         f'type="LINEAR"/></Track>'
         for t in tracks
     )
-    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Session genome={quoteattr(genome)} '
-            f'version="8"><Resources>{resources}</Resources><Panel name="DataPanel">{panel}'
-            "</Panel></Session>\n")  # fmt: skip
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Session genome={quoteattr(genome)} '
+        f'version="8"><Resources>{resources}</Resources><Panel name="DataPanel">{panel}'
+        "</Panel></Session>\n"
+    )
 
 
-def igv_js(tracks: Sequence[Track], record: Mapping[str, Any],
-           reference: SessionReference) -> dict[str, Any]:  # fmt: skip
+def igv_js(
+    tracks: Sequence[Track], record: Mapping[str, Any], reference: SessionReference
+) -> dict[str, Any]:
     """The same as an igv.js browser configuration (paths relative to the tracks folder: a page
     served from it opens them)."""
     if reference.genome:
@@ -221,15 +250,24 @@ def igv_js(tracks: Sequence[Track], record: Mapping[str, Any],
     return {
         **where,
         "tracks": [
-            {"name": t.short, "type": "wig", "format": "bigwig", "url": f"{t.name}.bw",
-             "color": f"rgb({t.colour})", "autoscale": False, "min": t.view[0], "max": t.view[1]}
+            {
+                "name": t.short,
+                "type": "wig",
+                "format": "bigwig",
+                "url": f"{t.name}.bw",
+                "color": f"rgb({t.colour})",
+                "autoscale": False,
+                "min": t.view[0],
+                "max": t.view[1],
+            }
             for t in tracks
         ],
-    }  # fmt: skip
+    }
 
 
-def write_hub(scan_dir: str | Path, out_dir: str | Path, email: str = HUB_EMAIL,
-              reference_mode: str = "auto") -> dict:  # fmt: skip
+def write_hub(
+    scan_dir: str | Path, out_dir: str | Path, email: str = HUB_EMAIL, reference_mode: str = "auto"
+) -> dict:
     """The hub, the IGV session, the igv.js configuration and tracks.json beside a scan's
     complete set of bigWigs (the sessions' reference: `session_reference`); the summary."""
     scan_dir, out_dir = Path(scan_dir), Path(out_dir)

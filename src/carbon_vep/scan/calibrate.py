@@ -58,9 +58,15 @@ RAW_TABLE, CALIBRATED_TABLE = "phred.parquet", "calibrated_phred.parquet"
 CONTEXTS_TABLE, SUMMARY_FILE = "contexts.parquet", "calibration.json"
 # what a calibration holds for: scores made otherwise must not be put on its scales
 FINGERPRINT_KEYS = (
-    "model", "revision", "dtype", "upcast_output_layer", "normalization", "tile_bp",
-    "min_context", "decimals",
-)  # fmt: skip
+    "model",
+    "revision",
+    "dtype",
+    "upcast_output_layer",
+    "normalization",
+    "tile_bp",
+    "min_context",
+    "decimals",
+)
 
 
 def counts_meta(
@@ -407,8 +413,10 @@ class Calibration:
             if k in expected and self.meta.get(k) != expected.get(k)
         }
         if differs:
-            detail = "; ".join(f"{k}: calibrated for {a!r}, scores made with {b!r}"
-                               for k, (a, b) in differs.items())  # fmt: skip
+            detail = "; ".join(
+                f"{k}: calibrated for {a!r}, scores made with {b!r}"
+                for k, (a, b) in differs.items()
+            )
             raise InputError(where, f"calibration made for other scores ({detail})")
 
 
@@ -448,9 +456,14 @@ def contexts_markdown(calibration: Calibration, n: int = 8) -> str:
         "",
     ]
     rows = [
-        [r["context"], f"{r['ref']}>{r['alt']}", "yes" if r["cpg"] else "", f"{r['n_neutral']:,}",
-         f"{r['mean']:.3f}"]
+        [
+            r["context"],
+            f"{r['ref']}>{r['alt']}",
+            "yes" if r["cpg"] else "",
+            f"{r['n_neutral']:,}",
+            f"{r['mean']:.3f}",
+        ]
         for r in table.iter_rows(named=True)
-    ]  # fmt: skip
+    ]
     header = ["context", "change", "CpG", "neutral SNVs", "mean score"]
     return "\n".join([*lines, markdown.table(header, rows)]) + "\n"

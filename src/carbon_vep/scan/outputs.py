@@ -272,8 +272,9 @@ def summarize(
     if written != totals["scored_bp"]:
         raise ValueError(f"chunks wrote {written} bases; the plan scores {totals['scored_bp']}")
     if calibration.raw.total != 3 * written:
-        raise ValueError(f"the calibration counts {calibration.raw.total} SNVs; the chunks "
-                         f"scored {3 * written}")  # fmt: skip
+        raise ValueError(
+            f"the calibration counts {calibration.raw.total} SNVs; the chunks scored {3 * written}"
+        )
     return {
         **totals,
         "bases_written": written,
@@ -321,10 +322,13 @@ def _calibration_markdown(c: Mapping[str, Any]) -> list[str]:
 
     thresholds = c["thresholds"]
     rows = [
-        [f"PHRED {p} (top {top})", score(thresholds["score"][f"phred_{p}"]),
-         score(thresholds["calibrated"][f"phred_{p}"])]
+        [
+            f"PHRED {p} (top {top})",
+            score(thresholds["score"][f"phred_{p}"]),
+            score(thresholds["calibrated"][f"phred_{p}"]),
+        ]
         for p, top in ((10, "10%"), (20, "1%"), (30, "0.1%"))
-    ]  # fmt: skip
+    ]
     return [
         "## calibration",
         "",
@@ -382,8 +386,9 @@ def read_scan(scan_dir: str | Path) -> dict:
         raise InputError(scan_dir, f"not a scan's output folder (no {SCAN_RECORD})")
     record = read_json(path)
     if record.get("layout") != RECORD_LAYOUT:
-        raise InputError(path, f"layout {record.get('layout')!r}; this version reads layout "
-                         f"{RECORD_LAYOUT}")  # fmt: skip
+        raise InputError(
+            path, f"layout {record.get('layout')!r}; this version reads layout {RECORD_LAYOUT}"
+        )
     return record
 
 

@@ -58,13 +58,19 @@ class JobTimes:
         """rows, start_s, score_s, engine: what the benchmarks read."""
         ready = self.ready_at or self.began
         done = self.done_at or time.perf_counter()
-        return {"rows": self.rows, "start_s": round(ready - self.began, 3),
-                "score_s": round(done - ready, 3), "engine": self.engine}  # fmt: skip
+        return {
+            "rows": self.rows,
+            "start_s": round(ready - self.began, 3),
+            "score_s": round(done - ready, 3),
+            "engine": self.engine,
+        }
 
     def line(self, where: str) -> str:
         r = self.record()
-        return (f"{where}: {r['rows']} rows scored in {r['score_s']:.2f} s on {r['engine']} "
-                f"after an engine start of {r['start_s']:.2f} s")  # fmt: skip
+        return (
+            f"{where}: {r['rows']} rows scored in {r['score_s']:.2f} s on {r['engine']} "
+            f"after an engine start of {r['start_s']:.2f} s"
+        )
 
 
 def score_cell(
@@ -90,10 +96,13 @@ def _on_transformers(job: CellJob, cell, model: ModelSettings, settings: NiahSet
     scorer = NiahScorer(engine_for(loaded, model), loaded.tokenizer, settings.prefill_chunk)
     times.ready()
     rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
-    parameters = {"engine": "transformers", "yarn_factor": settings.yarn_factor,
-                  "restricted_to_dna_block": scorer.allowed is not None,
-                  "prefill_chunk": settings.prefill_chunk,
-                  "attention": loaded.model.config._attn_implementation}  # fmt: skip
+    parameters = {
+        "engine": "transformers",
+        "yarn_factor": settings.yarn_factor,
+        "restricted_to_dna_block": scorer.allowed is not None,
+        "prefill_chunk": settings.prefill_chunk,
+        "attention": loaded.model.config._attn_implementation,
+    }
     return rows, parameters
 
 
@@ -118,12 +127,17 @@ def _on_vllm(job: CellJob, cell, model: ModelSettings, settings: NiahSettings, t
     engine = VllmEngine(model, overrides, length, what=job.where)
     times.ready()
     rows = score_rows_vllm(cell, VllmNiahScorer(engine, tokenizer, vocab))
-    parameters = {"engine": "vllm", "vllm": engine.version, "yarn_factor": settings.yarn_factor,
-                  "restricted_to_dna_block": dna_block_ids(tokenizer, vocab) is not None,
-                  "prefix_caching": model.vllm.prefix_caching,
-                  "tensor_parallel_size": model.vllm.tensor_parallel_size,
-                  "max_model_len": length, "kv_cache_tokens": engine.capacity_tokens,
-                  "prefix_cache": engine.cache_stats}  # fmt: skip
+    parameters = {
+        "engine": "vllm",
+        "vllm": engine.version,
+        "yarn_factor": settings.yarn_factor,
+        "restricted_to_dna_block": dna_block_ids(tokenizer, vocab) is not None,
+        "prefix_caching": model.vllm.prefix_caching,
+        "tensor_parallel_size": model.vllm.tensor_parallel_size,
+        "max_model_len": length,
+        "kv_cache_tokens": engine.capacity_tokens,
+        "prefix_cache": engine.cache_stats,
+    }
     return rows, parameters
 
 
@@ -146,8 +160,7 @@ def yarn(settings: NiahSettings):
 
     if not settings.yarn_factor:
         return None
-    return Yarn(settings.yarn_factor, settings.yarn_original_positions,
-                settings.yarn_max_positions)  # fmt: skip
+    return Yarn(settings.yarn_factor, settings.yarn_original_positions, settings.yarn_max_positions)
 
 
 def check_positions(cell, k: int, limit: int | None, settings: NiahSettings, path: str) -> None:
@@ -156,15 +169,21 @@ def check_positions(cell, k: int, limit: int | None, settings: NiahSettings, pat
     needed = prompt_tokens(cell, k) if cell.height else 0
     if settings.yarn_factor:
         if needed > settings.positions:
-            log.warning("%s: rows need %d tokens, beyond YaRN x%g of %d positions (%d)", path,
-                        needed, settings.yarn_factor, settings.yarn_original_positions,
-                        settings.positions)  # fmt: skip
+            log.warning(
+                "%s: rows need %d tokens, beyond YaRN x%g of %d positions (%d)",
+                path,
+                needed,
+                settings.yarn_factor,
+                settings.yarn_original_positions,
+                settings.positions,
+            )
         return
     if limit is not None and needed > limit:
         factor = next(f for f in dataclasses.fields(NiahSettings) if f.name == "yarn_factor")
         flag = describe(factor, "4", float)
         raise InputError(
-            path, f"rows need {needed:,} tokens (prefix + prompt + value) but the model has "
+            path,
+            f"rows need {needed:,} tokens (prefix + prompt + value) but the model has "
             f"{limit:,} positions; extend the context with YaRN ({flag}, as published for "
-            "Carbon past 32k tokens) or score a shorter context"
-        )  # fmt: skip
+            "Carbon past 32k tokens) or score a shorter context",
+        )
