@@ -11,6 +11,30 @@ from support.files import random_dna, write_fasta
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
+# The longest files first (their fixtures run whole workflows or engines): `make test` hands
+# whole files to its two workers in collection order (pytest-xdist, --dist loadfile), and a long
+# file collected last (tests/workflow/ sorts last) would run alone at the end while the other
+# worker idles. Longest-first is the classic fix for that tail; the order of the rest is kept.
+LONGEST_FIRST = (
+    "workflow/test_workflow.py",
+    "scan/test_scan_genome.py",
+    "suite/test_vllm.py",
+    "test_gpu_check_smoke.py",
+    "workflow/test_slurm.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::")[0].removeprefix("tests/")
+    if path in LONGEST_FIRST:
+        return LONGEST_FIRST.index(path)
+    slow = item.get_closest_marker("workflow") or item.get_closest_marker("slow")
+    return len(LONGEST_FIRST) + (0 if slow else 1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_file_rank)  # stable: each file's tests stay in their order
+
 
 @pytest.fixture
 def genome(tmp_path: Path) -> tuple[Path, dict[str, str]]:
