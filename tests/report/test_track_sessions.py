@@ -69,7 +69,8 @@ def test_copy_puts_the_fasta_and_its_index_beside_the_tracks(scan):
 
 def test_a_reference_a_browser_cannot_read_is_refused_naming_it(scan, tmp_path):
     record, out = scan
-    Path(f"{record['reference']}.fai").unlink()
+    fai = Path(f"{record['reference']}.fai")
+    fai.rename(f"{record['reference']}.gzi")  # no .fai; a stray .gzi is not an index of it
     with pytest.raises(InputError, match=r"lambda\.fa: tracks_reference relative: .* \.fai"):
         session_reference(record, out, "relative")
     parquet = {**record, "reference": str(tmp_path / "genome.parquet")}

@@ -85,7 +85,8 @@ def _is_bgzf(path: Path) -> bool | None:
     return len(head) >= 14 and bool(head[3] & 4) and head[12:14] == b"BC"
 
 
-def _index_paths(path: Path) -> tuple[Path, Path | None]:
+def index_paths(path: Path) -> tuple[Path, Path | None]:
+    """A FASTA's .fai, and its .gzi when it is bgzip-compressed (None otherwise)."""
     gzi = Path(f"{path}.gzi") if _is_bgzf(path) else None
     return Path(f"{path}.fai"), gzi
 
@@ -172,7 +173,7 @@ class FastaReference(Reference):
             raise InputError(self.path, "reference FASTA not found")
         if self.path.stat().st_size == 0:
             raise InputError(self.path, _fasta_problem(self.path, ""))
-        fai, gzi = _index_paths(self.path)
+        fai, gzi = index_paths(self.path)
         if _needs_index(self.path, fai, gzi):
             _build_fasta_index(self.path, fai, gzi)
         with captured_messages() as messages:

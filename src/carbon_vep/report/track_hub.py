@@ -22,6 +22,7 @@ from carbon_vep import atomic
 from carbon_vep.config.run import TRACK_REFERENCES
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import canonical_build
+from carbon_vep.genome.reference import index_paths
 from carbon_vep.report.track_list import Track
 from carbon_vep.report.tracks import scan_inputs
 from carbon_vep.scan.calibrate import Calibration
@@ -186,9 +187,9 @@ def session_reference(record: Mapping[str, Any], out_dir: Path, mode: str) -> Se
                 "relative or copy",
             )
         return SessionReference(genome=genome)
-    files = [reference, *(reference.with_name(reference.name + s) for s in (".fai", ".gzi"))]
-    files = [f for f in files if f.is_file()]
-    if reference.suffix == ".parquet" or len(files) < 2:
+    files = [reference] if reference.suffix == ".parquet" else [reference, *index_paths(reference)]
+    files = [f for f in files if f is not None]
+    if len(files) < 2 or not all(f.is_file() for f in files):
         raise InputError(
             reference,
             f"tracks_reference {mode}: a genome browser reads an "
