@@ -10,6 +10,7 @@ from carbon_vep.config.gpus import (
     GPU_CLASSES,
     body_parameters,
     bytes_per_token,
+    host_memory_mb,
     memory_batch_tokens,
     profile_batch_tokens,
     weight_bytes,
@@ -27,6 +28,20 @@ def test_shapes_have_carbons_parameter_counts():
 def test_bytes_per_token_is_a_layer_and_the_kv_cache():
     # 3 x 8,448 x 2 (MLP) + 3 x 3,072 x 2 (residual) + 2 x 30 x 4 x 96 x 2 (KV cache)
     assert bytes_per_token(CARBON_SHAPES["Carbon-3B"]) == 50_688 + 18_432 + 46_080
+
+
+def test_host_memory_is_twice_the_weights_in_their_dtype_and_a_reserve():
+    """Carbon-3B in bf16: 4 GB + 2 x 6.90 GB = 17.8 GB, asked as 18,000 MB; in float32 (a CPU
+    run) twice that of the weights; Carbon-8B's 15.2 GB of bf16 weights: 35,000 MB; a model not
+    built yet: the reserve alone."""
+    shape = CARBON_SHAPES["Carbon-3B"]
+    assert host_memory_mb(shape, "bfloat16") == 18_000
+    assert host_memory_mb(shape, "float16") == 18_000
+    assert host_memory_mb(shape, "float32") == 32_000  # 4 + 27.6 GB
+    assert host_memory_mb(CARBON_SHAPES["Carbon-8B"], "bfloat16") == 35_000
+    assert host_memory_mb(None, "bfloat16") == 4_000
+    tiny = dict(shape, vocab_size=4_104, num_hidden_layers=1)
+    assert host_memory_mb(tiny, "bfloat16") < host_memory_mb(shape, "bfloat16")
 
 
 def _profile_config(name: str) -> dict[str, str]:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import time
+from pathlib import Path
 from types import SimpleNamespace as Wildcards
 
 import pytest
 
 from carbon_vep.config.run import RunConfig
 from carbon_vep.workflow.jobs import Jobs
+from carbon_vep.workflow.paths import RunPaths
 from carbon_vep.workflow.scans import ScanInputs, read_plan
 from carbon_vep.workflow.targets import NOTHING, Targets
 
@@ -107,6 +110,44 @@ def test_batch_sizes_halve_on_each_retry_and_never_reach_zero(tmp_path):
     assert [jobs.attempt_batch_tokens(local, a) for a in (1, 2)] == [12_000, 6_000]
     assert jobs.attempt_batch_tokens(demo, 3) == 0  # no token budget stays none
     assert (jobs.gpu_count(local), jobs.gpu_count(demo)) == (1, 0)
+
+
+def _models_run(models: dict) -> RunConfig:
+    """A run of one panel scored by every one of `models`."""
+    dataset = {"panel": "p.vcf", "reference": "r.fa", "build": "hg38", "recipe": "centered"}
+    dataset["models"] = list(models)
+    return RunConfig.from_dict({"models": models, "datasets": {"d": dataset}})
+
+
+def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
+    """A Hub id named for a Carbon size gets that size's arithmetic; a local folder its own
+    config.json's shape; the demo model, not built when the plan is made, the reserve; every
+    model rule gets the same resources, a NIAH job its own time limit."""
+    run = _run(tmp_path)
+    models = {
+        "c8": {"path": "org/Carbon-8B", "revision": "c" * 40, "device": "cuda",
+               "dtype": "bfloat16"},
+        "c3": {"path": "org/Carbon-3B", "revision": "c" * 40, "device": "cuda",
+               "dtype": "bfloat16"},
+        "demo": {"path": str(tmp_path / "demo_model"), "build_demo": True},
+    }  # fmt: skip
+    jobs = Jobs(_models_run(models), "f" * 64)
+    memory = {key: jobs.host_memory_mb(Wildcards(model=key)) for key in models}
+    assert memory == {"c8": 35_000, "c3": 18_000, "demo": 4_000}
+    local = tmp_path / "carbon_like"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps(
+        {"hidden_size": 3072, "intermediate_size": 8448, "num_hidden_layers": 30,
+         "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 96,
+         "vocab_size": 155_776}
+    ))  # fmt: skip
+    run = _models_run({"l": {"path": str(local), "dtype": "bfloat16"}})
+    assert Jobs(run, "f" * 64).host_memory_mb(Wildcards(model="l")) == 18_000
+    scoring = jobs.model_resources()
+    assert scoring["mem_mb"] == jobs.host_memory_mb and scoring["runtime"] == 120
+    assert scoring["gpu"] == jobs.gpu_count
+    niah = jobs.model_resources(generation=True, runtime=jobs.niah_runtime)
+    assert niah["gpu"] == jobs.generation_gpu_count and niah["runtime"] == jobs.niah_runtime
 
 
 def test_model_sources_are_the_demo_dir_the_hub_record_or_every_visible_file(tmp_path):
@@ -210,3 +251,79 @@ def test_vllm_jobs_run_in_the_vllm_environment_on_tensor_parallel_gpus(tmp_path)
     assert "vllm_env" not in generation
     scoring = json.loads(shlex.split(jobs.model_settings(v))[0])
     assert not {"engine", "tensor_parallel_size", "prefix_caching"} & set(scoring)
+
+
+RULES = Path(__file__).resolve().parents[2] / "workflow" / "rules"
+
+
+def test_every_path_a_rule_names_is_one_distinct_run_paths_pattern():
+    """The rules name no output or log path of their own (no f-string under the outdir or
+    logs/), and the RunPaths patterns they name are distinct."""
+    sources = {rule.name: rule.read_text() for rule in RULES.glob("*.smk")}
+    for name, text in sources.items():
+        assert not re.search(r"OUTDIR|LOG_DIR|[\"']logs/", text), name
+    named = set(re.findall(r"PATHS\.(\w+)", "\n".join(sources.values())))
+    named -= {"job_log", "log", "outdir"}
+    assert {"shard_scores", "scan_chunk", "niah_part_rows", "task_predictions"} <= named
+    paths = RunPaths("out")
+    patterns = []
+    for name in sorted(named):
+        value = getattr(paths, name)
+        patterns += value if isinstance(value, list) else [value]
+    assert len(patterns) == len(set(patterns))
+
+
+def test_run_paths_format_to_the_paths_the_rules_always_wrote():
+    paths = RunPaths("out")
+    shard = {"dataset": "d", "model": "m", "shard": "00001"}
+    assert paths.shard_scores.format(**shard) == "out/d/m/shard_scores/shard_00001.parquet"
+    assert paths.shard.format(**shard) == "out/d/shards/shard_00001.parquet"
+    score_log = paths.job_log(paths.dataset_model_dir, "score_shard_{shard}")
+    assert score_log.format(**shard) == "logs/out/d/m/score_shard_00001.log"
+    absolute = RunPaths("/abs/out")
+    assert absolute.job_log(absolute.dataset_model_dir, "score_shard_{shard}").format(
+        **shard
+    ) == "logs/abs/out/d/m/score_shard_00001.log"  # fmt: skip
+    assert paths.job_log(paths.outdir, "compare_baseline") == "logs/out/compare_baseline.log"
+    assert paths.job_log("", "fetch_hub_x") == "logs/fetch_hub_x.log"
+    assert paths.job_log(paths.hub_dir, "{model}.json") == "logs/out/hub/{model}.json.log"
+    assert paths.job_log(paths.inputs_dir, "niah_{niah}.{cell}") == (
+        "logs/out/inputs/niah_{niah}.{cell}.log"
+    )
+    assert paths.vcf_export_index == "out/{dataset}/{model}/results.vcf.gz.tbi"
+    assert paths.scan_snvs_index.format(scan="g", model="m", file="chr1") == (
+        "out/scans/g/m/snvs/chr1.tsv.gz.tbi"
+    )
+    assert paths.scan_calibration_counts.format(scan="g", model="m", file="chr1") == (
+        "out/scans/g/m/calibration/counts/chr1.parquet"
+    )
+    assert paths.task_predictions == "out/suite/{task}/{model}/predictions.parquet"
+    assert paths.niah_part_rows.format(niah="n", cell="c", model="m", part="00000") == (
+        "out/suite/niah/n/c/m/parts/rows_00000.parquet"
+    )
+    assert (paths.results_table_tsv, paths.run_report, paths.baseline_junit) == (
+        "out/results_table.tsv", "out/report.html", "out/baseline_comparison.junit.xml"
+    )  # fmt: skip
+
+
+def test_scan_inputs_name_the_files_the_scan_rules_write(tmp_path):
+    """ScanInputs builds the chunk and output file names of a plan, Jobs a NIAH cell's parts:
+    those of RunPaths."""
+    plan = {"chunks": [{}], "files": [{"name": "chr1", "chunks": [0]}]}
+    niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 4, "rows_per_job": 2}}
+    run, paths = _run(tmp_path, niah=niah), RunPaths("out")
+    scans = ScanInputs(run)
+    wc = Wildcards(scan="g", model="demo", file="chr1")
+    names = {"scan": "g", "model": "demo", "file": "chr1", "chunk": "00000"}
+    assert scans.file_chunks(wc, plan) == [paths.scan_chunk.format(**names)]
+    assert scans.chunk_stats(wc, plan) == [paths.scan_chunk_stats.format(**names)]
+    for kind, pattern in (("parquet", paths.scan_positions), ("tsv", paths.scan_snvs),
+                          ("counts", paths.scan_calibration_counts)):  # fmt: skip
+        assert scans.output_files(wc, plan, kind) == [pattern.format(**names)]
+    jobs = Jobs(run, "f" * 64)
+    cell = Wildcards(niah="n", cell="niah_1k", model="demo")
+    for kind, pattern in (("rows", paths.niah_part_rows), ("metrics", paths.niah_part_metrics)):
+        assert jobs.niah_parts(kind)(cell) == [
+            pattern.format(niah="n", cell="niah_1k", model="demo", part=part)
+            for part in ("00000", "00001")
+        ]

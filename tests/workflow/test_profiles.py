@@ -121,6 +121,17 @@ def _submit_one_shard(workdir: Path, model: Path, tmp: Path, device: str, *profi
     return result, calls
 
 
+def _host_memory_mb(model_dir: Path, dtype: str) -> int:
+    """What the rule asks for this model (tested in tests/config: here, that it reaches sbatch)."""
+    from carbon_vep.config.gpus import host_memory_mb
+    from carbon_vep.config.stages import ModelSettings
+    from carbon_vep.estimate.costs import shape_of
+
+    shape = shape_of(ModelSettings(path=str(model_dir))).dims
+    assert shape is not None  # the built model's own config.json
+    return host_memory_mb(shape, dtype)
+
+
 def _flag(argv: list[str], flag: str) -> str:
     assert argv.count(flag) == 1, f"{flag} appears {argv.count(flag)} times in {argv}"
     return argv[argv.index(flag) + 1]
@@ -141,13 +152,15 @@ def _gpu_profile_line(argv: list[str]) -> dict:
 
 
 @pytest.mark.parametrize(
-    "profile, gpus, mem, time, cpus",
+    "profile, gpus, time, cpus",
     [
-        ("slurm-a10", "--gpus=a10:1", "32000", "240", "--cpus-per-gpu=4"),
-        ("slurm-h100", "--gpus=h100:1", "64000", "120", "--cpus-per-gpu=8"),
+        ("slurm-a10", "--gpus=a10:1", "240", "--cpus-per-gpu=4"),
+        ("slurm-h100", "--gpus=h100:1", "120", "--cpus-per-gpu=8"),
     ],
 )
-def test_gpu_profile_sbatch_line(sharded, demo_model_dir, tmp_path, profile, gpus, mem, time, cpus):
+def test_gpu_profile_sbatch_line(sharded, demo_model_dir, tmp_path, profile, gpus, time, cpus):
+    """The profile's GPU, partition, account and time; host memory the rule's own arithmetic on
+    the model's config.json (float32 here), which the profile leaves alone."""
     site = _site_profile(profile, tmp_path / "profile")
     result, calls = _submit_one_shard(
         sharded, demo_model_dir, tmp_path, "cuda", "--workflow-profile", str(site)
@@ -159,7 +172,7 @@ def test_gpu_profile_sbatch_line(sharded, demo_model_dir, tmp_path, profile, gpu
         "account": "lab42",
         "partition": "gpu",
         "time": time,
-        "mem": mem,
+        "mem": str(_host_memory_mb(demo_model_dir, "float32")),
         "gpus": [gpus],
         "cpus": [cpus],
         "ntasks": [],

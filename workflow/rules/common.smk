@@ -42,7 +42,6 @@ check_niah_profile(PROFILES.get("score_niah", {}), RUN)
 if workflow.is_main_process and is_dry_run(sys.argv):
     print(render(estimate(RUN, PROFILES)), file=sys.stderr)
 
-OUTDIR = RUN.outdir
 # the comparison gate's baseline: as given, or a relative path shipped with the workflow
 WORKFLOW_ROOT = os.path.join(
     workflow.current_basedir.get_path_or_uri(secret_free=True), os.pardir, os.pardir
@@ -65,20 +64,9 @@ JOBS = Jobs(
 )
 SCANS = ScanInputs(RUN)
 
-# file patterns (carbon_vep.workflow.paths)
-PATHS = RunPaths(OUTDIR)
-HUB_MODEL_RECORD = PATHS.hub_model_record
-SCAN_CALIBRATION = PATHS.scan_calibration
-SCAN_TRACKS = PATHS.scan_tracks
-DATASET_INPUTS = PATHS.dataset_inputs
-TASK_INPUTS = PATHS.task_inputs
-MODEL_INPUTS = PATHS.model_inputs
-NIAH_CELL = PATHS.niah_cell
-NIAH_INPUTS = PATHS.niah_inputs
-NIAH_RESULT = PATHS.niah_result
-LOG_DIR = PATHS.log_dir
-NIAH_RESULT_LOG = PATHS.log(NIAH_RESULT)
-HUB_MODEL_RECORD_LOG = PATHS.log(HUB_MODEL_RECORD)
+# every output and log pattern the rules name (carbon_vep.workflow.paths); a job's log is
+# PATHS.job_log(folder of its outputs, name)
+PATHS = RunPaths(RUN.outdir)
 TRACK_NAMES = [track.name for track in track_set(calibrated=True)]
 
 
@@ -101,10 +89,12 @@ wildcard_constraints:
 # ---- input functions that read a checkpoint's output -----------------------------------------
 def shard_scores(wildcards):
     """Every shard written by the make_shards checkpoint, scored by this model."""
-    shard_dir = checkpoints.make_shards.get(dataset=wildcards.dataset).output.shards
-    shards = glob_wildcards(f"{shard_dir}/shard_{{shard}}.parquet").shard
+    # the shards exist once the checkpoint has run
+    checkpoints.make_shards.get(dataset=wildcards.dataset)
+    shard = PATHS.shard.format(dataset=wildcards.dataset, shard="{shard}")
+    shards = glob_wildcards(shard).shard
     return expand(
-        f"{OUTDIR}/{{dataset}}/{{model}}/shard_scores/shard_{{shard}}.parquet",
+        PATHS.shard_scores,
         dataset=wildcards.dataset,
         model=wildcards.model,
         shard=sorted(shards),
@@ -126,3 +116,11 @@ def scan_chunk_stats(wildcards):
 
 def scan_output_files(kind):
     return lambda wc: SCANS.output_files(wc, scan_plan(wc), kind)
+
+
+def lookup_scan_file(pattern):
+    """Input function: a file (a PATHS pattern under scan_dir) of the scan a from_scan dataset
+    is looked up in, for this model."""
+    return lambda wc: pattern.format(
+        scan=RUN.scan_lookups()[wc.dataset], model=wc.model
+    )

@@ -8,7 +8,7 @@ for hub_name, hub_file in RUN.hub_files.items():
         output:
             hub_file.out,
         log:
-            f"logs/fetch_hub_{hub_name}.log",
+            PATHS.job_log("", f"fetch_hub_{hub_name}"),
         localrule: True
         conda:
             "../../envs/carbon-vep.yaml"
@@ -28,7 +28,7 @@ for url_name, download in RUN.downloads.items():
         output:
             download.out,
         log:
-            f"logs/fetch_url_{url_name}.log",
+            PATHS.job_log("", f"fetch_url_{url_name}"),
         localrule: True
         conda:
             "../../envs/carbon-vep.yaml"

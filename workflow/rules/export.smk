@@ -3,10 +3,10 @@ rule export_vcf:
         merged=rules.merge_scores.output,
         reference=JOBS.dataset_file("reference"),
     output:
-        vcf=f"{OUTDIR}/{{dataset}}/{{model}}/results.vcf.gz",
-        tbi=f"{OUTDIR}/{{dataset}}/{{model}}/results.vcf.gz.tbi",
+        vcf=PATHS.vcf_export,
+        tbi=PATHS.vcf_export_index,
     log:
-        f"{LOG_DIR}/{{dataset}}/{{model}}/export_vcf.log",
+        PATHS.job_log(PATHS.dataset_model_dir, "export_vcf"),
     conda:
         "../../envs/carbon-vep.yaml"
     shell:

@@ -8,10 +8,10 @@ if BASELINE:
             results=rules.make_results_table.output.parquet,
             baseline=BASELINE,
         output:
-            f"{OUTDIR}/baseline_comparison.tsv",
+            PATHS.baseline_comparison,
         log:
-            log=f"{LOG_DIR}/compare_baseline.log",
-            junit=f"{OUTDIR}/baseline_comparison.junit.xml",
+            log=PATHS.job_log(PATHS.outdir, "compare_baseline"),
+            junit=PATHS.baseline_junit,
         conda:
             "../../envs/carbon-vep.yaml"
         shell:

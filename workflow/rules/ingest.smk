@@ -5,12 +5,12 @@ rule check_panel:
     input:
         panel=JOBS.dataset_file("panel"),
         reference=JOBS.dataset_file("reference"),
-        inputs=DATASET_INPUTS,  # hashed and checked against the pins first
+        inputs=PATHS.dataset_inputs,  # hashed and checked against the pins first
     output:
-        checked=f"{OUTDIR}/{{dataset}}/checked.parquet",
-        summary=f"{OUTDIR}/{{dataset}}/checked_summary.json",
+        checked=PATHS.checked_panel,
+        summary=PATHS.checked_summary,
     log:
-        f"{LOG_DIR}/{{dataset}}/check_panel.log",
+        PATHS.job_log(PATHS.dataset_dir, "check_panel"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:

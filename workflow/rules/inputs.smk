@@ -6,9 +6,9 @@ rule record_dataset_inputs:
         panel=JOBS.dataset_file("panel"),
         reference=JOBS.dataset_file("reference"),
     output:
-        DATASET_INPUTS,
+        PATHS.dataset_inputs,
     log:
-        f"{LOG_DIR}/inputs/dataset_{{dataset}}.log",
+        PATHS.job_log(PATHS.inputs_dir, "dataset_{dataset}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -22,9 +22,9 @@ rule record_task_inputs:
     input:
         lambda wc: RUN.tasks[wc.task].path,
     output:
-        TASK_INPUTS,
+        PATHS.task_inputs,
     log:
-        f"{LOG_DIR}/inputs/task_{{task}}.log",
+        PATHS.job_log(PATHS.inputs_dir, "task_{task}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -38,9 +38,9 @@ rule record_model_inputs:
     input:
         JOBS.model_sources,
     output:
-        MODEL_INPUTS,
+        PATHS.model_inputs,
     log:
-        f"{LOG_DIR}/inputs/model_{{model}}.log",
+        PATHS.job_log(PATHS.inputs_dir, "model_{model}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:

@@ -3,9 +3,9 @@ rule merge_scores:
         checked=rules.check_panel.output.checked,
         scores=shard_scores,
     output:
-        f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
+        PATHS.scores,
     log:
-        f"{LOG_DIR}/{{dataset}}/{{model}}/merge_scores.log",
+        PATHS.job_log(PATHS.dataset_model_dir, "merge_scores"),
     wildcard_constraints:
         dataset=TARGETS.dataset_pattern(lookup=False),
     conda:

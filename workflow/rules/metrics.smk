@@ -1,13 +1,13 @@
 rule compute_metrics:
     input:
         merged=rules.merge_scores.output[0],
-        dataset_inputs=DATASET_INPUTS,
-        model_inputs=MODEL_INPUTS,
+        dataset_inputs=PATHS.dataset_inputs,
+        model_inputs=PATHS.model_inputs,
     output:
-        metrics=f"{OUTDIR}/{{dataset}}/{{model}}/metrics.json",
-        evaluated=f"{OUTDIR}/{{dataset}}/{{model}}/evaluated.parquet",
+        metrics=PATHS.metrics,
+        evaluated=PATHS.evaluated,
     log:
-        f"{LOG_DIR}/{{dataset}}/{{model}}/compute_metrics.log",
+        PATHS.job_log(PATHS.dataset_model_dir, "compute_metrics"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:

@@ -7,7 +7,7 @@ for demo_name, demo_path in JOBS.demo_model_paths.items():
         output:
             directory(demo_path),
         log:
-            f"logs/build_demo_model_{demo_name}.log",
+            PATHS.job_log("", f"build_demo_model_{demo_name}"),
         conda:
             "../../envs/carbon-vep.yaml"
         shell:
@@ -18,9 +18,9 @@ for demo_name, demo_path in JOBS.demo_model_paths.items():
 # cache on the head node, the one machine with internet; scoring jobs then run offline.
 rule fetch_model:
     output:
-        HUB_MODEL_RECORD,
+        PATHS.hub_model_record,
     log:
-        f"{HUB_MODEL_RECORD_LOG}.log",
+        PATHS.job_log(PATHS.hub_dir, "{model}.json"),
     localrule: True
     conda:
         "../../envs/carbon-vep.yaml"

@@ -5,9 +5,9 @@
 
 rule fetch_niah_cell:
     output:
-        NIAH_CELL,
+        PATHS.niah_cell,
     log:
-        f"{LOG_DIR}/niah/{{niah}}/fetch_{{cell}}.log",
+        PATHS.job_log(PATHS.niah_dir, "fetch_{cell}"),
     wildcard_constraints:
         niah=TARGETS.niah_pattern("hub"),
     localrule: True
@@ -23,9 +23,9 @@ rule build_niah_cell:
     input:
         reference=lambda wc: RUN.niah[wc.niah].reference,
     output:
-        NIAH_CELL,
+        PATHS.niah_cell,
     log:
-        f"{LOG_DIR}/niah/{{niah}}/build_{{cell}}.log",
+        PATHS.job_log(PATHS.niah_dir, "build_{cell}"),
     wildcard_constraints:
         niah=TARGETS.niah_pattern("build"),
     conda:
@@ -39,11 +39,11 @@ rule build_niah_cell:
 
 rule record_niah_inputs:
     input:
-        NIAH_CELL,
+        PATHS.niah_cell,
     output:
-        NIAH_INPUTS,
+        PATHS.niah_inputs,
     log:
-        f"{LOG_DIR}/inputs/niah_{{niah}}.{{cell}}.log",
+        PATHS.job_log(PATHS.inputs_dir, "niah_{niah}.{cell}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -55,23 +55,19 @@ rule record_niah_inputs:
 
 rule score_niah:
     input:
-        cell=NIAH_CELL,
+        cell=PATHS.niah_cell,
         model=JOBS.model_files,
     output:
-        rows=f"{NIAH_RESULT}/parts/rows_{{part}}.parquet",
-        metrics=f"{NIAH_RESULT}/parts/metrics_{{part}}.json",
+        rows=PATHS.niah_part_rows,
+        metrics=PATHS.niah_part_metrics,
     log:
-        f"{NIAH_RESULT_LOG}/score_niah_{{part}}.log",
+        PATHS.job_log(PATHS.niah_result, "score_niah_{part}"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard; GPU memory and time follow from the model and the context
     # (engine vllm: the vLLM environment's carbon-vep, tensor_parallel_size GPUs)
     resources:
-        gpu=JOBS.generation_gpu_count,
-        batch_size=JOBS.attempt_batch_size,
-        batch_tokens=JOBS.attempt_batch_tokens,
-        mem_mb=32000,
-        runtime=JOBS.niah_runtime,
+        **JOBS.model_resources(generation=True, runtime=JOBS.niah_runtime),
     params:
         exe=JOBS.generation_command,
         settings=JOBS.niah_settings,
@@ -89,16 +85,16 @@ rule score_niah:
 
 rule merge_niah:
     input:
-        cell=NIAH_CELL,
+        cell=PATHS.niah_cell,
         parts=JOBS.niah_parts("rows"),
         part_metrics=JOBS.niah_parts("metrics"),
-        cell_inputs=NIAH_INPUTS,
+        cell_inputs=PATHS.niah_inputs,
         model=JOBS.model_files,
     output:
-        predictions=f"{NIAH_RESULT}/predictions.parquet",
-        metrics=f"{NIAH_RESULT}/metrics.json",
+        predictions=PATHS.niah_predictions,
+        metrics=PATHS.niah_metrics,
     log:
-        f"{NIAH_RESULT_LOG}/merge_niah.log",
+        PATHS.job_log(PATHS.niah_result, "merge_niah"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:

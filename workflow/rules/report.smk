@@ -4,13 +4,13 @@ rule write_report:
         metrics=rules.compute_metrics.output.metrics,
     output:
         report(
-            f"{OUTDIR}/{{dataset}}/{{model}}/report.md",
+            PATHS.dataset_report,
             caption="../report/dataset_report.rst",
             category="Datasets",
             labels={"dataset": "{dataset}", "model": "{model}"},
         ),
     log:
-        f"{LOG_DIR}/{{dataset}}/{{model}}/write_report.log",
+        PATHS.job_log(PATHS.dataset_model_dir, "write_report"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -28,18 +28,18 @@ rule write_run_report:
         unpack(lambda wc: TARGETS.run_tables()),
         metrics=TARGETS.run_metrics(),
         rows=TARGETS.run_rows(),
-        scans=[f"{folder}/summary.json" for folder in TARGETS.run_scan_dirs()],
+        scans=TARGETS.run_scan_summaries(),
         published_niah=[PUBLISHED_NIAH] if RUN.niah else [],
     output:
         html=report(
-            f"{OUTDIR}/report.html",
+            PATHS.run_report,
             caption="../report/run_report.rst",
             category="Run",
             labels={"file": "report.html"},
         ),
-        summary=f"{OUTDIR}/summary.md",
+        summary=PATHS.run_summary,
     log:
-        f"{LOG_DIR}/write_run_report.log",
+        PATHS.job_log(PATHS.outdir, "write_run_report"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:

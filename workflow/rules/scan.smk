@@ -7,10 +7,10 @@ checkpoint plan_scan:
         reference=lambda wc: RUN.scans[wc.scan].reference,
         beds=JOBS.scan_bed_files,
     output:
-        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
-        report=f"{OUTDIR}/scans/{{scan}}/plan.md",
+        plan=PATHS.scan_plan,
+        report=PATHS.scan_plan_report,
     log:
-        f"{LOG_DIR}/scans/{{scan}}/plan_scan.log",
+        PATHS.job_log(PATHS.scan_plan_dir, "plan_scan"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -25,23 +25,19 @@ checkpoint plan_scan:
 
 rule scan_chunk:
     input:
-        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
+        plan=PATHS.scan_plan,
         reference=lambda wc: RUN.scans[wc.scan].reference,
         model=JOBS.model_files,
     output:
-        chunk=temp(f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.parquet"),
-        stats=f"{OUTDIR}/scans/{{scan}}/{{model}}/chunks/chunk_{{chunk}}.json",
+        chunk=temp(PATHS.scan_chunk),
+        stats=PATHS.scan_chunk_stats,
     log:
-        f"{LOG_DIR}/scans/{{scan}}/{{model}}/scan_chunk_{{chunk}}.log",
+        PATHS.job_log(PATHS.scan_dir, "scan_chunk_{chunk}"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
     resources:
-        gpu=JOBS.gpu_count,
-        batch_size=JOBS.attempt_batch_size,
-        batch_tokens=JOBS.attempt_batch_tokens,
-        mem_mb=16000,
-        runtime=120,
+        **JOBS.model_resources(),
     params:
         settings=JOBS.model_settings,
     shell:
@@ -56,15 +52,15 @@ rule scan_chunk:
 # one job per output file: a large contig alone, or small contigs together (the plan's `files`)
 rule merge_scan_file:
     input:
-        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
+        plan=PATHS.scan_plan,
         chunks=file_chunks,
         reference=lambda wc: RUN.scans[wc.scan].reference,
         neutral=JOBS.scan_neutral_regions,
     output:
-        parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/{{file}}.parquet",
-        counts=f"{OUTDIR}/scans/{{scan}}/{{model}}/calibration/counts/{{file}}.parquet",
+        parquet=PATHS.scan_positions,
+        counts=PATHS.scan_calibration_counts,
     log:
-        f"{LOG_DIR}/scans/{{scan}}/{{model}}/merge_scan_file_{{file}}.log",
+        PATHS.job_log(PATHS.scan_dir, "merge_scan_file_{file}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -84,17 +80,10 @@ rule calibrate_scan:
     input:
         counts=scan_output_files("counts"),
     output:
-        json=f"{SCAN_CALIBRATION}/calibration.json",
-        tables=[
-            f"{SCAN_CALIBRATION}/{name}"
-            for name in (
-                "phred.parquet",
-                "calibrated_phred.parquet",
-                "contexts.parquet",
-            )
-        ],
+        json=PATHS.scan_calibration_json,
+        tables=PATHS.scan_calibration_tables,
     log:
-        f"{LOG_DIR}/scans/{{scan}}/{{model}}/calibrate_scan.log",
+        PATHS.job_log(PATHS.scan_dir, "calibrate_scan"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -107,15 +96,15 @@ rule calibrate_scan:
 
 rule write_scan_tsv:
     input:
-        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
-        parquet=f"{OUTDIR}/scans/{{scan}}/{{model}}/positions/{{file}}.parquet",
-        calibration=f"{SCAN_CALIBRATION}/calibration.json",
+        plan=PATHS.scan_plan,
+        parquet=PATHS.scan_positions,
+        calibration=PATHS.scan_calibration_json,
         reference=lambda wc: RUN.scans[wc.scan].reference,
     output:
-        tsv=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz",
-        tbi=f"{OUTDIR}/scans/{{scan}}/{{model}}/snvs/{{file}}.tsv.gz.tbi",
+        tsv=PATHS.scan_snvs,
+        tbi=PATHS.scan_snvs_index,
     log:
-        f"{LOG_DIR}/scans/{{scan}}/{{model}}/write_scan_tsv_{{file}}.log",
+        PATHS.job_log(PATHS.scan_dir, "write_scan_tsv_{file}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -131,21 +120,21 @@ rule write_scan_tsv:
 
 rule summarize_scan:
     input:
-        plan=f"{OUTDIR}/scans/{{scan}}/plan.json",
+        plan=PATHS.scan_plan,
         stats=scan_chunk_stats,
         parquet=scan_output_files("parquet"),
         tsv=scan_output_files("tsv"),
-        calibration=f"{SCAN_CALIBRATION}/calibration.json",
+        calibration=PATHS.scan_calibration_json,
     output:
-        json=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
-        record=f"{OUTDIR}/scans/{{scan}}/{{model}}/scan.json",
+        json=PATHS.scan_summary,
+        record=PATHS.scan_record,
         md=report(
-            f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.md",
+            PATHS.scan_summary_md,
             category="Scans",
             labels={"scan": "{scan}", "model": "{model}"},
         ),
     log:
-        f"{LOG_DIR}/scans/{{scan}}/{{model}}/summarize_scan.log",
+        PATHS.job_log(PATHS.scan_dir, "summarize_scan"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -163,11 +152,11 @@ rule summarize_scan:
 # alternative base, PHRED, max, surprise), then the UCSC track hub and IGV sessions beside them.
 rule export_track:
     input:
-        summary=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
+        summary=PATHS.scan_summary,
     output:
-        f"{SCAN_TRACKS}/{{track}}.bw",
+        PATHS.scan_track,
     log:
-        f"{LOG_DIR}/scans/{{scan}}/{{model}}/export_track_{{track}}.log",
+        PATHS.job_log(PATHS.scan_dir, "export_track_{track}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -180,15 +169,13 @@ rule export_track:
 
 rule write_track_hub:
     input:
-        summary=f"{OUTDIR}/scans/{{scan}}/{{model}}/summary.json",
-        tracks=expand(
-            f"{SCAN_TRACKS}/{{track}}.bw", track=TRACK_NAMES, allow_missing=True
-        ),
+        summary=PATHS.scan_summary,
+        tracks=expand(PATHS.scan_track, track=TRACK_NAMES, allow_missing=True),
     output:
-        hub=f"{SCAN_TRACKS}/hub.txt",
-        summary=f"{SCAN_TRACKS}/tracks.json",
+        hub=PATHS.scan_track_hub,
+        summary=PATHS.scan_tracks_summary,
     log:
-        f"{LOG_DIR}/scans/{{scan}}/{{model}}/write_track_hub.log",
+        PATHS.job_log(PATHS.scan_dir, "write_track_hub"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -205,13 +192,13 @@ rule write_track_hub:
 rule annotate_from_scan:
     input:
         checked=rules.check_panel.output.checked,
-        summary=lambda wc: f"{JOBS.lookup_scan_dir(wc)}/summary.json",
-        record=lambda wc: f"{JOBS.lookup_scan_dir(wc)}/scan.json",
-        calibration=lambda wc: f"{JOBS.lookup_scan_dir(wc)}/calibration/calibration.json",
+        summary=lookup_scan_file(PATHS.scan_summary),
+        record=lookup_scan_file(PATHS.scan_record),
+        calibration=lookup_scan_file(PATHS.scan_calibration_json),
     output:
-        f"{OUTDIR}/{{dataset}}/{{model}}/scores.parquet",
+        PATHS.scores,
     log:
-        f"{LOG_DIR}/{{dataset}}/{{model}}/annotate_from_scan.log",
+        PATHS.job_log(PATHS.dataset_model_dir, "annotate_from_scan"),
     wildcard_constraints:
         dataset=TARGETS.dataset_pattern(lookup=True),
     conda:

@@ -1,21 +1,18 @@
 rule score_shard:
     input:
-        shard=f"{OUTDIR}/{{dataset}}/shards/shard_{{shard}}.parquet",
+        shard=PATHS.shard,
         reference=JOBS.dataset_file("reference"),
         model=JOBS.model_files,
     output:
-        f"{OUTDIR}/{{dataset}}/{{model}}/shard_scores/shard_{{shard}}.parquet",
+        PATHS.shard_scores,
     log:
-        f"{LOG_DIR}/{{dataset}}/{{model}}/score_shard_{{shard}}.log",
+        PATHS.job_log(PATHS.dataset_model_dir, "score_shard_{shard}"),
     conda:
         "../../envs/carbon-vep.yaml"
-    # portable defaults; a cluster profile sets the GPU class, partition, memory and time
+    # GPUs, batch sizes halved on retry, host memory from the weights (every model rule's
+    # resources: JOBS.model_resources); a cluster profile sets the GPU class, partition, time
     resources:
-        gpu=JOBS.gpu_count,
-        batch_size=JOBS.attempt_batch_size,
-        batch_tokens=JOBS.attempt_batch_tokens,
-        mem_mb=16000,
-        runtime=120,
+        **JOBS.model_resources(),
     params:
         settings=JOBS.scoring_settings,
     shell:

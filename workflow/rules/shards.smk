@@ -3,9 +3,9 @@ checkpoint make_shards:
         checked=rules.check_panel.output.checked,
         reference=JOBS.dataset_file("reference"),
     output:
-        shards=directory(f"{OUTDIR}/{{dataset}}/shards"),
+        shards=directory(PATHS.shards_dir),
     log:
-        f"{LOG_DIR}/{{dataset}}/make_shards.log",
+        PATHS.job_log(PATHS.dataset_dir, "make_shards"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:

@@ -2,13 +2,13 @@
 rule score_recovery:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
-        task_inputs=TASK_INPUTS,
+        task_inputs=PATHS.task_inputs,
         model=JOBS.model_files,
     output:
-        predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
-        metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
+        predictions=PATHS.task_predictions,
+        metrics=PATHS.task_metrics,
     log:
-        f"{LOG_DIR}/suite/{{task}}/{{model}}/score_recovery.log",
+        PATHS.job_log(PATHS.task_dir, "score_recovery"),
     wildcard_constraints:
         task=TARGETS.task_pattern("sequence_recovery"),
     conda:
@@ -16,11 +16,7 @@ rule score_recovery:
     # a model job like score_shard: a GPU for CUDA models (engine vllm: tensor_parallel_size
     # GPUs, the vLLM environment's carbon-vep); a cluster profile sets the rest
     resources:
-        gpu=JOBS.generation_gpu_count,
-        batch_size=JOBS.attempt_batch_size,
-        batch_tokens=JOBS.attempt_batch_tokens,
-        mem_mb=16000,
-        runtime=120,
+        **JOBS.model_resources(generation=True),
     params:
         exe=JOBS.generation_command,
         settings=JOBS.task_settings,
@@ -39,24 +35,20 @@ rule score_recovery:
 rule score_perturbation:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
-        task_inputs=TASK_INPUTS,
+        task_inputs=PATHS.task_inputs,
         model=JOBS.model_files,
     output:
-        predictions=f"{OUTDIR}/suite/{{task}}/{{model}}/predictions.parquet",
-        metrics=f"{OUTDIR}/suite/{{task}}/{{model}}/metrics.json",
+        predictions=PATHS.task_predictions,
+        metrics=PATHS.task_metrics,
     log:
-        f"{LOG_DIR}/suite/{{task}}/{{model}}/score_perturbation.log",
+        PATHS.job_log(PATHS.task_dir, "score_perturbation"),
     wildcard_constraints:
         task=TARGETS.task_pattern("perturbation"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
     resources:
-        gpu=JOBS.gpu_count,
-        batch_size=JOBS.attempt_batch_size,
-        batch_tokens=JOBS.attempt_batch_tokens,
-        mem_mb=16000,
-        runtime=120,
+        **JOBS.model_resources(),
     params:
         settings=JOBS.task_settings,
         provenance=JOBS.task_provenance,
@@ -75,16 +67,16 @@ rule make_results_table:
     input:
         TARGETS.run_metrics(),
     output:
-        parquet=f"{OUTDIR}/results_table.parquet",
+        parquet=PATHS.results_table,
         tsv=report(
-            f"{OUTDIR}/results_table.tsv",
+            PATHS.results_table_tsv,
             caption="../report/results_table.rst",
             category="Run",
             labels={"file": "results_table.tsv"},
         ),
-        md=f"{OUTDIR}/results_table.md",
+        md=PATHS.results_table_md,
     log:
-        f"{LOG_DIR}/make_results_table.log",
+        PATHS.job_log(PATHS.outdir, "make_results_table"),
     conda:
         "../../envs/carbon-vep.yaml"
     shell:

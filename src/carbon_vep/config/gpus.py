@@ -24,6 +24,7 @@ No torch here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # The Llama configs of the Carbon sizes (random-weight stand-ins need nothing else): the shapes
@@ -91,9 +92,9 @@ def output_flops(shape: dict[str, int], rows: int) -> int:
     return 2 * rows * shape["hidden_size"]
 
 
-def weight_bytes(shape: dict[str, int], vocab: int = CARBON_VOCAB) -> int:
-    """bf16 weights: the body and the tied embedding / output layer."""
-    return BF16 * (body_parameters(shape) + vocab * shape["hidden_size"])
+def weight_bytes(shape: dict[str, int], vocab: int = CARBON_VOCAB, dtype_bytes: int = BF16) -> int:
+    """The weights (bf16 unless said): the body and the tied embedding / output layer."""
+    return dtype_bytes * (body_parameters(shape) + vocab * shape["hidden_size"])
 
 
 def bytes_per_token(shape: dict[str, int]) -> int:
@@ -117,6 +118,25 @@ def profile_batch_tokens(memory_gb: float, shape: str = "Carbon-3B") -> int:
     to a power of two, at most SATURATING_TOKENS."""
     fits = memory_batch_tokens(memory_gb, CARBON_SHAPES[shape])
     return min(SATURATING_TOKENS, 1 << max(0, fits.bit_length() - 1)) if fits else 0
+
+
+# ---- host memory of a model job ------------------------------------------------------------
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+HOST_RESERVED_GB = 4.0  # the interpreter, torch, transformers, a CPU job's small batches
+HOST_WEIGHT_COPIES = 2  # the safetensors pages read and the tensors built from them
+
+
+def host_memory_mb(shape: dict[str, int] | None, dtype: str) -> int:
+    """Host memory (MB, rounded up to a thousand) a model job asks its scheduler for: the
+    weights are loaded on the host in the model's dtype before they move to the device
+    (model.loading), while the file's pages are still mapped, so twice the weights, and
+    HOST_RESERVED_GB beside them. A model whose shape is not known yet (the demo model, built
+    by the run) gets the reserve alone."""
+    weights = 0
+    if shape is not None:
+        vocab = shape.get("vocab_size", CARBON_VOCAB)
+        weights = HOST_WEIGHT_COPIES * weight_bytes(shape, vocab, DTYPE_BYTES[dtype])
+    return 1000 * math.ceil((HOST_RESERVED_GB * 1e9 + weights) / 1e9)
 
 
 # ---- Genomic-NIAH: one long prompt a row --------------------------------------------------

@@ -227,6 +227,33 @@ def bootstrap_mean_interval(values: np.ndarray, n_resamples: int, seed: int) -> 
     return intervals.get("mean")
 
 
+def status_counts(rows: pl.DataFrame) -> dict[str, int]:
+    """Rows of each status, statuses in sorted order."""
+    return dict(sorted(Counter(rows["status"].to_list()).items()))
+
+
+def task_metrics(kind: str, rows: pl.DataFrame, scored: pl.DataFrame, **fields) -> dict:
+    """The metrics JSON of a suite task before its intervals and warnings: its kind, the rows,
+    those scored and each status's count, then the task's own `fields`."""
+    counts = {
+        "n_rows": rows.height,
+        "n_scored": scored.height,
+        "status_counts": status_counts(rows),
+    }
+    head = {"kind": kind, **counts}
+    return head | fields | {"confidence_intervals": {}, "warnings": []}
+
+
+def add_mean_interval(
+    result: dict, name: str, values: np.ndarray, evaluation: EvaluationSettings
+) -> None:
+    """The bootstrap interval of the mean of `values` as `name`'s interval in `result` (none
+    when the evaluation asks for no resamples or there are no values)."""
+    interval = bootstrap_mean_interval(values, evaluation.bootstrap, evaluation.seed)
+    if interval:
+        result["confidence_intervals"][name] = interval
+
+
 def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     """Spearman ρ (average ranks for ties); None for fewer than 3 pairs or a constant input."""
     if len(x) < 3:
@@ -302,7 +329,7 @@ def _vep_result(
     return {
         "kind": "vep",
         "n_rows": merged.height,
-        "status_counts": dict(sorted(Counter(merged["status"].to_list()).items())),
+        "status_counts": status_counts(merged),
         "metrics": {},
         "confidence_intervals": {},
         "by_chromosome": {},

@@ -15,7 +15,7 @@ scaled-dot-product attention can run its fused causal kernel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 import torch
@@ -111,6 +111,16 @@ def length_buckets(lengths: Sequence[int], batch_size: int, batch_tokens: int = 
     return order + pooled, keys + [_MIXED] * len(pooled)
 
 
+def scatter(
+    batches: Iterable[tuple[list[int], list[R | None]]], positions: Sequence[int], out: list
+) -> None:
+    """Each result of in_batches' `batches` into `out` at its item's position: item i of the
+    batched sequence came from `positions[i]`."""
+    for index, values in batches:
+        for i, value in zip(index, values, strict=True):
+            out[positions[i]] = value
+
+
 def _window_cap(batch_size: int, batch_tokens: int, n_items: int) -> int:
     """Items per batch before the token budget: a token budget replaces `batch_size`."""
     return max(1, n_items) if batch_tokens > 0 else max(1, batch_size)
@@ -133,9 +143,7 @@ def run_sorted(
     batches = in_batches([items[i] for i in order], work, batch_size, device, progress,
                          tokens=[lengths[i] for i in order], batch_tokens=batch_tokens,
                          keys=keys)  # fmt: skip
-    for index, values in batches:
-        for i, value in zip(index, values, strict=True):
-            results[order[i]] = value
+    scatter(batches, order, results)
     progress.close()
     return results
 

@@ -29,7 +29,7 @@ import polars as pl
 import torch
 
 from carbon_vep.columns import Status
-from carbon_vep.model.batching import FAILED_ALONE, in_batches, release_memory
+from carbon_vep.model.batching import FAILED_ALONE, in_batches, release_memory, scatter
 from carbon_vep.model.engine import Engine, new_cache
 from carbon_vep.model.tokens import dna_block_ids, suppressed_token_ids
 from carbon_vep.progress import Progress
@@ -172,12 +172,16 @@ def score_rows(
 
     for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
         tokens = [length + 1 + len(rows[members[0]]["value"]) // k] * len(members)
-        for index, values in in_batches(
-            members, work, batch_size, scorer.engine.device, progress, tokens=tokens,
+        batches = in_batches(
+            members,
+            work,
+            batch_size,
+            scorer.engine.device,
+            progress,
+            tokens=tokens,
             batch_tokens=batch_tokens,
-        ):  # fmt: skip
-            for i, value in zip(index, values, strict=True):
-                results[members[i]] = value
+        )
+        scatter(batches, members, results)
     progress.close()
     return pl.DataFrame(
         [niah_row(r, result) for r, result in zip(rows, results, strict=True)],

@@ -10,7 +10,6 @@ another value) and `context_length_tokens`; `depth` where the builder recorded i
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from carbon_vep.config.stages import (
     parse_niah_config_name,
 )
 from carbon_vep.errors import InputError
-from carbon_vep.evaluate.metrics import bootstrap_mean_interval
+from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.suite.tasks import read_task_table
 
 REQUIRED = (
@@ -189,24 +188,19 @@ def niah_metrics(
     scored = rows.filter(pl.col("status") == Status.SCORED)
     metrics = _means(scored) if scored.height else {"n": 0}
     metrics.pop("n")
-    result: dict = {
-        "kind": "genomic_niah",
-        "n_rows": rows.height,
-        "n_scored": scored.height,
-        "status_counts": dict(sorted(Counter(rows["status"].to_list()).items())),
-        "metrics": metrics,
-        "by_task_context": _groups(scored, ["task", "context_length_tokens"]),
-        "by_depth": _groups(scored, ["depth"]) if "depth" in scored.columns else [],
-        "confidence_intervals": {},
-        "definitions": dict(DEFINITIONS),
-        "parameters": parameters or {},
-        "warnings": [],
-    }
+    result = task_metrics(
+        "genomic_niah",
+        rows,
+        scored,
+        metrics=metrics,
+        by_task_context=_groups(scored, ["task", "context_length_tokens"]),
+        by_depth=_groups(scored, ["depth"]) if "depth" in scored.columns else [],
+        definitions=dict(DEFINITIONS),
+        parameters=parameters or {},
+    )
     for name in ("gen_exact_match", "ll_correct"):
         values = scored[name].cast(pl.Float64).to_numpy() if scored.height else np.array([])
-        interval = bootstrap_mean_interval(values, evaluation.bootstrap, evaluation.seed)
-        if interval:
-            result["confidence_intervals"][name] = interval
+        add_mean_interval(result, name, values, evaluation)
     failed = rows.height - scored.height
     if failed:
         result["warnings"].append(f"{failed} rows not scored (see their status and reason)")

@@ -9,14 +9,13 @@ S(original) > S(perturbed), strictly: ties count as wrong and are counted on the
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict
 
 import polars as pl
 
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, PerturbationSettings
-from carbon_vep.evaluate.metrics import bootstrap_mean_interval
+from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.model.batching import FAILED_ALONE
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.tokens import non_acgt_count
@@ -125,31 +124,26 @@ def perturbation_metrics(
     scored = pairs.filter(pl.col("status") == Status.SCORED)
     correct = scored["correct"].cast(pl.Float64).to_numpy()
     n_ties = int(scored["tie"].sum()) if scored.height else 0
-    result: dict = {
-        "kind": "perturbation",
-        "n_rows": pairs.height,
-        "n_scored": scored.height,
-        "n_correct": int(correct.sum()),
-        "n_ties": n_ties,
-        "status_counts": dict(sorted(Counter(pairs["status"].to_list()).items())),
-        "metrics": {
+    result = task_metrics(
+        "perturbation",
+        pairs,
+        scored,
+        n_correct=int(correct.sum()),
+        n_ties=n_ties,
+        metrics={
             "accuracy": float(correct.mean()) if len(correct) else None,
             "mean_margin": float(scored["margin"].mean()) if scored.height else None,
         },
-        "confidence_intervals": {},
-        "definitions": {
+        definitions={
             "accuracy": ACCURACY_DEFINITION.format(
                 scoring=SCORING_TEXT[settings.scoring].format(normalization=settings.normalization)
             ),
             "mean_margin": "mean over scored pairs of S(original_sequence) − S(sequence)",
             "n_ties": "scored pairs with S(original_sequence) == S(sequence) (counted wrong)",
         },
-        "parameters": {**asdict(settings), "normalization": settings.resolved_normalization},
-        "warnings": [],
-    }
-    interval = bootstrap_mean_interval(correct, evaluation.bootstrap, evaluation.seed)
-    if interval:
-        result["confidence_intervals"]["accuracy"] = interval
+        parameters={**asdict(settings), "normalization": settings.resolved_normalization},
+    )
+    add_mean_interval(result, "accuracy", correct, evaluation)
     if n_ties:
         result["warnings"].append(f"{n_ties} pairs tie exactly (identical sequences?)")
     if scored.height and int((scored["non_acgt"] > 0).sum()):

@@ -29,7 +29,6 @@ token length are batched together, so no padding is ever involved. Three greedy 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
@@ -42,8 +41,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
 from carbon_vep.errors import InputError, TokenizerMismatchError
-from carbon_vep.evaluate.metrics import bootstrap_mean_interval
-from carbon_vep.model.batching import FAILED_ALONE, in_batches
+from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
+from carbon_vep.model.batching import FAILED_ALONE, in_batches, scatter
 from carbon_vep.model.drafting import Draft
 from carbon_vep.model.loading import LoadedModel
 from carbon_vep.model.tokens import non_acgt_count, suppressed_token_ids
@@ -234,9 +233,7 @@ def generate_continuations(
             tokens = [length + settings.new_tokens] * len(members)
             batches = in_batches(members, work, batch_size, loaded.device, progress,
                                  tokens=tokens, batch_tokens=batch_tokens)  # fmt: skip
-            for index, values in batches:
-                for i, value in zip(index, values, strict=True):
-                    out[members[i]] = value
+            scatter(batches, members, out)
     finally:
         for hook in hooks:
             hook.remove()
@@ -371,18 +368,16 @@ def recovery_metrics(
         ACCURACY_DEFINITION.format(bp=settings.score_bp) if fixed else PREDICTION_LENGTH_DEFINITION
     )
     sources = predictions["label_source"].drop_nulls() if "label_source" in predictions else None
-    result: dict = {
-        "kind": "sequence_recovery",
-        "n_rows": predictions.height,
-        "n_scored": scored.height,
-        "status_counts": dict(sorted(Counter(predictions["status"].to_list()).items())),
-        "metrics": {"accuracy": float(accuracy.mean()) if len(accuracy) else None},
-        "by_type": dict(sorted(by_type.items())),
-        "label_source": sources[0] if sources is not None and len(sources) else None,
-        "mean_scored_bp": float(scored["scored_bp"].mean()) if has_bp and scored.height else None,
-        "confidence_intervals": {},
-        "chance_accuracy": CHANCE_ACCURACY,
-        "definitions": {
+    result = task_metrics(
+        "sequence_recovery",
+        predictions,
+        scored,
+        metrics={"accuracy": float(accuracy.mean()) if len(accuracy) else None},
+        by_type=dict(sorted(by_type.items())),
+        label_source=sources[0] if sources is not None and len(sources) else None,
+        mean_scored_bp=float(scored["scored_bp"].mean()) if has_bp and scored.height else None,
+        chance_accuracy=CHANCE_ACCURACY,
+        definitions={
             "accuracy": definition,
             "by_type": "the same accuracy averaged over the rows of each `type`, types in sorted "
             "order (the published script's per-type means; rows without a type are in none)",
@@ -391,12 +386,9 @@ def recovery_metrics(
             "mean_scored_bp": "mean over scored rows of the bases each accuracy is taken over",
             "chance_accuracy": "expected accuracy of uniformly random bases",
         },
-        "parameters": asdict(settings),
-        "warnings": [],
-    }
-    interval = bootstrap_mean_interval(accuracy, evaluation.bootstrap, evaluation.seed)
-    if interval:
-        result["confidence_intervals"]["accuracy"] = interval
+        parameters=asdict(settings),
+    )
+    add_mean_interval(result, "accuracy", accuracy, evaluation)
     if settings.label_source == "auto" and result["label_source"] == "sequence_tail":
         result["warnings"].append(
             "label_source auto took the sequence tail: the rollout is longer than the shortest "

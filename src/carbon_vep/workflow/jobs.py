@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from carbon_vep.config.fields import spec_json
+from carbon_vep.config.gpus import host_memory_mb
 from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import GENERATION_ONLY
 from carbon_vep.config.workflow import niah_runtime_minutes
+from carbon_vep.estimate.costs import shape_of
 from carbon_vep.workflow.paths import RunPaths
 
 
@@ -87,6 +89,25 @@ class Jobs:
         return shlex.join(["--model", model.path, *revision])
 
     # ---- resources ----------------------------------------------------------------------------
+    def model_resources(self, generation: bool = False, runtime: Any = 120) -> dict[str, Any]:
+        """The `resources:` of a rule that runs a model: its GPUs (a generation job's engine
+        may take several), the batch sizes halved on each retry, host memory from the model's
+        weights, and minutes (a number, or a function of the job). A cluster profile may
+        override any of them."""
+        return {
+            "gpu": self.generation_gpu_count if generation else self.gpu_count,
+            "batch_size": self.attempt_batch_size,
+            "batch_tokens": self.attempt_batch_tokens,
+            "mem_mb": self.host_memory_mb,
+            "runtime": runtime,
+        }
+
+    def host_memory_mb(self, wc: Any) -> int:
+        """Host memory for the model's weights, read on the host before they move to the
+        device (config.gpus.host_memory_mb, on the shape its config.json or name gives)."""
+        model = self.run.models[wc.model]
+        return host_memory_mb(shape_of(model).dims, model.dtype)
+
     def gpu_count(self, wc: Any) -> int:
         """One GPU for a model that runs on CUDA, none for a CPU model."""
         return int(self.run.models[wc.model].device.startswith("cuda"))
@@ -164,10 +185,9 @@ class Jobs:
 
     def niah_parts(self, kind: str) -> Callable[[Any], list[str]]:
         """Input function: the score_niah outputs of a cell (`rows` Parquet or `metrics`)."""
-        ext = "parquet" if kind == "rows" else "json"
+        pattern = self.paths.niah_part_rows if kind == "rows" else self.paths.niah_part_metrics
         return lambda wc: [
-            f"{self.paths.niah_result.format(niah=wc.niah, cell=wc.cell, model=wc.model)}"
-            f"/parts/{kind}_{i:05d}.{ext}"
+            pattern.format(niah=wc.niah, cell=wc.cell, model=wc.model, part=f"{i:05d}")
             for i in range(len(self.run.niah[wc.niah].row_ranges()))
         ]
 

@@ -12,13 +12,6 @@ from typing import Any
 from carbon_vep.config.run import RunConfig
 from carbon_vep.workflow.paths import RunPaths
 
-# one output file of a scan, by kind: a large contig, or small contigs together
-OUTPUT_FILES = {
-    "parquet": "positions/{}.parquet",
-    "counts": "calibration/counts/{}.parquet",
-    "tsv": "snvs/{}.tsv.gz",
-}
-
 
 def read_plan(path: str) -> dict:
     """The plan JSON, read once per version of the file (input functions ask for every job)."""
@@ -36,30 +29,34 @@ class ScanInputs:
         self.run = run
         self.paths = RunPaths(run.outdir)
 
-    def _chunk_file(self, wc: Any, index: int, ext: str) -> str:
-        folder = self.paths.scan_dir.format(scan=wc.scan, model=wc.model)
-        return f"{folder}/chunks/chunk_{index:05d}.{ext}"
+    def _chunk_file(self, wc: Any, index: int, pattern: str) -> str:
+        return pattern.format(scan=wc.scan, model=wc.model, chunk=f"{index:05d}")
 
     def file_chunks(self, wc: Any, plan: dict) -> list[str]:
         """The chunks holding bases of this output file's contigs, in plan (reference) order."""
         files = {entry["name"]: entry for entry in plan["files"]}
-        return [self._chunk_file(wc, i, "parquet") for i in files[wc.file]["chunks"]]
+        return [self._chunk_file(wc, i, self.paths.scan_chunk) for i in files[wc.file]["chunks"]]
 
     def chunk_stats(self, wc: Any, plan: dict) -> list[str]:
-        return [self._chunk_file(wc, i, "json") for i in range(len(plan["chunks"]))]
+        chunks = range(len(plan["chunks"]))
+        return [self._chunk_file(wc, i, self.paths.scan_chunk_stats) for i in chunks]
 
     def output_files(self, wc: Any, plan: dict, kind: str) -> list[str]:
         """The Parquet files, calibration counts or tabix TSVs of the scan, one per output file
         of the plan."""
-        folder = self.paths.scan_dir.format(scan=wc.scan, model=wc.model)
-        return [f"{folder}/{OUTPUT_FILES[kind].format(e['name'])}" for e in plan["files"]]
+        pattern = {
+            "parquet": self.paths.scan_positions,
+            "counts": self.paths.scan_calibration_counts,
+            "tsv": self.paths.scan_snvs,
+        }[kind]
+        return [pattern.format(scan=wc.scan, model=wc.model, file=e["name"]) for e in plan["files"]]
 
     def plan_notes(self) -> list[str]:
         """The plan (bases, SNVs, jobs, N skipped, GPU-hours, bytes) of every scan whose
         plan_scan has run, or how to get it: `snakemake -n` prints them before any model job."""
         notes = []
         for scan in self.run.scans:
-            path = f"{self.run.outdir}/scans/{scan}/plan.md"
+            path = self.paths.scan_plan_report.format(scan=scan)
             if os.path.isfile(path):
                 with open(path) as handle:
                     notes.append(handle.read())

@@ -3,7 +3,6 @@ wildcard patterns that send a dataset, task or NIAH entry to the rules of its ki
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from carbon_vep.config.run import RunConfig
@@ -20,7 +19,6 @@ def names_pattern(names: list[str]) -> str:
 class Targets:
     def __init__(self, run: RunConfig, baseline: str | None) -> None:
         self.run, self.baseline = run, baseline
-        self.outdir = run.outdir
         self.paths = RunPaths(run.outdir)
 
     def models_of(self, kind: str, key: str) -> list[str]:
@@ -30,26 +28,30 @@ class Targets:
     def final_outputs(self) -> list[str]:
         """Scores, metrics and report of every (dataset, model) pair, scans, the suite's
         outputs, the comparison with the baseline."""
+        paths = self.paths
         panels = [
-            f"{self.outdir}/{dataset}/{model}/{name}"
+            pattern.format(dataset=dataset, model=model)
             for dataset in self.run.datasets
             for model in self.models_of("datasets", dataset)
-            for name in ("scores.parquet", "metrics.json", "report.md")
+            for pattern in (paths.scores, paths.metrics, paths.dataset_report)
         ]
         return panels + self.scan_outputs() + self.suite_outputs() + self.gate_outputs()
 
     def gate_outputs(self) -> list[str]:
         """The comparison with the baseline, when the config names one (compare_baseline)."""
-        return [f"{self.outdir}/baseline_comparison.tsv"] if self.baseline else []
+        return [self.paths.baseline_comparison] if self.baseline else []
 
     def scan_outputs(self) -> list[str]:
         """The summary of every scan and model (it needs every file of the scan), and the
         tracks of the scans that ask for them."""
         summaries = [
-            f"{folder}/summary.{ext}" for folder in self.run_scan_dirs() for ext in ("json", "md")
+            pattern.format(scan=scan, model=model)
+            for scan in self.run.scans
+            for model in self.models_of("scans", scan)
+            for pattern in (self.paths.scan_summary, self.paths.scan_summary_md)
         ]
         tracks = [
-            os.path.join(self.paths.scan_tracks.format(scan=scan, model=model), "tracks.json")
+            self.paths.scan_tracks_summary.format(scan=scan, model=model)
             for scan, entry in self.run.scans.items()
             if entry.tracks
             for model in self.models_of("scans", scan)
@@ -58,27 +60,30 @@ class Targets:
 
     def vcf_exports(self) -> list[str]:
         return [
-            f"{self.outdir}/{dataset}/{model}/results.vcf.gz"
+            self.paths.vcf_export.format(dataset=dataset, model=model)
             for dataset, spec in self.run.datasets.items()
             if spec.export_vcf
             for model in self.models_of("datasets", dataset)
         ]
 
     def run_results(self) -> list[tuple[str, str]]:
-        """(directory, row-level file) of every result: variant panels, suite tasks, NIAH."""
+        """(metrics JSON, row-level file) of every result: variant panels, suite tasks, NIAH."""
+        paths = self.paths
         panels = [
-            (f"{self.outdir}/{dataset}/{model}", "evaluated.parquet")
+            (paths.metrics.format(dataset=dataset, model=model),
+             paths.evaluated.format(dataset=dataset, model=model))
             for dataset in self.run.datasets
             for model in self.models_of("datasets", dataset)
-        ]
+        ]  # fmt: skip
         tasks = [
-            (f"{self.outdir}/suite/{task}/{model}", "predictions.parquet")
+            (paths.task_metrics.format(task=task, model=model),
+             paths.task_predictions.format(task=task, model=model))
             for task in self.run.tasks
             for model in self.models_of("tasks", task)
-        ]
+        ]  # fmt: skip
         niah = [
-            (self.paths.niah_result.format(niah=key, cell=cell.name, model=model),
-             "predictions.parquet")
+            (paths.niah_metrics.format(niah=key, cell=cell.name, model=model),
+             paths.niah_predictions.format(niah=key, cell=cell.name, model=model))
             for key, entry in self.run.niah.items()
             for cell in entry.cells()
             for model in self.run.entry_models(entry)
@@ -86,17 +91,18 @@ class Targets:
         return panels + tasks + niah
 
     def run_metrics(self) -> list[str]:
-        return [f"{folder}/metrics.json" for folder, _ in self.run_results()]
+        return [metrics for metrics, _ in self.run_results()]
 
     def run_rows(self) -> list[str]:
         """The row file of each metrics JSON, in the same order (the HTML report plots them)."""
-        return [f"{folder}/{rows}" for folder, rows in self.run_results()]
+        return [rows for _, rows in self.run_results()]
 
     def suite_outputs(self) -> list[str]:
         """VCF exports, the results table and the run's HTML report (a scan-only config has no
         metrics to tabulate, but its report shows the scans' calibration)."""
-        tables = [f"{self.outdir}/results_table.{ext}" for ext in ("parquet", "tsv", "md")]
-        pages = [f"{self.outdir}/report.html", f"{self.outdir}/summary.md"]
+        paths = self.paths
+        tables = [paths.results_table, paths.results_table_tsv, paths.results_table_md]
+        pages = [paths.run_report, paths.run_summary]
         return (
             self.vcf_exports()
             + (tables if self.run_results() else [])
@@ -107,8 +113,15 @@ class Targets:
         """The results table (Parquet, Markdown) when the run has metrics, for the run report."""
         if not self.run_results():
             return {}
-        return {"table": f"{self.outdir}/results_table.parquet",
-                "table_md": f"{self.outdir}/results_table.md"}  # fmt: skip
+        return {"table": self.paths.results_table, "table_md": self.paths.results_table_md}
+
+    def run_scan_summaries(self) -> list[str]:
+        """Every scan's summary JSON (one per scan and model), in run_scan_dirs' order."""
+        return [
+            self.paths.scan_summary.format(scan=scan, model=model)
+            for scan in self.run.scans
+            for model in self.models_of("scans", scan)
+        ]
 
     def run_scan_dirs(self) -> list[str]:
         """Every scan's output folder (one per scan and model)."""
