@@ -78,8 +78,14 @@ def step_tsv(folder: str) -> dict:
     folder = Path(folder)
     calibration = Calibration.read(folder / "calibration")
     with _reference(folder) as reference:
-        stats = write_tsv(folder / "positions.parquet", ["chrS"], folder / "with_phred.tsv.gz",
-                          {"model": "bench"}, calibration, reference)  # fmt: skip
+        stats = write_tsv(
+            folder / "positions.parquet",
+            ["chrS"],
+            folder / "with_phred.tsv.gz",
+            {"model": "bench"},
+            calibration,
+            reference,
+        )
     return {"tsv_bytes": stats["tsv_bytes"]}
 
 
@@ -102,8 +108,9 @@ def step_tsv_without_phred(folder: str) -> dict:
             bases = pl.from_arrow(parquet.read_row_group(group))
             for piece in bases.iter_slices(SNV_BATCH_BASES):
                 handle.write(tsv_text(snv_rows(piece), table, DECIMALS).encode())
-    pysam.tabix_index(str(out), force=True, seq_col=0, start_col=1, end_col=1, meta_char="#",
-                      zerobased=False)  # fmt: skip
+    pysam.tabix_index(
+        str(out), force=True, seq_col=0, start_col=1, end_col=1, meta_char="#", zerobased=False
+    )
     return {"tsv_bytes": out.stat().st_size + Path(f"{out}.tbi").stat().st_size}
 
 
@@ -193,19 +200,27 @@ def main(argv: list[str] | None = None) -> None:
         results = bench(Path(tmp), args.bases)
     for bases in args.bases:
         r = results[bases]
-        print(f"\n{bases:,} bases, {r['snvs']:,} SNVs ({r['cells_x_scores']:,} cell x score "
-              f"counts, {r['distinct_scores']:,} distinct scores)")  # fmt: skip
-        rows = [[name, r[f"{name}_s"], f"{r[f'{name}_snvs_per_s']:,}",
-                 f"{r[f'{name}_peak_rss_mb']:,}"] for name in STEPS]  # fmt: skip
+        print(
+            f"\n{bases:,} bases, {r['snvs']:,} SNVs ({r['cells_x_scores']:,} cell x score "
+            f"counts, {r['distinct_scores']:,} distinct scores)"
+        )
+        rows = [
+            [name, r[f"{name}_s"], f"{r[f'{name}_snvs_per_s']:,}", f"{r[f'{name}_peak_rss_mb']:,}"]
+            for name in STEPS
+        ]
         print(markdown_table(["step", "s", "SNVs/s (1 core)", "peak RSS MB"], rows))
-        print(f"TSV + index bytes/SNV: {r['tsv_bytes_per_snv_with_phred']} with phred, "
-              f"{r['tsv_bytes_per_snv_score_only']} score only")  # fmt: skip
+        print(
+            f"TSV + index bytes/SNV: {r['tsv_bytes_per_snv_with_phred']} with phred, "
+            f"{r['tsv_bytes_per_snv_score_only']} score only"
+        )
     small, large = results[min(args.bases)], results[max(args.bases)]
     for name in ("count", "calibrate", "tsv", "direct"):
         ratio = large[f"{name}_peak_rss_mb"] / small[f"{name}_peak_rss_mb"]
         print(f"peak RSS {name}: x{ratio:.2f} for x{max(args.bases) // min(args.bases)} bases")
-    print("hg38 projection (16 cores, arithmetic from the measured rates):",
-          results["hg38_projection_16_cores_h"])  # fmt: skip
+    print(
+        "hg38 projection (16 cores, arithmetic from the measured rates):",
+        results["hg38_projection_16_cores_h"],
+    )
     write_json(args.json, results, indent=1)
 
 

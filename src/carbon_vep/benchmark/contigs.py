@@ -74,18 +74,28 @@ def run(work: Path, label: str, contigs: dict[str, str], model: Path, **settings
     config["scans"]["g"].update(settings)
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     command = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-        "--directory", str(folder), "--configfile", str(folder / "config.yaml"),
-        "--cores", "2", "results/scans/g/demo/summary.json",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(folder),
+        "--configfile",
+        str(folder / "config.yaml"),
+        "--cores",
+        "2",
+        "results/scans/g/demo/summary.json",
+    ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     done = run_command(command, env=env, cwd=ROOT, check=False)
     if done.returncode:
         sys.exit(f"{label}: snakemake failed\n{done.stderr[-3000:]}")
     wall = done.seconds
-    rules = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):$", done.stdout + done.stderr,
-                       re.MULTILINE)  # fmt: skip
+    rules = re.findall(
+        r"^(?:local)?(?:rule|checkpoint) (\w+):$", done.stdout + done.stderr, re.MULTILINE
+    )
     scan = folder / "results/scans/g/demo"
     outputs = [p for p in scan.rglob("*") if p.is_file()]
     logs = [p for p in (folder / "logs").rglob("*.log")]
@@ -109,8 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None)
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--ungrouped", action="store_true",
-                        help="also the 1,500 contigs with one merge job per contig")  # fmt: skip
+    parser.add_argument(
+        "--ungrouped",
+        action="store_true",
+        help="also the 1,500 contigs with one merge job per contig",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_contigs_"))

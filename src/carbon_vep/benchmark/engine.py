@@ -132,39 +132,71 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
     positions = list(range(30_001, 30_001 + n_bases))
     kmer_ids = loaded.vocab.kmer_ids.tolist()
     return [
-        Workload("one 8,190 bp window: output layer only", 1, len(window), {
-            "ours: 4,096 DNA rows (FNS marginals)":
-                lambda: engine.kmer_base_marginals(engine.dna_log_probs(rows_h, "dna_block")),
-            "ours: chunked full-vocabulary normaliser": lambda: engine.full_logsumexp(rows_h),
-            "reference: full logits + log-softmax":
-                lambda: torch.log_softmax(model.lm_head(rows_h).float(), dim=-1),
-        }),
-        Workload("dense saturation, centered 8 kbp", len(dense), len(dense) * 8192, {
-            "ours (published semantics: full_vocab)":
-                lambda: score_shard(dense_shard, ref, engine, RecipeSettings("centered")),
-            "reference (published approach)":
-                lambda: published.centered_scores(model, tok, prefix, ref, dense, 8192),
-            "ours, 6-mer block normalised (dna_block)":
-                lambda: score_shard(dense_shard, ref, engine, BLOCK["centered"]),
-        }),
-        Workload("sparse ClinVar-like, right-end 24 kbp", len(sparse), len(sparse) * 24_000, {
-            "ours (published semantics: acgt_strings)":
-                lambda: score_shard(sparse_shard, ref, engine, RecipeSettings("nexttoken")),
-            "reference (published approach)":
-                lambda: published.nexttoken_scores(model, tok, prefix, ref, sparse, 24_000),
-            "ours, 6-mer block normalised (dna_block)":
-                lambda: score_shard(sparse_shard, ref, engine, BLOCK["nexttoken"]),
-        }),
-        Workload(f"scan of every SNV, {n_bases} bp, >= {context} bp context", 3 * n_bases,
-                 n_bases, {
-            "ours (scan: one pass per tile)":
-                lambda: scan_region(engine, ref, CHROM, 30_000, 30_000 + n_bases,
-                                    TileSettings(context + 600, context)),
-            "reference (one window per base)":
-                lambda: published.per_base_marginals(model, tok, prefix, kmer_ids, ref, CHROM,
-                                                 positions, context),
-        }),
-    ]  # fmt: skip
+        Workload(
+            "one 8,190 bp window: output layer only",
+            1,
+            len(window),
+            {
+                "ours: 4,096 DNA rows (FNS marginals)": lambda: engine.kmer_base_marginals(
+                    engine.dna_log_probs(rows_h, "dna_block")
+                ),
+                "ours: chunked full-vocabulary normaliser": lambda: engine.full_logsumexp(rows_h),
+                "reference: full logits + log-softmax": lambda: torch.log_softmax(
+                    model.lm_head(rows_h).float(), dim=-1
+                ),
+            },
+        ),
+        Workload(
+            "dense saturation, centered 8 kbp",
+            len(dense),
+            len(dense) * 8192,
+            {
+                "ours (published semantics: full_vocab)": lambda: score_shard(
+                    dense_shard, ref, engine, RecipeSettings("centered")
+                ),
+                "reference (published approach)": lambda: published.centered_scores(
+                    model, tok, prefix, ref, dense, 8192
+                ),
+                "ours, 6-mer block normalised (dna_block)": lambda: score_shard(
+                    dense_shard, ref, engine, BLOCK["centered"]
+                ),
+            },
+        ),
+        Workload(
+            "sparse ClinVar-like, right-end 24 kbp",
+            len(sparse),
+            len(sparse) * 24_000,
+            {
+                "ours (published semantics: acgt_strings)": lambda: score_shard(
+                    sparse_shard, ref, engine, RecipeSettings("nexttoken")
+                ),
+                "reference (published approach)": lambda: published.nexttoken_scores(
+                    model, tok, prefix, ref, sparse, 24_000
+                ),
+                "ours, 6-mer block normalised (dna_block)": lambda: score_shard(
+                    sparse_shard, ref, engine, BLOCK["nexttoken"]
+                ),
+            },
+        ),
+        Workload(
+            f"scan of every SNV, {n_bases} bp, >= {context} bp context",
+            3 * n_bases,
+            n_bases,
+            {
+                "ours (scan: one pass per tile)": lambda: scan_region(
+                    engine,
+                    ref,
+                    CHROM,
+                    30_000,
+                    30_000 + n_bases,
+                    TileSettings(context + 600, context),
+                ),
+                "reference (one window per base)": lambda: published.per_base_marginals(
+                    model, tok, prefix, kmer_ids, ref, CHROM, positions, context
+                ),
+            },
+        ),
+    ]
 
 
 def cpu_rows(reps: int, quick: bool) -> list[Row]:
@@ -175,8 +207,9 @@ def cpu_rows(reps: int, quick: bool) -> list[Row]:
             seconds = median_interleaved(workload.approaches, reps, workload.name)
             for approach, secs in seconds.items():
                 memory = child_peak_mb(quick, index, approach)
-                rows.append(Row(workload.name, approach, workload.n_variants, workload.bp, secs,
-                                memory))  # fmt: skip
+                rows.append(
+                    Row(workload.name, approach, workload.n_variants, workload.bp, secs, memory)
+                )
     return rows
 
 
@@ -184,9 +217,12 @@ def cpu_rows(reps: int, quick: bool) -> list[Row]:
 
 
 def model_rows(
-    device: torch.device, shapes: dict[str, dict], n_windows: int = 32, tokens: int = 1366,
+    device: torch.device,
+    shapes: dict[str, dict],
+    n_windows: int = 32,
+    tokens: int = 1366,
     peak_n: int = 8192,
-) -> list[dict]:  # fmt: skip
+) -> list[dict]:
     """Centered windows (1,366 tokens) through random bf16 models of the given shapes.
 
     FLOPs counted: 2 x (body parameters + output rows used) per token; attention's own
@@ -199,12 +235,19 @@ def model_rows(
     peak = bf16_peak_tflops(device, peak_n, 20)
     results = []
     for name, shape in shapes.items():
-        config = LlamaConfig(vocab_size=155_776, max_position_embeddings=32_768,
-                             tie_word_embeddings=True, **shape)  # fmt: skip
+        config = LlamaConfig(
+            vocab_size=155_776, max_position_embeddings=32_768, tie_word_embeddings=True, **shape
+        )
         model = LlamaForCausalLM(config).to(device, torch.bfloat16).eval()
-        vocab = DnaVocab(k=6, prefix_id=151_669, prefix_token="<dna>",
-                         kmer_ids=torch.arange(151_672, 151_672 + 4096).numpy(), oov_id=151_671,
-                         pad_id=0, vocab_size=155_776)  # fmt: skip
+        vocab = DnaVocab(
+            k=6,
+            prefix_id=151_669,
+            prefix_token="<dna>",
+            kmer_ids=torch.arange(151_672, 151_672 + 4096).numpy(),
+            oov_id=151_671,
+            pad_id=0,
+            vocab_size=155_776,
+        )
         engine = Engine(model, vocab, device, batch_size=8)
         ids = [torch.randint(151_672, 151_672 + 4096, (tokens,)).numpy() for _ in range(n_windows)]
         n_body = sum(p.numel() for n_, p in model.named_parameters() if "embed" not in n_)
@@ -216,12 +259,18 @@ def model_rows(
             head_rows = 155_776 if normalization == "full_vocab" else 4096
             flops = n_tokens * 2 * (n_body + head_rows * shape["hidden_size"])
             allocated = device_peak_gb(device)
-            results.append({
-                "model": name, "normalization": normalization, "tokens_per_s": n_tokens / seconds,
-                "bp_per_s": 6 * n_tokens / seconds, "windows_per_s": n_windows / seconds,
-                "fraction_of_bf16_peak": flops / seconds / 1e12 / peak, "bf16_peak_tflops": peak,
-                "peak_allocated_gb": allocated,
-            })  # fmt: skip
+            results.append(
+                {
+                    "model": name,
+                    "normalization": normalization,
+                    "tokens_per_s": n_tokens / seconds,
+                    "bp_per_s": 6 * n_tokens / seconds,
+                    "windows_per_s": n_windows / seconds,
+                    "fraction_of_bf16_peak": flops / seconds / 1e12 / peak,
+                    "bf16_peak_tflops": peak,
+                    "peak_allocated_gb": allocated,
+                }
+            )
         del model, engine
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -244,11 +293,29 @@ def table(rows: list[Row]) -> str:
         speed = row.variants_per_s / ref.variants_per_s
         memory = ref.peak_mb / max(row.peak_mb, 1.0)
         ratios = ["—", "—"] if row is ref else [f"{speed:.2f}x", f"{memory:.1f}x less"]
-        cells.append([row.workload, row.approach, row.n_variants, f"{row.seconds:.2f}",
-                      f"{row.variants_per_s:.2f}", f"{row.bp_per_s:,.0f}", f"{row.peak_mb:,.0f}",
-                      *ratios])  # fmt: skip
-    header = ["workload", "approach", "variants", "s", "variants/s", "bp/s", "peak MB",
-              "speed vs ref", "memory vs ref"]  # fmt: skip
+        cells.append(
+            [
+                row.workload,
+                row.approach,
+                row.n_variants,
+                f"{row.seconds:.2f}",
+                f"{row.variants_per_s:.2f}",
+                f"{row.bp_per_s:,.0f}",
+                f"{row.peak_mb:,.0f}",
+                *ratios,
+            ]
+        )
+    header = [
+        "workload",
+        "approach",
+        "variants",
+        "s",
+        "variants/s",
+        "bp/s",
+        "peak MB",
+        "speed vs ref",
+        "memory vs ref",
+    ]
     return markdown_table(header, cells)
 
 

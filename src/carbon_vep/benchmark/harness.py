@@ -94,10 +94,12 @@ def run_command(
         seconds = time.perf_counter() - began
         peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else 0.0
     if check and done.returncode:
-        raise StepFailed(f"{' '.join(map(str, argv))[:200]} exited {done.returncode}:\n"
-                         f"{done.stderr[-3000:]}")  # fmt: skip
-    return Measured(seconds, peak, stdout=done.stdout, stderr=done.stderr,
-                    returncode=done.returncode)  # fmt: skip
+        raise StepFailed(
+            f"{' '.join(map(str, argv))[:200]} exited {done.returncode}:\n{done.stderr[-3000:]}"
+        )
+    return Measured(
+        seconds, peak, stdout=done.stdout, stderr=done.stderr, returncode=done.returncode
+    )
 
 
 def run_step(

@@ -51,9 +51,12 @@ def make_tokenizer(folder: Path) -> HybridDNATokenizer:
 
 
 def train(
-    genome: str, tokenizer: HybridDNATokenizer, rng: random.Random, steps: int = 150,
+    genome: str,
+    tokenizer: HybridDNATokenizer,
+    rng: random.Random,
+    steps: int = 150,
     device: str = "cpu",
-) -> LlamaForCausalLM:  # fmt: skip
+) -> LlamaForCausalLM:
     vocab = dna_vocab(tokenizer)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -97,8 +100,14 @@ def build_world(folder: Path, steps: int = 150, device: str = "cpu") -> dict:
     train(genome, tokenizer, rng, steps, device).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     fasta = write_fasta(folder / "genome.fa", {"chrS": genome})
-    return {"model": model_dir, "fasta": fasta, "genome": genome, "motif": motif,
-            "starts": starts, "folder": folder}  # fmt: skip
+    return {
+        "model": model_dir,
+        "fasta": fasta,
+        "genome": genome,
+        "motif": motif,
+        "starts": starts,
+        "folder": folder,
+    }
 
 
 def background_positions(starts: list[int], margin: int) -> list[int]:

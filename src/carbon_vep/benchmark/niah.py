@@ -66,8 +66,15 @@ def build(work: Path, ctx: int, rows: int) -> tuple[Path, Path]:
     from carbon_vep.model.demo import build_demo_model
     from carbon_vep.suite.niah_build import CellSpec, write_cell
 
-    model = build_demo_model(work / "model", hidden_size=256, num_layers=4, num_heads=4,
-                             num_kv_heads=2, intermediate_size=704, seed=1)  # fmt: skip
+    model = build_demo_model(
+        work / "model",
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=704,
+        seed=1,
+    )
     cell = work / "cell.parquet"
     write_cell(CellSpec("neardup_d2", ctx, rows, seed=7), FASTA, cell)
     return model, cell
@@ -102,16 +109,28 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model, cell = build(Path(tmp), args.ctx, args.rows)
         pair = Pair("NIAH cell", measure("ours", model, cell), measure("three_pass", model, cell))
-    result = {"ctx_tokens": args.ctx, "rows": args.rows, **compare(pair.ours, pair.reference),
-              "speedup": round(pair.speedup, 2)}  # fmt: skip
+    result = {
+        "ctx_tokens": args.ctx,
+        "rows": args.rows,
+        **compare(pair.ours, pair.reference),
+        "speedup": round(pair.speedup, 2),
+    }
     for key, measured in (("ours", pair.ours), ("three_pass", pair.reference)):
         result[f"{key}_s"] = round(measured.seconds, 2)
         result[f"{key}_rows_per_s"] = round(args.rows / measured.seconds, 3)
         result[f"{key}_peak_rss_mb"] = round(measured.peak_rss_mb)
-    cells = [[label, result[f"{key}_s"], result[f"{key}_rows_per_s"],
-              f"{result[f'{key}_peak_rss_mb']:,}"]
-             for label, key in (("one prefill (ours)", "ours"),
-                                ("three passes (published)", "three_pass"))]  # fmt: skip
+    cells = [
+        [
+            label,
+            result[f"{key}_s"],
+            result[f"{key}_rows_per_s"],
+            f"{result[f'{key}_peak_rss_mb']:,}",
+        ]
+        for label, key in (
+            ("one prefill (ours)", "ours"),
+            ("three passes (published)", "three_pass"),
+        )
+    ]
     print(markdown_table(["approach", "wall s", "rows/s", "peak RSS MB"], cells))
     summary = f"{args.rows} rows of {args.ctx:,} tokens: x{result['speedup']} less wall time"
     print(f"\n{summary}; identical predictions, LLs within {result['max_ll_difference']:.1e}")

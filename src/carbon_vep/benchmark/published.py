@@ -41,9 +41,13 @@ def window_mean_ll(model: Any, tokenizer: Any, prefix: str, seq: str) -> float:
 
 
 def centered_scores(
-    model: Any, tokenizer: Any, prefix: str, reference: Reference,
-    variants: list[tuple[str, int, str, str]], window_bp: int = 8192,
-) -> list[float]:  # fmt: skip
+    model: Any,
+    tokenizer: Any,
+    prefix: str,
+    reference: Reference,
+    variants: list[tuple[str, int, str, str]],
+    window_bp: int = 8192,
+) -> list[float]:
     """score = -(LL(alt window) - LL(ref window)); both windows scored for every variant."""
     scores = []
     flank = window_bp // 2
@@ -61,9 +65,13 @@ def centered_scores(
 
 
 def nexttoken_scores(
-    model: Any, tokenizer: Any, prefix: str, reference: Reference,
-    variants: list[tuple[str, int, str, str]], context_bp: int = 24_000,
-) -> list[float]:  # fmt: skip
+    model: Any,
+    tokenizer: Any,
+    prefix: str,
+    reference: Reference,
+    variants: list[tuple[str, int, str, str]],
+    context_bp: int = 24_000,
+) -> list[float]:
     """log P(ref)/P(alt) from the full softmax summed over every pure-ACGT vocabulary string."""
     first_base = {b: [] for b in "ACGT"}
     for string, idx in tokenizer.get_vocab().items():
@@ -81,9 +89,15 @@ def nexttoken_scores(
 
 
 def per_base_marginals(
-    model: Any, tokenizer: Any, prefix: str, kmer_ids: list[int], reference: Reference,
-    chrom: str, positions: list[int], context_bp: int,
-) -> list[np.ndarray]:  # fmt: skip
+    model: Any,
+    tokenizer: Any,
+    prefix: str,
+    kmer_ids: list[int],
+    reference: Reference,
+    chrom: str,
+    positions: list[int],
+    context_bp: int,
+) -> list[np.ndarray]:
     """One full forward per base: FNS first-base marginal (6-mer block softmax) after its left
     context trimmed to whole 6-mers — the per-variant way to score every SNV of a region."""
     out = []
@@ -160,10 +174,11 @@ def per_item_sequence_scores(
     def work(batch_index):
         hidden, lengths = engine.hidden_states([encoded[i] for i in batch_index])
         return [
-            _per_item_terms(engine, hidden[row, : n - 1], encoded[i][1:], codes[i], kind,
-                            normalization)
+            _per_item_terms(
+                engine, hidden[row, : n - 1], encoded[i][1:], codes[i], kind, normalization
+            )
             for row, (n, i) in enumerate(zip(lengths, batch_index, strict=True))
-        ]  # fmt: skip
+        ]
 
     return engine.run_batched(range(len(sequences)), work, [len(e) for e in encoded])
 
@@ -187,13 +202,16 @@ def per_item_window_group(
     cache = DynamicCache(config=engine.model.config)
     prefix, cache = engine.forward(torch.as_tensor(ref_ids[None, :split]), cache=cache)
     prefix = prefix[0]
-    shared = _per_item_terms(engine, prefix[:-1], ref_ids[1:split], ref_codes[: split - 1],
-                             kind, normalization)  # fmt: skip
-    ref_suffix, _ = engine.forward(torch.as_tensor(ref_ids[None, split:]),
-                                    cache=copy.deepcopy(cache))  # fmt: skip
+    shared = _per_item_terms(
+        engine, prefix[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
+    )
+    ref_suffix, _ = engine.forward(
+        torch.as_tensor(ref_ids[None, split:]), cache=copy.deepcopy(cache)
+    )
     rows = torch.cat([prefix[-1:], ref_suffix[0, :-1]])
-    own = _per_item_terms(engine, rows, ref_ids[split:], ref_codes[split - 1 :], kind,
-                          normalization)  # fmt: skip
+    own = _per_item_terms(
+        engine, rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization
+    )
     ref_score = (shared[0] + own[0], shared[1] + own[1])
     cache.batch_repeat_interleave(len(alts))
     alt_suffix, _ = engine.forward(torch.as_tensor(alt_ids[:, split:]), cache=cache)
@@ -233,8 +251,15 @@ def per_tile_scan_batches(
 
     lengths = [t.end - t.start for _, t in cut]
     tokens = [n // engine.k + 1 for n in lengths]
-    batches = in_batches(cut, work, engine.batch_size, engine.device, tokens=tokens,
-                         batch_tokens=engine.batch_tokens, keys=lengths)  # fmt: skip
+    batches = in_batches(
+        cut,
+        work,
+        engine.batch_size,
+        engine.device,
+        tokens=tokens,
+        batch_tokens=engine.batch_tokens,
+        keys=lengths,
+    )
     for _, values in batches:
         yield values
 
@@ -263,8 +288,9 @@ def per_tile_scan_chunk(engine: Any, reference: Reference, cut: list, writer: An
             seq = reference.fetch(chrom, tile.start, tile.end)
             lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
             marginal, conditional = (v[:, to_acgt] for v in value)
-            frames.append(_base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k,
-                                      log=True))  # fmt: skip
+            frames.append(
+                _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, engine.k, log=True)
+            )
         frame = pl.concat(frames)
         writer.write(frame)
         written += frame.height

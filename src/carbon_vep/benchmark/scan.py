@@ -51,19 +51,46 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
         folder = work / f"scan_{tile_bp}_{chunk_bp}"
         folder.mkdir(exist_ok=True)
         plan_path = folder / "plan.json"
-        _run("plan-scan", "--reference", str(LAMBDA), "--regions", "all", "--tile-bp",
-             str(tile_bp), "--min-context", str(min_context), "--chunk-bp", str(chunk_bp),
-             "--out", str(plan_path))  # fmt: skip
+        _run(
+            "plan-scan",
+            "--reference",
+            str(LAMBDA),
+            "--regions",
+            "all",
+            "--tile-bp",
+            str(tile_bp),
+            "--min-context",
+            str(min_context),
+            "--chunk-bp",
+            str(chunk_bp),
+            "--out",
+            str(plan_path),
+        )
         plan = json.loads(plan_path.read_text())
         stats, peaks, walls = [], [], []
         for index in range(len(plan["chunks"])):
             wall, peak = _run(
-                "scan-chunk", "--plan", str(plan_path), "--chunk", str(index), "--reference",
-                str(LAMBDA), "--model", str(model), "--trust-remote-code", "--dtype", "float32",
-                "--device", "cpu",
-                "--batch-size", "4", "--out", str(folder / f"chunk_{index:05d}.parquet"),
-                "--stats", str(folder / f"chunk_{index:05d}.json"),
-            )  # fmt: skip
+                "scan-chunk",
+                "--plan",
+                str(plan_path),
+                "--chunk",
+                str(index),
+                "--reference",
+                str(LAMBDA),
+                "--model",
+                str(model),
+                "--trust-remote-code",
+                "--dtype",
+                "float32",
+                "--device",
+                "cpu",
+                "--batch-size",
+                "4",
+                "--out",
+                str(folder / f"chunk_{index:05d}.parquet"),
+                "--stats",
+                str(folder / f"chunk_{index:05d}.json"),
+            )
             stats.append(json.loads((folder / f"chunk_{index:05d}.json").read_text()))
             peaks.append(peak)
             walls.append(wall)
@@ -106,8 +133,9 @@ def merge(work: Path, chunks: list[str]) -> dict:
             meta = counts_meta({"model": "demo"}, decimals, None)
             stats = merge_group(chunks, ["NC_001416.1"], parquet, counts, meta, reference, None)
             calibration = Calibration.build(*read_counts([counts])[:2], meta, 100)
-            written = write_tsv(parquet, ["NC_001416.1"], tsv, {"model": "demo"}, calibration,
-                                reference)  # fmt: skip
+            written = write_tsv(
+                parquet, ["NC_001416.1"], tsv, {"model": "demo"}, calibration, reference
+            )
             snvs = stats["snvs"]
             bases = pl.read_parquet(parquet)
             x = snv_rows(bases)["score"].to_numpy().astype(np.float64)

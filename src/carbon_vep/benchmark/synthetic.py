@@ -43,12 +43,17 @@ def write_synthetic_scan(
     for lo in range(0, bases, step):
         hi = min(lo + step, bases)
         logs = np.log(rng.dirichlet(np.ones(4), hi - lo)).astype(np.float16)
-        frame = pl.DataFrame({
-            "chrom": [contig] * (hi - lo), "pos": np.arange(lo, hi) + 1, "ref": seq[lo:hi],
-            "context_bp": np.minimum(np.arange(lo, hi), 24_000), "phase": np.arange(lo, hi) % 6,
-            **{f"log_fns_{b}": logs[:, i] for i, b in enumerate("ACGT")},
-            **{f"log_cond_{b}": logs[:, i] for i, b in enumerate("ACGT")},
-        })  # fmt: skip
+        frame = pl.DataFrame(
+            {
+                "chrom": [contig] * (hi - lo),
+                "pos": np.arange(lo, hi) + 1,
+                "ref": seq[lo:hi],
+                "context_bp": np.minimum(np.arange(lo, hi), 24_000),
+                "phase": np.arange(lo, hi) % 6,
+                **{f"log_fns_{b}": logs[:, i] for i, b in enumerate("ACGT")},
+                **{f"log_cond_{b}": logs[:, i] for i, b in enumerate("ACGT")},
+            }
+        )
         writer.write(frame.cast({"context_bp": pl.Int32, "phase": pl.UInt8}))
     writer.close()
     return seq

@@ -60,8 +60,9 @@ def step_whole(folder: str) -> dict:
         keep = ~np.isnan(values[track.name])
         starts, kept = pos[keep].tolist(), values[track.name][keep].astype(np.float64).tolist()
         entries = [("chrS", s, s + 1, v) for s, v in zip(starts, kept, strict=True)]
-        pybigtools.open(str(out / f"{track.name}.bw"), "w").write(dict(chrom_sizes(record)),
-                                                                  entries)  # fmt: skip
+        pybigtools.open(str(out / f"{track.name}.bw"), "w").write(
+            dict(chrom_sizes(record)), entries
+        )
     return {}
 
 
@@ -79,11 +80,16 @@ def make_scan(folder: Path, bases: int) -> None:
     (scan / "positions").mkdir(parents=True)
     shutil.move(folder / "positions.parquet", scan / "positions" / "chrS.parquet")
     shutil.move(folder / "calibration", scan / "calibration")
-    record = {"layout": 2, "build": "synthetic", "scan": "bench", "model": "synthetic",
-              "reference": str(folder / "genome.fa"), "group_bp": 10_000_000,
-              "files": [{"name": "chrS", "contigs": ["chrS"]}],
-              "contigs": {"chrS": {"file": "chrS", "length": bases,
-                                   "scored_bp": bases}}}  # fmt: skip
+    record = {
+        "layout": 2,
+        "build": "synthetic",
+        "scan": "bench",
+        "model": "synthetic",
+        "reference": str(folder / "genome.fa"),
+        "group_bp": 10_000_000,
+        "files": [{"name": "chrS", "contigs": ["chrS"]}],
+        "contigs": {"chrS": {"file": "chrS", "length": bases, "scored_bp": bases}},
+    }
     (scan / "scan.json").write_text(json.dumps(record))
 
 
@@ -104,6 +110,32 @@ def same_values(folder: Path, bases: int) -> None:
             np.testing.assert_array_equal(a, b, err_msg=path.name)
 
 
+def _size_table(rows: list[dict]) -> str:
+    """The measured sizes as a Markdown table."""
+    header = [
+        "bases",
+        "ours s",
+        "whole s",
+        "bases/s (1 core)",
+        "peak RSS MB ours / whole",
+        "bigWig B/base",
+        "Parquet B/base",
+    ]
+    cells = [
+        [
+            f"{r['bases']:,}",
+            r["ours_s"],
+            r["whole_s"],
+            f"{r['bases_per_s']:,}",
+            f"{r['ours_peak_rss_mb']:,} / {r['whole_peak_rss_mb']:,}",
+            r["bigwig_bytes_per_base"],
+            r["parquet_bytes_per_base"],
+        ]
+        for r in rows
+    ]
+    return markdown_table(header, cells)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bases", type=int, nargs=2, default=[1_000_000, 4_000_000])
@@ -118,19 +150,19 @@ def main(argv: list[str] | None = None) -> None:
             same_values(folder, bases)
             parquet = (folder / "scan/positions/chrS.parquet").stat().st_size
             bigwig = sum(p.stat().st_size for p in (folder / "ours").glob("*.bw"))
-            rows.append({"bases": bases, "ours_s": round(ours["s"], 2),
-                         "whole_s": round(whole["s"], 2),
-                         "ours_peak_rss_mb": round(ours["peak_rss_mb"]),
-                         "whole_peak_rss_mb": round(whole["peak_rss_mb"]),
-                         "bases_per_s": round(bases / ours["s"]),
-                         "bigwig_bytes_per_base": round(bigwig / bases, 2),
-                         "parquet_bytes_per_base": round(parquet / bases, 2)})  # fmt: skip
-    header = ["bases", "ours s", "whole s", "bases/s (1 core)", "peak RSS MB ours / whole",
-              "bigWig B/base", "Parquet B/base"]  # fmt: skip
-    cells = [[f"{r['bases']:,}", r["ours_s"], r["whole_s"], f"{r['bases_per_s']:,}",
-              f"{r['ours_peak_rss_mb']:,} / {r['whole_peak_rss_mb']:,}",
-              r["bigwig_bytes_per_base"], r["parquet_bytes_per_base"]] for r in rows]  # fmt: skip
-    print(markdown_table(header, cells))
+            rows.append(
+                {
+                    "bases": bases,
+                    "ours_s": round(ours["s"], 2),
+                    "whole_s": round(whole["s"], 2),
+                    "ours_peak_rss_mb": round(ours["peak_rss_mb"]),
+                    "whole_peak_rss_mb": round(whole["peak_rss_mb"]),
+                    "bases_per_s": round(bases / ours["s"]),
+                    "bigwig_bytes_per_base": round(bigwig / bases, 2),
+                    "parquet_bytes_per_base": round(parquet / bases, 2),
+                }
+            )
+    print(_size_table(rows))
     small, large = rows[0], rows[-1]
     growth = large["bases"] / small["bases"]
     ratio = {k: large[f"{k}_peak_rss_mb"] / small[f"{k}_peak_rss_mb"] for k in ("ours", "whole")}

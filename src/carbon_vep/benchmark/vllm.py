@@ -41,8 +41,15 @@ def build_inputs(work: Path, ctx: int, rows: int, prompts: int) -> tuple[Path, P
     from carbon_vep.model.demo import build_demo_model
     from carbon_vep.suite.niah_build import CellSpec, write_cell
 
-    model = build_demo_model(work / "model", hidden_size=192, num_layers=2, num_heads=2,
-                             num_kv_heads=1, intermediate_size=256, seed=5)  # fmt: skip
+    model = build_demo_model(
+        work / "model",
+        hidden_size=192,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=256,
+        seed=5,
+    )
     cell = work / "cell.parquet"
     write_cell(CellSpec("neardup_d2", ctx, rows, seed=3), FASTA, cell)
     rng = np.random.default_rng(4)
@@ -52,16 +59,34 @@ def build_inputs(work: Path, ctx: int, rows: int, prompts: int) -> tuple[Path, P
     return model, cell, table
 
 
-def task_command(launcher: list[str], engine: str, task: str, inputs: Path, model: Path,
-                 out: Path, *extra: str) -> list[str]:  # fmt: skip
+def task_command(
+    launcher: list[str], engine: str, task: str, inputs: Path, model: Path, out: Path, *extra: str
+) -> list[str]:
     """A generation task's job (`score-niah` for task niah, else `score-recovery`) on one
     engine, its metrics beside `out`; `launcher`: the carbon-vep command of an environment."""
     command = "score-niah" if task == "niah" else "score-recovery"
     times = ["--times", str(times_path(out))] if task == "niah" else []
-    return [*launcher, command, "--tasks-file", str(inputs), "--model", str(model),
-            "--trust-remote-code", "--engine", engine, "--task", task, "--model-key", "m",
-            "--out", str(out), "--metrics", str(out.with_suffix(".json")), *times,
-            *extra]  # fmt: skip
+    return [
+        *launcher,
+        command,
+        "--tasks-file",
+        str(inputs),
+        "--model",
+        str(model),
+        "--trust-remote-code",
+        "--engine",
+        engine,
+        "--task",
+        task,
+        "--model-key",
+        "m",
+        "--out",
+        str(out),
+        "--metrics",
+        str(out.with_suffix(".json")),
+        *times,
+        *extra,
+    ]
 
 
 def times_path(out: Path) -> Path:
@@ -86,14 +111,19 @@ def compare_niah(ours: pl.DataFrame, theirs: pl.DataFrame) -> dict:
     the same flags, and the likelihoods' largest and median absolute differences."""
     if ours["uid"].to_list() != theirs["uid"].to_list():
         raise ValueError("the two engines scored different rows")
-    same = {c: float((ours[c] == theirs[c]).mean()) for c in ("pred", "gen_exact_match",
-                                                            "ll_correct")}  # fmt: skip
+    same = {
+        c: float((ours[c] == theirs[c]).mean()) for c in ("pred", "gen_exact_match", "ll_correct")
+    }
     diffs = np.concatenate(
         [np.abs(ours[c].to_numpy() - theirs[c].to_numpy()) for c in ("target_ll", "negative_ll")]
     )
-    return {"same_pred": same["pred"], "same_exact_match": same["gen_exact_match"],
-            "same_ll_correct": same["ll_correct"], "max_ll_difference": float(diffs.max()),
-            "median_ll_difference": float(np.median(diffs))}  # fmt: skip
+    return {
+        "same_pred": same["pred"],
+        "same_exact_match": same["gen_exact_match"],
+        "same_ll_correct": same["ll_correct"],
+        "max_ll_difference": float(diffs.max()),
+        "median_ll_difference": float(np.median(diffs)),
+    }
 
 
 def same_answers(task: str, ours: Path, theirs: Path) -> dict:
@@ -124,11 +154,15 @@ def main(argv: list[str] | None = None) -> None:
             theirs = run_task(VLLM_EXE, "vllm", task, inputs, model, work / f"{task}_v.parquet")
             pair = Pair(task, ours, theirs)
             check = same_answers(task, work / f"{task}_t.parquet", work / f"{task}_v.parquet")
-            results[task] = {"rows": n, **check, "transformers_s": round(ours.seconds, 2),
-                             "vllm_s": round(theirs.seconds, 2),
-                             "transformers_peak_rss_mb": round(ours.peak_rss_mb),
-                             "vllm_peak_rss_mb": round(theirs.peak_rss_mb),
-                             "vllm_speedup": round(1 / pair.speedup, 3)}  # fmt: skip
+            results[task] = {
+                "rows": n,
+                **check,
+                "transformers_s": round(ours.seconds, 2),
+                "vllm_s": round(theirs.seconds, 2),
+                "transformers_peak_rss_mb": round(ours.peak_rss_mb),
+                "vllm_peak_rss_mb": round(theirs.peak_rss_mb),
+                "vllm_speedup": round(1 / pair.speedup, 3),
+            }
             for engine, measured in (("transformers", ours), ("vllm", theirs)):
                 times = job_times(work / f"{task}_{engine[0]}.parquet")  # NIAH jobs write them
                 for key in ("start_s", "score_s"):
@@ -136,13 +170,34 @@ def main(argv: list[str] | None = None) -> None:
                         results[task][f"{engine}_{key}"] = times[key]
                 scoring = f"{n / times['score_s']:.2f}" if times.get("score_s") else "—"
                 wall = f"{n / measured.seconds:.2f}"
-                cells.append([task, engine, n, f"{measured.seconds:.1f}", wall, scoring,
-                              f"{measured.peak_rss_mb:,.0f}"])  # fmt: skip
+                cells.append(
+                    [
+                        task,
+                        engine,
+                        n,
+                        f"{measured.seconds:.1f}",
+                        wall,
+                        scoring,
+                        f"{measured.peak_rss_mb:,.0f}",
+                    ]
+                )
             if task == "niah":
                 parameters = json.loads((work / "niah_v.json").read_text())["parameters"]
                 results[task]["vllm_prefix_cache"] = parameters.get("prefix_cache")
-    print(markdown_table(["task", "engine", "rows", "wall s (start-up included)", "rows/s",
-                          "rows/s scoring alone", "peak RSS MB"], cells))  # fmt: skip
+    print(
+        markdown_table(
+            [
+                "task",
+                "engine",
+                "rows",
+                "wall s (start-up included)",
+                "rows/s",
+                "rows/s scoring alone",
+                "peak RSS MB",
+            ],
+            cells,
+        )
+    )
     for task, r in results.items():
         within = f", LLs within {r['max_ll_difference']:.1e}" if "max_ll_difference" in r else ""
         print(f"{task}: identical predictions {r['identical_predictions']}{within}")

@@ -43,11 +43,25 @@ def add_build_niah(sub) -> None:
 def build_niah(args: argparse.Namespace) -> None:
     from carbon_vep.suite.niah_build import CellSpec, write_cell
 
-    spec = CellSpec(args.task, args.ctx, args.rows, args.seed, args.key_bp, args.value_bp,
-                    args.distractors, haystack=args.haystack)  # fmt: skip
+    spec = CellSpec(
+        args.task,
+        args.ctx,
+        args.rows,
+        args.seed,
+        args.key_bp,
+        args.value_bp,
+        args.distractors,
+        haystack=args.haystack,
+    )
     n = write_cell(spec, args.reference, args.out)
-    log.info("%s: %d rows of %s at %d tokens, %s haystacks", args.out, n, args.task, args.ctx,
-             spec.haystack_mode)  # fmt: skip
+    log.info(
+        "%s: %d rows of %s at %d tokens, %s haystacks",
+        args.out,
+        n,
+        args.task,
+        args.ctx,
+        spec.haystack_mode,
+    )
 
 
 def _add_cell_task(p: argparse.ArgumentParser) -> None:

@@ -45,9 +45,11 @@ def add_html_report(sub) -> None:
     p.add_argument("--results-table", default=None, help="results_table.parquet of the run")
     p.add_argument("--results-table-md", default=None, help="results_table.md of the run")
     p.add_argument(
-        "--scan", action="append", default=[],
+        "--scan",
+        action="append",
+        default=[],
         help="a scan's output folder (summary.json, calibration/): its calibration is shown",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--published-niah",
         help="published Genomic-NIAH exact match (baselines/published_niah.yaml), drawn beside "
@@ -140,10 +142,17 @@ def add_export_tracks(sub) -> None:
     )
     p.add_argument("--scan", required=True, help="a scan's output folder (scans/<scan>/<model>)")
     p.add_argument("--out", required=True, help="the tracks folder (written)")
-    p.add_argument("--track", action="append", default=None,
-                   help="write only this track's bigWig (repeatable; no hub)")  # fmt: skip
-    p.add_argument("--hub-only", action="store_true",
-                   help="only the hub and IGV files, beside bigWigs already written")  # fmt: skip
+    p.add_argument(
+        "--track",
+        action="append",
+        default=None,
+        help="write only this track's bigWig (repeatable; no hub)",
+    )
+    p.add_argument(
+        "--hub-only",
+        action="store_true",
+        help="only the hub and IGV files, beside bigWigs already written",
+    )
     p.add_argument("--email", default=None, help="contact in the hub's hub.txt")
     p.add_argument(
         "--reference-mode",
@@ -163,8 +172,12 @@ def export_tracks(args: argparse.Namespace) -> None:
         log.info("%s: %s", args.out, ", ".join(f"{name}.bw" for name in written))
     if args.hub_only or args.track is None:
         summary = write_hub(args.scan, args.out, args.email or HUB_EMAIL, args.reference_mode)
-        log.info("%s: hub.txt, igv_session.xml, igv.json for %d tracks (%s bytes of bigWig)",
-                 args.out, len(summary["tracks"]), f"{summary['bigwig_bytes']:,}")  # fmt: skip
+        log.info(
+            "%s: hub.txt, igv_session.xml, igv.json for %d tracks (%s bytes of bigWig)",
+            args.out,
+            len(summary["tracks"]),
+            f"{summary['bigwig_bytes']:,}",
+        )
 
 
 def add_doc_tables(sub) -> None:

@@ -57,9 +57,11 @@ def add_plan_scan(sub) -> None:
     p = sub.add_parser("plan-scan", help="split a scan's regions into chunks (one job each)")
     p.add_argument("--reference", required=True)
     p.add_argument(
-        "--regions", nargs="+", required=True,
+        "--regions",
+        nargs="+",
+        required=True,
         help="`all`, contig names, CHROM:START-END (1-based inclusive) or BED files",
-    )  # fmt: skip
+    )
     add_flags(p, TileSettings, ScanChunkSettings)
     p.add_argument("--model", action="append", default=[], help="KEY=PATH, for the estimates")
     p.add_argument("--title", default="scan")
@@ -97,7 +99,7 @@ def add_scan_chunk(sub) -> None:
 
 def scan_chunk(args: argparse.Namespace) -> None:
     """One chunk of a scan plan, streamed to Parquet row groups."""
-    from carbon_vep.scan.outputs import BaseWriter, read_json
+    from carbon_vep.scan.outputs import read_json
     from carbon_vep.scan.plan import chunk_pieces
 
     (model,) = from_args(args, ModelSettings)
@@ -106,16 +108,10 @@ def scan_chunk(args: argparse.Namespace) -> None:
     pieces = chunk_pieces(plan, args.chunk)
     engine = load_engine(model, f"{args.plan} chunk {args.chunk}")
     from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.tiles import scan_chunk
+    from carbon_vep.scan.tiles import scan_chunk_file
 
-    writer = BaseWriter(args.out)
-    try:
-        with open_reference(args.reference) as reference:
-            stats = scan_chunk(engine, reference, pieces, tiles, writer, f"chunk {args.chunk}")
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
+    with open_reference(args.reference) as reference:
+        stats = scan_chunk_file(engine, reference, pieces, tiles, args.out, f"chunk {args.chunk}")
     atomic.write_json({"chunk": args.chunk, **stats}, args.stats)
     log.info("chunk %d: %d bases in %.1f s", args.chunk, stats["bases"], stats["wall_s"])
 
@@ -140,31 +136,23 @@ def merge_scan(args: argparse.Namespace) -> None:
     """The rows of one output file's contigs in the chunks -> its Parquet file and counts."""
     from carbon_vep.genome.reference import open_reference
     from carbon_vep.scan.calibrate import counts_meta
-    from carbon_vep.scan.outputs import merge_group, read_json
+    from carbon_vep.scan.outputs import merge_plan_file, read_json
     from carbon_vep.scan.plan import plan_file
 
     chunks, calibration = from_args(args, ScanChunkSettings, CalibrationSettings)
     entry = plan_file(read_json(args.plan), args.file)
     meta = counts_meta(pairs(args.provenance), chunks.tsv_decimals, calibration.neutral_regions)
     with open_reference(args.reference) as reference:
-        neutral = _neutral_regions(calibration.neutral_regions, reference.lengths)
-        stats = merge_group(args.chunks, entry["contigs"], args.out_parquet, args.out_counts,
-                            meta, reference, neutral)  # fmt: skip
-    if stats["bases"] != entry["scored_bp"]:
-        raise ValueError(f"{args.file}: the chunks hold {stats['bases']} bases of its contigs; "
-                         f"the plan scores {entry['scored_bp']}")  # fmt: skip
-    stats.pop("bases_per_contig")
+        stats = merge_plan_file(
+            entry,
+            args.chunks,
+            args.out_parquet,
+            args.out_counts,
+            meta,
+            reference,
+            calibration.neutral_regions,
+        )
     log.info("merged %s: %s", args.file, stats)
-
-
-def _neutral_regions(bed: str | None, lengths: dict[str, int]):
-    """The neutral BED's intervals on the reference's contigs (aliases as for scan regions)."""
-    if bed is None:
-        return None
-    from carbon_vep.scan.plan import resolve_targets
-    from carbon_vep.scan.snvs import NeutralRegions
-
-    return NeutralRegions(resolve_targets([bed], lengths))
 
 
 def add_calibrate_scan(sub) -> None:
@@ -215,8 +203,15 @@ def write_scan_tsv(args: argparse.Namespace) -> None:
     calibration = Calibration.read(args.calibration)
     calibration.check_fingerprint(provenance, args.calibration)
     with open_reference(args.reference) as reference:
-        stats = write_tsv(args.parquet, entry["contigs"], args.out_tsv, provenance, calibration,
-                          reference, settings.tsv_calibrated)  # fmt: skip
+        stats = write_tsv(
+            args.parquet,
+            entry["contigs"],
+            args.out_tsv,
+            provenance,
+            calibration,
+            reference,
+            settings.tsv_calibrated,
+        )
     log.info("wrote %s: %s", args.out_tsv, stats)
 
 
@@ -229,9 +224,11 @@ def add_summarize_scan(sub) -> None:
     p.add_argument("--calibration", required=True, help="the scan's calibration folder")
     p.add_argument("--title", default="scan")
     p.add_argument(
-        "--provenance", action="append", default=[],
+        "--provenance",
+        action="append",
+        default=[],
         help="KEY=VALUE or JSON: the scan's build, model, ... (recorded in --out-record)",
-    )  # fmt: skip
+    )
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-md", required=True)
     p.add_argument("--out-record", default=None, help="scan.json: what annotate reads")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import polars as pl
 
@@ -19,7 +18,6 @@ from carbon_vep.config.stages import (
     RecipeSettings,
     ShardSettings,
 )
-from carbon_vep.errors import InputError
 from carbon_vep.model.job import load_engine
 
 
@@ -120,15 +118,17 @@ def add_annotate(sub) -> None:
     p.add_argument("--scan", required=True, help="a scan's output folder (holds scan.json)")
     p.add_argument("--panel", default=None, help="VCF/BCF, Parquet, TSV or CSV (ingested)")
     p.add_argument(
-        "--reference", default=None,
+        "--reference",
+        default=None,
         help="the panel's reference for the checks (default: the scan's, from its scan.json)",
-    )  # fmt: skip
+    )
     p.add_argument("--checked", default=None, help="or: a checked panel (check-panel --out)")
     p.add_argument(
-        "--calibration", default=None,
+        "--calibration",
+        default=None,
         help="the calibration folder whose PHRED and context means to use (default: the scan's "
         "own, SCAN/calibration; another must be of the same model and settings)",
-    )  # fmt: skip
+    )
     add_flags(p, PanelSettings, LabelSettings)
     p.set_defaults(build=None)  # the scan's build unless given (and then it must agree)
     for action in p._actions:
@@ -141,39 +141,24 @@ def add_annotate(sub) -> None:
 def annotate(args: argparse.Namespace) -> None:
     """A panel scored by lookup in a scan's outputs: no model. The scan's build and reference
     are used unless given; a `--build` of another assembly is refused."""
-    from carbon_vep.scoring.annotate import (
-        annotate_panel,
-        check_reference,
-        read_scan,
-        resolve_build,
-    )
+    from carbon_vep.scoring.annotate import annotate_panel, checked_panel, read_scan, resolve_build
 
     record = read_scan(args.scan)
     args.build = resolve_build(record, args.build, args.scan)
-    if args.checked:  # the workflow's check_panel output
-        checked = pl.read_parquet(args.checked)
-    elif args.panel:
-        from carbon_vep.genome.reference import open_reference
-        from carbon_vep.variants.ingest import ingest_panel
-
-        panel, labels = from_args(args, PanelSettings, LabelSettings)
-        reference_path = args.reference or record["reference"]
-        if not Path(reference_path).is_file():
-            raise InputError(reference_path, "the scan's reference is not there any more; give "
-                             "--reference (the same genome)")  # fmt: skip
-        with open_reference(reference_path) as reference:
-            if args.reference:
-                check_reference(record, reference.lengths, args.reference)
-            checked, _ = ingest_panel(args.panel, reference, panel, labels)
-    else:
-        raise InputError("command line", "annotate needs --panel (or --checked)")
+    settings = from_args(args, PanelSettings, LabelSettings)
+    checked = checked_panel(record, args.checked, args.panel, args.reference, settings)
     began = time.monotonic()
     annotated = annotate_panel(checked, args.scan, args.reference, args.calibration)
     took = time.monotonic() - began
     atomic.write_parquet(annotated, args.out)
     counts = dict(annotated.group_by("status").len().sort("status").iter_rows())
-    log.info("annotated %d rows in %.2f s (lookup; build %s): %s", annotated.height, took,
-             args.build, counts)  # fmt: skip
+    log.info(
+        "annotated %d rows in %.2f s (lookup; build %s): %s",
+        annotated.height,
+        took,
+        args.build,
+        counts,
+    )
 
 
 COMMANDS = (add_make_shards, add_score_shard, add_merge, add_score, add_annotate)

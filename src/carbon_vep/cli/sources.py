@@ -31,9 +31,12 @@ def fetch_hub(args: argparse.Namespace) -> None:
     if not is_pinned(hub.revision):
         log.warning(
             "%s: revision %s is not a commit; it resolved to %s: set `revision: %s` so every "
-            "run reads the same file", hub.repo_id, hub.revision or "main", fetched["commit"],
+            "run reads the same file",
+            hub.repo_id,
+            hub.revision or "main",
             fetched["commit"],
-        )  # fmt: skip
+            fetched["commit"],
+        )
 
 
 def add_fetch_url(sub) -> None:
@@ -72,8 +75,10 @@ def fetch_model(args: argparse.Namespace) -> None:
             log.warning(
                 "%s: no revision pinned, fetched commit %s of main; set `revision: %s` in the "
                 "config so every run scores with the same weights",
-                model.path, fetched["commit"], fetched["commit"],
-            )  # fmt: skip
+                model.path,
+                fetched["commit"],
+                fetched["commit"],
+            )
     atomic.write_json(fetched, args.out)
     log.info("model ready for offline jobs: %s", fetched)
 

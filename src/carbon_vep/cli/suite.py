@@ -60,8 +60,13 @@ def score_recovery(args: argparse.Namespace) -> None:
 
 
 def add_score_perturbation(sub) -> None:
-    _add_task(sub, "score-perturbation", PerturbationSettings, score_perturbation,
-              "original_sequence, sequence")  # fmt: skip
+    _add_task(
+        sub,
+        "score-perturbation",
+        PerturbationSettings,
+        score_perturbation,
+        "original_sequence, sequence",
+    )
 
 
 def score_perturbation(args: argparse.Namespace) -> None:

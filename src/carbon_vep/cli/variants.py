@@ -33,9 +33,10 @@ def check_panel(args: argparse.Namespace) -> None:
         except NothingScoreableError as err:  # the table is written: say why, then stop
             _checked_written(args, err.summary or {})
             raise InputError(
-                err.path, f"{err.problem}; each row's status and reason are in {args.out} "
-                f"(summary: {args.summary})"
-            ) from err  # fmt: skip
+                err.path,
+                f"{err.problem}; each row's status and reason are in {args.out} "
+                f"(summary: {args.summary})",
+            ) from err
     _checked_written(args, summary)
 
 

@@ -249,8 +249,13 @@ def add_flags(parser: argparse.ArgumentParser, *classes: type) -> None:
     for cls in classes:
         for f, hint in flat_fields(cls):
             if f.metadata["cli"]:
-                parser.add_argument(flag_name(f), dest=f.name, default=argparse.SUPPRESS,
-                                    help=_help(f), **_argparse_kind(f, hint))  # fmt: skip
+                parser.add_argument(
+                    flag_name(f),
+                    dest=f.name,
+                    default=argparse.SUPPRESS,
+                    help=_help(f),
+                    **_argparse_kind(f, hint),
+                )
 
 
 def _help(f: dataclasses.Field) -> str:

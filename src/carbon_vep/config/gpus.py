@@ -174,8 +174,12 @@ def niah_memory_bytes(
     kv = kv_bytes_per_token(shape) * ctx * rows * (2 if paired else 1)
     activations = BF16 * (3 * shape["intermediate_size"] + 3 * shape["hidden_size"]) * chunk * rows
     mask = chunk * ctx * rows if chunk < ctx else 0
-    parts = {"weights": float(weight_bytes(shape)), "kv_cache": float(kv),
-             "prefill_activations": float(activations), "chunk_mask": float(mask)}  # fmt: skip
+    parts = {
+        "weights": float(weight_bytes(shape)),
+        "kv_cache": float(kv),
+        "prefill_activations": float(activations),
+        "chunk_mask": float(mask),
+    }
     parts["total"] = parts["weights"] + RESERVED_GB * 1e9 + MARGIN * (kv + activations + mask)
     return parts
 
@@ -205,5 +209,10 @@ def vllm_niah_plan(
     pages = max(int(kv // page), 0)
     row_pages = -(-(ctx + VLLM_PAGE_TOKENS) // VLLM_PAGE_TOKENS)  # prompt + a value's tokens
     seconds = niah_row_seconds(shape, ctx, gpu) / gpus
-    return {"kv_cache_gb": kv / 1e9, "page_bytes": float(page), "pages": float(pages),
-            "rows_at_once": float(pages // row_pages), "rows_per_s": 1 / seconds}  # fmt: skip
+    return {
+        "kv_cache_gb": kv / 1e9,
+        "page_bytes": float(page),
+        "pages": float(pages),
+        "rows_at_once": float(pages // row_pages),
+        "rows_per_s": 1 / seconds,
+    }

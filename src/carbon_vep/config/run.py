@@ -189,8 +189,16 @@ class NiahConfig:
     def build_args(self, name: str) -> list[str]:
         """build-niah's options for a cell of a `source: build` entry (but the reference)."""
         cell = self.cell(name)
-        return ["--task", cell.task, "--ctx", str(cell.ctx), "--rows", str(self.rows),
-                "--seed", str(self.seed)]  # fmt: skip
+        return [
+            "--task",
+            cell.task,
+            "--ctx",
+            str(cell.ctx),
+            "--rows",
+            str(self.rows),
+            "--seed",
+            str(self.seed),
+        ]
 
     def parameters(self, name: str) -> dict[str, Any]:
         """What a cell's metrics record about how it was scored."""
@@ -200,8 +208,10 @@ class NiahConfig:
 
     def row_ranges(self) -> list[tuple[int, int]]:
         """[start, end) of each job's rows."""
-        return [(lo, min(lo + self.rows_per_job, self.rows))
-                for lo in range(0, self.rows, self.rows_per_job)]  # fmt: skip
+        return [
+            (lo, min(lo + self.rows_per_job, self.rows))
+            for lo in range(0, self.rows, self.rows_per_job)
+        ]
 
     def hub_file(self, cell: NiahCell, out: str) -> HubFileConfig:
         """What fetch-hub fetches for a cell of a Hub entry."""

@@ -66,8 +66,7 @@ def _check_vllm_cell(where: str, shape: dict, ctx: int, gpu: str, model: ModelSe
     from carbon_vep.config.gpus import VLLM_PAGE_TOKENS, vllm_niah_plan
 
     vllm = model.vllm
-    plan = vllm_niah_plan(shape, ctx, gpu, vllm.gpu_memory_utilization,
-                          vllm.tensor_parallel_size)  # fmt: skip
+    plan = vllm_niah_plan(shape, ctx, gpu, vllm.gpu_memory_utilization, vllm.tensor_parallel_size)
     if plan["rows_at_once"] < 1:
         raise ConfigError(
             f"{where} on vLLM needs {ctx:,} tokens of KV cache but {vllm.tensor_parallel_size} "

@@ -115,14 +115,20 @@ def _line(task: str, model: str, rule: str, resources: Resources, it: _Items) ->
     flops = it.work.flops * rows if it.work and rows is not None else None
     what = it.work.what if it.work else it.shape.source if it.shape.dims is None else "unknown"
     return GpuLine(
-        task, model, rule, gpu, label,
+        task,
+        model,
+        rule,
+        gpu,
+        label,
         items=f"{rows:,} {it.unit}" if rows is not None else f"{it.unit}: unknown",
         count_from=it.count.source if it.count else "unknown until fetched or checked",
-        work=what, pflop=_pflop(flops), hours=_hours(flops, gpu),
+        work=what,
+        pflop=_pflop(flops),
+        hours=_hours(flops, gpu),
         measured_h100_hours=(
             measured_work_hours(it.shape.name, it.work, rows) if it.work and rows else None
         ),
-    )  # fmt: skip
+    )
 
 
 def _pflop(flops: float | None) -> float | None:
@@ -173,13 +179,18 @@ def _scan_line(run: RunConfig, key: str, model_key: str, resources: Resources) -
     rate = MEASURED_H100_SCAN_BASES_S.get(shape.name)
     measured_tiles = tiles == TileSettings()  # the check scanned with the default tiles
     return GpuLine(
-        f"scans.{key}", model, "scan_chunk", gpu, label,
+        f"scans.{key}",
+        model,
+        "scan_chunk",
+        gpu,
+        label,
         items=f"<= {bases.rows:,} bases" if bases else "bases: after plan_scan",
         count_from=bases.source if bases else "plan_scan",
         work=f"tiles of {tiles.tile_bp:,} bp, min_context {tiles.min_context:,}",
-        pflop=_pflop(flops), hours=_hours(flops, gpu),
+        pflop=_pflop(flops),
+        hours=_hours(flops, gpu),
         measured_h100_hours=bases.rows / rate / 3600 if bases and rate and measured_tiles else None,
-    )  # fmt: skip
+    )
 
 
 def niah_cell_hours(entry: NiahConfig, ctx: int, dims: Mapping[str, int], gpu: str) -> float:
@@ -197,13 +208,18 @@ def _niah_line(run: RunConfig, key: str, ctx: int, model_key: str, resources: Re
     ours = run.models[model_key].engine == "transformers"  # the check measured our engine
     yarn = f", YaRN x{entry.niah.yarn_factor:g}" if entry.niah.yarn_factor else ""
     return GpuLine(
-        f"niah.{key} {ctx:,} tokens{yarn}", model, "score_niah", gpu, label,
-        items=f"{cells} cells x {entry.rows:,} rows", count_from=f"niah.{key}.rows",
+        f"niah.{key} {ctx:,} tokens{yarn}",
+        model,
+        "score_niah",
+        gpu,
+        label,
+        items=f"{cells} cells x {entry.rows:,} rows",
+        count_from=f"niah.{key}.rows",
         work=f"one {ctx:,}-token prefill a row",
         pflop=_pflop(cells * entry.rows * pass_flops(dims, ctx, 0) if dims else None),
         hours=cells * niah_cell_hours(entry, ctx, dims, gpu) if dims and gpu else None,
         measured_h100_hours=cells * measured if measured is not None and ours else None,
-    )  # fmt: skip
+    )
 
 
 # ---- a config and a profile, as the CLI reads them -------------------------------------------

@@ -56,8 +56,9 @@ def fetches(run: RunConfig) -> list[Fetch]:
     ]
     out += _niah_fetches(run)
     for key, model in hub_models(run).items():
-        out.append(Fetch(f"fetch_model {key}", f"{model.path} (model)", "",
-                         revision_text(model.revision)))  # fmt: skip
+        out.append(
+            Fetch(f"fetch_model {key}", f"{model.path} (model)", "", revision_text(model.revision))
+        )
     for name, download in run.downloads.items():
         pin = (
             "sha256 pinned" if download.sha256 else "sha256 not pinned: the run stops, printing it"
@@ -72,8 +73,14 @@ def _niah_fetches(run: RunConfig) -> list[Fetch]:
     for key, entry in run.niah.items():
         for cell in entry.cells() if entry.source == "hub" else []:
             hub = entry.hub_file(cell, out="")  # where it lands is not part of the bill
-            out.append(Fetch(f"fetch_niah_cell {key}/{cell.name}", f"{hub.repo_id} (dataset)",
-                             hub.filename, revision_text(hub.revision)))  # fmt: skip
+            out.append(
+                Fetch(
+                    f"fetch_niah_cell {key}/{cell.name}",
+                    f"{hub.repo_id} (dataset)",
+                    hub.filename,
+                    revision_text(hub.revision),
+                )
+            )
     return out
 
 
@@ -87,11 +94,14 @@ def job_counts(run: RunConfig) -> list[JobCount]:
         JobCount("fetch_hub_<name>", len(run.hub_files), "one a hub_files entry"),
         JobCount("fetch_url_<name>", len(run.downloads), "one a downloads entry"),
         JobCount("fetch_model", len(hub_models(run)), "one a model given as a Hub id"),
-        JobCount("build_demo_model_<name>", sum(m.build_demo for m in run.models.values()),
-                 "one a build_demo model"),
+        JobCount(
+            "build_demo_model_<name>",
+            sum(m.build_demo for m in run.models.values()),
+            "one a build_demo model",
+        ),
         JobCount("fetch_niah_cell", cells["hub"], "one a cell of each `source: hub` entry"),
         JobCount("build_niah_cell", cells["build"], "one a cell of each `source: build` entry"),
-    ]  # fmt: skip
+    ]
     out += _panel_jobs(run) + _scan_jobs(run) + _task_jobs(run) + _niah_jobs(run)
     return [job for job in out if job.jobs != 0]
 
@@ -107,8 +117,10 @@ def _panel_jobs(run: RunConfig) -> list[JobCount]:
             out.append(JobCount(f"score_shard [{key}]", None, "after make_shards (rows unknown)"))
             continue
         shards = math.ceil(count.rows / size)
-        how = (f"~{shards:,} shards x {models} model(s): {count.rows:,} rows / shard_size "
-               f"{size:,} (exact after make_shards)")  # fmt: skip
+        how = (
+            f"~{shards:,} shards x {models} model(s): {count.rows:,} rows / shard_size "
+            f"{size:,} (exact after make_shards)"
+        )
         out.append(JobCount(f"score_shard [{key}]", shards * models, how))
     lookup_jobs = sum(len(run.entry_models(run.datasets[k])) for k in lookups)
     return out + [JobCount("annotate_from_scan", lookup_jobs, "dataset x model (no model run)")]
@@ -122,8 +134,10 @@ def _scan_jobs(run: RunConfig) -> list[JobCount]:
             out.append(JobCount(f"scan_chunk [{key}]", None, "after plan_scan (bases unknown)"))
             continue
         chunks = math.ceil(bases.rows / scan.chunks.chunk_bp)
-        how = (f"~{chunks:,} chunks x {models} model(s): <= {bases.rows:,} bases / chunk_bp "
-               f"{scan.chunks.chunk_bp:,} (exact after plan_scan)")  # fmt: skip
+        how = (
+            f"~{chunks:,} chunks x {models} model(s): <= {bases.rows:,} bases / chunk_bp "
+            f"{scan.chunks.chunk_bp:,} (exact after plan_scan)"
+        )
         out.append(JobCount(f"scan_chunk [{key}]", chunks * models, how))
     return out
 
@@ -142,8 +156,10 @@ def _niah_jobs(run: RunConfig) -> list[JobCount]:
     out = []
     for key, entry in run.niah.items():
         cells, models, parts = len(entry.cells()), len(run.entry_models(entry)), entry.row_ranges()
-        how = (f"{cells} cells x {models} model(s) x {len(parts)} row ranges ({entry.rows:,} "
-               f"rows a cell, rows_per_job {entry.rows_per_job:,})")  # fmt: skip
+        how = (
+            f"{cells} cells x {models} model(s) x {len(parts)} row ranges ({entry.rows:,} "
+            f"rows a cell, rows_per_job {entry.rows_per_job:,})"
+        )
         out.append(JobCount(f"score_niah [{key}]", cells * models * len(parts), how))
     merges = sum(len(e.cells()) * len(run.entry_models(e)) for e in run.niah.values())
     return out + [JobCount("merge_niah", merges, "cell x model")]

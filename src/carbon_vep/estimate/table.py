@@ -54,8 +54,10 @@ def _refusals(run: RunConfig, resources: Resources) -> str:
 
 def render(bill: Bill, where: str = "this run's profile") -> str:
     lines = [f"## The bill before the run ({where})", "", ASSUMPTIONS, ""]
-    fetched = [(f.rule, f.source, f"`{f.file}`" if f.file else "the snapshot", f.revision)
-               for f in bill.fetches]  # fmt: skip
+    fetched = [
+        (f.rule, f.source, f"`{f.file}`" if f.file else "the snapshot", f.revision)
+        for f in bill.fetches
+    ]
     lines += [f"### Files to fetch ({len(bill.fetches)})", ""]
     lines += _lines(("rule", "from", "file", "revision"), fetched)
     lines += ["", "### Jobs per rule (before the checkpoints run)", ""]
@@ -63,21 +65,42 @@ def render(bill: Bill, where: str = "this run's profile") -> str:
     lines += _lines(("rule", "jobs", "how"), jobs)
     lines += ["", "### GPU time per task and model", ""]
     lines += _lines(
-        ("task", "model (shape)", "rule: GPU", "items", "count from", "an item", "PFLOP",
-         f"GPU-hours (arithmetic, {ASSUMED_EFFICIENCY:.0%} of peak)", "H100-hours, measured rate"),
+        (
+            "task",
+            "model (shape)",
+            "rule: GPU",
+            "items",
+            "count from",
+            "an item",
+            "PFLOP",
+            f"GPU-hours (arithmetic, {ASSUMED_EFFICIENCY:.0%} of peak)",
+            "H100-hours, measured rate",
+        ),
         [_gpu_row(g) for g in bill.gpu] + _total_rows(bill.gpu),
-    )  # fmt: skip
+    )
     if any(g.gpu_label.endswith("(default)") for g in bill.gpu):
-        lines += ["", f"GPU \"{DEFAULT_GPU_CLASS} (default)\": the profile names no GPU class "
-                  f"for the rule, so its CUDA models are reckoned on an {DEFAULT_GPU_CLASS}, as "
-                  "the workflow's time limits are."]  # fmt: skip
+        lines += [
+            "",
+            f'GPU "{DEFAULT_GPU_CLASS} (default)": the profile names no GPU class '
+            f"for the rule, so its CUDA models are reckoned on an {DEFAULT_GPU_CLASS}, as "
+            "the workflow's time limits are.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def _gpu_row(g: GpuLine) -> tuple[str, ...]:
     hours = f"{_num(g.hours)} {g.gpu}" if g.hours is not None else "—"
-    return (g.task, g.model, f"{g.rule}: {g.gpu_label}", g.items, g.count_from, g.work,
-            _num(g.pflop), hours, _num(g.measured_h100_hours))  # fmt: skip
+    return (
+        g.task,
+        g.model,
+        f"{g.rule}: {g.gpu_label}",
+        g.items,
+        g.count_from,
+        g.work,
+        _num(g.pflop),
+        hours,
+        _num(g.measured_h100_hours),
+    )
 
 
 def _total_rows(lines: Sequence[GpuLine]) -> list[tuple[str, ...]]:

@@ -101,8 +101,14 @@ def evaluated_rows(merged: pl.DataFrame, labels: LabelSettings) -> pl.DataFrame:
     columns = ["row_id", CHROM_COLUMN, "label01", "score"]
     column = labels.column
     if not column or column not in merged.columns:
-        return pl.DataFrame(schema={"row_id": pl.Int64, CHROM_COLUMN: pl.Utf8,
-                                    "label01": pl.Int32, "score": pl.Float64})  # fmt: skip
+        return pl.DataFrame(
+            schema={
+                "row_id": pl.Int64,
+                CHROM_COLUMN: pl.Utf8,
+                "label01": pl.Int32,
+                "score": pl.Float64,
+            }
+        )
     rows = labelled_rows(merged, column, labels.positive_labels, labels.negative_labels)
     return rows.select(columns)
 

@@ -140,9 +140,16 @@ def run_sorted(
     order, keys = length_buckets(lengths, batch_size, batch_tokens)
     results: list[R | None] = [None] * len(items)
     progress = Progress(len(items), unit, "scoring")
-    batches = in_batches([items[i] for i in order], work, batch_size, device, progress,
-                         tokens=[lengths[i] for i in order], batch_tokens=batch_tokens,
-                         keys=keys)  # fmt: skip
+    batches = in_batches(
+        [items[i] for i in order],
+        work,
+        batch_size,
+        device,
+        progress,
+        tokens=[lengths[i] for i in order],
+        batch_tokens=batch_tokens,
+        keys=keys,
+    )
     scatter(batches, order, results)
     progress.close()
     return results

@@ -73,8 +73,10 @@ class Engine:
         kmer_ids = torch.as_tensor(vocab.kmer_ids, device=device)
         self.dna_weight = self.out_weight[kmer_ids].to(self.head_dtype)  # [4**k, H]
         self.dna_bias = None if self.out_bias is None else self.out_bias[kmer_ids]
-        self.acgt_ids = {b: torch.as_tensor(ids, dtype=torch.long, device=device)
-                         for b, ids in vocab.acgt_string_ids.items()}  # fmt: skip
+        self.acgt_ids = {
+            b: torch.as_tensor(ids, dtype=torch.long, device=device)
+            for b, ids in vocab.acgt_string_ids.items()
+        }
         self.k = vocab.k
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model
 
@@ -216,8 +218,7 @@ class Engine:
         OOM halves the batch and an item that fails alone gets `None` (batching.py); progress
         logged in `unit`s."""
         sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
-        return run_sorted(items, work, self.batch_size, sizes, self.device, unit,
-                          self.batch_tokens)  # fmt: skip
+        return run_sorted(items, work, self.batch_size, sizes, self.device, unit, self.batch_tokens)
 
     # ---- per-target values ---------------------------------------------------------------
     def token_log_probs(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):
@@ -248,9 +249,13 @@ class Engine:
         return torch.cat(parts)
 
     def _target_terms(
-        self, rows: torch.Tensor, target_ids: np.ndarray, target_codes: np.ndarray, kind: str,
+        self,
+        rows: torch.Tensor,
+        target_ids: np.ndarray,
+        target_codes: np.ndarray,
+        kind: str,
         normalization: str,
-    ) -> tuple[torch.Tensor, int]:  # fmt: skip
+    ) -> tuple[torch.Tensor, int]:
         """Sum (a 0-d tensor, left on the device) and count of log-likelihood terms for hidden
         `rows` predicting the given targets; nothing here waits for the device.
 
@@ -320,22 +325,29 @@ class Engine:
         prefix_hidden, cache = self.forward(ref_ids[None, :split], cache=new_cache(self.model))
         prefix_hidden = prefix_hidden[0]
         # targets 1..split-1 are predicted inside the prefix: identical for all alleles
-        terms = [self._target_terms(
-            prefix_hidden[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
-        )]  # fmt: skip
+        terms = [
+            self._target_terms(
+                prefix_hidden[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
+            )
+        ]
         ref_suffix, _ = self.forward(ref_ids[None, split:], cache=copy.deepcopy(cache))
         rows = torch.cat([prefix_hidden[-1:], ref_suffix[0, :-1]])
-        terms.append(self._target_terms(
-            rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization
-        ))  # fmt: skip
+        terms.append(
+            self._target_terms(rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization)
+        )
         cache.batch_repeat_interleave(len(alts))
         alt_suffix, _ = self.forward(alt_ids[:, split:], cache=cache)
         for row, alt in enumerate(alts):
             rows = torch.cat([prefix_hidden[-1:], alt_suffix[row, :-1]])
-            terms.append(self._target_terms(
-                rows, alt_ids[row, split:], base_codes(alt, self.k)[split - 1 :], kind,
-                normalization,
-            ))  # fmt: skip
+            terms.append(
+                self._target_terms(
+                    rows,
+                    alt_ids[row, split:],
+                    base_codes(alt, self.k)[split - 1 :],
+                    kind,
+                    normalization,
+                )
+            )
         totals = self.to_host(torch.stack([total for total, _ in terms]))  # one copy per group
         shared, *own = (SequenceScore(float(t), n) for t, (_, n) in zip(totals, terms, strict=True))
         return _add(shared, own[0]), [_add(shared, score) for score in own[1:]]

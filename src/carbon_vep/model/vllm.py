@@ -106,8 +106,9 @@ class VllmEngine:
         if model.device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(model.vllm.cpu_kv_cache_gb))
             if model.vllm.tensor_parallel_size > 1:  # vLLM binds a worker to a NUMA node each
-                binding = cpu_thread_binding(os.sched_getaffinity(0),
-                                             model.vllm.tensor_parallel_size)  # fmt: skip
+                binding = cpu_thread_binding(
+                    os.sched_getaffinity(0), model.vllm.tensor_parallel_size
+                )
                 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", binding)
         self.vllm, self.tokens_prompt, self.version = vllm, TokensPrompt, vllm.__version__
         self.what = what
@@ -146,9 +147,13 @@ class VllmEngine:
     ) -> list[list[int]]:
         """`n` greedy new token ids after each prompt, chosen among `allowed` (all if None)."""
         params = self.vllm.SamplingParams(
-            temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False,
+            temperature=0.0,
+            max_tokens=n,
+            min_tokens=n,
+            ignore_eos=True,
+            detokenize=False,
             allowed_token_ids=None if allowed is None else [int(i) for i in allowed],
-        )  # fmt: skip
+        )
         return [list(out.outputs[0].token_ids) for out in self._run(prompts, params, "greedy")]
 
     def mean_log_likelihoods(
@@ -169,7 +174,7 @@ class VllmEngine:
                 logprobs=0,
                 detokenize=False,
                 allowed_token_ids=[token],
-            )  # fmt: skip
+            )
             for _, token in requests
         ]
         outputs = self._run([ids for ids, _ in requests], params, "likelihood")

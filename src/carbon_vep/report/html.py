@@ -51,8 +51,9 @@ def _metric_table(results: Sequence[TaskResult], names: Sequence[str]) -> str:
         if r.metrics.get(CALIBRATED_SCORE):
             columns.append((f"{r.model}, calibrated", r.metrics[CALIBRATED_SCORE]))
     defined = {k: v for r in results for k, v in r.metrics.get("definitions", {}).items()}
-    rows = [[Hint(n, defined.get(n, "")), *(_with_interval(m, n, 3) for _, m in columns)]
-            for n in names]  # fmt: skip
+    rows = [
+        [Hint(n, defined.get(n, "")), *(_with_interval(m, n, 3) for _, m in columns)] for n in names
+    ]
     return html_table(["metric (95% bootstrap interval)", *(name for name, _ in columns)], rows)
 
 
@@ -78,10 +79,17 @@ def _comparison_section(run: Sequence[TaskResult], table: pl.DataFrame | None) -
             ci = m.get("confidence_intervals", {}).get(record["metric"])
             text = f"{100 * value:.2f}"
             cells.append(text + (f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci else ""))
-        defined = next((lookup[(record["task"], m)].get("definitions", {})
-                        for m in models if (record["task"], m) in lookup), {})  # fmt: skip
-        rows.append([record["task"], Hint(record["metric"], defined.get(record["metric"], "")),
-                     *cells])  # fmt: skip
+        defined = next(
+            (
+                lookup[(record["task"], m)].get("definitions", {})
+                for m in models
+                if (record["task"], m) in lookup
+            ),
+            {},
+        )
+        rows.append(
+            [record["task"], Hint(record["metric"], defined.get(record["metric"], "")), *cells]
+        )
     warnings = [f"{r.task} / {r.model}: {w}" for r in run for w in r.metrics.get("warnings", [])]
     return (
         "<h2 id='results'>Results</h2>"
@@ -138,8 +146,14 @@ def _vep_section(task: str, results: list[TaskResult], colours: dict[str, str]) 
 
 def _vep_summary_table(results: Sequence[TaskResult]) -> str:
     """Per model: recipe, normalisation and the rows the metrics used."""
-    header = ["model", "recipe", "normalisation", "labelled scored rows", "positives",
-              "excluded: label conflict"]  # fmt: skip
+    header = [
+        "model",
+        "recipe",
+        "normalisation",
+        "labelled scored rows",
+        "positives",
+        "excluded: label conflict",
+    ]
     rows = [
         [
             r.model,
@@ -345,15 +359,23 @@ def _scan_section(scan_dir: str | Path) -> str:
     means = cells["mean_key_neutral"].to_numpy() / 10**calibration.decimals
     cpg = np.array([cpg_site(c) for c in cells["context"]], dtype=bool)
     extreme = extreme_contexts(calibration)
-    rows = [[r["context"], f"{r['ref']}>{r['alt']}", "yes" if r["cpg"] else "", r["n_neutral"],
-             f"{r['mean']:.3f}"] for r in extreme.iter_rows(named=True)]  # fmt: skip
+    rows = [
+        [
+            r["context"],
+            f"{r['ref']}>{r['alt']}",
+            "yes" if r["cpg"] else "",
+            r["n_neutral"],
+            f"{r['mean']:.3f}",
+        ]
+        for r in extreme.iter_rows(named=True)
+    ]
     counts = [
         ["SNVs", f"{summary['calibration']['snvs']:,}"],
         ["neutral set", summary["calibration"]["neutral"]],
         *(
             [f"lowest score at PHRED {p}", "n/a" if v is None else f"{v:.3f}"]
             for p, v in zip((10, 20, 30), labelled.values(), strict=True)
-        ),  # fmt: skip
+        ),
     ]
     return "".join(
         [
@@ -374,7 +396,7 @@ def _scan_section(scan_dir: str | Path) -> str:
                         empty=NO_OWN_MEANS,
                     ),
                 ),
-            ),  # fmt: skip
+            ),
         ]
     )
 

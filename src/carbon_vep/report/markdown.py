@@ -45,10 +45,14 @@ def _metrics_table(metrics: dict) -> str:
     calibrated = metrics.get(CALIBRATED_SCORE)
     header = ["metric", "score", *(["calibrated"] if calibrated else []), "definition"]
     rows = [
-        [name, _with_interval(metrics, name),
-         *([_with_interval(calibrated, name)] if calibrated else []), definitions.get(name, "")]
+        [
+            name,
+            _with_interval(metrics, name),
+            *([_with_interval(calibrated, name)] if calibrated else []),
+            definitions.get(name, ""),
+        ]
         for name in ordered_metrics(list(metrics["metrics"]))
-    ]  # fmt: skip
+    ]
     return markdown.table(header, rows)
 
 

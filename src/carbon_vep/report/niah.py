@@ -78,14 +78,25 @@ def exact_match_by_context(
         ordered = sorted(lines.items(), key=lambda item: _difficulty(item[0]))
         for i, (label, points) in enumerate(ordered):
             x, y = zip(*sorted(points), strict=True)
-            ax.plot(x, y, styles[i % len(styles)], marker="o", color=colours[model], alpha=0.5 + 0.5
-                    * (1 - i / max(1, len(lines))), label=label)  # fmt: skip
+            ax.plot(
+                x,
+                y,
+                styles[i % len(styles)],
+                marker="o",
+                color=colours[model],
+                alpha=0.5 + 0.5 * (1 - i / max(1, len(lines))),
+                label=label,
+            )
         shown = _published_points(ax, (published or {}).get(model, {}))
         ax.set_xscale("log", base=2)
         contexts = sorted({x for points in lines.values() for x, _ in points} | shown)
         ax.set_xticks(contexts, [f"{c // 1024}k" if c % 1024 == 0 else str(c) for c in contexts])
-        ax.set(xlabel="context (tokens)", ylabel="exact match (fraction of rows)",
-               title=model, ylim=(-0.02, 1.02))  # fmt: skip
+        ax.set(
+            xlabel="context (tokens)",
+            ylabel="exact match (fraction of rows)",
+            title=model,
+            ylim=(-0.02, 1.02),
+        )
         plots.style_axes(ax)
         ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
@@ -144,11 +155,11 @@ def niah_section(
         if value is not None:
             series[r.model].setdefault(_setting(r), []).append((_context(r), value))
     rows = [
-        [entry, setting, f"{ctx:,}",
-         *(_cell_text(by_model.get(m)) for m in models)]
+        [entry, setting, f"{ctx:,}", *(_cell_text(by_model.get(m)) for m in models)]
         for (entry, setting, ctx), by_model in sorted(
-            cells.items(), key=lambda item: (item[0][0], _difficulty(item[0][1]), item[0][2]))
-    ]  # fmt: skip
+            cells.items(), key=lambda item: (item[0][0], _difficulty(item[0][1]), item[0][2])
+        )
+    ]
     parts = [
         heading("Genomic-NIAH", "long-context retrieval"),
         "<p class='sub'>Exact match (EM): the greedy 6-mer prediction equals the planted "
@@ -161,11 +172,9 @@ def niah_section(
             block("Cells", html_table(["entry", "task", "context", *models], rows, 3)),
             block(
                 "Exact match against context",
-                figure_img(
-                    exact_match_by_context(series, colours, published), "NIAH exact match"
-                ),  # fmt: skip
+                figure_img(exact_match_by_context(series, colours, published), "NIAH exact match"),
             ),
-        ),  # fmt: skip
+        ),
     ]
     grids = _depth_grids(results)
     if grids:

@@ -221,8 +221,9 @@ def score_histogram(
     if len(scores):
         bins = np.histogram_bin_edges(scores, bins=min(80, max(10, len(scores))))
         ax.hist(scores, bins=bins, weights=counts, color="#7f7f7f", log=True)
-    for (label, value), colour in zip(thresholds.items(), ("#ff7f0e", "#d62728", "#9467bd"),
-                                      strict=False):  # fmt: skip
+    for (label, value), colour in zip(
+        thresholds.items(), ("#ff7f0e", "#d62728", "#9467bd"), strict=False
+    ):
         if value is not None:
             ax.axvline(value, color=colour, linewidth=1.2, label=f"{label}: score ≥ {value:.2f}")
     ax.set(xlabel="score (larger = more damaging)", ylabel="SNVs (log scale)")

@@ -25,20 +25,45 @@ class Track:
 def track_set(calibrated: bool) -> list[Track]:
     """Every track a scan gets (PHRED tracks only with a calibration)."""
     tracks = [
-        Track(f"score_{b}", f"score to {b}", f"SNV score of a change to {b}: log m(ref) - "
-              f"log m({b}), FNS marginals (larger = more damaging)", COLOURS[b], (-2.0, 6.0))
+        Track(
+            f"score_{b}",
+            f"score to {b}",
+            f"SNV score of a change to {b}: log m(ref) - "
+            f"log m({b}), FNS marginals (larger = more damaging)",
+            COLOURS[b],
+            (-2.0, 6.0),
+        )
         for b in SCAN_BASES
-    ]  # fmt: skip
-    tracks.append(Track("max_score", "max score", "largest SNV score of the base's three "
-                        "changes", "90,90,90", (-2.0, 6.0)))  # fmt: skip
+    ]
+    tracks.append(
+        Track(
+            "max_score",
+            "max score",
+            "largest SNV score of the base's three changes",
+            "90,90,90",
+            (-2.0, 6.0),
+        )
+    )
     if calibrated:
         tracks += [
-            Track(f"phred_{b}", f"PHRED to {b}", f"PHRED of a change to {b}: -10 log10(rank / "
-                  "SNVs of the scan), 20 = top 1%", COLOURS[b], (0.0, 40.0))
+            Track(
+                f"phred_{b}",
+                f"PHRED to {b}",
+                f"PHRED of a change to {b}: -10 log10(rank / SNVs of the scan), 20 = top 1%",
+                COLOURS[b],
+                (0.0, 40.0),
+            )
             for b in SCAN_BASES
-        ]  # fmt: skip
-        tracks.append(Track("max_phred", "max PHRED", "largest PHRED of the base's three "
-                            "changes", "90,90,90", (0.0, 40.0)))  # fmt: skip
+        ]
+        tracks.append(
+            Track(
+                "max_phred",
+                "max PHRED",
+                "largest PHRED of the base's three changes",
+                "90,90,90",
+                (0.0, 40.0),
+            )
+        )
     surprise = "-log p(reference base), FNS marginals (nats): how unexpected the genome's base is"
     tracks.append(Track("surprise", "surprise", surprise, "120,0,160", (0.0, 4.0)))
     return tracks

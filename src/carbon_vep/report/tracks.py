@@ -86,8 +86,10 @@ def chrom_sizes(record: Mapping[str, Any]) -> list[tuple[str, int]]:
         lengths = reference.lengths
     missing = sorted(set(record["contigs"]) - set(lengths))
     if missing:
-        raise InputError(record["reference"], f"lacks the scan's contig(s) {missing[:3]}: not "
-                         "the genome the scan read")  # fmt: skip
+        raise InputError(
+            record["reference"],
+            f"lacks the scan's contig(s) {missing[:3]}: not the genome the scan read",
+        )
     return [(name, lengths[name]) for name in lengths if name in record["contigs"]]
 
 
@@ -103,26 +105,39 @@ def runs(pos: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return pos[first] - 1, pos[last], values[first]
 
 
-def _entries(scan_dir: Path, record: Mapping[str, Any], track: str,
-             calibration: Calibration | None) -> Iterator[tuple[str, int, int, float]]:  # fmt: skip
+def _entries(
+    scan_dir: Path, record: Mapping[str, Any], track: str, calibration: Calibration | None
+) -> Iterator[tuple[str, int, int, float]]:
     """(chrom, start, end, value) of every run of bases with one value, in reference order,
     one row group of the scan at a time; bases without a value get no entry (not zero)."""
     for group in _row_groups(scan_dir, record):
         # the PHRED lookup only for the PHRED tracks: a job writes one track
         needs_phred = "phred" in track
         values = base_values(group, calibration if needs_phred else None)[track]
-        for (chrom,), part in group.with_row_index("i").partition_by(
-            "chrom", as_dict=True, maintain_order=True
-        ).items():  # fmt: skip
+        for (chrom,), part in (
+            group.with_row_index("i")
+            .partition_by("chrom", as_dict=True, maintain_order=True)
+            .items()
+        ):
             rows = part["i"].to_numpy()
             keep = ~np.isnan(values[rows])
             starts, ends, kept = runs(part["pos"].to_numpy()[keep], values[rows][keep])
-            yield from zip([chrom] * len(starts), starts.tolist(), ends.tolist(),
-                           kept.astype(np.float64).tolist(), strict=True)  # fmt: skip
+            yield from zip(
+                [chrom] * len(starts),
+                starts.tolist(),
+                ends.tolist(),
+                kept.astype(np.float64).tolist(),
+                strict=True,
+            )
 
 
-def write_bigwig(scan_dir: Path, out_dir: Path, track: Track, calibration: Calibration | None,
-                 record: Mapping[str, Any]) -> Path:  # fmt: skip
+def write_bigwig(
+    scan_dir: Path,
+    out_dir: Path,
+    track: Track,
+    calibration: Calibration | None,
+    record: Mapping[str, Any],
+) -> Path:
     """One track's bigWig, streamed through bigtools' writer (pybigtools: base-level data and
     its zoom levels with memory that does not grow with the genome), under a temporary name
     renamed when complete."""
@@ -157,8 +172,10 @@ def export_tracks(
     record, calibration, tracks = scan_inputs(scan_dir)
     unknown = sorted(set(only or ()) - {t.name for t in tracks})
     if unknown:
-        raise InputError(scan_dir, f"no track(s) {unknown} for this scan; its tracks are "
-                         f"{[t.name for t in tracks]}")  # fmt: skip
+        raise InputError(
+            scan_dir,
+            f"no track(s) {unknown} for this scan; its tracks are {[t.name for t in tracks]}",
+        )
     chosen = [t for t in tracks if only is None or t.name in only]
     for track in chosen:
         write_bigwig(scan_dir, out_dir, track, calibration, record)

@@ -190,6 +190,39 @@ def count_snvs(
         counts.add(*(snvs[c].to_numpy() for c in ("cell", "key", "neutral")))
 
 
+def neutral_regions(bed: str | None, lengths: dict[str, int]) -> NeutralRegions | None:
+    """The neutral BED's intervals on the reference's contigs (aliases as for scan regions)."""
+    if bed is None:
+        return None
+    from carbon_vep.scan.plan import resolve_targets
+
+    return NeutralRegions(resolve_targets([bed], lengths))
+
+
+def merge_plan_file(
+    entry: Mapping[str, Any],
+    chunks: Sequence[str | Path],
+    parquet_out: str | Path,
+    counts_out: str | Path,
+    counts_meta: Mapping[str, Any],
+    reference: Reference,
+    neutral_bed: str | None,
+) -> dict[str, Any]:
+    """One output file of the plan (`entry`, scan.plan.plan_file) from its chunks: merge_group,
+    then the bases written checked against the bases the plan scores."""
+    neutral = neutral_regions(neutral_bed, reference.lengths)
+    stats = merge_group(
+        chunks, entry["contigs"], parquet_out, counts_out, counts_meta, reference, neutral
+    )
+    if stats["bases"] != entry["scored_bp"]:
+        raise ValueError(
+            f"{entry['name']}: the chunks hold {stats['bases']} bases of its contigs; "
+            f"the plan scores {entry['scored_bp']}"
+        )
+    stats.pop("bases_per_contig")
+    return stats
+
+
 def merge_group(
     chunks: Sequence[str | Path],
     contigs: Sequence[str],

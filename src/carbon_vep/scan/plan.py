@@ -176,9 +176,13 @@ class Piece:
 
     def tiles(self, tiles: TileSettings):
         return tile_segment(
-            (self.seg_start, self.seg_end), self.start, self.end, tiles.tile_bp,
-            tiles.min_context, K,
-        )  # fmt: skip
+            (self.seg_start, self.seg_end),
+            self.start,
+            self.end,
+            tiles.tile_bp,
+            tiles.min_context,
+            K,
+        )
 
 
 @dataclass

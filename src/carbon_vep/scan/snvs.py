@@ -100,7 +100,7 @@ def snv_rows(bases: pl.DataFrame) -> pl.DataFrame:
             "ref",
             pl.lit(alt).alias("alt"),
             (lp_ref - lp[alt]).alias("score"),
-        )  # fmt: skip
+        )
         for alt in SCAN_BASES
     ]
     return pl.concat(parts).sort("base_index", "alt").drop("base_index")

@@ -76,8 +76,9 @@ class TileBatch:
         for (chrom, tile, seq), values in zip(self.tiles, self.values, strict=True):
             lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
             marginal, conditional = (v[lo:hi][:, _TO_ATCG] for v in values)
-            out.append(_base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k,
-                                   log=self.log))  # fmt: skip
+            out.append(
+                _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k, log=self.log)
+            )
         return out
 
 
@@ -114,9 +115,15 @@ def _scored_batches(
     lengths = [t.end - t.start for _, t in cut]
     tokens = [n // engine.k + 1 for n in lengths]
     pending = None
-    for index, values in in_batches(cut, tiles.launch, engine.batch_size, engine.device,
-                                    tokens=tokens, batch_tokens=engine.batch_tokens,
-                                    keys=lengths):  # fmt: skip
+    for index, values in in_batches(
+        cut,
+        tiles.launch,
+        engine.batch_size,
+        engine.device,
+        tokens=tokens,
+        batch_tokens=engine.batch_tokens,
+        keys=lengths,
+    ):
         if values[0] is None:
             chrom, tile = cut[index[0]]
             raise torch.OutOfMemoryError(
@@ -153,8 +160,10 @@ class _TileLauncher:
         codes = engine.to_device(np.stack([base_codes(s, engine.k) for s in seqs]))
         began = clock.mark()
         hidden, _ = engine.hidden_states(ids)
-        kmer_lps = [engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
-                    for row, seq in enumerate(seqs)]  # fmt: skip
+        kmer_lps = [
+            engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
+            for row, seq in enumerate(seqs)
+        ]
         forward = clock.mark()
         values = torch.stack([_per_base(engine, lp, codes[row]) for row, lp in enumerate(kmer_lps)])
         values = values if self.log else values.exp()
@@ -218,7 +227,7 @@ def snv_scores(positions: pl.DataFrame) -> pl.DataFrame:
                 p_ref.alias("p_ref"),
                 pl.col(f"fns_{alt}").alias("p_alt"),
                 "context_bp",
-            )  # fmt: skip
+            )
         )
     snvs = pl.concat(frames).sort("chrom", "pos", "alt")
     return snvs.select(columns.names(columns.SCAN_SNV))
@@ -235,9 +244,15 @@ def scan_region(
 
 # ---- whole-genome chunks: streamed, bounded memory ------------------------------------------
 def scan_chunk(
-    engine: Engine, reference: Reference, pieces, tiles: TileSettings, writer, what: str,
-    *, overlap: bool = True,
-) -> dict[str, float]:  # fmt: skip
+    engine: Engine,
+    reference: Reference,
+    pieces,
+    tiles: TileSettings,
+    writer,
+    what: str,
+    *,
+    overlap: bool = True,
+) -> dict[str, float]:
     """Score every base of `pieces` (scan.plan.Piece) and hand each batch's rows to
     `writer.write` as soon as they are on the host: memory holds a few batches of tiles,
     whatever the chunk's size. With `overlap` the rows are built and written on a worker thread
@@ -261,5 +276,26 @@ def scan_chunk(
             sink.put(batch)
             written += batch.bases()
     progress.close()
-    return {"bases": written, "wall_s": time.monotonic() - start, **timing,
-            "write_s": writing[0], "writer_wait_s": sink.wait_s}  # fmt: skip
+    return {
+        "bases": written,
+        "wall_s": time.monotonic() - start,
+        **timing,
+        "write_s": writing[0],
+        "writer_wait_s": sink.wait_s,
+    }
+
+
+def scan_chunk_file(
+    engine: Engine, reference: Reference, pieces, tiles: TileSettings, out: str, what: str
+) -> dict[str, float]:
+    """scan_chunk streamed into the Parquet file `out`, published whole or not at all."""
+    from carbon_vep.scan.outputs import BaseWriter
+
+    writer = BaseWriter(out)
+    try:
+        stats = scan_chunk(engine, reference, pieces, tiles, writer, what)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    return stats

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from carbon_vep import columns
 from carbon_vep.columns import SCAN_BASES, Status
+from carbon_vep.config.stages import LabelSettings, PanelSettings
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import canonical_build
 from carbon_vep.genome.reference import Reference, open_reference
@@ -80,6 +81,33 @@ def _lookup(scan_dir: str | Path, file: str | None, contig: str, positions: list
     return pl.from_arrow(pq.read_table(path, columns=_READ, filters=filters))
 
 
+def checked_panel(
+    record: dict,
+    checked: str | None,
+    panel: str | None,
+    reference: str | None,
+    settings: tuple[PanelSettings, LabelSettings],
+) -> pl.DataFrame:
+    """The checked rows to look up in a scan (`record`: its scan.json): a checked panel as
+    given (the workflow's check_panel output), else `panel` ingested against `reference` (which
+    must be the scan's genome) or the scan's own reference."""
+    if checked:
+        return pl.read_parquet(checked)
+    if not panel:
+        raise InputError("command line", "annotate needs --panel (or --checked)")
+    from carbon_vep.variants.ingest import ingest_panel
+
+    path = reference or record["reference"]
+    if not Path(path).is_file():
+        message = "the scan's reference is not there any more; give --reference (the same genome)"
+        raise InputError(path, message)
+    with open_reference(path) as opened:
+        if reference:
+            check_reference(record, opened.lengths, reference)
+        rows, _ = ingest_panel(panel, opened, *settings)
+    return rows
+
+
 def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     """One score row (columns.SCORE_SHARD) per distinct scoreable variant of `checked`: the
     scan's score, or the status saying why not."""
@@ -105,11 +133,16 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     valid = ~missing & ~differs
     scored = hits.select(
         *key,
-        pl.when(missing).then(pl.lit(Status.NOT_SCANNED.value))
-        .when(differs).then(pl.lit(Status.REF_MISMATCH.value))
-        .otherwise(pl.lit(Status.SCORED.value)).alias("score_status"),
-        pl.when(missing).then(pl.lit("position not in the scan"))
-        .when(differs).then(pl.format("the scan's base here is {}", pl.col("scan_ref")))
+        pl.when(missing)
+        .then(pl.lit(Status.NOT_SCANNED.value))
+        .when(differs)
+        .then(pl.lit(Status.REF_MISMATCH.value))
+        .otherwise(pl.lit(Status.SCORED.value))
+        .alias("score_status"),
+        pl.when(missing)
+        .then(pl.lit("position not in the scan"))
+        .when(differs)
+        .then(pl.format("the scan's base here is {}", pl.col("scan_ref")))
         .alias("score_reason"),
         pl.when(valid).then(log_marginal("ref") - log_marginal("alt")).alias("score"),
         pl.when(valid).then(log_marginal("ref")).alias("ref_ll"),
@@ -120,7 +153,7 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
         pl.lit(0, pl.Int64).alias("window_non_acgt"),
         pl.lit(RECIPE).alias("recipe"),
         pl.lit(NORMALIZATION).alias("normalization"),
-    )  # fmt: skip
+    )
     skipped = other.select(
         *key,
         pl.lit(Status.SKIPPED.value).alias("score_status"),
@@ -128,10 +161,11 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     )
     schema = columns.schema(columns.SCORE_SHARD)
     return pl.concat([scored, skipped], how="diagonal_relaxed").select(
-        pl.col(name).cast(dtype) if name in scored.columns or name in skipped.columns
+        pl.col(name).cast(dtype)
+        if name in scored.columns or name in skipped.columns
         else pl.lit(None, dtype).alias(name)
         for name, dtype in schema.items()
-    )  # fmt: skip
+    )
 
 
 def calibrated_scores(
@@ -149,9 +183,12 @@ def calibrated_scores(
     )
     keyed = with_cells(scored, reference, calibration.decimals, None)
     values = calibration.annotate(keyed).select(
-        pl.col("chrom").alias("ref_chrom"), "pos", "ref", "alt",
+        pl.col("chrom").alias("ref_chrom"),
+        "pos",
+        "ref",
+        "alt",
         *(pl.col(c.name).cast(c.dtype) for c in columns.CALIBRATED),
-    )  # fmt: skip
+    )
     return scores.join(values, on=list(columns.VARIANT_KEY), how="left", maintain_order="left")
 
 

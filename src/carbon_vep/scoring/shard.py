@@ -89,8 +89,14 @@ def _window_views(row: dict, window: str, rc_average: bool) -> list[tuple[str, i
     views = [(window, idx, row["ref"], row["alt"])]
     if rc_average:
         rc = reverse_complement(window)
-        views.append((rc, rc_index(len(window), idx), row["ref"].translate(_COMP),
-                      row["alt"].translate(_COMP)))  # fmt: skip
+        views.append(
+            (
+                rc,
+                rc_index(len(window), idx),
+                row["ref"].translate(_COMP),
+                row["alt"].translate(_COMP),
+            )
+        )
     return views
 
 
@@ -130,11 +136,19 @@ def score_windows(
             continue
         deltas = [alt - ref for ref, alt in values]
         delta = float(np.mean(deltas))
-        rows.append(_row(
-            key, recipe, Status.SCORED, score=-delta,
-            ref_ll=values[0][0], alt_ll=values[0][1], delta=delta,
-            delta_rc=deltas[1] if len(deltas) > 1 else None, **common,
-        ))  # fmt: skip
+        rows.append(
+            _row(
+                key,
+                recipe,
+                Status.SCORED,
+                score=-delta,
+                ref_ll=values[0][0],
+                alt_ll=values[0][1],
+                delta=delta,
+                delta_rc=deltas[1] if len(deltas) > 1 else None,
+                **common,
+            )
+        )
     return rows
 
 
@@ -157,15 +171,32 @@ def score_next_base(
     for key, slot, bp, non_acgt in plans:
         lp = log_probs[slot]
         if lp is None:
-            rows.append(_row(key, recipe, Status.FAILED, score_reason=FAILED_ALONE,
-                             window_bp=bp, window_non_acgt=non_acgt))  # fmt: skip
+            rows.append(
+                _row(
+                    key,
+                    recipe,
+                    Status.FAILED,
+                    score_reason=FAILED_ALONE,
+                    window_bp=bp,
+                    window_non_acgt=non_acgt,
+                )
+            )
             continue
         lp_ref, lp_alt = float(lp[_BASE_CODE[key[2]]]), float(lp[_BASE_CODE[key[3]]])
-        rows.append(_row(
-            key, recipe, Status.SCORED, score=lp_ref - lp_alt,
-            p_ref=float(np.exp(lp_ref)), p_alt=float(np.exp(lp_alt)),
-            ref_ll=lp_ref, alt_ll=lp_alt, window_bp=bp, window_non_acgt=non_acgt,
-        ))  # fmt: skip
+        rows.append(
+            _row(
+                key,
+                recipe,
+                Status.SCORED,
+                score=lp_ref - lp_alt,
+                p_ref=float(np.exp(lp_ref)),
+                p_alt=float(np.exp(lp_alt)),
+                ref_ll=lp_ref,
+                alt_ll=lp_alt,
+                window_bp=bp,
+                window_non_acgt=non_acgt,
+            )
+        )
     return rows
 
 
@@ -191,9 +222,17 @@ def score_from_scan(
                 reason = "base not covered by a whole-6-mer scan tile (contig end)"
                 rows.append(_row(key, recipe, Status.CONTIG_END, score_reason=reason))
                 continue
-            rows.append(_row(
-                key, recipe, Status.SCORED, score=hit["score"],
-                p_ref=hit["p_ref"], p_alt=hit["p_alt"], ref_ll=float(np.log(hit["p_ref"])),
-                alt_ll=float(np.log(hit["p_alt"])), window_bp=hit["context_bp"],
-            ))  # fmt: skip
+            rows.append(
+                _row(
+                    key,
+                    recipe,
+                    Status.SCORED,
+                    score=hit["score"],
+                    p_ref=hit["p_ref"],
+                    p_alt=hit["p_alt"],
+                    ref_ll=float(np.log(hit["p_ref"])),
+                    alt_ll=float(np.log(hit["p_alt"])),
+                    window_bp=hit["context_bp"],
+                )
+            )
     return rows

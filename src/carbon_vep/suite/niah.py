@@ -104,8 +104,9 @@ class NiahScorer:
             hidden, _ = self.engine.forward(values[:, :-1], cache=cache)
             rows = torch.cat([first, hidden], dim=1)
         flat = rows.reshape(-1, rows.shape[-1])
-        terms = self.engine.token_log_probs(flat, self.engine.to_device(values.reshape(-1)),
-                                         "full_vocab")  # fmt: skip
+        terms = self.engine.token_log_probs(
+            flat, self.engine.to_device(values.reshape(-1)), "full_vocab"
+        )
         return terms.reshape(values.shape).mean(dim=1)
 
     @torch.inference_mode()
@@ -136,10 +137,13 @@ class NiahScorer:
             pairs = np.stack([value_ids, negative_ids], axis=1).reshape(-1, value_ids.shape[1])
             ll = self.value_log_likelihoods(last, cache, pairs, ids.shape[1])
         else:
-            ll = torch.stack([
-                self.value_log_likelihoods(last, cache, value_ids, ids.shape[1]),
-                self.value_log_likelihoods(last, cache, negative_ids, ids.shape[1]),
-            ], dim=1)  # fmt: skip
+            ll = torch.stack(
+                [
+                    self.value_log_likelihoods(last, cache, value_ids, ids.shape[1]),
+                    self.value_log_likelihoods(last, cache, negative_ids, ids.shape[1]),
+                ],
+                dim=1,
+            )
         ll_host = self.engine.to_host(ll.reshape(-1, 2))  # the batch's one wait for the device
         new_ids = generated.cpu().tolist()
         return [
@@ -167,8 +171,11 @@ def score_rows(
 
     def work(members: list[int]) -> list[RowResult]:
         picked = [rows[i] for i in members]
-        return scorer.score_batch([r["prompt"] for r in picked], [r["value"] for r in picked],
-                                  [r["negative_value"] for r in picked])  # fmt: skip
+        return scorer.score_batch(
+            [r["prompt"] for r in picked],
+            [r["value"] for r in picked],
+            [r["negative_value"] for r in picked],
+        )
 
     for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
         tokens = [length + 1 + len(rows[members[0]]["value"]) // k] * len(members)
@@ -191,11 +198,19 @@ def score_rows(
 
 def row_schema(with_depth: bool) -> dict[str, Any]:
     types = {
-        "uid": pl.Utf8, "task": pl.Utf8, "context_length_tokens": pl.Int64, "status": pl.Utf8,
-        "reason": pl.Utf8, "pred": pl.Utf8, "gen_exact_match": pl.Int64,
-        "gen_base_accuracy": pl.Float64, "target_ll": pl.Float64, "negative_ll": pl.Float64,
-        "ll_margin": pl.Float64, "ll_correct": pl.Boolean,
-    }  # fmt: skip
+        "uid": pl.Utf8,
+        "task": pl.Utf8,
+        "context_length_tokens": pl.Int64,
+        "status": pl.Utf8,
+        "reason": pl.Utf8,
+        "pred": pl.Utf8,
+        "gen_exact_match": pl.Int64,
+        "gen_base_accuracy": pl.Float64,
+        "target_ll": pl.Float64,
+        "negative_ll": pl.Float64,
+        "ll_margin": pl.Float64,
+        "ll_correct": pl.Boolean,
+    }
     schema = {c: types[c] for c in ROW_COLUMNS}
     return schema | ({"depth": pl.Float64} if with_depth else {})
 

@@ -230,9 +230,7 @@ def random_bases(rng: np.random.Generator, n: int) -> str:
     return "".join(BASES[rng.integers(4, size=n)])
 
 
-def hamming_neighbours(
-    rng: np.random.Generator, key: str, distance: int, n: int
-) -> list[str]:  # fmt: skip
+def hamming_neighbours(rng: np.random.Generator, key: str, distance: int, n: int) -> list[str]:
     """`n` distinct keys, each at Hamming distance exactly `distance` from `key`."""
     out: list[str] = []
     while len(out) < n:
@@ -271,14 +269,18 @@ def wrong_everywhere(rng: np.random.Generator, value: str) -> str:
 
 def plant(
     spec: CellSpec, haystack: str, target_at: int, rng: np.random.Generator, i: int
-) -> tuple[str, str, list[str]]:  # fmt: skip
+) -> tuple[str, str, list[str]]:
     """(prompt, key, values): the target pair at `target_at`, the distractors at other random
     token boundaries, the query key at the end; drawn again until the key occurs twice."""
     tokens = spec.haystack_bp // spec.k
-    others = rng.choice(
-        [t for t in range(tokens + 1) if t * spec.k != target_at], spec.n_distractors,
-        replace=False,
-    ) * spec.k  # fmt: skip
+    others = (
+        rng.choice(
+            [t for t in range(tokens + 1) if t * spec.k != target_at],
+            spec.n_distractors,
+            replace=False,
+        )
+        * spec.k
+    )
     for _ in range(MAX_DRAWS):
         key = random_bases(rng, spec.key_bp)
         keys = [key, *hamming_neighbours(rng, key, spec.hamming, spec.n_distractors)]

@@ -37,9 +37,19 @@ REQUIRED = (
 )
 # what score-niah writes per row, in this order (plus `depth` when the cell has one)
 ROW_COLUMNS = (
-    "uid", "task", "context_length_tokens", "status", "reason", "pred", "gen_exact_match",
-    "gen_base_accuracy", "target_ll", "negative_ll", "ll_margin", "ll_correct",
-)  # fmt: skip
+    "uid",
+    "task",
+    "context_length_tokens",
+    "status",
+    "reason",
+    "pred",
+    "gen_exact_match",
+    "gen_base_accuracy",
+    "target_ll",
+    "negative_ll",
+    "ll_margin",
+    "ll_correct",
+)
 # the results table's row of a cell: the published headline. ll_correct stays in the metrics as
 # a sanity check only: the official evaluation README calls it inflated (the negative value is
 # wrong at all 24 bp, so the likelihood gap is easy; ll_correct >= 0.95 with exact match <= 0.1)
@@ -97,15 +107,27 @@ def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataF
     frame = frame.with_columns(
         pl.col("value_len_bp").cast(pl.Int64, strict=False),
         pl.col("context_length_tokens").cast(pl.Int64, strict=False),
-        *(pl.col(c).cast(pl.Utf8) for c in ("uid", "prompt", "value", "positive_sequence",
-                                            "negative_sequence")),
-    )  # fmt: skip
+        *(
+            pl.col(c).cast(pl.Utf8)
+            for c in ("uid", "prompt", "value", "positive_sequence", "negative_sequence")
+        ),
+    )
     _check_cell(frame, Path(path), k)
     if "task" not in frame.columns:
         frame = frame.with_columns(pl.lit(task, pl.Utf8).alias("task"))
     depth = ["depth"] if "depth" in frame.columns else []
-    keep = ["uid", "prompt", "value", "negative_value", "value_len_bp", "context_length_tokens",
-            "task", *depth, "row_id", "source"]  # fmt: skip
+    keep = [
+        "uid",
+        "prompt",
+        "value",
+        "negative_value",
+        "value_len_bp",
+        "context_length_tokens",
+        "task",
+        *depth,
+        "row_id",
+        "source",
+    ]
     return frame.with_columns(
         pl.col("negative_sequence")
         .str.slice(pl.col("prompt").str.len_chars())
@@ -119,43 +141,73 @@ def _first_bad(frame: pl.DataFrame, bad: pl.Expr) -> dict | None:
     return rows[0] if rows else None
 
 
+def _row_checks(k: int) -> list[tuple[pl.Expr, str]]:
+    """The row-level rules of the published task: (a row breaks it, what is wrong)."""
+    return [
+        (
+            ~pl.col("prompt").str.contains(_ACGT.pattern),
+            "the prompt holds characters other "
+            "than upper-case A, C, G, T (the task's prompts are ACGT only)",
+        ),
+        (
+            pl.col("prompt").str.len_chars() % k != 0,
+            f"the prompt's length is not a multiple of "
+            f"{k}: it does not tokenize into whole {k}-mers",
+        ),
+        (~pl.col("value").str.contains(_ACGT.pattern), "the value is not ACGT only"),
+        (
+            pl.col("value").str.len_chars() != pl.col("value_len_bp"),
+            "len(value) differs from value_len_bp",
+        ),
+        (
+            pl.col("positive_sequence") != pl.col("prompt") + pl.col("value"),
+            "positive_sequence is not prompt + value",
+        ),
+        (
+            ~pl.col("negative_sequence").str.starts_with(pl.col("prompt"))
+            | (
+                pl.col("negative_sequence").str.len_chars()
+                != pl.col("prompt").str.len_chars() + pl.col("value_len_bp")
+            ),
+            "negative_sequence is not prompt + a value of value_len_bp",
+        ),
+        (
+            ~pl.col("negative_sequence").str.contains(_ACGT.pattern),
+            "negative_sequence is not ACGT only",
+        ),
+    ]
+
+
 def _check_cell(frame: pl.DataFrame, path: Path, k: int) -> None:
     """Every cell-level and row-level rule of the published task, first failure reported."""
-    for column in ("uid", "prompt", "value", "value_len_bp", "positive_sequence",
-                   "negative_sequence"):  # fmt: skip
+    for column in (
+        "uid",
+        "prompt",
+        "value",
+        "value_len_bp",
+        "positive_sequence",
+        "negative_sequence",
+    ):
         row = _first_bad(frame, pl.col(column).is_null())
         if row:
             raise InputError(path, f"{row['source']} (uid {row['uid']}): empty `{column}`")
     lengths = sorted(frame["value_len_bp"].unique().to_list())
     if len(lengths) != 1:
         raise InputError(
-            path, f"rows do not share one value_len_bp ({lengths}): a cell is one value length, "
-            "and the number of generated tokens is value_len_bp / 6"
-        )  # fmt: skip
+            path,
+            f"rows do not share one value_len_bp ({lengths}): a cell is one value length, "
+            "and the number of generated tokens is value_len_bp / 6",
+        )
     if lengths[0] <= 0 or lengths[0] % k:
-        raise InputError(path, f"value_len_bp {lengths[0]} is not a positive multiple of {k}: "
-                               f"the value must be whole {k}-mer tokens")  # fmt: skip
+        raise InputError(
+            path,
+            f"value_len_bp {lengths[0]} is not a positive multiple of {k}: "
+            f"the value must be whole {k}-mer tokens",
+        )
     duplicated = frame.filter(pl.col("uid").is_duplicated())["uid"].head(1).to_list()
     if duplicated:
         raise InputError(path, f"uid {duplicated[0]!r} is not unique (rows are keyed by uid)")
-    checks = [
-        (~pl.col("prompt").str.contains(_ACGT.pattern), "the prompt holds characters other "
-         "than upper-case A, C, G, T (the task's prompts are ACGT only)"),
-        (pl.col("prompt").str.len_chars() % k != 0, f"the prompt's length is not a multiple of "
-         f"{k}: it does not tokenize into whole {k}-mers"),
-        (~pl.col("value").str.contains(_ACGT.pattern), "the value is not ACGT only"),
-        (pl.col("value").str.len_chars() != pl.col("value_len_bp"),
-         "len(value) differs from value_len_bp"),
-        (pl.col("positive_sequence") != pl.col("prompt") + pl.col("value"),
-         "positive_sequence is not prompt + value"),
-        (~pl.col("negative_sequence").str.starts_with(pl.col("prompt"))
-         | (pl.col("negative_sequence").str.len_chars()
-            != pl.col("prompt").str.len_chars() + pl.col("value_len_bp")),
-         "negative_sequence is not prompt + a value of value_len_bp"),
-        (~pl.col("negative_sequence").str.contains(_ACGT.pattern),
-         "negative_sequence is not ACGT only"),
-    ]  # fmt: skip
-    for bad, problem in checks:
+    for bad, problem in _row_checks(k):
         row = _first_bad(frame, bad)
         if row:
             raise InputError(path, f"{row['source']} (uid {row['uid']}): {problem}")

@@ -76,9 +76,12 @@ class VllmNiahScorer:
         self.allowed = allowed_ids(tokenizer, vocab)
 
     def score_batch(
-        self, prompts: list[str], values: list[str], negatives: list[str],
+        self,
+        prompts: list[str],
+        values: list[str],
+        negatives: list[str],
         progress: Progress | None = None,
-    ) -> list[RowResult]:  # fmt: skip
+    ) -> list[RowResult]:
         """Any rows, any prompt lengths (the engine pages and batches them itself)."""
         encode = self.vocab.encode
         ids = [encode(p) for p in prompts]
@@ -86,8 +89,9 @@ class VllmNiahScorer:
         negative_ids = [encode(v)[1:] for v in negatives]
         results = []
         for group in row_groups([len(i) for i in ids], self.engine.capacity_tokens):
-            results += self._score_group(ids[group], value_ids[group], negative_ids[group],
-                                         values[group])  # fmt: skip
+            results += self._score_group(
+                ids[group], value_ids[group], negative_ids[group], values[group]
+            )
             if progress is not None:
                 progress.update(len(values[group]))
         return results

@@ -190,10 +190,14 @@ def _processors(loaded: LoadedModel, settings: RecoverySettings) -> LogitsProces
 
 @torch.inference_mode()
 def generate_continuations(
-    loaded: LoadedModel, prompts: list[str], settings: RecoverySettings, batch_size: int,
-    batch_tokens: int = 0, draft: Draft | None = None,
+    loaded: LoadedModel,
+    prompts: list[str],
+    settings: RecoverySettings,
+    batch_size: int,
+    batch_tokens: int = 0,
+    draft: Draft | None = None,
     leads: list[tuple[int, ...]] | None = None,
-) -> list[str | None]:  # fmt: skip
+) -> list[str | None]:
     """Greedy continuation text of each prompt (bases only, prefix added here, after the
     prompt's `leads` ids: its species tag, if any); None where a
     prompt ran out of memory even alone. A batch holds `batch_size` prompts, or as many as fit
@@ -231,8 +235,15 @@ def generate_continuations(
     try:
         for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
             tokens = [length + settings.new_tokens] * len(members)
-            batches = in_batches(members, work, batch_size, loaded.device, progress,
-                                 tokens=tokens, batch_tokens=batch_tokens)  # fmt: skip
+            batches = in_batches(
+                members,
+                work,
+                batch_size,
+                loaded.device,
+                progress,
+                tokens=tokens,
+                batch_tokens=batch_tokens,
+            )
             scatter(batches, members, out)
     finally:
         for hook in hooks:
@@ -243,9 +254,13 @@ def generate_continuations(
 
 # ---- the task ----------------------------------------------------------------------------
 def recover(
-    table: pl.DataFrame, loaded: LoadedModel, settings: RecoverySettings, batch_size: int,
-    batch_tokens: int = 0, draft: Draft | None = None,
-) -> pl.DataFrame:  # fmt: skip
+    table: pl.DataFrame,
+    loaded: LoadedModel,
+    settings: RecoverySettings,
+    batch_size: int,
+    batch_tokens: int = 0,
+    draft: Draft | None = None,
+) -> pl.DataFrame:
     """One output row per input row: prompt size, prediction, matches, accuracy, status.
 
     Rows without a sequence (or, with dataset labels, a label) are kept with status `invalid`
@@ -255,8 +270,9 @@ def recover(
     """
 
     def generate(prompts: list[str], leads: list[tuple[int, ...]]) -> list[str | None]:
-        return generate_continuations(loaded, prompts, settings, batch_size, batch_tokens,
-                                      draft, leads)  # fmt: skip
+        return generate_continuations(
+            loaded, prompts, settings, batch_size, batch_tokens, draft, leads
+        )
 
     return recover_with(table, loaded.vocab.k, settings, generate, loaded.tokenizer)
 

@@ -75,26 +75,41 @@ def _classify_exprs(ref: pl.Expr, alt: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     snv = (n_ref == 1) & (n_alt == 1)
     policy = pl.lit(" (indel_policy skip: SNVs only are scored)")
     variant_type = (
-        pl.when(symbolic).then(pl.lit("symbolic"))
-        .when(non_acgt).then(pl.lit("non_acgt"))
-        .when(ref == alt).then(pl.lit("no_change"))
-        .when(snv).then(pl.lit("snv"))
-        .when(n_ref == n_alt).then(pl.lit("mnv"))
+        pl.when(symbolic)
+        .then(pl.lit("symbolic"))
+        .when(non_acgt)
+        .then(pl.lit("non_acgt"))
+        .when(ref == alt)
+        .then(pl.lit("no_change"))
+        .when(snv)
+        .then(pl.lit("snv"))
+        .when(n_ref == n_alt)
+        .then(pl.lit("mnv"))
         .otherwise(pl.lit("indel"))
-    )  # fmt: skip
+    )
     size = (n_ref.cast(pl.Int64) - n_alt.cast(pl.Int64)).abs()
     kind = pl.when(n_ref > n_alt).then(pl.lit("deletion")).otherwise(pl.lit("insertion"))
     reason = (
-        pl.when(symbolic).then(pl.lit(None, dtype=pl.Utf8))
-        .when(non_acgt).then(pl.concat_str(
-            pl.lit("non-ACGT allele ("), short_allele_expr(ref), pl.lit(">"),
-            short_allele_expr(alt),
-            pl.lit("): N and IUPAC codes are not scored")))
-        .when(ref == alt).then(pl.lit("ALT equals REF"))
-        .when(snv).then(pl.lit(""))
-        .when(n_ref == n_alt).then(pl.concat_str(pl.lit("MNV of "), n_ref, pl.lit(" bp"), policy))
+        pl.when(symbolic)
+        .then(pl.lit(None, dtype=pl.Utf8))
+        .when(non_acgt)
+        .then(
+            pl.concat_str(
+                pl.lit("non-ACGT allele ("),
+                short_allele_expr(ref),
+                pl.lit(">"),
+                short_allele_expr(alt),
+                pl.lit("): N and IUPAC codes are not scored"),
+            )
+        )
+        .when(ref == alt)
+        .then(pl.lit("ALT equals REF"))
+        .when(snv)
+        .then(pl.lit(""))
+        .when(n_ref == n_alt)
+        .then(pl.concat_str(pl.lit("MNV of "), n_ref, pl.lit(" bp"), policy))
         .otherwise(pl.concat_str(kind, pl.lit(" of "), size, pl.lit(" bp"), policy))
-    )  # fmt: skip
+    )
     return variant_type, reason
 
 
@@ -160,9 +175,12 @@ def allele_policy(frame: pl.DataFrame, invalid: pl.Series, reason: pl.Series) ->
     """The trimmed alleles (`short_*`), the variant type and why a type is not scored."""
     short_pos, short_ref, short_alt = _trimmed(frame, ~invalid)
     work = frame.with_columns(
-        short_pos.alias("short_pos"), short_ref.alias("short_ref"), short_alt.alias("short_alt"),
-        invalid.alias("invalid"), reason.alias("invalid_reason"),
-    )  # fmt: skip
+        short_pos.alias("short_pos"),
+        short_ref.alias("short_ref"),
+        short_alt.alias("short_alt"),
+        invalid.alias("invalid"),
+        reason.alias("invalid_reason"),
+    )
     variant_type, skip_reason = _classify_exprs(pl.col("short_ref"), pl.col("short_alt"))
     work = work.with_columns(
         pl.when("invalid").then(pl.lit("invalid")).otherwise(variant_type).alias("variant_type"),
@@ -171,8 +189,11 @@ def allele_policy(frame: pl.DataFrame, invalid: pl.Series, reason: pl.Series) ->
     symbolic = work["variant_type"] == "symbolic"
     return work.with_columns(
         scatter(
-            work["skip_reason"], symbolic,
-            python_text(work["short_alt"].filter(symbolic),
-                         lambda a: f"symbolic, star or missing ALT {short_allele(a)!r}"),
+            work["skip_reason"],
+            symbolic,
+            python_text(
+                work["short_alt"].filter(symbolic),
+                lambda a: f"symbolic, star or missing ALT {short_allele(a)!r}",
+            ),
         ).alias("skip_reason")
-    )  # fmt: skip
+    )

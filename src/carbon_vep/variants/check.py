@@ -72,12 +72,13 @@ def _against_reference(
         pl.when(~pl.col("invalid"))
         .then(pl.col("chrom").replace_strict(dict(mapping), default=None, return_dtype=pl.Utf8))
         .alias("ref_chrom"),
-        pl.col("chrom").replace_strict(lengths, default=None, return_dtype=pl.Int64)
+        pl.col("chrom")
+        .replace_strict(lengths, default=None, return_dtype=pl.Int64)
         .alias("length"),
         (pl.col("pos") + pl.col("ref").str.len_chars().cast(pl.Int64) - 1).alias("end"),
     ).with_columns(
         ((pl.col("pos") < 1) | (pl.col("end") > pl.col("length"))).alias("out_of_bounds"),
-    )  # fmt: skip
+    )
     unknown = ~work["invalid"] & work["ref_chrom"].is_null()
     unknown_reason = python_text(work["chrom"].filter(unknown), lambda c: unmapped[c])
     compare = (
@@ -102,24 +103,38 @@ def _with_status(work: pl.DataFrame) -> pl.DataFrame:
     """The checked rows: key (an SNV in its trimmed form), variant type, status, reason."""
     mismatch = pl.col("ref_checked") & (pl.col("genome") != pl.col("ref"))
     status = (
-        pl.when("invalid").then(pl.lit(Status.INVALID.value))
-        .when(pl.col("ref_chrom").is_null()).then(pl.lit(Status.UNKNOWN_CONTIG.value))
-        .when("out_of_bounds").then(pl.lit(Status.OUT_OF_BOUNDS.value))
-        .when(~pl.col("ref_checked")).then(pl.lit(Status.SKIPPED.value))
-        .when(mismatch).then(pl.lit(Status.REF_MISMATCH.value))
-        .when(pl.col("skip_reason") != "").then(pl.lit(Status.SKIPPED.value))
+        pl.when("invalid")
+        .then(pl.lit(Status.INVALID.value))
+        .when(pl.col("ref_chrom").is_null())
+        .then(pl.lit(Status.UNKNOWN_CONTIG.value))
+        .when("out_of_bounds")
+        .then(pl.lit(Status.OUT_OF_BOUNDS.value))
+        .when(~pl.col("ref_checked"))
+        .then(pl.lit(Status.SKIPPED.value))
+        .when(mismatch)
+        .then(pl.lit(Status.REF_MISMATCH.value))
+        .when(pl.col("skip_reason") != "")
+        .then(pl.lit(Status.SKIPPED.value))
         .otherwise(pl.lit(Status.OK.value))
-    )  # fmt: skip
+    )
     reason = (
-        pl.when("invalid").then("invalid_reason")
-        .when(pl.col("ref_chrom").is_null()).then("unknown_reason")
-        .when("out_of_bounds").then(pl.format(
-            "POS {}-{} outside {}:1-{}", "pos", "end", "ref_chrom", "length"))
-        .when(mismatch).then(pl.concat_str(
-            pl.lit("REF "), short_allele_expr(pl.col("ref")), pl.lit(" but reference has "),
-            short_allele_expr(pl.col("genome"))))
+        pl.when("invalid")
+        .then("invalid_reason")
+        .when(pl.col("ref_chrom").is_null())
+        .then("unknown_reason")
+        .when("out_of_bounds")
+        .then(pl.format("POS {}-{} outside {}:1-{}", "pos", "end", "ref_chrom", "length"))
+        .when(mismatch)
+        .then(
+            pl.concat_str(
+                pl.lit("REF "),
+                short_allele_expr(pl.col("ref")),
+                pl.lit(" but reference has "),
+                short_allele_expr(pl.col("genome")),
+            )
+        )
         .otherwise("skip_reason")
-    )  # fmt: skip
+    )
     snv = pl.col("variant_type") == "snv"  # reported (and scored) in its trimmed form
     return work.select(
         pl.when(snv).then("short_pos").otherwise("pos").alias("pos"),
@@ -164,8 +179,11 @@ class PanelCheck:
         """`batch` with ref_chrom, variant_type, status and reason added; pos / ref / alt
         become the checked (trimmed, upper-case) form; none dropped."""
         batch = _with_input_columns(batch)
-        new = [c for c in batch["chrom"].cast(pl.Utf8).drop_nulls().unique().to_list()
-               if c not in self.contigs]  # fmt: skip
+        new = [
+            c
+            for c in batch["chrom"].cast(pl.Utf8).drop_nulls().unique().to_list()
+            if c not in self.contigs
+        ]
         self.contigs.update(new)
         self.mapping.update(resolve_contigs(new, self.reference.contigs))
         self.unmapped.update(unmapped_reasons(new, self.mapping, self.reference))
@@ -192,9 +210,14 @@ class PanelCheck:
         if self.n_checked:
             observed = (self.n_checked - self.n_mismatch) / self.n_checked
         assert_build_matches(
-            self.n_checked, observed, lambda: checked_rows().filter(pl.col(REF_CHECKED)),
-            self.reference, self.policy, self.source, header_mismatches,
-        )  # fmt: skip
+            self.n_checked,
+            observed,
+            lambda: checked_rows().filter(pl.col(REF_CHECKED)),
+            self.reference,
+            self.policy,
+            self.source,
+            header_mismatches,
+        )
 
 
 def check_panel(

@@ -42,9 +42,14 @@ def reference_bases(
         blocks = (
             rows.filter(pl.col("end") - pl.col("start") <= _FETCH_BLOCK_BP)
             .group_by((pl.col("start") // _FETCH_BLOCK_BP).alias("block"))
-            .agg("row", "start", "end", pl.col("start").min().alias("lo"),
-                 pl.col("end").max().alias("hi"))
-        )  # fmt: skip
+            .agg(
+                "row",
+                "start",
+                "end",
+                pl.col("start").min().alias("lo"),
+                pl.col("end").max().alias("hi"),
+            )
+        )
         for _, row_ids, starts, ends, lo, hi in blocks.iter_rows():
             if hi - lo > _SPARSE_BP_PER_ROW * len(row_ids):  # a few rows far apart
                 for row, a, b in zip(row_ids, starts, ends, strict=True):

@@ -155,11 +155,13 @@ def _duplicate_flags(
             conflicted.append(rows[CONFLICT_COLUMN].fill_null(False))
     n_rows = key_hashes.len()
     no_conflict = pl.repeat(False, n_rows, dtype=pl.Boolean, eager=True)
-    flags = pl.DataFrame({
-        "duplicate_of": pl.repeat(None, n_rows, dtype=pl.Int64, eager=True),
-        "label_conflict": pl.concat(conflicted) if conflicted else no_conflict,
-        "n_copies_in_panel": pl.repeat(1, n_rows, dtype=pl.UInt32, eager=True),
-    })  # fmt: skip
+    flags = pl.DataFrame(
+        {
+            "duplicate_of": pl.repeat(None, n_rows, dtype=pl.Int64, eager=True),
+            "label_conflict": pl.concat(conflicted) if conflicted else no_conflict,
+            "n_copies_in_panel": pl.repeat(1, n_rows, dtype=pl.UInt32, eager=True),
+        }
+    )
     if candidate.any():
         found = flag_duplicates(pl.concat(candidates), label_column)
         flags = flags.with_columns(

@@ -49,16 +49,18 @@ def add_clnsig_labels(
     """Add `label` (1 / 0 / null) and `label_conflict` from the CLNSIG column `field`."""
     if field not in panel.columns:
         raise InputError(
-            source, f"{setting_name('label_source', 'clinvar_clnsig')} needs the INFO field "
+            source,
+            f"{setting_name('label_source', 'clinvar_clnsig')} needs the INFO field "
             f"{field!r}, which the panel does not carry; name the field that holds ClinVar's "
-            f"significance with {setting_name('clnsig_field')}"
-        )  # fmt: skip
+            f"significance with {setting_name('clnsig_field')}",
+        )
     if CLNSIG_LABEL_COLUMN in panel.columns:
         raise InputError(
-            source, f"the panel already has a {CLNSIG_LABEL_COLUMN!r} column; with "
+            source,
+            f"the panel already has a {CLNSIG_LABEL_COLUMN!r} column; with "
             f"{setting_name('label_source', 'clinvar_clnsig')} the label is derived from "
-            "CLNSIG, so remove or rename it"
-        )  # fmt: skip
+            "CLNSIG, so remove or rename it",
+        )
     values = panel[field].cast(pl.Utf8)
     by_value = {v: clnsig_label(v, mapping) for v in values.drop_nulls().unique().to_list()}
     labels = {v: label for v, (label, _) in by_value.items()}  # ClinVar has few distinct

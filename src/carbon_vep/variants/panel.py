@@ -107,9 +107,10 @@ class PanelReader:
         self.fmt = detect_format(self.path) if fmt == "auto" else fmt
         if self.fmt not in ("vcf", "parquet", "tsv", "csv"):
             raise InputError(
-                self.path, f"unknown panel format {self.fmt!r} in {setting_name('format')} "
-                "(vcf, parquet, tsv, csv or auto)"
-            )  # fmt: skip
+                self.path,
+                f"unknown panel format {self.fmt!r} in {setting_name('format')} "
+                "(vcf, parquet, tsv, csv or auto)",
+            )
         self.columns = dict(columns or {})
         self.info_fields = list(info_fields)
         self.declared_lengths: dict[str, int] = {}

@@ -28,9 +28,13 @@ KEY_ALIASES = {
 # table file names -> format (panels and suite task files alike); gzip is read transparently
 TABLE_SUFFIXES = {
     ".parquet": "parquet",
-    ".tsv": "tsv", ".tsv.gz": "tsv", ".txt": "tsv", ".txt.gz": "tsv",
-    ".csv": "csv", ".csv.gz": "csv",
-}  # fmt: skip
+    ".tsv": "tsv",
+    ".tsv.gz": "tsv",
+    ".txt": "tsv",
+    ".txt.gz": "tsv",
+    ".csv": "csv",
+    ".csv.gz": "csv",
+}
 
 
 def table_format(path: str | Path) -> str | None:
@@ -79,8 +83,11 @@ def _key_sources(found: Sequence[str], columns: Mapping[str, str], path: Path) -
         if len(hits) == 1 or exact:
             sources[std] = exact[0] if exact else hits[0]
         elif hits:
-            raise InputError(path, f"several columns could be {std!r}: {hits}; pick one with "
-                             f"{setting_name('columns', f'{std}={hits[0]}')}")  # fmt: skip
+            raise InputError(
+                path,
+                f"several columns could be {std!r}: {hits}; pick one with "
+                f"{setting_name('columns', f'{std}={hits[0]}')}",
+            )
     absent = [std for std in KEY if std not in sources]
     if absent:
         example = setting_name("columns", f"{absent[0]}=YOUR_COLUMN")

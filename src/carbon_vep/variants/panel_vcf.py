@@ -68,9 +68,16 @@ class PanelReaderState(Protocol):
 
 _BATCH_RECORDS = 50_000
 _VCF_COLUMNS = {
-    "chrom": pl.Utf8, "pos": pl.Int64, "ref": pl.Utf8, "alt": pl.Utf8, "id": pl.Utf8,
-    "qual": pl.Float64, "filter": pl.Utf8, "n_alts_in_record": pl.Int64, "alt_index": pl.Int64,
-}  # fmt: skip
+    "chrom": pl.Utf8,
+    "pos": pl.Int64,
+    "ref": pl.Utf8,
+    "alt": pl.Utf8,
+    "id": pl.Utf8,
+    "qual": pl.Float64,
+    "filter": pl.Utf8,
+    "n_alts_in_record": pl.Int64,
+    "alt_index": pl.Int64,
+}
 
 
 class _VcfBatches:
@@ -98,9 +105,13 @@ class _VcfBatches:
     def add(self, number: int, record: Any, alts: tuple | None, info: list[Any]) -> None:
         filters = record.filter.keys()
         fixed = (
-            record.chrom, record.pos, record.ref, record.id, record.qual,
+            record.chrom,
+            record.pos,
+            record.ref,
+            record.id,
+            record.qual,
             ";".join(filters) if filters else None,
-        )  # fmt: skip
+        )
         if alts is None or len(alts) == 1:
             self.record.append(number)
             for values, value in zip(self.fixed, fixed):  # noqa: B905 (same length)
@@ -148,13 +159,20 @@ class _VcfBatches:
         return frame.select(
             "_record",
             (pl.lit(prefix) + (pl.col("_record") + offset).cast(pl.Utf8)).alias("source"),
-            "chrom", "pos", "ref", "alt",
+            "chrom",
+            "pos",
+            "ref",
+            "alt",
             pl.col("pos").cast(pl.Utf8).alias("input_pos"),
             pl.col("ref").alias("input_ref"),
             pl.col("alt").alias("input_alt"),
-            "id", "qual", "filter", "n_alts_in_record", "alt_index",
+            "id",
+            "qual",
+            "filter",
+            "n_alts_in_record",
+            "alt_index",
             *[pl.col(s.name) for s in self.specs],
-        )  # fmt: skip
+        )
 
 
 @contextmanager
@@ -222,9 +240,10 @@ def vcf_batches(reader: PanelReaderState) -> Iterator[pl.DataFrame]:
     with _vcf_stream(path, header) as handle:
         vcf = _open_vcf(handle, path)
         reader.declared_lengths = {
-            c: vcf.header.contigs[c].length for c in vcf.header.contigs
+            c: vcf.header.contigs[c].length
+            for c in vcf.header.contigs
             if vcf.header.contigs[c].length
-        }  # fmt: skip
+        }
         specs = info_specs(vcf.header, reader.info_fields, reader.raw_info)
         declared_info = sorted(vcf.header.info)
         records = _VcfRecords(path, header, specs, reader.raw_info)

@@ -43,9 +43,11 @@ class InfoSpec:
     def text_list(self) -> bool:
         """A declared list of strings, carried as its comma-joined text."""
         return (
-            self.declared and not self.raw and self.kind in ("String", "Character")
+            self.declared
+            and not self.raw
+            and self.kind in ("String", "Character")
             and self.number not in ("0", "1", "A", "R")
-        )  # fmt: skip
+        )
 
     @property
     def dtype(self) -> Any:

@@ -37,10 +37,13 @@ def _counted(
     """Distinct values of the columns `by` with their counts, most common first, ties in order
     of first appearance (as `Counter.most_common`)."""
     query = (
-        values.lazy().select(by).with_row_index("_first")
-        .group_by(by).agg(pl.len().alias("_n"), pl.col("_first").min())
+        values.lazy()
+        .select(by)
+        .with_row_index("_first")
+        .group_by(by)
+        .agg(pl.len().alias("_n"), pl.col("_first").min())
         .sort(["_n", "_first"], descending=[True, False])
-    )  # fmt: skip
+    )
     if top is not None:
         query = query.head(top)
     return [(row[:-2], row[-2]) for row in _collect(query).select(*by, "_n", "_first").rows()]
@@ -97,9 +100,10 @@ def summarize(
         .unique()
     )
     unscored = (
-        checked.lazy().select("status", "reason")
+        checked.lazy()
+        .select("status", "reason")
         .filter((pl.col("status") != Status.OK) & (pl.col("reason") != ""))
-    )  # fmt: skip
+    )
     variant_types = {kind: n for (kind,), n in _counted(checked, ["variant_type"])}
     flags = _collect(
         checked.lazy().select(
@@ -112,7 +116,7 @@ def summarize(
             (pl.col("label_conflict").sum() if "label_conflict" in columns else pl.lit(0)).alias(
                 "n_label_conflicts"
             ),
-        )  # fmt: skip
+        )
     ).row(0, named=True)
     summary = {
         "panel": str(panel_path),

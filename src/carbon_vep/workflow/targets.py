@@ -70,24 +70,30 @@ class Targets:
         """(metrics JSON, row-level file) of every result: variant panels, suite tasks, NIAH."""
         paths = self.paths
         panels = [
-            (paths.metrics.format(dataset=dataset, model=model),
-             paths.evaluated.format(dataset=dataset, model=model))
+            (
+                paths.metrics.format(dataset=dataset, model=model),
+                paths.evaluated.format(dataset=dataset, model=model),
+            )
             for dataset in self.run.datasets
             for model in self.models_of("datasets", dataset)
-        ]  # fmt: skip
+        ]
         tasks = [
-            (paths.task_metrics.format(task=task, model=model),
-             paths.task_predictions.format(task=task, model=model))
+            (
+                paths.task_metrics.format(task=task, model=model),
+                paths.task_predictions.format(task=task, model=model),
+            )
             for task in self.run.tasks
             for model in self.models_of("tasks", task)
-        ]  # fmt: skip
+        ]
         niah = [
-            (paths.niah_metrics.format(niah=key, cell=cell.name, model=model),
-             paths.niah_predictions.format(niah=key, cell=cell.name, model=model))
+            (
+                paths.niah_metrics.format(niah=key, cell=cell.name, model=model),
+                paths.niah_predictions.format(niah=key, cell=cell.name, model=model),
+            )
             for key, entry in self.run.niah.items()
             for cell in entry.cells()
             for model in self.run.entry_models(entry)
-        ]  # fmt: skip
+        ]
         return panels + tasks + niah
 
     def run_metrics(self) -> list[str]:

@@ -49,23 +49,36 @@ class Ablations:
         ids = [self.engine.vocab.encode(w) for w in self.windows]
         self.batch = ids[: min(8, len(ids))]
         self.groups = [
-            (w, [w[: len(w) // 2] + b + w[len(w) // 2 + 1 :] for b in "ACGT"
-                 if b != w[len(w) // 2]])
+            (
+                w,
+                [
+                    w[: len(w) // 2] + b + w[len(w) // 2 + 1 :]
+                    for b in "ACGT"
+                    if b != w[len(w) // 2]
+                ],
+            )
             for w in self.windows[: max(2, len(self.windows) // 4)]
-        ]  # fmt: skip
+        ]
         self.rows: list[dict] = []
 
     def compare(self, change, before, after, items, values=None) -> None:
         runs = self.sizes.warmup + self.sizes.repeats  # alternating, warm-ups dropped
-        times = [(timed(before, self.device)[0], timed(after, self.device)[0])
-                 for _ in range(runs)]  # fmt: skip
+        times = [(timed(before, self.device)[0], timed(after, self.device)[0]) for _ in range(runs)]
         t_before, t_after = zip(*times[self.sizes.warmup :], strict=True)
         b, a = statistics.median(t_before), statistics.median(t_after)
-        row = {"model": self.model.name, "change": change, "items": items, "before_s": b,
-               "after_s": a, "speedup": b / a}  # fmt: skip
+        row = {
+            "model": self.model.name,
+            "change": change,
+            "items": items,
+            "before_s": b,
+            "after_s": a,
+            "speedup": b / a,
+        }
         self.rows.append(row | (values() if values is not None else {}))
-        print(f"[gpu-check] {self.model.name} / {change}: {b:.3f} s -> {a:.3f} s ({b / a:.2f}x)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"[gpu-check] {self.model.name} / {change}: {b:.3f} s -> {a:.3f} s ({b / a:.2f}x)",
+            file=sys.stderr,
+        )
 
     def _syncs(self, before, after) -> dict:
         n_before, how = host_syncs(before, self.device)
@@ -86,8 +99,10 @@ class Ablations:
             self.compare(
                 f"attention mask dropped ({len(batch)} x {len(batch[0])} tokens, forward only)",
                 lambda: published.masked_hidden_states(engine, batch),
-                lambda: engine.hidden_states(batch), len(batch), same_hidden,
-            )  # fmt: skip
+                lambda: engine.hidden_states(batch),
+                len(batch),
+                same_hidden,
+            )
         before = partial(published.per_item_sequence_scores, engine, windows, "token", "dna_block")
         after = partial(engine.sequence_scores, windows, "token", "dna_block")
 
@@ -95,8 +110,13 @@ class Ablations:
             same = [(s.total, s.count) for s in after()] == before()
             return self._syncs(before, after) | {"identical_values": same}
 
-        self.compare(f"one copy per batch ({len(windows)} windows, token, dna_block)",
-                     before, after, len(windows), sequence_values)  # fmt: skip
+        self.compare(
+            f"one copy per batch ({len(windows)} windows, token, dna_block)",
+            before,
+            after,
+            len(windows),
+            sequence_values,
+        )
         group_before = lambda: [  # noqa: E731
             published.per_item_window_group(engine, r, a, "token", "full_vocab") for r, a in groups
         ]
@@ -105,9 +125,11 @@ class Ablations:
         ]
         self.compare(
             f"one copy per window group ({len(groups)} groups of 3 alternates, full_vocab)",
-            group_before, group_after, len(groups),
+            group_before,
+            group_after,
+            len(groups),
             lambda: self._syncs(group_before, group_after),
-        )  # fmt: skip
+        )
 
     def scan_chunks(self) -> None:
         """scan-chunk as it was (per-tile copies, rows written before the next batch) against
@@ -116,8 +138,9 @@ class Ablations:
         engine = self.model.engine(batch_tokens=sizes.scan_batch_tiles * (sizes.tile_bp // K + 1))
         tiles = TileSettings(sizes.tile_bp, sizes.min_context)
         length = reference.lengths["scan"]
-        plan = plan_scan(reference, {"scan": [(0, length)]}, tiles,
-                         ScanChunkSettings(chunk_bp=length))  # fmt: skip
+        plan = plan_scan(
+            reference, {"scan": [(0, length)]}, tiles, ScanChunkSettings(chunk_bp=length)
+        )
         pieces = chunk_pieces(plan, 0)
         cut = [(p.chrom, t) for p in pieces for t in p.tiles(tiles)]
         shares = {}
@@ -130,8 +153,9 @@ class Ablations:
         def chunk(overlap):
             def run():
                 writer = BaseWriter(work / f"ablation_{overlap}.parquet")
-                stats = scan_chunk(engine, reference, pieces, tiles, writer, "gpu-check",
-                                   overlap=overlap)  # fmt: skip
+                stats = scan_chunk(
+                    engine, reference, pieces, tiles, writer, "gpu-check", overlap=overlap
+                )
                 writer.close()
                 shares[overlap] = 1 - stats["device_s"] / stats["wall_s"]
                 return stats
@@ -144,24 +168,33 @@ class Ablations:
         self.compare(
             f"scan-chunk as it was -> now ({len(cut)} tiles: per-tile copies, rows written "
             "before the next batch -> one copy a batch, one batch ahead, rows written on a "
-            "thread)", chunk_before, chunk(True), len(cut),
-            lambda: {"device_idle_after": shares[True],
-                     "identical_files": same_file("ablation_before.parquet",
-                                                  "ablation_True.parquet")},
-        )  # fmt: skip
+            "thread)",
+            chunk_before,
+            chunk(True),
+            len(cut),
+            lambda: {
+                "device_idle_after": shares[True],
+                "identical_files": same_file("ablation_before.parquet", "ablation_True.parquet"),
+            },
+        )
         self.compare(
             "scan-chunk: rows written on a worker thread (the rest as now)",
-            chunk(False), chunk(True), len(cut),
-            lambda: {"device_idle_before": shares[False], "device_idle_after": shares[True],
-                     "identical_files": same_file("ablation_False.parquet",
-                                                  "ablation_True.parquet")},
-        )  # fmt: skip
+            chunk(False),
+            chunk(True),
+            len(cut),
+            lambda: {
+                "device_idle_before": shares[False],
+                "device_idle_after": shares[True],
+                "identical_files": same_file("ablation_False.parquet", "ablation_True.parquet"),
+            },
+        )
 
     def upcast(self) -> None:
         """What `upcast_output_layer` costs on the centered recipe, both normalisations."""
         upcast = self.model.engine(upcast=True)
-        shard = self.inputs.shard(self.reference, "centered", self.sizes.centered_bp,
-                                  self.sizes.compare_sites)  # fmt: skip
+        shard = self.inputs.shard(
+            self.reference, "centered", self.sizes.centered_bp, self.sizes.compare_sites
+        )
         for normalization in ("dna_block", "full_vocab"):
             settings = RecipeSettings("centered", normalization)
             self.compare(

@@ -42,8 +42,14 @@ SMOKE_CONTEXTS = (512,)
 SMOKE_ROWS = 4
 NATIVE_POSITIONS = 32_768  # Carbon-3B's; past it the published NIAH recipe turns YaRN on
 # vLLM's CPU attention has no kernel for the toy shapes' head dimension (12)
-SMOKE_SHAPE = dict(hidden_size=192, intermediate_size=256, num_hidden_layers=2,
-                   num_attention_heads=2, num_key_value_heads=1, head_dim=96)  # fmt: skip
+SMOKE_SHAPE = dict(
+    hidden_size=192,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=96,
+)
 START_S = {"cuda": 120.0, "cpu": 60.0}  # budget per vLLM start: load, KV cache, graph capture
 
 
@@ -70,12 +76,19 @@ def gpu_class(device: torch.device) -> str | None:
     return gpu_class_named(torch.cuda.get_device_name(device))
 
 
-def score_command(python: str, engine: str, cell: Path, model: Path, out: Path, ctx: int,
-                  dtype: str, device: str) -> list[str]:  # fmt: skip
+def score_command(
+    python: str, engine: str, cell: Path, model: Path, out: Path, ctx: int, dtype: str, device: str
+) -> list[str]:
     extra = ["--dtype", dtype, "--device", device]
     if ctx > NATIVE_POSITIONS:
-        extra += ["--yarn-factor", "4", "--yarn-original-positions", str(NATIVE_POSITIONS),
-                  "--yarn-max-positions", str(4 * NATIVE_POSITIONS)]  # fmt: skip
+        extra += [
+            "--yarn-factor",
+            "4",
+            "--yarn-original-positions",
+            str(NATIVE_POSITIONS),
+            "--yarn-max-positions",
+            str(4 * NATIVE_POSITIONS),
+        ]
     launcher = [python, "-m", "carbon_vep.cli"]  # a GPU node's python may have no carbon-vep
     return task_command(launcher, engine, "niah", cell, model, out, *extra)
 
@@ -85,13 +98,18 @@ def _job_env(engine: str) -> dict[str, str]:
     # vLLM's environment has its own transformers: this process's path (a device kit's newer
     # one, say) must not shadow it
     path = os.environ.get("PYTHONPATH") if engine != "vllm" else None
-    return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                VLLM_CPU_OMP_THREADS_BIND="nobind",
-                PYTHONPATH=f"{source}:{path}" if path else source)  # fmt: skip
+    return dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        PYTHONPATH=f"{source}:{path}" if path else source,
+    )
 
 
-def run_engine(python: str, engine: str, cell: Path, model: Path, work: Path, ctx: int,
-               dtype: str, device: str) -> tuple[dict, pl.DataFrame | None]:  # fmt: skip
+def run_engine(
+    python: str, engine: str, cell: Path, model: Path, work: Path, ctx: int, dtype: str, device: str
+) -> tuple[dict, pl.DataFrame | None]:
     out = work / f"{engine}_{ctx}.parquet"
     argv = score_command(python, engine, cell, model, out, ctx, dtype, device)
     done = run_command(argv, env=_job_env(engine), check=False)
@@ -108,15 +126,27 @@ def run_engine(python: str, engine: str, cell: Path, model: Path, work: Path, ct
     return result, pl.read_parquet(out)
 
 
-def generation(model: Model, work: Path, device: torch.device, smoke: bool,
-               vllm_python: str | None, budget: Budget) -> list[dict]:  # fmt: skip
+def generation(
+    model: Model,
+    work: Path,
+    device: torch.device,
+    smoke: bool,
+    vllm_python: str | None,
+    budget: Budget,
+) -> list[dict]:
     """Per context, the two engines side by side (see the module docstring)."""
     if vllm_python is None:
         budget.skipped.append("vLLM generation (no vLLM: make setup-vllm, or --vllm-python)")
         return []
     if smoke:  # the toy Carbon-3B's head dimension has no vLLM CPU kernel: a head-96 model
-        model = random_model("Carbon-3B", SMOKE_SHAPE, model.loaded.tokenizer,
-                             model.loaded.vocab, device, torch.float32)  # fmt: skip
+        model = random_model(
+            "Carbon-3B",
+            SMOKE_SHAPE,
+            model.loaded.tokenizer,
+            model.loaded.vocab,
+            device,
+            torch.float32,
+        )
     contexts, rows = (SMOKE_CONTEXTS, SMOKE_ROWS) if smoke else (CONTEXTS, ROWS)
     checkpoint = save_checkpoint(model, work / "generation_model")
     fasta = haystack_fasta(work, max(contexts) * 8)
@@ -133,8 +163,9 @@ def generation(model: Model, work: Path, device: torch.device, smoke: bool,
         row = {"model": model.name, "context_tokens": ctx, "rows": rows, "dtype": dtype}
         frames = {}
         for engine, python in (("transformers", sys.executable), ("vllm", vllm_python)):
-            row[engine], frames[engine] = run_engine(python, engine, cell, checkpoint, work,
-                                                     ctx, dtype, device.type)  # fmt: skip
+            row[engine], frames[engine] = run_engine(
+                python, engine, cell, checkpoint, work, ctx, dtype, device.type
+            )
         if all(f is not None for f in frames.values()):
             row["agreement"] = compare_niah(frames["transformers"], frames["vllm"])
         if gpu:

@@ -35,8 +35,14 @@ CARRY_LIMIT_MIB = 60  # the device's limit is 64 MiB a call: room for $OUT-bound
 PACK_OVER_MIB = 4  # wheels larger than this travel xz-compressed
 XZ_PRESET = 6  # 2 min for polars' engine on one core, 31 MiB (preset 9e: 3.6 min, 29.5 MiB)
 # pip matches each manylinux tag exactly: the ones wheels of these packages are published under
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")  # fmt: skip
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
 
 
 def listed(path: Path) -> list[str]:
@@ -55,8 +61,10 @@ def pinned(names: list[str]) -> list[str]:
         except metadata.PackageNotFoundError:
             missing.append(name)
     if missing:
-        raise SystemExit(f"{KIT_LIST}: not installed in this environment: {', '.join(missing)} "
-                         "(run `make setup` first)")  # fmt: skip
+        raise SystemExit(
+            f"{KIT_LIST}: not installed in this environment: {', '.join(missing)} "
+            "(run `make setup` first)"
+        )
     return out
 
 
@@ -65,9 +73,21 @@ def download(requirements: list[str], dest: Path, python_version: str) -> list[P
     manylinux x86_64; wheels in `dest` not among them are removed (two versions of a package
     would stop the install there)."""
     dest.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-            "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
-            "--dest", str(dest)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "--dest",
+        str(dest),
+    ]
     for platform in PLATFORMS:
         argv += ["--platform", platform]
     subprocess.run(argv + requirements, check=True)
@@ -79,8 +99,10 @@ def download(requirements: list[str], dest: Path, python_version: str) -> list[P
         else:
             wheel.unlink()
     if len(kept) != len(requirements):
-        raise SystemExit(f"{dest}: {len(kept)} wheels for {len(requirements)} requirements: "
-                         f"{', '.join(w.name for w in kept)}")  # fmt: skip
+        raise SystemExit(
+            f"{dest}: {len(kept)} wheels for {len(requirements)} requirements: "
+            f"{', '.join(w.name for w in kept)}"
+        )
     return kept
 
 
@@ -109,8 +131,9 @@ def pack(wheel: Path, dest: Path, preset: int = XZ_PRESET) -> Path:
     return target
 
 
-def make_kit(requirements: list[str], cache: Path, dest: Path, python_version: str,
-             preset: int = XZ_PRESET) -> list[Path]:  # fmt: skip
+def make_kit(
+    requirements: list[str], cache: Path, dest: Path, python_version: str, preset: int = XZ_PRESET
+) -> list[Path]:
     """The kit in `dest`: each requirement's wheel, packed; anything else there removed."""
     wheels = download(requirements, cache, python_version)
     kit = [pack(w, dest, preset) for w in wheels]
@@ -127,9 +150,12 @@ def _wheel_key(name_version: str) -> str:
 
 def tree_files(root: Path) -> list[Path]:
     """What a device call sends of the checkout: tracked and untracked files git does not ignore."""
-    listed_files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                                   "--exclude-standard"], cwd=root, check=True,
-                                  capture_output=True).stdout.decode()  # fmt: skip
+    listed_files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
     return [root / p for p in listed_files.split("\0") if p and (root / p).is_file()]
 
 
@@ -141,9 +167,11 @@ def carry_report(root: Path, kit: list[Path]) -> tuple[int, str]:
     kit_bytes = sum(size for size, _ in wheels)
     total = tree + kit_bytes
     largest = sorted(items + wheels, reverse=True)[:5]
-    head = (f"one device call carries {total / 2**20:.1f} MiB: the tree {tree / 2**20:.1f} MiB "
-            f"({len(items)} files) + the kit {kit_bytes / 2**20:.1f} MiB ({len(wheels)} wheels); "
-            f"limit {CARRY_LIMIT_MIB} MiB")  # fmt: skip
+    head = (
+        f"one device call carries {total / 2**20:.1f} MiB: the tree {tree / 2**20:.1f} MiB "
+        f"({len(items)} files) + the kit {kit_bytes / 2**20:.1f} MiB ({len(wheels)} wheels); "
+        f"limit {CARRY_LIMIT_MIB} MiB"
+    )
     names = ", ".join(f"{name} {size / 2**20:.1f} MiB" for size, name in largest)
     return total, f"{head}\nlargest: {names}"
 
@@ -196,13 +224,21 @@ def _normal(name: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dest", default=str(PROJECT_ROOT / ".whl"), help="the kit (carried)")
-    parser.add_argument("--cache", default=str(PROJECT_ROOT / ".whl-cache"),
-                        help="the downloaded wheels (not carried)")  # fmt: skip
+    parser.add_argument(
+        "--cache",
+        default=str(PROJECT_ROOT / ".whl-cache"),
+        help="the downloaded wheels (not carried)",
+    )
     parser.add_argument("--python-version", default="3.12", help="the device's Python (3.12)")
     parser.add_argument("--xz-preset", type=int, default=XZ_PRESET)
     args = parser.parse_args(argv)
-    kit = make_kit(pinned(listed(KIT_LIST)), Path(args.cache), Path(args.dest),
-                   args.python_version, args.xz_preset)  # fmt: skip
+    kit = make_kit(
+        pinned(listed(KIT_LIST)),
+        Path(args.cache),
+        Path(args.dest),
+        args.python_version,
+        args.xz_preset,
+    )
     total, report = carry_report(PROJECT_ROOT, kit)
     print("\n".join(w.name for w in kit))
     print(report)

@@ -40,14 +40,21 @@ TASK = "neardup_d2"
 DEFAULT_CHUNKS = (NiahSettings().prefill_chunk,)
 
 
-def niah_phase(model: Model, work: Path, device: torch.device, smoke: bool, budget: Budget,
-               chunks: tuple[int, ...] = DEFAULT_CHUNKS) -> list[dict]:  # fmt: skip
+def niah_phase(
+    model: Model,
+    work: Path,
+    device: torch.device,
+    smoke: bool,
+    budget: Budget,
+    chunks: tuple[int, ...] = DEFAULT_CHUNKS,
+) -> list[dict]:
     """Per context, ours (once per prefill chunk in `chunks`, 0 = the whole prompt in one
     pass) and the published three passes side by side (module docstring)."""
     contexts = SMOKE_CONTEXTS if smoke else CONTEXTS
     fasta = haystack_fasta(work, max(contexts) * 8)
-    scorer = NiahScorer(Engine(model.loaded.model, model.loaded.vocab, device, batch_size=1),
-                        model.loaded.tokenizer)  # fmt: skip
+    scorer = NiahScorer(
+        Engine(model.loaded.model, model.loaded.vocab, device, batch_size=1), model.loaded.tokenizer
+    )
     results = []
     for ctx in contexts:
         rows = SMOKE_ROWS if smoke else ROWS[ctx]
@@ -58,15 +65,23 @@ def niah_phase(model: Model, work: Path, device: torch.device, smoke: bool, budg
         write_cell(CellSpec(TASK, ctx, rows, seed=3), fasta, cell_path)
         cell = read_cell(cell_path)
         for i, chunk in enumerate(chunks):
-            if i and not budget.allows(f"Genomic-NIAH at {ctx:,} tokens, chunk {chunk}",
-                                       10 + 2 * rows * per_row):  # fmt: skip
+            if i and not budget.allows(
+                f"Genomic-NIAH at {ctx:,} tokens, chunk {chunk}", 10 + 2 * rows * per_row
+            ):
                 break
-            row = {"model": model.name, "task": TASK, "context_tokens": ctx, "rows": rows,
-                   "prefill_chunk": chunk, "arithmetic": _arithmetic(ctx, chunk)}  # fmt: skip
+            row = {
+                "model": model.name,
+                "task": TASK,
+                "context_tokens": ctx,
+                "rows": rows,
+                "prefill_chunk": chunk,
+                "arithmetic": _arithmetic(ctx, chunk),
+            }
             scorer.prefill_chunk = chunk
             row["ours"], scored = _ours(scorer, cell, device)
-            if i == 0 and budget.allows(f"Genomic-NIAH published three passes at {ctx:,} tokens",
-                                        10 + 4 * per_row):  # fmt: skip
+            if i == 0 and budget.allows(
+                f"Genomic-NIAH published three passes at {ctx:,} tokens", 10 + 4 * per_row
+            ):
                 row["published"], answer = _published(model, cell.row(0, named=True), device)
                 if answer is not None and scored is not None:
                     row["agreement"] = _agreement(scored.row(0, named=True), answer)
@@ -92,9 +107,17 @@ def _ours(scorer: NiahScorer, cell, device: torch.device) -> tuple[dict, object]
 
 def _published(model: Model, row: dict, device: torch.device) -> tuple[dict, object]:
     loaded = model.loaded
-    seconds, answer, measured = _attempt(lambda: three_pass_row(
-        loaded.model, loaded.tokenizer, loaded.vocab, row["prompt"], row["value"],
-        row["negative_value"]), device)  # fmt: skip
+    seconds, answer, measured = _attempt(
+        lambda: three_pass_row(
+            loaded.model,
+            loaded.tokenizer,
+            loaded.vocab,
+            row["prompt"],
+            row["value"],
+            row["negative_value"],
+        ),
+        device,
+    )
     if answer is None:
         return measured, None
     return measured | {"seconds_per_row": seconds}, answer
@@ -107,8 +130,11 @@ def _attempt(run, device: torch.device) -> tuple[float, object, dict]:
     try:
         seconds, result = timed(run, device)
     except torch.OutOfMemoryError as error:
-        failure = {"error": "out of memory", "peak_allocated_gb": device_peak_gb(device),
-                   "message": str(error).splitlines()[0][:200]}  # fmt: skip
+        failure = {
+            "error": "out of memory",
+            "peak_allocated_gb": device_peak_gb(device),
+            "message": str(error).splitlines()[0][:200],
+        }
     else:
         return seconds, result, {"peak_allocated_gb": device_peak_gb(device)}
     gc.collect()  # out of the except block: its traceback no longer holds the tensors
@@ -139,6 +165,9 @@ def _print(row: dict) -> None:
         f"{published['seconds_per_row']:.2f} s a row" if published else "not run"
     )
     mine = ours.get("error") or f"{ours['seconds_per_row']:.2f} s a row"
-    print(f"[gpu-check] Genomic-NIAH {row['context_tokens']:,} tokens, prefill chunk "
-          f"{row['prefill_chunk']}: ours {mine}, "
-          f"published three passes {theirs}", file=sys.stderr)  # fmt: skip
+    print(
+        f"[gpu-check] Genomic-NIAH {row['context_tokens']:,} tokens, prefill chunk "
+        f"{row['prefill_chunk']}: ours {mine}, "
+        f"published three passes {theirs}",
+        file=sys.stderr,
+    )

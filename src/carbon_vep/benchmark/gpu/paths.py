@@ -118,18 +118,45 @@ def _recipe_paths(model: Model, reference, inputs: Inputs) -> list[PathRun]:
         return contexts
 
     return [
-        PathRun("centered, full_vocab, prefix sharing", score(centered, "centered"), n_snvs,
-                "variants", vocab_rows),
-        PathRun("centered, full_vocab, no prefix sharing",
-                score(centered, "centered", share=False), n_snvs, "variants", vocab_rows),
-        PathRun("centered, dna_block", score(centered, "centered", "dna_block"), n_snvs,
-                "variants", 4096),
+        PathRun(
+            "centered, full_vocab, prefix sharing",
+            score(centered, "centered"),
+            n_snvs,
+            "variants",
+            vocab_rows,
+        ),
+        PathRun(
+            "centered, full_vocab, no prefix sharing",
+            score(centered, "centered", share=False),
+            n_snvs,
+            "variants",
+            vocab_rows,
+        ),
+        PathRun(
+            "centered, dna_block",
+            score(centered, "centered", "dna_block"),
+            n_snvs,
+            "variants",
+            4096,
+        ),
         PathRun("fns (bp, dna_block)", score(centered, "fns"), n_snvs, "variants", 4096),
-        PathRun("nexttoken, acgt_strings", score(nexttoken, "nexttoken"), n_snvs, "variants",
-                vocab_rows, positions=per_context),
-        PathRun("nexttoken, dna_block", score(nexttoken, "nexttoken", "dna_block"), n_snvs,
-                "variants", 4096, positions=per_context),
-    ]  # fmt: skip
+        PathRun(
+            "nexttoken, acgt_strings",
+            score(nexttoken, "nexttoken"),
+            n_snvs,
+            "variants",
+            vocab_rows,
+            positions=per_context,
+        ),
+        PathRun(
+            "nexttoken, dna_block",
+            score(nexttoken, "nexttoken", "dna_block"),
+            n_snvs,
+            "variants",
+            4096,
+            positions=per_context,
+        ),
+    ]
 
 
 def _scan_path(model: Model, reference, inputs: Inputs, work: Path) -> PathRun:
@@ -159,8 +186,15 @@ def _scan_path(model: Model, reference, inputs: Inputs, work: Path) -> PathRun:
             "scan_stats": stats,
         }
 
-    return PathRun("scan-chunk (writer thread)", run, 3 * plan["totals"]["scored_bp"], "SNVs",
-                   4096, extra=scan_extra, batch_tokens=scan_tokens)  # fmt: skip
+    return PathRun(
+        "scan-chunk (writer thread)",
+        run,
+        3 * plan["totals"]["scored_bp"],
+        "SNVs",
+        4096,
+        extra=scan_extra,
+        batch_tokens=scan_tokens,
+    )
 
 
 def _suite_paths(model: Model, inputs: Inputs) -> list[PathRun]:
@@ -169,11 +203,19 @@ def _suite_paths(model: Model, inputs: Inputs) -> list[PathRun]:
     recovery = recovery_table(inputs, sizes)
     pairs = pair_table(inputs, sizes)
     return [
-        PathRun("sequence recovery (token decoder, 5 tokens)",
-                lambda: recover(recovery, loaded, RecoverySettings(), 8, model.batch_tokens),
-                recovery.height, "prompts", vocab_rows,
-                positions=lambda _: recovery.height * RecoverySettings().new_tokens),
-        PathRun("perturbation pairs (full_vocab)",
-                lambda: score_pairs(pairs, engine, PerturbationSettings()), pairs.height,
-                "pairs", vocab_rows),
-    ]  # fmt: skip
+        PathRun(
+            "sequence recovery (token decoder, 5 tokens)",
+            lambda: recover(recovery, loaded, RecoverySettings(), 8, model.batch_tokens),
+            recovery.height,
+            "prompts",
+            vocab_rows,
+            positions=lambda _: recovery.height * RecoverySettings().new_tokens,
+        ),
+        PathRun(
+            "perturbation pairs (full_vocab)",
+            lambda: score_pairs(pairs, engine, PerturbationSettings()),
+            pairs.height,
+            "pairs",
+            vocab_rows,
+        ),
+    ]

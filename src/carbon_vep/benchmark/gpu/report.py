@@ -77,17 +77,37 @@ def _paths_part(report: dict) -> str:
         'before each clock read. "% of peak" counts the matmul FLOPs a path must do (body, '
         "attention, the output-layer rows it uses) against the measured peak."
     )
-    header = ["model", "path", "items", "tokens", "s", "tokens/s", "bp/s", "items/s",
-              "% of peak", "peak alloc GB", "batch_tokens"]  # fmt: skip
-    rows = [
-        [r["model"], r["path"], f"{r['items']:,} {r['unit']}", f"{r['tokens']:,}",
-         f"{r['seconds']:.3f}", f"{r['tokens_per_s']:,.0f}", f"{r['bp_per_s']:,.0f}",
-         f"{r['items_per_s']:,.1f}", f"{r['fraction_of_peak']:.1%}",
-         "—" if r["peak_allocated_gb"] is None else f"{r['peak_allocated_gb']:.1f}",
-         f"{r['batch_tokens']:,}"]
-        for r in report["paths"]
-    ]  # fmt: skip
+    header = [
+        "model",
+        "path",
+        "items",
+        "tokens",
+        "s",
+        "tokens/s",
+        "bp/s",
+        "items/s",
+        "% of peak",
+        "peak alloc GB",
+        "batch_tokens",
+    ]
+    rows = [_path_row(r) for r in report["paths"]]
     return intro + "\n\n" + markdown_table(header, rows) if rows else intro
+
+
+def _path_row(r: dict) -> list[str]:
+    return [
+        r["model"],
+        r["path"],
+        f"{r['items']:,} {r['unit']}",
+        f"{r['tokens']:,}",
+        f"{r['seconds']:.3f}",
+        f"{r['tokens_per_s']:,.0f}",
+        f"{r['bp_per_s']:,.0f}",
+        f"{r['items_per_s']:,.1f}",
+        f"{r['fraction_of_peak']:.1%}",
+        "—" if r["peak_allocated_gb"] is None else f"{r['peak_allocated_gb']:.1f}",
+        f"{r['batch_tokens']:,}",
+    ]
 
 
 def _scan_part(report: dict) -> str:
@@ -100,18 +120,33 @@ def _scan_part(report: dict) -> str:
         "the host builds and writes rows on its thread. hg38 GPU-hours: its "
         f"{HG38_BASES:.1e} ACGT bases (3 SNVs each) at this rate on this one GPU."
     )
-    header = ["model", "tiles", "SNVs/s", "scored bases/s", "hg38 GPU-hours", "outside forward",
-              "device idle",
-              "device µs/base", "rows built + written µs/base",
-              "waited for the writer s"]  # fmt: skip
+    header = [
+        "model",
+        "tiles",
+        "SNVs/s",
+        "scored bases/s",
+        "hg38 GPU-hours",
+        "outside forward",
+        "device idle",
+        "device µs/base",
+        "rows built + written µs/base",
+        "waited for the writer s",
+    ]
     rows = [
-        [r["model"], r["scan_tiles"], f"{r['items_per_s']:,.0f}",
-         f"{r['scored_bases_per_s']:,.0f}",
-         f"{HG38_BASES / r['scored_bases_per_s'] / 3600:.2f}", f"{r['outside_forward_share']:.1%}",
-         f"{r['device_idle_share']:.1%}", f"{r['device_us_per_base']:.2f}",
-         f"{r['write_us_per_base']:.2f}", f"{r['writer_wait_s']:.2f}"]
+        [
+            r["model"],
+            r["scan_tiles"],
+            f"{r['items_per_s']:,.0f}",
+            f"{r['scored_bases_per_s']:,.0f}",
+            f"{HG38_BASES / r['scored_bases_per_s'] / 3600:.2f}",
+            f"{r['outside_forward_share']:.1%}",
+            f"{r['device_idle_share']:.1%}",
+            f"{r['device_us_per_base']:.2f}",
+            f"{r['write_us_per_base']:.2f}",
+            f"{r['writer_wait_s']:.2f}",
+        ]
         for r in scans
-    ]  # fmt: skip
+    ]
     return intro + "\n\n" + markdown_table(header, rows)
 
 
@@ -124,11 +159,16 @@ def _ablations_part(report: dict) -> str:
     )
     fixed = ("model", "change", "items", "before_s", "after_s", "speedup")
     rows = [
-        [r["model"], r["change"], f"{r['before_s']:.3f}", f"{r['after_s']:.3f}",
-         f"{r['speedup']:.2f}x",
-         "; ".join(f"{k}: {_note(k, v)}" for k, v in r.items() if k not in fixed)]
+        [
+            r["model"],
+            r["change"],
+            f"{r['before_s']:.3f}",
+            f"{r['after_s']:.3f}",
+            f"{r['speedup']:.2f}x",
+            "; ".join(f"{k}: {_note(k, v)}" for k, v in r.items() if k not in fixed),
+        ]
         for r in report["ablations"]
-    ]  # fmt: skip
+    ]
     header = ["model", "change", "before s", "after s", "speed-up", "notes"]
     return intro + "\n\n" + markdown_table(header, rows)
 
@@ -140,14 +180,29 @@ def _precision_part(report: dict) -> str:
         "bf16 against float32, same weights, same inputs (float32 is the reference; random "
         "weights: the scores are small, so this shows rounding, not accuracy):"
     )
-    header = ["model", "case", "precision", "n", "Spearman of scores", "max abs Δ LL",
-              "median abs Δ LL", "score sd (fp32)"]  # fmt: skip
+    header = [
+        "model",
+        "case",
+        "precision",
+        "n",
+        "Spearman of scores",
+        "max abs Δ LL",
+        "median abs Δ LL",
+        "score sd (fp32)",
+    ]
     rows = [
-        [r["model"], r["case"], r["precision"], r["n"], f"{r['spearman_score']:.4f}",
-         f"{r['max_abs_ll_difference']:.2e}", f"{r['median_abs_ll_difference']:.2e}",
-         f"{r['score_sd_float32']:.2e}"]
+        [
+            r["model"],
+            r["case"],
+            r["precision"],
+            r["n"],
+            f"{r['spearman_score']:.4f}",
+            f"{r['max_abs_ll_difference']:.2e}",
+            f"{r['median_abs_ll_difference']:.2e}",
+            f"{r['score_sd_float32']:.2e}",
+        ]
         for r in report["precision"]
-    ]  # fmt: skip
+    ]
     return intro + "\n\n" + markdown_table(header, rows)
 
 
@@ -163,9 +218,21 @@ def _niah_part(report: dict) -> str:
         "pass with full-vocabulary logits for each of the two values) on the cell's first row. "
         "Arithmetic: config/gpus.py at 50% of an H100's bf16 peak."
     )
-    header = ["context", "rows", "prefill chunk", "ours s/row", "ours rows/s", "ours peak GB",
-              "published s/row", "published peak GB", "published / ours", "same pred",
-              "max abs Δ LL", "arithmetic s/row", "arithmetic GB"]  # fmt: skip
+    header = [
+        "context",
+        "rows",
+        "prefill chunk",
+        "ours s/row",
+        "ours rows/s",
+        "ours peak GB",
+        "published s/row",
+        "published peak GB",
+        "published / ours",
+        "same pred",
+        "max abs Δ LL",
+        "arithmetic s/row",
+        "arithmetic GB",
+    ]
     return intro + "\n\n" + markdown_table(header, [_niah_row(r) for r in report["niah"]])
 
 
@@ -183,16 +250,22 @@ def _niah_row(r: dict) -> list[str]:
     both = "seconds_per_row" in ours and "seconds_per_row" in theirs
     chunk = r["prefill_chunk"]
     return [
-        f"{r['context_tokens']:,}", str(r["rows"]), f"{chunk:,}" if chunk else "whole prompt",
+        f"{r['context_tokens']:,}",
+        str(r["rows"]),
+        f"{chunk:,}" if chunk else "whole prompt",
         seconds(ours),
-        f"{ours['rows_per_s']:.3g}" if "rows_per_s" in ours else "—", gigabytes(ours),
-        seconds(theirs), gigabytes(theirs),
+        f"{ours['rows_per_s']:.3g}" if "rows_per_s" in ours else "—",
+        gigabytes(ours),
+        seconds(theirs),
+        gigabytes(theirs),
         f"{theirs['seconds_per_row'] / ours['seconds_per_row']:.1f}x" if both else "—",
         ("yes" if agreement["same_pred"] else "no") if agreement else "—",
         f"{max(agreement['target_ll_difference'], agreement['negative_ll_difference']):.1e}"
-        if agreement else "—",
-        f"{plan['h100_seconds_per_row']:.2f}", f"{plan['paired_gb']:.1f}",
-    ]  # fmt: skip
+        if agreement
+        else "—",
+        f"{plan['h100_seconds_per_row']:.2f}",
+        f"{plan['paired_gb']:.1f}",
+    ]
 
 
 def _known_answer_part(report: dict) -> str:
@@ -216,9 +289,22 @@ def _generation_part(report: dict) -> str:
         "cache, its rows at once, and the likelihood requests' share of prompt tokens read "
         "from the prefix cache; arithmetic: config/gpus.py vllm_niah_plan."
     )
-    header = ["context", "rows", "dtype", "ours rows/s", "vLLM rows/s", "ours start s",
-              "vLLM start s", "vLLM KV tokens", "rows at once", "LL cache reads",
-              "same pred", "same ll_correct", "max abs Δ LL", "arithmetic"]  # fmt: skip
+    header = [
+        "context",
+        "rows",
+        "dtype",
+        "ours rows/s",
+        "vLLM rows/s",
+        "ours start s",
+        "vLLM start s",
+        "vLLM KV tokens",
+        "rows at once",
+        "LL cache reads",
+        "same pred",
+        "same ll_correct",
+        "max abs Δ LL",
+        "arithmetic",
+    ]
     rows = [_generation_row(r) for r in report["generation"]]
     return intro + "\n\n" + markdown_table(header, rows)
 
@@ -235,16 +321,26 @@ def _generation_row(r: dict) -> list[str]:
         return f"{side['rows_per_s']:.3g}" if "rows_per_s" in side else side.get("error", "—")
 
     return [
-        f"{r['context_tokens']:,}", str(r["rows"]), r["dtype"], rate(ours), rate(theirs),
-        f"{ours.get('start_s', 0):.1f}", f"{theirs.get('start_s', 0):.1f}",
-        f"{kv:,}" if kv else "—", f"{kv // (r['context_tokens'] + page):,}" if kv else "—",
+        f"{r['context_tokens']:,}",
+        str(r["rows"]),
+        r["dtype"],
+        rate(ours),
+        rate(theirs),
+        f"{ours.get('start_s', 0):.1f}",
+        f"{theirs.get('start_s', 0):.1f}",
+        f"{kv:,}" if kv else "—",
+        f"{kv // (r['context_tokens'] + page):,}" if kv else "—",
         f"{cache['cached_tokens'] / cache['prompt_tokens']:.0%}" if cache else "—",
         f"{agreement['same_pred']:.0%}" if agreement else "—",
         f"{agreement['same_ll_correct']:.0%}" if agreement else "—",
         f"{agreement['max_ll_difference']:.1e}" if agreement else "—",
-        (f"{plan['gpu']}: {plan['pages'] * page:,.0f} KV tokens, {plan['rows_at_once']:.0f} "
-         f"at once, {plan['rows_per_s']:.2g} rows/s") if plan else "—",
-    ]  # fmt: skip
+        (
+            f"{plan['gpu']}: {plan['pages'] * page:,.0f} KV tokens, {plan['rows_at_once']:.0f} "
+            f"at once, {plan['rows_per_s']:.2g} rows/s"
+        )
+        if plan
+        else "—",
+    ]
 
 
 def _rollouts_part(report: dict) -> str:

@@ -163,8 +163,9 @@ class Run:
                 self.measure(model, path)
         if self.wants("niah", 60):
             smoke = self.report["environment"]["smoke"]
-            self.report["niah"] += niah_phase(model, self.work, self.device, smoke, self.budget,
-                                              self.niah_chunks)  # fmt: skip
+            self.report["niah"] += niah_phase(
+                model, self.work, self.device, smoke, self.budget, self.niah_chunks
+            )
             self.save()
         if self.wants("rollouts", 90):
             smoke = self.report["environment"]["smoke"]
@@ -205,9 +206,13 @@ class Run:
             return
         if self.budget.allows(f"vllm: {STEPS['vllm']}", 60):
             self.report["generation"] += generation(
-                model, self.work, self.device, self.report["environment"]["smoke"],
-                self.vllm_python, self.budget,
-            )  # fmt: skip
+                model,
+                self.work,
+                self.device,
+                self.report["environment"]["smoke"],
+                self.vllm_python,
+                self.budget,
+            )
             self.save()
 
     def other_paths(self, model: Model) -> None:
@@ -250,9 +255,21 @@ def _run(
         report["environment"]["vocabulary"] = len(tokenizer)
         inputs = make_inputs(work, sizes)
         with open_reference(inputs.fasta) as reference:
-            run = Run(report, out, budget, device, sizes, peak, reference, inputs, work,
-                      find_vllm_python(args.vllm_python), args.steps,
-                      args.no_vllm_reason, args.niah_prefill_chunks)  # fmt: skip
+            run = Run(
+                report,
+                out,
+                budget,
+                device,
+                sizes,
+                peak,
+                reference,
+                inputs,
+                work,
+                find_vllm_python(args.vllm_python),
+                args.steps,
+                args.no_vllm_reason,
+                args.niah_prefill_chunks,
+            )
             if any(s in args.steps for s in HEADLINE_STEPS) and budget.allows("Carbon-3B", 40):
                 with_model(tokenizer, vocab, device, "Carbon-3B", shapes, run.headline)
             if run.wants("known_answer", 30):

@@ -149,8 +149,9 @@ def random_model(name: str, shape: dict[str, int], tokenizer, vocab, device, dty
     return Model(name, shape, loaded, BodyCounter(model.get_decoder(), shape), tokens)
 
 
-def with_model(tokenizer, vocab, device: torch.device, name: str, shapes: dict,
-               action: Callable[[Model], None]) -> None:  # fmt: skip
+def with_model(
+    tokenizer, vocab, device: torch.device, name: str, shapes: dict, action: Callable[[Model], None]
+) -> None:
     """`action` on the random-weight model of this name, built on the device and freed after
     (no reference outlives this call, so the next model has the memory)."""
     model = random_model(name, shapes[name], tokenizer, vocab, device, BF16)
