@@ -24,6 +24,18 @@ LONGEST_FIRST = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker, and the processes it starts, gets its share of the cores for
+    torch's OpenMP threads (read when torch loads: no test module is imported yet). Two workers
+    that each run torch on every core wait on each other's spinning threads: tests/model,
+    tests/scoring and the NIAH and recovery tests took 111-132 s that way on 2 cores, 68-74 s
+    with one thread each (docs/testing.md). Snakemake gives its jobs their `threads` itself."""
+    worker = getattr(config, "workerinput", None)  # None: one process, or xdist's controller
+    if worker is not None:
+        share = max(1, (os.cpu_count() or 1) // worker["workercount"])
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+
+
 def _file_rank(item: pytest.Item) -> int:
     path = item.nodeid.split("::")[0].removeprefix("tests/")
     if path in LONGEST_FIRST:

@@ -172,42 +172,36 @@ def _run(exe: Path | str, *args: str, bind: bool = False) -> None:
 
 @pytest.fixture(scope="module")
 def niah_runs(head96, tmp_path_factory):
-    """One cell (8 rows of 512 tokens) scored by both engines, with and without YaRN; vLLM's
-    YaRN run splits the model over two workers (tensor_parallel_size 2, Carbon-8B's way onto
-    two GPUs), each bound to its own core by the job: one engine start tests both."""
+    """One cell (8 rows of 512 tokens) scored by our engine with and without YaRN, and by vLLM
+    with YaRN, the model split over two workers (tensor_parallel_size 2, Carbon-8B's way onto
+    two GPUs), each bound to its own core by the job: one engine start tests both. vLLM without
+    YaRN on one worker is the GPU check's generation phase, rehearsed on the same kind of cell
+    by tests/test_gpu_check_smoke.py (an engine start is ~35 s here)."""
     vllm_exe = _vllm_environment()
     work = tmp_path_factory.mktemp("niah")
     cell = work / "cell.parquet"
     write_cell(CellSpec("neardup_d2", 512, 8, seed=3), FASTA, cell)
     runs = {}
-    for yarn in ("0", "2"):
-        for engine, exe in (("transformers", OURS), ("vllm", vllm_exe)):
-            split = engine == "vllm" and yarn == "2"
-            out = work / f"{engine}_{yarn}"
-            _run(exe, "score-niah", "--tasks-file", str(cell), "--model", str(head96),
-                 "--trust-remote-code", "--dtype", "float32", "--engine", engine,
-                 "--yarn-factor", yarn, "--yarn-original-positions", "2048",
-                 "--yarn-max-positions", "4096", "--task", "cell", "--model-key", "m",
-                 "--out", f"{out}.parquet", "--metrics", f"{out}.json",
-                 *(["--tensor-parallel-size", "2"] if split else []), bind=split)  # fmt: skip
-            runs[engine, yarn] = (pl.read_parquet(f"{out}.parquet"),
-                                  json.loads(Path(f"{out}.json").read_text()))  # fmt: skip
+    for engine, exe, yarn in (("transformers", OURS, "0"), ("transformers", OURS, "2"),
+                              ("vllm", vllm_exe, "2")):  # fmt: skip
+        split = engine == "vllm"
+        out = work / f"{engine}_{yarn}"
+        _run(exe, "score-niah", "--tasks-file", str(cell), "--model", str(head96),
+             "--trust-remote-code", "--dtype", "float32", "--engine", engine,
+             "--yarn-factor", yarn, "--yarn-original-positions", "2048",
+             "--yarn-max-positions", "4096", "--task", "cell", "--model-key", "m",
+             "--out", f"{out}.parquet", "--metrics", f"{out}.json",
+             *(["--tensor-parallel-size", "2"] if split else []), bind=split)  # fmt: skip
+        runs[engine, yarn] = (pl.read_parquet(f"{out}.parquet"),
+                              json.loads(Path(f"{out}.json").read_text()))  # fmt: skip
     return runs
 
 
-def test_niah_on_vllm_split_over_two_workers_gives_the_same_answers(niah_runs):
-    """The run over two CPU workers gives one worker's answers: our engine's (below), and the
-    split is recorded."""
-    _, split = niah_runs["vllm", "2"]
-    _, single = niah_runs["vllm", "0"]
-    assert split["parameters"]["tensor_parallel_size"] == 2
-    assert single["parameters"]["tensor_parallel_size"] == 1
-
-
-@pytest.mark.parametrize("yarn", ["0", "2"])
-def test_niah_on_vllm_gives_our_engines_answers(niah_runs, yarn):
-    ours, _ = niah_runs["transformers", yarn]
-    theirs, metrics = niah_runs["vllm", yarn]
+def test_niah_on_vllm_split_over_two_workers_gives_our_engines_answers(niah_runs):
+    """vLLM over two CPU workers, with YaRN, gives our engine's answers with YaRN."""
+    ours, _ = niah_runs["transformers", "2"]
+    theirs, metrics = niah_runs["vllm", "2"]
+    assert metrics["parameters"]["tensor_parallel_size"] == 2
     assert ours["uid"].to_list() == theirs["uid"].to_list()
     assert (theirs["status"] == "scored").all()
     assert ours["pred"].to_list() == theirs["pred"].to_list()
@@ -228,10 +222,14 @@ def test_niah_on_vllm_gives_our_engines_answers(niah_runs, yarn):
     assert ours["pred"].n_unique() > 1 and ours["target_ll"].n_unique() == ours.height
 
 
-def test_yarn_changes_the_answers_on_both_engines_alike(niah_runs):
-    plain, _ = niah_runs["vllm", "0"]
-    extended, _ = niah_runs["vllm", "2"]
+def test_yarn_reaches_vllm(niah_runs):
+    """YaRN changes our engine's likelihoods, and vLLM's YaRN run gives ours with YaRN (above):
+    so vLLM did not run without it."""
+    plain, _ = niah_runs["transformers", "0"]
+    extended, _ = niah_runs["transformers", "2"]
+    theirs, _ = niah_runs["vllm", "2"]
     assert not np.allclose(plain["target_ll"].to_numpy(), extended["target_ll"].to_numpy())
+    assert not np.allclose(plain["target_ll"].to_numpy(), theirs["target_ll"].to_numpy())
 
 
 def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
