@@ -157,6 +157,9 @@ def test_config_draft_names_another_entry_and_jobs_get_its_path():
         RunConfig.from_dict(
             {"models": {"m": {"path": "x", "draft_model": "m"}}, "tasks": {"t": task}}
         )
+    twin = {"m": {"path": "x", "draft_model": "m2"}, "m2": {"path": "x"}}
+    with pytest.raises(ConfigError, match="models.m.draft_model: 'm2' is the same model"):
+        RunConfig.from_dict({"models": twin, "tasks": {"t": task}})
 
 
 def test_counting_hooks_are_removed_after_generation(loaded, one_layer_draft):

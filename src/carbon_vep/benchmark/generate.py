@@ -24,6 +24,7 @@ from carbon_vep.benchmark.harness import (
     timed,
     write_json,
 )
+from carbon_vep.benchmark.synthetic import random_acgt
 from carbon_vep.config.stages import DEFAULT_SPECULATIVE_TOKENS, ModelSettings, RecoverySettings
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.drafting import Draft, check_draft
@@ -37,7 +38,7 @@ ASSUMED_ACCEPTANCE = (0.6, 0.8, 0.9)  # what the projection is drawn at (arithme
 
 def random_prompts(n: int, tokens: int, k: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
-    return ["".join(np.array(list("ACGT"))[rng.integers(0, 4, tokens * k)]) for _ in range(n)]
+    return [random_acgt(tokens * k, rng) for _ in range(n)]
 
 
 def rollout(

@@ -23,6 +23,11 @@ def write_fasta(path: Path, contigs: dict[str, str], width: int = 60) -> Path:
     return path
 
 
+def random_acgt(n: int, rng: np.random.Generator) -> str:
+    """`n` uniform random bases drawn from `rng` (the benchmarks' numpy stream)."""
+    return "".join(np.array(list("ACGT"))[rng.integers(0, 4, n)])
+
+
 def random_dna(n: int, seed: int) -> str:
     rng = random.Random(seed)
     return "".join(rng.choice("ACGT") for _ in range(n))

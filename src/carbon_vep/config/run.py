@@ -425,6 +425,12 @@ class RunConfig:
                 f"models.{key}.draft_model: {model.draft_model!r} is not another model entry "
                 f"(entries: {known}); name the draft by its key"
             )
+        draft = self.models[model.draft_model]
+        if (draft.path, draft.revision) == (model.path, model.revision):
+            raise ConfigError(
+                f"models.{key}.draft_model: {model.draft_model!r} is the same model "
+                f"({model.path}): a model drafting for itself only adds work; name a smaller one"
+            )
 
     def draft_settings(self, model: ModelSettings) -> ModelSettings:
         """`model` with its draft key replaced by that entry's path and revision."""

@@ -13,7 +13,7 @@ import polars as pl
 import torch
 
 from carbon_vep.benchmark.gpu.device import BodyCounter
-from carbon_vep.benchmark.synthetic import write_fasta
+from carbon_vep.benchmark.synthetic import random_acgt, write_fasta
 from carbon_vep.config.gpus import (
     profile_batch_tokens,
 )
@@ -214,7 +214,7 @@ def haystack_fasta(work: Path, bp: int) -> Path:
     path = work / f"haystack_{bp}.fa"
     if not path.exists():
         rng = np.random.default_rng(2)
-        write_fasta(path, {"hay": "".join(np.array(list("ACGT"))[rng.integers(0, 4, bp)])})
+        write_fasta(path, {"hay": random_acgt(bp, rng)})
     return path
 
 
