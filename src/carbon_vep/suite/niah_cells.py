@@ -26,15 +26,9 @@ from carbon_vep.errors import InputError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.suite.tasks import read_task_table
 
-REQUIRED = (
-    "uid",
-    "prompt",
-    "value",
-    "value_len_bp",
-    "positive_sequence",
-    "negative_sequence",
-    "context_length_tokens",
-)
+# the columns no row may leave empty, and with the context length, every column a cell needs
+NOT_EMPTY = ("uid", "prompt", "value", "value_len_bp", "positive_sequence", "negative_sequence")
+REQUIRED = (*NOT_EMPTY, "context_length_tokens")
 # what score-niah writes per row, in this order (plus `depth` when the cell has one)
 ROW_COLUMNS = (
     "uid",
@@ -180,14 +174,7 @@ def _row_checks(k: int) -> list[tuple[pl.Expr, str]]:
 
 def _check_cell(frame: pl.DataFrame, path: Path, k: int) -> None:
     """Every cell-level and row-level rule of the published task, first failure reported."""
-    for column in (
-        "uid",
-        "prompt",
-        "value",
-        "value_len_bp",
-        "positive_sequence",
-        "negative_sequence",
-    ):
+    for column in NOT_EMPTY:
         row = _first_bad(frame, pl.col(column).is_null())
         if row:
             raise InputError(path, f"{row['source']} (uid {row['uid']}): empty `{column}`")
