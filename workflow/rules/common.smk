@@ -116,11 +116,3 @@ def scan_chunk_stats(wildcards):
 
 def scan_output_files(kind):
     return lambda wc: SCANS.output_files(wc, scan_plan(wc), kind)
-
-
-def lookup_scan_file(pattern):
-    """Input function: a file (a PATHS pattern under scan_dir) of the scan a from_scan dataset
-    is looked up in, for this model."""
-    return lambda wc: pattern.format(
-        scan=RUN.scan_lookups()[wc.dataset], model=wc.model
-    )

@@ -192,9 +192,9 @@ rule write_track_hub:
 rule annotate_from_scan:
     input:
         checked=rules.check_panel.output.checked,
-        summary=lookup_scan_file(PATHS.scan_summary),
-        record=lookup_scan_file(PATHS.scan_record),
-        calibration=lookup_scan_file(PATHS.scan_calibration_json),
+        summary=JOBS.lookup_scan_file(PATHS.scan_summary),
+        record=JOBS.lookup_scan_file(PATHS.scan_record),
+        calibration=JOBS.lookup_scan_file(PATHS.scan_calibration_json),
     output:
         PATHS.scores,
     log:

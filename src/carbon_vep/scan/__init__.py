@@ -8,3 +8,8 @@ the tabix TSVs, the summary, `scan.json`).
 May import: `model`, `variants`, `sources`, `config`, `genome` and the shared modules. Only
 `tiles` imports torch.
 """
+
+# a calibration folder (scan.calibrate writes it; workflow.paths names it for the rules): the
+# rank scales, the context means, and the summary written last
+RAW_TABLE, CALIBRATED_TABLE = "phred.parquet", "calibrated_phred.parquet"
+CONTEXTS_TABLE, SUMMARY_FILE = "contexts.parquet", "calibration.json"

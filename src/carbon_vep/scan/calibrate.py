@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from carbon_vep import markdown
 from carbon_vep.atomic import atomic_path
 from carbon_vep.errors import InputError
+from carbon_vep.scan import CALIBRATED_TABLE, CONTEXTS_TABLE, RAW_TABLE, SUMMARY_FILE
 from carbon_vep.scan.snvs import (
     GLOBAL_CELL,
     N_CELLS,
@@ -53,9 +54,6 @@ from carbon_vep.scan.snvs import (
 PHRED_DECIMALS = 1
 PHRED_COLUMNS = ("phred", "calibrated_phred")
 LEVELS = ("pentanucleotide", "trinucleotide", "global")
-# a calibration folder: the rank scales, the context means, and the summary written last
-RAW_TABLE, CALIBRATED_TABLE = "phred.parquet", "calibrated_phred.parquet"
-CONTEXTS_TABLE, SUMMARY_FILE = "contexts.parquet", "calibration.json"
 # what a calibration holds for: scores made otherwise must not be put on its scales
 FINGERPRINT_KEYS = (
     "model",

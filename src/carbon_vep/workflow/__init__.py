@@ -3,6 +3,7 @@ produces and the wildcard patterns (`targets`), and what each job is given — i
 resources, provenance (`jobs`, `scans` for what a scan's plan decides). workflow/rules/common.smk
 binds them to the config and the rules name them.
 
-May import: `config`, `estimate` (a model's shape: its jobs' host memory) and the shared
-modules. No torch: the Snakefile imports it while parsing.
+May import: `config`, `estimate` (a model's shape: its jobs' host memory), `scan` (the names
+of a calibration folder's files) and the shared modules. No torch: the Snakefile imports it
+while parsing.
 """

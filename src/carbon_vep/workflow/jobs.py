@@ -68,10 +68,14 @@ class Jobs:
             if not name.startswith(".") and "__pycache__" not in root
         )
 
+    def lookup_scan_file(self, pattern: str) -> Callable[[Any], str]:
+        """Input function: `pattern` (a RunPaths pattern under scan_dir) in the scan a from_scan
+        dataset is looked up in, for this model."""
+        return lambda wc: pattern.format(scan=self.run.scan_lookups()[wc.dataset], model=wc.model)
+
     def lookup_scan_dir(self, wc: Any) -> str:
         """The output folder of the scan a from_scan dataset is looked up in, for this model."""
-        scan = self.run.scan_lookups()[wc.dataset]
-        return self.paths.scan_dir.format(scan=scan, model=wc.model)
+        return self.lookup_scan_file(self.paths.scan_dir)(wc)
 
     # ---- record-inputs ----------------------------------------------------------------------
     def pins(self, files: Iterable[str]) -> str:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-CALIBRATION_TABLES = ("phred.parquet", "calibrated_phred.parquet", "contexts.parquet")
+from carbon_vep.scan import CALIBRATED_TABLE, CONTEXTS_TABLE, RAW_TABLE, SUMMARY_FILE
+
+CALIBRATION_TABLES = (RAW_TABLE, CALIBRATED_TABLE, CONTEXTS_TABLE)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ class RunPaths:
 
     @property
     def scan_calibration_json(self) -> str:
-        return f"{self.scan_calibration}/calibration.json"
+        return f"{self.scan_calibration}/{SUMMARY_FILE}"
 
     @property
     def scan_calibration_tables(self) -> list[str]:

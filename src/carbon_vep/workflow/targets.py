@@ -46,15 +46,13 @@ class Targets:
         tracks of the scans that ask for them."""
         summaries = [
             pattern.format(scan=scan, model=model)
-            for scan in self.run.scans
-            for model in self.models_of("scans", scan)
+            for scan, model in self.scan_models()
             for pattern in (self.paths.scan_summary, self.paths.scan_summary_md)
         ]
         tracks = [
             self.paths.scan_tracks_summary.format(scan=scan, model=model)
-            for scan, entry in self.run.scans.items()
-            if entry.tracks
-            for model in self.models_of("scans", scan)
+            for scan, model in self.scan_models()
+            if self.run.scans[scan].tracks
         ]
         return summaries + tracks
 
@@ -123,19 +121,15 @@ class Targets:
 
     def run_scan_summaries(self) -> list[str]:
         """Every scan's summary JSON (one per scan and model), in run_scan_dirs' order."""
-        return [
-            self.paths.scan_summary.format(scan=scan, model=model)
-            for scan in self.run.scans
-            for model in self.models_of("scans", scan)
-        ]
+        return [self.paths.scan_summary.format(scan=s, model=m) for s, m in self.scan_models()]
 
     def run_scan_dirs(self) -> list[str]:
         """Every scan's output folder (one per scan and model)."""
-        return [
-            self.paths.scan_dir.format(scan=scan, model=model)
-            for scan in self.run.scans
-            for model in self.models_of("scans", scan)
-        ]
+        return [self.paths.scan_dir.format(scan=s, model=m) for s, m in self.scan_models()]
+
+    def scan_models(self) -> list[tuple[str, str]]:
+        """(scan, model) of every scan and each of its models, in config order."""
+        return [(scan, model) for scan in self.run.scans for model in self.models_of("scans", scan)]
 
     def run_dirs(self) -> list[Any]:
         return self.run_results() or self.run_scan_dirs()
