@@ -186,6 +186,20 @@ def test_genomic_niah_on_our_engine_against_the_published_three_passes(smoke):
         assert row["agreement"]["negative_ll_difference"] < 1e-3
 
 
+def test_host_memory_of_a_fresh_process_loading_a_checkpoint(smoke):
+    """The host_memory step: a saved checkpoint loaded by a fresh process as a job loads it;
+    the weights must have been on the host, the rule's mem_mb beside it."""
+    from carbon_vep.benchmark.gpu.workload import TOY_SHAPES
+    from carbon_vep.config.gpus import host_memory_mb
+
+    _, report = smoke
+    (row,) = report["host_memory"]
+    assert row["model"] == "Carbon-500M" and row["checkpoint_gb"] > 0
+    assert row["peak_rss_gb"] >= row["rss_after_gb"] > 0
+    assert row["peak_rss_gb"] > row["checkpoint_gb"] and row["load_s"] > 0
+    assert row["mem_mb_asked"] == host_memory_mb(TOY_SHAPES["Carbon-500M"], "bfloat16")
+
+
 def test_rollouts_alone_batched_and_drafted(smoke):
     """The rollouts step: the card's plain `generate`, ours, the draft alone, ours with the
     draft (its acceptance recorded, its predictions the target's), ours batched."""
@@ -209,10 +223,19 @@ def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):
                              "--steps", "niah", "--niah-prefill-chunks", "0,96",
                              "--budget-s", "3600"])  # fmt: skip
     assert report["paths"] == report["precision"] == report["known_answer"] == []
-    chunks = [(r["context_tokens"], r["prefill_chunk"]) for r in report["niah"]]
-    assert chunks == [(512, 0), (512, 96), (1024, 0), (1024, 96)]
-    by_chunk = {(r["context_tokens"], r["prefill_chunk"]): r for r in report["niah"]}
-    assert "published" in by_chunk[512, 0] and "published" not in by_chunk[512, 96]
+    runs = [(r["context_tokens"], r["prefill_chunk"], r["attention"]) for r in report["niah"]]
+    # the first real chunk runs first with transformers' sdpa (the before), then each chunk
+    # with the jobs' lower-right attention
+    lower = "sdpa_lower_right"
+    assert runs == [(ctx, chunk, attention) for ctx in (512, 1024)
+                    for chunk, attention in ((96, "sdpa"), (0, lower), (96, lower))]  # fmt: skip
+    by_run = {run: r for run, r in zip(runs, report["niah"], strict=True)}
+    assert "published" in by_run[512, 96, "sdpa"] and "published" not in by_run[512, 0, lower]
+    for ctx in (512, 1024):  # the same answers whichever attention or chunk
+        for chunk in (0, 96):
+            same = by_run[ctx, chunk, lower]["agreement_with_first"]
+            assert same["same_pred_rows"] == 2 and same["max_ll_difference"] < 1e-3
+    assert by_run[512, 96, lower]["kernel"] == "materialised"  # on a CPU
     with pytest.raises(SystemExit):
         gpu_check.main(["--smoke", "--out", str(tmp_path), "--steps", "niah,warp_drive"])
 

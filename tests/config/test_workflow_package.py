@@ -133,7 +133,7 @@ def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
     }  # fmt: skip
     jobs = Jobs(_models_run(models), "f" * 64)
     memory = {key: jobs.host_memory_mb(Wildcards(model=key)) for key in models}
-    assert memory == {"c8": 35_000, "c3": 18_000, "demo": 4_000}
+    assert memory == {"c8": 20_000, "c3": 11_000, "demo": 4_000}
     local = tmp_path / "carbon_like"
     local.mkdir()
     (local / "config.json").write_text(json.dumps(
@@ -142,7 +142,7 @@ def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
          "vocab_size": 155_776}
     ))  # fmt: skip
     run = _models_run({"l": {"path": str(local), "dtype": "bfloat16"}})
-    assert Jobs(run, "f" * 64).host_memory_mb(Wildcards(model="l")) == 18_000
+    assert Jobs(run, "f" * 64).host_memory_mb(Wildcards(model="l")) == 11_000
     scoring = jobs.model_resources()
     assert scoring["mem_mb"] == jobs.host_memory_mb and scoring["runtime"] == 120
     assert scoring["gpu"] == jobs.gpu_count

@@ -65,9 +65,9 @@ def test_measured_h100_rates_stand_beside_the_arithmetic_only_where_measured():
     three_b = {"m": {"path": "HuggingFaceBio/Carbon-3B", "device": "cuda", "revision": COMMIT}}
     h100 = {"score_niah": {"gpu_model": "h100"}}
     chunked = _run({"contexts": [131072], "rows": 500}, models=three_b)
-    assert _niah_line(chunked, h100).measured_h100_hours == pytest.approx(500 * 18.85 / 3600)
+    assert _niah_line(chunked, h100).measured_h100_hours == pytest.approx(500 * 11.72 / 3600)
     whole = _run({"contexts": [131072], "rows": 500, "prefill_chunk": 0}, models=three_b)
-    assert _niah_line(whole, h100).measured_h100_hours == pytest.approx(500 * 9.25 / 3600)
+    assert _niah_line(whole, h100).measured_h100_hours == pytest.approx(500 * 8.95 / 3600)
     assert _niah_line(_run(), h100).measured_h100_hours is None  # Carbon-8B: never measured
 
 

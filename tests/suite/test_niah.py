@@ -15,6 +15,7 @@ from transformers import LlamaConfig
 from carbon_vep.cli import main
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.errors import TokenizerMismatchError
+from carbon_vep.model.attention import LOWER_RIGHT_SDPA, register
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import Yarn, apply_yarn, load_model
 from carbon_vep.model.tokens import dna_block_ids
@@ -43,12 +44,27 @@ def _engine(loaded, batch_size=4) -> Engine:
 
 
 # ---- one prefill == three passes -------------------------------------------------------------
-@pytest.mark.parametrize(("batch_size", "chunk", "paired"), [(1, 0, True), (4, 64, True),
-                                                             (6, 37, False)])  # fmt: skip
-def test_one_prefill_equals_the_published_three_passes(loaded, cell, batch_size, chunk, paired):
+@pytest.mark.parametrize(
+    ("batch_size", "chunk", "paired", "attention"),
+    [
+        (1, 0, True, "sdpa"),
+        (4, 64, True, "sdpa"),
+        (4, 64, True, LOWER_RIGHT_SDPA),
+        (6, 37, False, LOWER_RIGHT_SDPA),
+    ],
+)
+def test_one_prefill_equals_the_published_three_passes(
+    loaded, cell, batch_size, chunk, paired, attention
+):
+    """Whole or in chunks, under transformers' sdpa or the jobs' lower-right bias
+    (model.attention), which the NIAH jobs load with."""
     scorer = NiahScorer(_engine(loaded, batch_size), loaded.tokenizer, prefill_chunk=chunk)
     scorer.paired = paired
-    ours = score_rows(cell, scorer, batch_size)
+    loaded.model.set_attn_implementation(register() if attention == LOWER_RIGHT_SDPA else "sdpa")
+    try:
+        ours = score_rows(cell, scorer, batch_size)
+    finally:
+        loaded.model.set_attn_implementation("sdpa")
     for row, mine in zip(cell.iter_rows(named=True), ours.iter_rows(named=True), strict=True):
         ref = three_pass_row(loaded.model, loaded.tokenizer, loaded.vocab, row["prompt"],
                              row["value"], row["negative_value"])  # fmt: skip

@@ -122,16 +122,20 @@ def profile_batch_tokens(memory_gb: float, shape: str = "Carbon-3B") -> int:
 
 # ---- host memory of a model job ------------------------------------------------------------
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-HOST_RESERVED_GB = 4.0  # the interpreter, torch, transformers, a CPU job's small batches
-HOST_WEIGHT_COPIES = 2  # the safetensors pages read and the tensors built from them
+HOST_RESERVED_GB = 4.0  # measured 2.0 GB beside the weights on an H100 (CUDA's host side
+# included), and as much again for a job's own tables, batches and writer thread
+HOST_WEIGHT_COPIES = 1  # measured: the peak was the checkpoint + 2.0 GB for every Carbon shape
 
 
 def host_memory_mb(shape: dict[str, int] | None, dtype: str) -> int:
     """Host memory (MB, rounded up to a thousand) a model job asks its scheduler for: the
-    weights are loaded on the host in the model's dtype before they move to the device
-    (model.loading), while the file's pages are still mapped, so twice the weights, and
-    HOST_RESERVED_GB beside them. A model whose shape is not known yet (the demo model, built
-    by the run) gets the reserve alone."""
+    weights in the model's dtype once, and HOST_RESERVED_GB beside them. Measured on an H100
+    (benchmark/gpu/host_memory.py, docs/gpu.md): a fresh process loading a bf16 checkpoint
+    peaked at its size + 2.0 GB, the tensors being views of the mapped file until they move to
+    the device. A checkpoint stored wider than it runs (float32 run in bf16) adds the
+    converted copy, while the file's pages stay reclaimable cache: still one copy that a
+    memory limit must hold (arithmetic, not measured). A model whose shape is not known yet
+    (the demo model, built by the run) gets the reserve alone."""
     weights = 0
     if shape is not None:
         vocab = shape.get("vocab_size", CARBON_VOCAB)

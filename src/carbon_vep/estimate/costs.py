@@ -193,8 +193,9 @@ MEASURED_H100_TOKENS_S: dict[tuple[str, str], float] = {
 # scan-chunk with the default tiles (49,146 bp, min_context 24,000): scored bases/s
 MEASURED_H100_SCAN_BASES_S = {"Carbon-3B": 180_543, "Carbon-500M": 646_185}
 # Genomic-NIAH, Carbon-3B, our engine, s a row (generation and both likelihoods included), by
-# context: in prefill chunks of 8,192 (run 1) and the whole prompt at once (run 2)
-MEASURED_H100_NIAH_S = {32_768: (2.40, 1.88), 65_536: (5.47, 2.90), 131_072: (18.85, 9.25)}
+# context: in prefill chunks of 8,192 under the lower-right causal bias (model.attention) and
+# the whole prompt at once, both from run 5 (docs/gpu-results/2026-11-27-h100-run5-*)
+MEASURED_H100_NIAH_S = {32_768: (1.21, 1.01), 65_536: (3.53, 2.76), 131_072: (11.72, 8.95)}
 
 
 def measured_work_hours(shape: str, work: Work, items: int) -> float | None:

@@ -27,7 +27,8 @@ def require_model_here(model: ModelSettings) -> None:
 
 def load_job_model(model: ModelSettings, job: str | None, yarn=None, long_context: bool = False):
     """The model checked offline first, on a device that is really there (`yarn`: a
-    model.loading.Yarn to apply at load; `long_context`: FlashAttention-2 where it can run)."""
+    model.loading.Yarn to apply at load; `long_context`: FlashAttention-2 where it can run, else
+    SDPA with a prompt's later chunks under a lower-right causal bias, model.attention)."""
     require_model_here(model)
     from carbon_vep.model.loading import load_model, long_context_attention, resolve_device
 

@@ -113,14 +113,17 @@ class Yarn:
 
 def long_context_attention(device: torch.device, dtype: str) -> str:
     """FlashAttention-2 for a bf16 / fp16 model on a CUDA device where the package is
-    installed, else PyTorch's scaled-dot-product attention: neither holds an L x L score matrix
-    for a whole prompt."""
+    installed, else PyTorch's scaled-dot-product attention with a prompt's later chunks under
+    a lower-right causal bias rather than a materialised mask (model.attention): none holds an
+    L x L score matrix for a whole prompt, and a chunk keeps PyTorch's fused kernels."""
     import importlib.util
+
+    from carbon_vep.model.attention import register
 
     half = dtype in ("bfloat16", "float16")
     if device.type == "cuda" and half and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
-    return "sdpa"
+    return register()
 
 
 def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:

@@ -24,6 +24,7 @@ from carbon_vep.benchmark.harness import device_peak_gb, reset_device_peak, time
 from carbon_vep.columns import Status
 from carbon_vep.config.gpus import CARBON_SHAPES, niah_memory_bytes, niah_row_seconds
 from carbon_vep.config.stages import NiahSettings
+from carbon_vep.model.attention import LOWER_RIGHT_SDPA, kernel, register
 from carbon_vep.model.engine import Engine
 from carbon_vep.suite.niah import NiahScorer, score_rows
 from carbon_vep.suite.niah_build import CellSpec, write_cell
@@ -52,6 +53,7 @@ def niah_phase(
     pass) and the published three passes side by side (module docstring)."""
     contexts = SMOKE_CONTEXTS if smoke else CONTEXTS
     fasta = haystack_fasta(work, max(contexts) * 8)
+    register()
     scorer = NiahScorer(
         Engine(model.loaded.model, model.loaded.vocab, device, batch_size=1), model.loaded.tokenizer
     )
@@ -64,9 +66,10 @@ def niah_phase(
         cell_path = work / f"niah_{ctx}.parquet"
         write_cell(CellSpec(TASK, ctx, rows, seed=3), fasta, cell_path)
         cell = read_cell(cell_path)
-        for i, chunk in enumerate(chunks):
+        for i, (chunk, attention) in enumerate(_variants(chunks, ctx)):
             if i and not budget.allows(
-                f"Genomic-NIAH at {ctx:,} tokens, chunk {chunk}", 10 + 2 * rows * per_row
+                f"Genomic-NIAH at {ctx:,} tokens, chunk {chunk}, {attention}",
+                10 + 2 * rows * per_row,
             ):
                 break
             row = {
@@ -75,10 +78,17 @@ def niah_phase(
                 "context_tokens": ctx,
                 "rows": rows,
                 "prefill_chunk": chunk,
+                "attention": attention,
+                "kernel": _kernel(model.shape, chunk, ctx, attention, device),
                 "arithmetic": _arithmetic(ctx, chunk),
             }
             scorer.prefill_chunk = chunk
+            model.loaded.model.set_attn_implementation(attention)
             row["ours"], scored = _ours(scorer, cell, device)
+            if i == 0:
+                first = scored
+            elif scored is not None and first is not None:
+                row["agreement_with_first"] = _same_answers(first, scored)
             if i == 0 and budget.allows(
                 f"Genomic-NIAH published three passes at {ctx:,} tokens", 10 + 4 * per_row
             ):
@@ -87,7 +97,40 @@ def niah_phase(
                     row["agreement"] = _agreement(scored.row(0, named=True), answer)
             results.append(row)
             _print(row)
+    model.loaded.model.set_attn_implementation("sdpa")
     return results
+
+
+def _same_answers(first, scored) -> dict:
+    """How a variant's answers compare with the context's first variant's, row by row."""
+    return {
+        "same_pred_rows": int((first["pred"] == scored["pred"]).sum()),
+        "max_ll_difference": max(
+            float((first[c] - scored[c]).abs().max()) for c in ("target_ll", "negative_ll")
+        ),
+    }
+
+
+def _variants(chunks: tuple[int, ...], ctx: int) -> list[tuple[int, str]]:
+    """(prefill chunk, attention implementation) pairs to run: each chunk with the jobs'
+    attention (model.attention), and first the first real chunk (shorter than the prompt) with
+    transformers' own sdpa and its materialised mask: the change's before and after."""
+    ours = [(chunk, LOWER_RIGHT_SDPA) for chunk in chunks]
+    before = [(chunk, "sdpa") for chunk in chunks if 0 < chunk < ctx][:1]
+    return before + ours
+
+
+def _kernel(shape: dict, chunk: int, ctx: int, attention: str, device: torch.device) -> str:
+    """The attention kernel a later chunk reaches (model.attention.kernel, on tensors of this
+    shape); the whole prompt runs SDPA's causal kernel."""
+    if not 0 < chunk < ctx:
+        return "causal (whole prompt)"
+    if attention != LOWER_RIGHT_SDPA:
+        return "boolean mask"
+    dim = shape["head_dim"]
+    query = torch.zeros(1, shape["num_attention_heads"], chunk, dim, device=device)
+    key = torch.zeros(1, shape["num_key_value_heads"], 2 * chunk, dim, device=device)
+    return kernel(query.bfloat16(), key.bfloat16(), key.bfloat16())
 
 
 def _ours(scorer: NiahScorer, cell, device: torch.device) -> tuple[dict, object]:
@@ -167,7 +210,7 @@ def _print(row: dict) -> None:
     mine = ours.get("error") or f"{ours['seconds_per_row']:.2f} s a row"
     print(
         f"[gpu-check] Genomic-NIAH {row['context_tokens']:,} tokens, prefill chunk "
-        f"{row['prefill_chunk']}: ours {mine}, "
+        f"{row['prefill_chunk']} ({row['attention']}, {row['kernel']}): ours {mine}, "
         f"published three passes {theirs}",
         file=sys.stderr,
     )

@@ -55,6 +55,7 @@ def markdown(report: dict) -> str:
     parts += [_precision_part(report), _niah_part(report), _known_answer_part(report)]
     parts.append(_generation_part(report))
     parts.append(_rollouts_part(report))
+    parts.append(_host_memory_part(report))
     if report["profiles"]:
         names = ", ".join(f"`{p}`" for p in report["profiles"])
         parts.append(f"Profiler top-10 tables (by device time): {names}.")
@@ -222,6 +223,7 @@ def _niah_part(report: dict) -> str:
         "context",
         "rows",
         "prefill chunk",
+        "attention (kernel of a later chunk)",
         "ours s/row",
         "ours rows/s",
         "ours peak GB",
@@ -230,6 +232,7 @@ def _niah_part(report: dict) -> str:
         "published / ours",
         "same pred",
         "max abs Δ LL",
+        "same preds as the first row of this context",
         "arithmetic s/row",
         "arithmetic GB",
     ]
@@ -253,6 +256,7 @@ def _niah_row(r: dict) -> list[str]:
         f"{r['context_tokens']:,}",
         str(r["rows"]),
         f"{chunk:,}" if chunk else "whole prompt",
+        f"{r.get('attention', 'sdpa')} ({r.get('kernel', '—')})",
         seconds(ours),
         f"{ours['rows_per_s']:.3g}" if "rows_per_s" in ours else "—",
         gigabytes(ours),
@@ -263,9 +267,43 @@ def _niah_row(r: dict) -> list[str]:
         f"{max(agreement['target_ll_difference'], agreement['negative_ll_difference']):.1e}"
         if agreement
         else "—",
+        _same_as_first(r),
         f"{plan['h100_seconds_per_row']:.2f}",
         f"{plan['paired_gb']:.1f}",
     ]
+
+
+def _same_as_first(r: dict) -> str:
+    same = r.get("agreement_with_first")
+    if same is None:
+        return "—"
+    return f"{same['same_pred_rows']}/{r['rows']}, Δ LL ≤ {same['max_ll_difference']:.1e}"
+
+
+def _host_memory_part(report: dict) -> str:
+    if not report.get("host_memory"):
+        return ""
+    intro = (
+        "A model job's host memory (benchmark/gpu/host_memory.py): a random-weight bf16 "
+        "checkpoint of each shape written to disk, loaded by a fresh process the way every "
+        "model job loads (`model.loading.load_model`); its peak resident set (`ru_maxrss`) "
+        "against the `mem_mb` the model rules ask for (config/gpus.py `host_memory_mb`)."
+    )
+    header = ["model", "checkpoint GB", "peak RSS GB", "RSS on the device GB", "load s"]
+    header += ["mem_mb asked GB", "asked / peak"]
+    rows = [
+        [
+            r["model"],
+            f"{r['checkpoint_gb']:.2f}",
+            f"{r['peak_rss_gb']:.2f}",
+            f"{r['rss_after_gb']:.2f}",
+            f"{r['load_s']:.1f}",
+            f"{r['mem_mb_asked'] / 1000:.0f}",
+            f"{r['mem_mb_asked'] / 1000 / r['peak_rss_gb']:.2f}x",
+        ]
+        for r in report["host_memory"]
+    ]
+    return intro + "\n\n" + markdown_table(header, rows)
 
 
 def _known_answer_part(report: dict) -> str:

@@ -17,6 +17,7 @@ from carbon_vep.benchmark import known_answer
 from carbon_vep.benchmark.gpu.ablations import ablations
 from carbon_vep.benchmark.gpu.device import Budget, profile_table
 from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
+from carbon_vep.benchmark.gpu.host_memory import host_memory
 from carbon_vep.benchmark.gpu.niah import DEFAULT_CHUNKS, niah_phase
 from carbon_vep.benchmark.gpu.paths import measure, model_paths
 from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_aurocs
@@ -53,8 +54,9 @@ STEPS = {
     "known_answer": "known-answer AUROC in float32, bf16 and bf16 + upcast",
     "carbon_500m": "every path with Carbon-500M's shape",
     "vllm": "the generation tasks on vLLM against our engine",
+    "host_memory": "a model job's peak host memory loading each Carbon shape, against its mem_mb",
 }
-HEADLINE_STEPS = [s for s in STEPS if s not in ("known_answer", "carbon_500m")]
+HEADLINE_STEPS = [s for s in STEPS if s not in ("host_memory", "known_answer", "carbon_500m")]
 
 
 def parse_steps(text: str) -> list[str]:
@@ -238,6 +240,7 @@ def _run(
         "niah": [],
         "generation": [],
         "rollouts": {},
+        "host_memory": [],
         "profiles": {},
         "steps": args.steps,
         "skipped": budget.skipped,
@@ -272,6 +275,11 @@ def _run(
             )
             if any(s in args.steps for s in HEADLINE_STEPS) and budget.allows("Carbon-3B", 40):
                 with_model(tokenizer, vocab, device, "Carbon-3B", shapes, run.headline)
+            if run.wants("host_memory", 30):
+                report["host_memory"] = host_memory(
+                    tokenizer, vocab, device, shapes, work, budget, args.smoke
+                )
+                run.save()
             if run.wants("known_answer", 30):
                 report["known_answer"] = known_answer_aurocs(
                     device, work / "known_answer", sizes.known_answer_steps

@@ -1,0 +1,124 @@
+"""Attention for a prompt prefilled in chunks, as a transformers attention implementation.
+
+A chunk of a long prompt attends to the cache before it and causally to itself: query i of q
+sees keys 0 .. kv - q + i, a causal mask aligned to the lower right. transformers' `sdpa`
+builds that mask as a boolean (chunk x context) tensor, and a mask rules out PyTorch's fused
+flash kernel: on an H100, Genomic-NIAH at 128k ran at half the whole-prompt speed with the
+default 8,192-token chunks (docs/gpu.md). PyTorch's `causal_lower_right` bias reaches the flash
+kernel (whose causal mode is lower-right aligned) or the memory-efficient one without ever
+holding the mask.
+
+`LOWER_RIGHT_SDPA` gives exactly that case (no padding mask, a plain causal model, more than
+one query, the queries being the last keys) this bias; every other case (padding, one query
+token, a prompt without a cache) is transformers' own `sdpa`, mask and kernel alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn.attention.bias import CausalBias, causal_lower_right
+
+LOWER_RIGHT_SDPA = "sdpa_lower_right"
+
+
+def register() -> str:
+    """Make `LOWER_RIGHT_SDPA` a name transformers accepts (`attn_implementation=`); its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(LOWER_RIGHT_SDPA, chunk_attention)
+    AttentionMaskInterface.register(LOWER_RIGHT_SDPA, chunk_mask)
+    return LOWER_RIGHT_SDPA
+
+
+def chunk_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: Any = 0,
+    kv_offset: Any = 0,
+    mask_function: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The lower-right causal bias where it is the whole mask, else transformers' sdpa mask."""
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    mask_function = mask_function or causal_mask_function
+    if (
+        attention_mask is None
+        and mask_function is causal_mask_function
+        and kwargs.get("local_size") is None
+        and kwargs.get("allow_is_causal_skip", True)
+        and isinstance(q_offset, int)
+        and kv_offset == 0
+        and q_offset > 0
+        and q_length > 1
+        and q_offset + q_length == kv_length
+    ):
+        return causal_lower_right(q_length, kv_length)
+    return sdpa_mask(
+        batch_size=batch_size,
+        q_length=q_length,
+        kv_length=kv_length,
+        q_offset=q_offset,
+        kv_offset=kv_offset,
+        mask_function=mask_function,
+        attention_mask=attention_mask,
+        **kwargs,
+    )
+
+
+def chunk_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Scaled-dot-product attention under the lower-right bias ([B, heads, q, d] in, [B, q,
+    heads, d] out, as transformers' attention functions); any other mask: transformers' sdpa."""
+    if not isinstance(attention_mask, CausalBias):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1 and kernel(query, key, value) != "flash":
+        # Only the flash kernel reads fewer key/value heads than query heads; the
+        # memory-efficient one needs them repeated (transformers' sdpa does the same).
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+        groups = 1
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        scale=scaling,
+        enable_gqa=groups > 1,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str:
+    """The kernel the lower-right bias reaches for these tensors (key/value heads as given):
+    flash, efficient, or materialised (the mask built after all; the CPU's case)."""
+    if query.device.type != "cuda":
+        return "materialised"
+    from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+
+    gqa = key.shape[1] != query.shape[1]
+    params = SDPAParams(query, key, value, None, 0.0, False, gqa)
+    if can_use_flash_attention(params):
+        return "flash"
+    if not gqa and can_use_efficient_attention(params):
+        return "efficient"
+    return "materialised"

@@ -1,0 +1,100 @@
+"""The lower-right causal attention of chunked prefill (model.attention): a prompt prefilled in
+chunks under it gives the hidden states of the whole prompt at once and of transformers' own
+sdpa (its boolean mask); the bias is used exactly for the chunks that attend to a cache, and
+every other case (padding, one query token, no cache) is transformers' sdpa unchanged."""
+
+import pytest
+import torch
+from torch.nn.attention.bias import CausalBias
+from transformers import AttentionInterface, DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from carbon_vep.model import attention
+from carbon_vep.model.attention import LOWER_RIGHT_SDPA, chunk_mask, register
+from carbon_vep.model.loading import long_context_attention
+
+CONFIG = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=8, num_key_value_heads=2,  # grouped-query, as Carbon
+                     max_position_embeddings=1024)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model():
+    register()
+    torch.manual_seed(0)
+    return LlamaForCausalLM(CONFIG).eval()
+
+
+@pytest.fixture
+def bias_calls(monkeypatch):
+    """How many attention calls got the lower-right bias (the implementation re-registered
+    with a counting wrapper for the test)."""
+    calls = []
+
+    def counting(module, query, key, value, mask, **kwargs):
+        if isinstance(mask, CausalBias):
+            calls.append((query.shape[2], key.shape[2]))
+        return attention.chunk_attention(module, query, key, value, mask, **kwargs)
+
+    AttentionInterface.register(LOWER_RIGHT_SDPA, counting)
+    yield calls
+    register()
+
+
+def _hidden(model, ids, implementation, chunk, mask=None):
+    model.set_attn_implementation(implementation)
+    cache = DynamicCache(config=CONFIG)
+    parts = []
+    with torch.inference_mode():
+        for lo in range(0, ids.shape[1], chunk):
+            piece = None if mask is None else mask[:, : lo + chunk]
+            out = model.model(input_ids=ids[:, lo : lo + chunk], attention_mask=piece,
+                              cache=cache, use_cache=True)  # fmt: skip
+            parts.append(out[0])
+    model.set_attn_implementation("sdpa")
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("chunk", [64, 37, 1])
+def test_chunked_prefill_equals_the_whole_prompt_and_the_boolean_mask(model, bias_calls, chunk):
+    ids = torch.randint(0, 64, (2, 300), generator=torch.Generator().manual_seed(1))
+    whole = _hidden(model, ids, "sdpa", 300)
+    boolean = _hidden(model, ids, "sdpa", chunk)
+    lower_right = _hidden(model, ids, LOWER_RIGHT_SDPA, chunk)
+    assert torch.allclose(lower_right, whole, atol=1e-5)
+    assert torch.allclose(lower_right, boolean, atol=1e-5)
+    # every chunk after the first, in each layer, attends to the cache under the bias (one
+    # query token needs no mask at all)
+    starts = range(chunk, 300, chunk) if chunk > 1 else []
+    expected = [(min(chunk, 300 - lo), lo + min(chunk, 300 - lo)) for lo in starts]
+    assert bias_calls == [s for s in expected for _ in range(CONFIG.num_hidden_layers)]
+
+
+def test_padding_masks_go_to_transformers_sdpa(model, bias_calls):
+    """Right-padded rows with their mask: the same states as sdpa's, the bias never used."""
+    ids = torch.randint(0, 64, (2, 120), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 90:] = 0
+    ours = _hidden(model, ids, LOWER_RIGHT_SDPA, 40, mask)
+    theirs = _hidden(model, ids, "sdpa", 40, mask)
+    assert torch.allclose(ours, theirs, atol=1e-6) and bias_calls == []
+
+
+def test_the_bias_only_where_it_is_the_whole_mask():
+    assert isinstance(chunk_mask(1, 8, 32, q_offset=24), CausalBias)
+    # a first chunk (no cache), one query token, a padding mask, queries not at the end
+    assert not isinstance(chunk_mask(1, 8, 8, q_offset=0), CausalBias)
+    assert not isinstance(chunk_mask(1, 1, 32, q_offset=31), CausalBias)
+    padded = torch.ones(1, 32, dtype=torch.bool)
+    assert not isinstance(chunk_mask(1, 8, 32, q_offset=24, attention_mask=padded), CausalBias)
+    assert not isinstance(chunk_mask(1, 8, 40, q_offset=24), CausalBias)
+
+
+def test_long_context_jobs_load_with_it_on_a_cpu():
+    name = long_context_attention(torch.device("cpu"), "float32")
+    assert (
+        name == LOWER_RIGHT_SDPA
+        and attention.kernel(
+            torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 8, 8), torch.zeros(1, 2, 8, 8)
+        )
+        == "materialised"
+    )
