@@ -11,8 +11,15 @@ pytestmark = pytest.mark.slow  # each benchmark runs once at toy sizes
 
 
 def test_model_rows_reports_both_normalisations():
-    tiny = {"tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1)}  # fmt: skip
+    tiny = {
+        "tiny": dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+    }
     rows = bench.model_rows(torch.device("cpu"), tiny, n_windows=2, tokens=30, peak_n=64)
     assert [r["normalization"] for r in rows] == ["full_vocab", "dna_block"]
     for row in rows:

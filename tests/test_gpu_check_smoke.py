@@ -61,17 +61,27 @@ def rehearsal(tmp_path_factory):
     [site] = (root / "venv/lib").glob("python*/site-packages")
     linked = kit.link_image(root / "image")
     (site / "device_image.pth").write_text(f"{root / 'image'}\n")
-    return {"root": root, "python": root / "venv/bin/python", "kit": root / "kit",
-            "wheels": wheels, "linked": linked}  # fmt: skip
+    return {
+        "root": root,
+        "python": root / "venv/bin/python",
+        "kit": root / "kit",
+        "wheels": wheels,
+        "linked": linked,
+    }
 
 
 def gpu_run(rehearsal: dict, out: Path, *flags: str, kit_dir: Path | None = None):
-    env = dict(os.environ, GPU_PYTHON=str(rehearsal["python"]), OUT=str(out),
-               GPU_KIT=str(kit_dir or rehearsal["kit"]),
-               GPU_KIT_SITE=str(out.parent / "site"))  # fmt: skip
+    env = dict(
+        os.environ,
+        GPU_PYTHON=str(rehearsal["python"]),
+        OUT=str(out),
+        GPU_KIT=str(kit_dir or rehearsal["kit"]),
+        GPU_KIT_SITE=str(out.parent / "site"),
+    )
     env.pop("PYTHONPATH", None)
-    return subprocess.run(["bash", str(SCRIPT), *flags], env=env, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPT), *flags], env=env, capture_output=True, text=True, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +117,7 @@ def test_the_rehearsal_python_sees_only_the_image_and_the_kit(rehearsal, smoke):
             "profile_Carbon-3B_centered.txt",
             "profile_Carbon-3B_scan.txt",
         ]
-    )  # fmt: skip  (at most 8 files come back from the device)
+    )  # at most 8 files come back from the device
 
 
 def test_a_package_missing_from_the_kit_fails_before_the_check(rehearsal, tmp_path):
@@ -159,8 +169,10 @@ def test_each_removed_cost_keeps_the_values(smoke):
     assert group["syncs_after"] < group["syncs_before"]
     assert rows["scan-chunk as it was -> now"]["identical_files"] is True
     assert rows["scan-chunk: rows written on a worker thread"]["identical_files"] is True
-    assert {"upcast_output_layer cost: centered, dna_block",
-            "upcast_output_layer cost: centered, full_vocab"} <= set(rows)  # fmt: skip
+    assert {
+        "upcast_output_layer cost: centered, dna_block",
+        "upcast_output_layer cost: centered, full_vocab",
+    } <= set(rows)
 
 
 def test_precision_and_known_answer(smoke):
@@ -219,16 +231,31 @@ def test_rollouts_alone_batched_and_drafted(smoke):
 
 def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):
     """A second device call runs only the steps named, with each NIAH prefill chunk."""
-    report = gpu_check.main(["--smoke", "--device", "cpu", "--out", str(tmp_path),
-                             "--steps", "niah", "--niah-prefill-chunks", "0,96",
-                             "--budget-s", "3600"])  # fmt: skip
+    report = gpu_check.main(
+        [
+            "--smoke",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "niah",
+            "--niah-prefill-chunks",
+            "0,96",
+            "--budget-s",
+            "3600",
+        ]
+    )
     assert report["paths"] == report["precision"] == report["known_answer"] == []
     runs = [(r["context_tokens"], r["prefill_chunk"], r["attention"]) for r in report["niah"]]
     # the first real chunk runs first with transformers' sdpa (the before), then each chunk
     # with the jobs' lower-right attention
     lower = "sdpa_lower_right"
-    assert runs == [(ctx, chunk, attention) for ctx in (512, 1024)
-                    for chunk, attention in ((96, "sdpa"), (0, lower), (96, lower))]  # fmt: skip
+    assert runs == [
+        (ctx, chunk, attention)
+        for ctx in (512, 1024)
+        for chunk, attention in ((96, "sdpa"), (0, lower), (96, lower))
+    ]
     by_run = {run: r for run, r in zip(runs, report["niah"], strict=True)}
     assert "published" in by_run[512, 96, "sdpa"] and "published" not in by_run[512, 0, lower]
     for ctx in (512, 1024):  # the same answers whichever attention or chunk
@@ -274,8 +301,13 @@ def test_report_files(smoke):
     out, report = smoke
     text = (out / "gpu_check.md").read_text()
     assert text.startswith("## GPU check: CPU")
-    for needed in ("bf16 matmul peak", "| Carbon-3B | scan-chunk (writer thread) |",
-                   "The GPU costs removed", "bf16 against float32", "Known answer"):  # fmt: skip
+    for needed in (
+        "bf16 matmul peak",
+        "| Carbon-3B | scan-chunk (writer thread) |",
+        "The GPU costs removed",
+        "bf16 against float32",
+        "Known answer",
+    ):
         assert needed in text, needed
     for name in ("profile_Carbon-3B_centered.txt", "profile_Carbon-3B_scan.txt"):
         assert "Name" in (out / name).read_text() and name in report["profiles"]
@@ -290,10 +322,21 @@ def test_the_make_target_entry_point_parses_its_flags():
     """`make gpu-check` runs `python -m carbon_vep.benchmark.gpu --out DIR $(GPU_CHECK_FLAGS)`."""
     done = subprocess.run(
         [sys.executable, "-m", "carbon_vep.benchmark.gpu", "--help"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    flags = ("--out", "--smoke", "--device", "--budget-s", "--vllm-python", "--generation-only",
-             "--steps", "--niah-prefill-chunks", "--no-vllm-reason",
-             "--rollout-tokens")  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    flags = (
+        "--out",
+        "--smoke",
+        "--device",
+        "--budget-s",
+        "--vllm-python",
+        "--generation-only",
+        "--steps",
+        "--niah-prefill-chunks",
+        "--no-vllm-reason",
+        "--rollout-tokens",
+    )
     for flag in flags:
         assert flag in done.stdout

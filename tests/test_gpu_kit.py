@@ -32,8 +32,10 @@ def test_a_large_wheel_travels_xz_packed_and_unpacks_to_the_same_files(tmp_path,
     unpacked.write_bytes(lzma.decompress(packed.read_bytes()))  # what gpu_run.sh does
     with zipfile.ZipFile(unpacked) as again:
         assert [m.filename for m in again.infolist()] == [
-            "demo/__init__.py", "demo/blob.bin", "demo-1.0.dist-info/METADATA"
-        ]  # fmt: skip
+            "demo/__init__.py",
+            "demo/blob.bin",
+            "demo-1.0.dist-info/METADATA",
+        ]
         assert again.read("demo/blob.bin") == payload
         assert {m.compress_type for m in again.infolist()} == {zipfile.ZIP_STORED}
 

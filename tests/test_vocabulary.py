@@ -118,8 +118,9 @@ def test_descriptions_are_ascii():
     """They become file header lines (the scan TSV's `##column=`, VCF INFO descriptions) that
     pysam and other tools read as ASCII."""
     groups = [getattr(columns, name) for name in dir(columns) if name.isupper()]
-    described = [c for g in groups if isinstance(g, tuple) for c in g
-                 if isinstance(c, columns.Column)]  # fmt: skip
+    described = [
+        c for g in groups if isinstance(g, tuple) for c in g if isinstance(c, columns.Column)
+    ]
     assert len(described) > 50
     for column in described:
         assert column.description.isascii(), (column.name, column.description)

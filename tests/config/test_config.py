@@ -149,8 +149,13 @@ def test_a_normalization_the_recipe_does_not_compute_is_refused(
     """Rows must never say a normalisation their scorer did not compute (the scan recipe with
     full_vocab used to be accepted, its rows saying full_vocab over dna_block values)."""
     base = {"models": {"m": {"path": "x"}}}
-    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": recipe,
-               "normalization": refused}  # fmt: skip
+    dataset = {
+        "panel": "p",
+        "reference": "r",
+        "build": "hg38",
+        "recipe": recipe,
+        "normalization": refused,
+    }
     if recipe == "from_scan":
         base["scans"] = {"g": {"reference": "r", "build": "hg38", "regions": "all"}}
         dataset["scan"] = "g"
@@ -178,9 +183,25 @@ def test_every_normalization_a_recipe_computes_is_accepted():
 
 def test_the_cli_refuses_the_scan_recipe_with_full_vocab(tmp_path, capsys):
     out = tmp_path / "scores.parquet"
-    code = cli.main(["score", "--model", "m", "--reference", "r.fa", "--panel", "p.vcf",
-                     "--build", "hg38", "--recipe", "scan", "--normalization", "full_vocab",
-                     "--out", str(out)])  # fmt: skip
+    code = cli.main(
+        [
+            "score",
+            "--model",
+            "m",
+            "--reference",
+            "r.fa",
+            "--panel",
+            "p.vcf",
+            "--build",
+            "hg38",
+            "--recipe",
+            "scan",
+            "--normalization",
+            "full_vocab",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 2 and not out.exists()
 
 
@@ -199,17 +220,23 @@ def test_from_scan_dataset_needs_a_scan_that_runs_its_models():
         )
     with pytest.raises(ConfigError, match="applies to recipe from_scan only"):
         RunConfig.from_dict(
-            {"models": models, "scans": {"g": scan},
-             "datasets": {"d": {**dataset, "recipe": "centered", "scan": "g"}}}
-        )  # fmt: skip
+            {
+                "models": models,
+                "scans": {"g": scan},
+                "datasets": {"d": {**dataset, "recipe": "centered", "scan": "g"}},
+            }
+        )
     # the panel's build is the scan's (under any spelling), even on another copy of the genome
     elsewhere = {**lookup, "reference": "r2", "build": "GRCh38"}
     RunConfig.from_dict({"models": models, "scans": {"g": scan}, "datasets": {"d": elsewhere}})
     with pytest.raises(ConfigError, match=r"build hg19 but scan 'g' is of hg38"):
         RunConfig.from_dict(
-            {"models": models, "scans": {"g": scan},
-             "datasets": {"d": {**elsewhere, "build": "hg19"}}}
-        )  # fmt: skip
+            {
+                "models": models,
+                "scans": {"g": scan},
+                "datasets": {"d": {**elsewhere, "build": "hg19"}},
+            }
+        )
 
 
 def test_datasets_on_one_reference_must_share_a_build(tmp_path):
@@ -254,9 +281,20 @@ def _parse(command: str, *argv: str) -> argparse.Namespace:
 
 def test_cli_defaults_are_the_dataclass_defaults():
     args = _parse(
-        "score", "--panel", "p", "--reference", "r", "--model", "m", "--build", "hg38",
-        "--recipe", "centered", "--out", "o",
-    )  # fmt: skip
+        "score",
+        "--panel",
+        "p",
+        "--reference",
+        "r",
+        "--model",
+        "m",
+        "--build",
+        "hg38",
+        "--recipe",
+        "centered",
+        "--out",
+        "o",
+    )
     model, panel, labels, recipe = from_args(
         args, ModelSettings, PanelSettings, LabelSettings, RecipeSettings
     )
@@ -273,16 +311,44 @@ def test_cli_options_and_the_rules_settings_mean_the_same():
     spec = shlex.split(spec_json(recipe, labels))[0]
     from_rule = from_args(argparse.Namespace(settings=spec), RecipeSettings, LabelSettings)
     args = _parse(
-        "score", "--panel", "p", "--reference", "r", "--model", "m", "--build", "b",
-        "--recipe", "centered", "--normalization", "dna_block", "--window-bp", "240",
-        "--rc-average", "--label-column", "LABEL", "--positive", "yes", "--out", "o",
-    )  # fmt: skip
+        "score",
+        "--panel",
+        "p",
+        "--reference",
+        "r",
+        "--model",
+        "m",
+        "--build",
+        "b",
+        "--recipe",
+        "centered",
+        "--normalization",
+        "dna_block",
+        "--window-bp",
+        "240",
+        "--rc-average",
+        "--label-column",
+        "LABEL",
+        "--positive",
+        "yes",
+        "--out",
+        "o",
+    )
     assert from_args(args, RecipeSettings, LabelSettings) == from_rule == (recipe, labels)
     # an option on the command line overrides the rule's value (the retry's batch size)
     args = _parse(
-        "score-shard", "--shard", "s", "--reference", "r", "--out", "o", "--batch-size", "2",
-        "--settings", json.dumps({"path": "m", "batch_size": 8, "recipe": "nexttoken"}),
-    )  # fmt: skip
+        "score-shard",
+        "--shard",
+        "s",
+        "--reference",
+        "r",
+        "--out",
+        "o",
+        "--batch-size",
+        "2",
+        "--settings",
+        json.dumps({"path": "m", "batch_size": 8, "recipe": "nexttoken"}),
+    )
     model, recipe = from_args(args, ModelSettings, RecipeSettings)
     assert model.batch_size == 2 and recipe.recipe == "nexttoken"
 

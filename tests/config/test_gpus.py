@@ -71,9 +71,14 @@ def test_a_gpu_class_is_read_from_device_and_profile_names():
     from carbon_vep.config.gpus import gpu_class_named
     from carbon_vep.config.workflow import profile_gpu_class
 
-    for name, gpu in (("NVIDIA A100-SXM4-80GB", "A100"), ("a100", "A100"), ("NVIDIA A10", "A10"),
-                      ("NVIDIA A10G", "A10"), ("NVIDIA H100 80GB HBM3", "H100"),
-                      ("Tesla V100", None)):  # fmt: skip
+    for name, gpu in (
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("a100", "A100"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA A10G", "A10"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("Tesla V100", None),
+    ):
         assert gpu_class_named(name) == gpu, name
     assert profile_gpu_class({"gpu_model": "'a100'"}) == "A100"
     assert profile_gpu_class({"gpu_model": "a10"}) == "A10" and profile_gpu_class({}) is None

@@ -16,19 +16,34 @@ from carbon_vep.config.run import RunConfig
 from carbon_vep.config.workflow import check_niah_profile, niah_runtime_minutes
 
 
-def _run(niah: dict, device: str = "cuda", path: str = "HuggingFaceBio/Carbon-3B",
-         **extra) -> RunConfig:  # fmt: skip
-    model = {"path": path, "device": device, "revision": "0" * 40, "trust_remote_code": True,
-             **extra}  # fmt: skip
+def _run(
+    niah: dict, device: str = "cuda", path: str = "HuggingFaceBio/Carbon-3B", **extra
+) -> RunConfig:
+    model = {
+        "path": path,
+        "device": device,
+        "revision": "0" * 40,
+        "trust_remote_code": True,
+        **extra,
+    }
     return RunConfig.from_dict({"models": {"m": model}, "niah": {"cells": niah}})
 
 
 def test_cells_are_the_hub_configs_and_rows_are_cut_into_jobs():
-    entry = _run({"tasks": ["niah", "neardup_d4"], "contexts": [4096, 65536], "rows": 250,
-                  "rows_per_job": 100}).niah["cells"]  # fmt: skip
+    entry = _run(
+        {
+            "tasks": ["niah", "neardup_d4"],
+            "contexts": [4096, 65536],
+            "rows": 250,
+            "rows_per_job": 100,
+        }
+    ).niah["cells"]
     assert [c.name for c in entry.cells()] == [
-        "niah_4k", "niah_64k", "niah_neardup_d4_4k", "niah_neardup_d4_64k",
-    ]  # fmt: skip
+        "niah_4k",
+        "niah_64k",
+        "niah_neardup_d4_4k",
+        "niah_neardup_d4_64k",
+    ]
     assert entry.row_ranges() == [(0, 100), (100, 200), (200, 250)]
     hub = entry.hub_file(entry.cells()[1], "out.parquet")
     # the card's layout, at the release it declares it in (docs/suite-conventions.md#genomic-niah)
@@ -68,8 +83,10 @@ def test_a_cell_that_cannot_fit_the_profiles_gpu_is_refused_with_its_figure():
         ConfigError,
         match=r"131,072-token cell of model m \(Carbon-8B\) needs ~42\.2 GB .* an A10",
     ):
-        check_niah_profile({"gpu": 1, "gpu_model": "'a10'"}, _run({"contexts": [131072]},
-                           path="HuggingFaceBio/Carbon-8B"))  # fmt: skip
+        check_niah_profile(
+            {"gpu": 1, "gpu_model": "'a10'"},
+            _run({"contexts": [131072]}, path="HuggingFaceBio/Carbon-8B"),
+        )
     check_niah_profile({"gpu": 1, "gpu_model": "a10"}, run)  # Carbon-3B at 128k: 19.5 GB fits
     check_niah_profile({"gpu": 1, "gpu_model": "h100"}, _run({}, path="org/Carbon-8B"))
     check_niah_profile({}, _run({}, path="org/Carbon-8B"))  # no GPU class named: no check
@@ -81,16 +98,19 @@ def test_a_vllm_cell_is_checked_against_the_kv_cache_left_by_the_weights():
     (2 MB a 16-token page): refused naming tensor_parallel_size; two A10s hold a 128k row."""
     eight_b = "HuggingFaceBio/Carbon-8B"
     one = _run({"contexts": [32768]}, path=eight_b, engine="vllm")
-    refusal = (r"32,768-token cell .* on vLLM .* 1 A10\(s\) at gpu_memory_utilization 0.9 "
-               r"leave 3.5 GB .* tensor_parallel_size")  # fmt: skip
+    refusal = (
+        r"32,768-token cell .* on vLLM .* 1 A10\(s\) at gpu_memory_utilization 0.9 "
+        r"leave 3.5 GB .* tensor_parallel_size"
+    )
     with pytest.raises(ConfigError, match=refusal):
         check_niah_profile({"gpu": 1, "gpu_model": "a10"}, one)
     two = _run({"contexts": [131072]}, path=eight_b, engine="vllm", tensor_parallel_size=2)
     check_niah_profile({"gpu": 2, "gpu_model": "a10"}, two)
     # a transformers model keeps our engine's arithmetic (8B at 32k: ~25.1 GB, over an A10)
     with pytest.raises(ConfigError, match=r"needs ~25\.1 GB"):
-        check_niah_profile({"gpu": 1, "gpu_model": "a10"},
-                           _run({"contexts": [32768]}, path=eight_b))  # fmt: skip
+        check_niah_profile(
+            {"gpu": 1, "gpu_model": "a10"}, _run({"contexts": [32768]}, path=eight_b)
+        )
     check_niah_profile(
         {"gpu": 1, "gpu_model": "a10"}, _run({"contexts": [131072]}, engine="vllm")
     )  # 3B: one 128k row fits

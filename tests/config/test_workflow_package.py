@@ -59,7 +59,7 @@ def _run(tmp_path, **extra) -> RunConfig:
                 "models": ["demo"],
                 "tracks": True,
             }
-        },  # fmt: skip
+        },
         "sha256": {"p.vcf": "1" * 64, f"{local}/config.json": "2" * 64, "other": "3" * 64},
         **extra,
     }
@@ -125,22 +125,38 @@ def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
     model rule gets the same resources, a NIAH job its own time limit."""
     run = _run(tmp_path)
     models = {
-        "c8": {"path": "org/Carbon-8B", "revision": "c" * 40, "device": "cuda",
-               "dtype": "bfloat16"},
-        "c3": {"path": "org/Carbon-3B", "revision": "c" * 40, "device": "cuda",
-               "dtype": "bfloat16"},
+        "c8": {
+            "path": "org/Carbon-8B",
+            "revision": "c" * 40,
+            "device": "cuda",
+            "dtype": "bfloat16",
+        },
+        "c3": {
+            "path": "org/Carbon-3B",
+            "revision": "c" * 40,
+            "device": "cuda",
+            "dtype": "bfloat16",
+        },
         "demo": {"path": str(tmp_path / "demo_model"), "build_demo": True},
-    }  # fmt: skip
+    }
     jobs = Jobs(_models_run(models), "f" * 64)
     memory = {key: jobs.host_memory_mb(Wildcards(model=key)) for key in models}
     assert memory == {"c8": 20_000, "c3": 11_000, "demo": 4_000}
     local = tmp_path / "carbon_like"
     local.mkdir()
-    (local / "config.json").write_text(json.dumps(
-        {"hidden_size": 3072, "intermediate_size": 8448, "num_hidden_layers": 30,
-         "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 96,
-         "vocab_size": 155_776}
-    ))  # fmt: skip
+    (local / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": 3072,
+                "intermediate_size": 8448,
+                "num_hidden_layers": 30,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 4,
+                "head_dim": 96,
+                "vocab_size": 155_776,
+            }
+        )
+    )
     run = _models_run({"l": {"path": str(local), "dtype": "bfloat16"}})
     assert Jobs(run, "f" * 64).host_memory_mb(Wildcards(model="l")) == 11_000
     scoring = jobs.model_resources()
@@ -156,8 +172,9 @@ def test_model_sources_are_the_demo_dir_the_hub_record_or_every_visible_file(tmp
     assert jobs.model_sources(Wildcards(model="hub")) == ["out/hub/hub.json"]
     local = tmp_path / "local_model"
     assert jobs.model_sources(Wildcards(model="local")) == [
-        str(local / "config.json"), str(local / "sub/weights.bin")
-    ]  # fmt: skip
+        str(local / "config.json"),
+        str(local / "sub/weights.bin"),
+    ]
     assert jobs.model_files(Wildcards(model="hub")) == ["out/inputs/model_hub.json"]
     assert sorted(jobs.hub_models) == ["hub"]
 
@@ -203,15 +220,18 @@ def test_niah_jobs_cover_every_row_once(tmp_path):
 
 
 def test_scan_inputs_follow_the_plan_and_a_rewritten_plan_is_read_again(tmp_path):
-    plan = {"chunks": [{}, {}, {}], "files": [{"name": "chr1", "chunks": [0, 1]},
-                                              {"name": "small+2", "chunks": [2]}]}  # fmt: skip
+    plan = {
+        "chunks": [{}, {}, {}],
+        "files": [{"name": "chr1", "chunks": [0, 1]}, {"name": "small+2", "chunks": [2]}],
+    }
     scans = ScanInputs(_run(tmp_path))
     wc = Wildcards(scan="g", model="demo", file="small+2")
     assert scans.file_chunks(wc, plan) == ["out/scans/g/demo/chunks/chunk_00002.parquet"]
     assert len(scans.chunk_stats(wc, plan)) == 3
     assert scans.output_files(wc, plan, "tsv") == [
-        "out/scans/g/demo/snvs/chr1.tsv.gz", "out/scans/g/demo/snvs/small+2.tsv.gz"
-    ]  # fmt: skip
+        "out/scans/g/demo/snvs/chr1.tsv.gz",
+        "out/scans/g/demo/snvs/small+2.tsv.gz",
+    ]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     assert read_plan(str(path)) == plan
@@ -231,10 +251,15 @@ def test_every_output_kind_has_one_file_per_plan_file(tmp_path, kind):
 
 def test_vllm_jobs_run_in_the_vllm_environment_on_tensor_parallel_gpus(tmp_path):
     models = {
-        "v": {"path": "org/m", "revision": "b" * 40, "device": "cuda", "engine": "vllm",
-              "tensor_parallel_size": 2},
+        "v": {
+            "path": "org/m",
+            "revision": "b" * 40,
+            "device": "cuda",
+            "engine": "vllm",
+            "tensor_parallel_size": 2,
+        },
         "t": {"path": "org/m", "revision": "b" * 40, "device": "cuda"},
-    }  # fmt: skip
+    }
     niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 2}}
     run = RunConfig.from_dict({"models": models, "niah": niah, "vllm_env": "/opt/venv-vllm"})
     jobs = Jobs(run, "f" * 64, workflow_root="/wf")
@@ -242,8 +267,10 @@ def test_vllm_jobs_run_in_the_vllm_environment_on_tensor_parallel_gpus(tmp_path)
     assert jobs.generation_command(v) == "/opt/venv-vllm/bin/carbon-vep"
     assert jobs.generation_command(t) == "carbon-vep"
     assert (jobs.generation_gpu_count(v), jobs.generation_gpu_count(t), jobs.gpu_count(v)) == (
-        2, 1, 1
-    )  # fmt: skip
+        2,
+        1,
+        1,
+    )
     relative = Jobs(RunConfig.from_dict({"models": models, "niah": niah}), "f" * 64, "A10", "/wf")
     assert relative.generation_command(v) == "/wf/.venv-vllm/bin/carbon-vep"
     generation = json.loads(shlex.split(jobs.model_settings(v, generation=True))[0])
@@ -281,9 +308,10 @@ def test_run_paths_format_to_the_paths_the_rules_always_wrote():
     score_log = paths.job_log(paths.dataset_model_dir, "score_shard_{shard}")
     assert score_log.format(**shard) == "logs/out/d/m/score_shard_00001.log"
     absolute = RunPaths("/abs/out")
-    assert absolute.job_log(absolute.dataset_model_dir, "score_shard_{shard}").format(
-        **shard
-    ) == "logs/abs/out/d/m/score_shard_00001.log"  # fmt: skip
+    assert (
+        absolute.job_log(absolute.dataset_model_dir, "score_shard_{shard}").format(**shard)
+        == "logs/abs/out/d/m/score_shard_00001.log"
+    )
     assert paths.job_log(paths.outdir, "compare_baseline") == "logs/out/compare_baseline.log"
     assert paths.job_log("", "fetch_hub_x") == "logs/fetch_hub_x.log"
     assert paths.job_log(paths.hub_dir, "{model}.json") == "logs/out/hub/{model}.json.log"
@@ -302,8 +330,10 @@ def test_run_paths_format_to_the_paths_the_rules_always_wrote():
         "out/suite/niah/n/c/m/parts/rows_00000.parquet"
     )
     assert (paths.results_table_tsv, paths.run_report, paths.baseline_junit) == (
-        "out/results_table.tsv", "out/report.html", "out/baseline_comparison.junit.xml"
-    )  # fmt: skip
+        "out/results_table.tsv",
+        "out/report.html",
+        "out/baseline_comparison.junit.xml",
+    )
 
 
 def test_scan_inputs_name_the_files_the_scan_rules_write(tmp_path):
@@ -317,8 +347,11 @@ def test_scan_inputs_name_the_files_the_scan_rules_write(tmp_path):
     names = {"scan": "g", "model": "demo", "file": "chr1", "chunk": "00000"}
     assert scans.file_chunks(wc, plan) == [paths.scan_chunk.format(**names)]
     assert scans.chunk_stats(wc, plan) == [paths.scan_chunk_stats.format(**names)]
-    for kind, pattern in (("parquet", paths.scan_positions), ("tsv", paths.scan_snvs),
-                          ("counts", paths.scan_calibration_counts)):  # fmt: skip
+    for kind, pattern in (
+        ("parquet", paths.scan_positions),
+        ("tsv", paths.scan_snvs),
+        ("counts", paths.scan_calibration_counts),
+    ):
         assert scans.output_files(wc, plan, kind) == [pattern.format(**names)]
     jobs = Jobs(run, "f" * 64)
     cell = Wildcards(niah="n", cell="niah_1k", model="demo")

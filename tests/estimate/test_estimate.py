@@ -76,9 +76,12 @@ def test_pinned_and_unpinned_revisions_are_shown():
     run = _run(
         {"revision": None},
         models={"m": {"path": EIGHT_B, "trust_remote_code": True, "allow_unpinned": True}},
-        hub_files={"pinned": {**hub, "revision": COMMIT}, "main": hub,
-                   "tag": {**hub, "revision": "v1.0"}},
-    )  # fmt: skip
+        hub_files={
+            "pinned": {**hub, "revision": COMMIT},
+            "main": hub,
+            "tag": {**hub, "revision": "v1.0"},
+        },
+    )
     revisions = {f.rule: f.revision for f in estimate(run, {}).fetches}
     assert revisions["fetch_hub_pinned"] == COMMIT
     assert revisions["fetch_hub_main"] == "main (unpinned)"
@@ -92,8 +95,7 @@ def test_score_niah_jobs_are_its_row_ranges():
     jobs = {j.rule: j.jobs for j in estimate(run, {}).jobs}
     assert jobs["score_niah [cells]"] == len(run.niah["cells"].row_ranges()) == 3
     models = {k: {"path": EIGHT_B, "revision": COMMIT} for k in ("a", "b")}
-    wider = _run({"tasks": ["niah", "neardup_d1"], "rows": 250, "rows_per_job": 100},
-                 models=models)  # fmt: skip
+    wider = _run({"tasks": ["niah", "neardup_d1"], "rows": 250, "rows_per_job": 100}, models=models)
     assert {j.rule: j.jobs for j in estimate(wider, {}).jobs}["score_niah [cells]"] == 2 * 2 * 3
 
 
@@ -106,9 +108,13 @@ def test_a_local_panel_is_counted_from_its_file_a_hub_one_from_its_documented_co
         "filename": "coding/clinvar_coding.parquet",
         "out": str(tmp_path / "absent.parquet"),
     }
-    run = _run(datasets={"here": {**dataset, "panel": str(panel)},
-                         "fetched": {**dataset, "panel": hub["out"]}},
-               hub_files={"clinvar": hub})  # fmt: skip
+    run = _run(
+        datasets={
+            "here": {**dataset, "panel": str(panel)},
+            "fetched": {**dataset, "panel": hub["out"]},
+        },
+        hub_files={"clinvar": hub},
+    )
     bill = estimate(run, {})
     jobs = {j.rule: j.jobs for j in bill.jobs}
     assert jobs["score_shard [here]"] == math.ceil(7 / 3)
@@ -154,8 +160,10 @@ def test_the_cli_prints_the_table(tmp_path, capsys):
         f"models: {{m: {{path: {EIGHT_B}, device: cuda, revision: '{COMMIT}'}}}}\n"
         "niah: {cells: {tasks: [niah], contexts: [131072]}}\n"
     )
-    assert main(["estimate", "--config", str(config), "--profile",
-                 str(ROOT / "profiles/slurm-h100")]) == 0  # fmt: skip
+    assert (
+        main(["estimate", "--config", str(config), "--profile", str(ROOT / "profiles/slurm-h100")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "## The bill before the run" in out
     assert "| niah.cells 131,072 tokens | m (Carbon-8B) | score_niah: H100 |" in out
@@ -164,10 +172,17 @@ def test_the_cli_prints_the_table(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("argv", "dry"),
-    [(["-n"], True), (["-np", "--cores", "2"], True), (["--dry-run"], True),
-     (["--dryrun"], True), (["--configfile", "c.yaml", "-nF"], True),
-     (["--cores", "2", "-p"], False), (["--notemp"], False), (["all"], False)],
-)  # fmt: skip
+    [
+        (["-n"], True),
+        (["-np", "--cores", "2"], True),
+        (["--dry-run"], True),
+        (["--dryrun"], True),
+        (["--configfile", "c.yaml", "-nF"], True),
+        (["--cores", "2", "-p"], False),
+        (["--notemp"], False),
+        (["all"], False),
+    ],
+)
 def test_a_dry_run_is_read_from_the_command_line(argv, dry):
     assert is_dry_run(["snakemake", *argv]) is dry
 

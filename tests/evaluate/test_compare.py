@@ -46,9 +46,18 @@ def test_unchanged_results_pass(tmp_path, capsys):
     results = _results(tmp_path, m=[0.80, 0.505, 0.74])
     junit = tmp_path / "junit.xml"
     code = main(
-        ["compare", "--baseline", str(_baseline(tmp_path)), "--results", str(results),
-         "--junit", str(junit), "--out", str(tmp_path / "gate.tsv")]
-    )  # fmt: skip
+        [
+            "compare",
+            "--baseline",
+            str(_baseline(tmp_path)),
+            "--results",
+            str(results),
+            "--junit",
+            str(junit),
+            "--out",
+            str(tmp_path / "gate.tsv"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "PASSED: 3 values within tolerance" in out
@@ -61,14 +70,31 @@ def test_planted_drift_fails_with_a_table_and_junit(tmp_path, capsys):
     results = _results(tmp_path, m=[0.78, 0.50, 0.70])  # auroc drifted by -0.02 > 0.01
     junit = tmp_path / "junit.xml"
     code = main(
-        ["compare", "--baseline", str(_baseline(tmp_path)), "--results", str(results),
-         "--junit", str(junit), "--out", str(tmp_path / "gate.tsv")]
-    )  # fmt: skip
+        [
+            "compare",
+            "--baseline",
+            str(_baseline(tmp_path)),
+            "--results",
+            str(results),
+            "--junit",
+            str(junit),
+            "--out",
+            str(tmp_path / "gate.tsv"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     header = out.splitlines()[0].split()
-    assert header == ["task", "metric", "model", "baseline", "now", "difference", "allowed",
-                      "verdict"]  # fmt: skip
+    assert header == [
+        "task",
+        "metric",
+        "model",
+        "baseline",
+        "now",
+        "difference",
+        "allowed",
+        "verdict",
+    ]
     drift = next(line for line in out.splitlines() if "DRIFT" in line)
     assert drift.split()[:7] == ["brca2", "auroc", "m", "0.8000", "0.7800", "-0.0200", "±0.0100"]
     assert "FAILED: 1 of 3" in out
@@ -126,8 +152,24 @@ def test_bad_baselines_are_named(tmp_path):
 def test_make_baseline_round_trips_a_results_table(tmp_path, capsys):
     results = _results(tmp_path, m=[0.8, 0.5, 0.7], n=[0.1, None, 0.3])
     out = tmp_path / "made.yaml"
-    assert main(["make-baseline", "--results", str(results), "--source", "s", "--out", str(out),
-                 "--tolerance", "0.02", "--tolerance", "accuracy=0.1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "make-baseline",
+                "--results",
+                str(results),
+                "--source",
+                "s",
+                "--out",
+                str(out),
+                "--tolerance",
+                "0.02",
+                "--tolerance",
+                "accuracy=0.1",
+            ]
+        )
+        == 0
+    )
     baseline = load_baseline(out)
     assert baseline.values[("brca2", "auroc", "n")] == 0.1
     assert baseline.allowed("auroc") == 0.02 and baseline.allowed("accuracy") == 0.1
@@ -195,8 +237,15 @@ def test_published_baseline_gates_a_carbon3b_suite_run(tmp_path, capsys):
         )
         path = tmp_path / "results_table.tsv"
         table.write_csv(path, separator="\t")
-        return main(["compare", "--baseline", str(ROOT / "baselines/published.yaml"),
-                     "--results", str(path)])  # fmt: skip
+        return main(
+            [
+                "compare",
+                "--baseline",
+                str(ROOT / "baselines/published.yaml"),
+                "--results",
+                str(path),
+            ]
+        )
 
     assert run() == 0
     out = capsys.readouterr().out

@@ -161,8 +161,12 @@ def test_a_scans_calibrated_score_gets_its_metrics_beside_the_raw_ones():
     """A from_scan panel carries `calibrated`: the same metrics and intervals on it, equal to
     the metrics of a panel whose score is the calibrated one."""
     calibrated = list(CHROM_SCORES[::-1])
-    merged = _merged(list(CHROM_SCORES), [str(v) for v in CHROM_LABELS], chrom=list(CHROMS),
-                     calibrated=calibrated)  # fmt: skip
+    merged = _merged(
+        list(CHROM_SCORES),
+        [str(v) for v in CHROM_LABELS],
+        chrom=list(CHROMS),
+        calibrated=calibrated,
+    )
     options = MetricSettings(evaluation=EvaluationSettings(bootstrap=30))
     result = vep_metrics(merged, LABEL, options)
     swapped = _merged(calibrated, [str(v) for v in CHROM_LABELS], chrom=list(CHROMS))
@@ -205,7 +209,18 @@ def test_clinvar_labels_need_no_second_setting(tmp_path):
     merged.write_parquet(path)
     settings = json.dumps({"label_source": "clinvar_clnsig", "bootstrap": 0})
     out = tmp_path / "metrics.json"
-    argv = ["metrics", "--merged", str(path), "--settings", settings, "--task", "clinvar",
-            "--model-key", "m", "--out", str(out)]  # fmt: skip
+    argv = [
+        "metrics",
+        "--merged",
+        str(path),
+        "--settings",
+        settings,
+        "--task",
+        "clinvar",
+        "--model-key",
+        "m",
+        "--out",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     assert json.loads(out.read_text())["metrics"]["auroc"] == pytest.approx(0.75)

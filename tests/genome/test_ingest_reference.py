@@ -116,12 +116,16 @@ def test_check_panel_through_parquet_reference(tmp_path):
     path = _parquet_genome(tmp_path / "hg38.parquet", CONTIGS)
     seq = CONTIGS["chr1"].upper()
     panel = pl.DataFrame(
-        {"chrom": ["1", "1", "MT"], "pos": [301, 302, 4], "ref": [seq[300], "A", "C"],
-         "alt": ["A" if seq[300] != "A" else "C", "T", "G"]},
+        {
+            "chrom": ["1", "1", "MT"],
+            "pos": [301, 302, 4],
+            "ref": [seq[300], "A", "C"],
+            "alt": ["A" if seq[300] != "A" else "C", "T", "G"],
+        },
     ).with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"),
         pl.lit("p.tsv:line 2").alias("source"),
-    )  # fmt: skip
+    )
     with open_reference(path) as ref:
         checked = check_panel(panel, ref)
     expected_second = "ok" if seq[301] == "A" else "ref_mismatch"
@@ -141,11 +145,23 @@ def test_parquet_reference_layout_errors(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "canonical"),
-    [("chr1", "1"), ("1", "1"), ("NC_000001.11", "1"), ("NC_000001.10", "1"),
-     ("NC_000023.11", "X"), ("NC_000024.10", "Y"), ("chrX", "X"), ("NC_012920.1", "MT"),
-     ("chrM", "MT"), ("MT", "MT"), ("M", "MT"), ("chr1_KI270706v1_random", "1_KI270706v1_random"),
-     ("NC_000067.7", "NC_000067.7"), ("scaffold_12", "scaffold_12")],
-)  # fmt: skip
+    [
+        ("chr1", "1"),
+        ("1", "1"),
+        ("NC_000001.11", "1"),
+        ("NC_000001.10", "1"),
+        ("NC_000023.11", "X"),
+        ("NC_000024.10", "Y"),
+        ("chrX", "X"),
+        ("NC_012920.1", "MT"),
+        ("chrM", "MT"),
+        ("MT", "MT"),
+        ("M", "MT"),
+        ("chr1_KI270706v1_random", "1_KI270706v1_random"),
+        ("NC_000067.7", "NC_000067.7"),
+        ("scaffold_12", "scaffold_12"),
+    ],
+)
 def test_canonical_contig(name, canonical):
     assert canonical_contig(name) == canonical
 
@@ -153,8 +169,10 @@ def test_canonical_contig(name, canonical):
 def test_resolve_contigs_across_ucsc_ensembl_ncbi():
     ncbi = ["NC_000001.11", "NC_000023.11", "NC_012920.1"]
     assert resolve_contigs(["chr1", "X", "chrM"], ncbi) == {
-        "chr1": "NC_000001.11", "X": "NC_000023.11", "chrM": "NC_012920.1",
-    }  # fmt: skip
+        "chr1": "NC_000001.11",
+        "X": "NC_000023.11",
+        "chrM": "NC_012920.1",
+    }
     assert resolve_contigs(["NC_000001.11", "MT"], ["1", "MT"]) == {"NC_000001.11": "1", "MT": "MT"}
     # two reference contigs spell the same chromosome: ambiguous, left unmapped
     assert resolve_contigs(["M"], ["chrM", "MT"]) == {}

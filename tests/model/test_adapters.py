@@ -33,15 +33,26 @@ def build_kmer_model(out: Path, k: int) -> Path:
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(f".{{1,{k}}}"), behavior="isolated")
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        tokenizer_object=core,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
         pad_token="<pad>",
-    )  # fmt: skip
+    )
     tok.add_special_tokens({"additional_special_tokens": SPECIALS[4:]})
     config = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
-    )  # fmt: skip
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(k)
     LlamaForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
@@ -71,8 +82,9 @@ def test_centered_recipe_matches_full_logits(kmer_model):
         pos = 5000
         base = ref.fetch("chr17", pos - 1, pos)
         alt = "A" if base != "A" else "C"
-        frame = pl.DataFrame([("chr17", pos, base, alt)], schema=["ref_chrom", "pos", "ref", "alt"],
-                             orient="row")  # fmt: skip
+        frame = pl.DataFrame(
+            [("chr17", pos, base, alt)], schema=["ref_chrom", "pos", "ref", "alt"], orient="row"
+        )
         shard = RECIPES["centered"].add_windows(frame, ref.lengths, 120)
         row = score_shard(shard, ref, engine, RecipeSettings("centered")).row(0, named=True)
         window = ref.fetch("chr17", pos - 1 - 60, pos - 1 + 60)

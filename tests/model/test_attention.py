@@ -12,9 +12,15 @@ from carbon_vep.model import attention
 from carbon_vep.model.attention import LOWER_RIGHT_SDPA, chunk_mask, register
 from carbon_vep.model.loading import long_context_attention
 
-CONFIG = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=8, num_key_value_heads=2,  # grouped-query, as Carbon
-                     max_position_embeddings=1024)  # fmt: skip
+CONFIG = LlamaConfig(
+    vocab_size=64,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=8,
+    num_key_value_heads=2,  # grouped-query, as Carbon
+    max_position_embeddings=1024,
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +53,9 @@ def _hidden(model, ids, implementation, chunk, mask=None):
     with torch.inference_mode():
         for lo in range(0, ids.shape[1], chunk):
             piece = None if mask is None else mask[:, : lo + chunk]
-            out = model.model(input_ids=ids[:, lo : lo + chunk], attention_mask=piece,
-                              cache=cache, use_cache=True)  # fmt: skip
+            out = model.model(
+                input_ids=ids[:, lo : lo + chunk], attention_mask=piece, cache=cache, use_cache=True
+            )
             parts.append(out[0])
     model.set_attn_implementation("sdpa")
     return torch.cat(parts, dim=1)

@@ -42,8 +42,11 @@ def test_equal_lengths_go_without_a_mask_and_give_identical_states(loaded, monke
     batch = [engine.vocab.encode(s) for s in windows(3, 120, 1)]
     masks = []
     forward = engine.forward
-    monkeypatch.setattr(engine, "forward", lambda ids, mask=None, cache=None: (
-        masks.append(mask), forward(ids, mask, cache))[1])  # fmt: skip
+    monkeypatch.setattr(
+        engine,
+        "forward",
+        lambda ids, mask=None, cache=None: (masks.append(mask), forward(ids, mask, cache))[1],
+    )
     hidden, _ = engine.hidden_states(batch)
     assert masks == [None]
     assert torch.equal(hidden, published.masked_hidden_states(engine, batch))
@@ -60,8 +63,14 @@ def test_batches_hold_one_length_where_the_data_allows(loaded, monkeypatch):
     seqs = windows(6, 120, 10) + windows(5, 84, 30) + windows(5, 102, 40)
     shapes = []
     forward = engine.forward
-    monkeypatch.setattr(engine, "forward", lambda ids, mask=None, cache=None: (
-        shapes.append((np.shape(ids), mask is None)), forward(ids, mask, cache))[1])  # fmt: skip
+    monkeypatch.setattr(
+        engine,
+        "forward",
+        lambda ids, mask=None, cache=None: (
+            shapes.append((np.shape(ids), mask is None)),
+            forward(ids, mask, cache),
+        )[1],
+    )
     scores = engine.sequence_scores(seqs, "token", "dna_block")
     assert shapes == [((4, 15), True), ((4, 18), True), ((4, 21), True), ((4, 21), False)]
     one_batch = engine_for(loaded, batch_size=16).sequence_scores(seqs, "token", "dna_block")
@@ -154,8 +163,9 @@ def test_upcast_output_layer_reaches_generation_and_the_probe(demo_model_dir):
     from carbon_vep.model.engine import verify_output_layer
     from carbon_vep.model.loading import Float32OutputLayer, load_model
 
-    spec = ModelSettings(str(demo_model_dir), trust_remote_code=True, dtype="bfloat16",
-                         upcast_output_layer=True)  # fmt: skip
+    spec = ModelSettings(
+        str(demo_model_dir), trust_remote_code=True, dtype="bfloat16", upcast_output_layer=True
+    )
     loaded = load_model(spec)
     head = loaded.model.get_output_embeddings()
     assert isinstance(head, Float32OutputLayer)

@@ -58,8 +58,10 @@ def test_drafted_rollouts_equal_the_targets_greedy_ones(loaded, one_layer_draft)
     prompts = _prompts(2, 300)
     settings = RecoverySettings(new_tokens=ROLLOUT, score_bp=ROLLOUT * 6)
     plain = generate_continuations(loaded, prompts, settings, batch_size=2)
-    for draft_model in (load_model(ModelSettings(str(one_layer_draft), trust_remote_code=True)),
-                        _wrong_draft(one_layer_draft, loaded)):  # fmt: skip
+    for draft_model in (
+        load_model(ModelSettings(str(one_layer_draft), trust_remote_code=True)),
+        _wrong_draft(one_layer_draft, loaded),
+    ):
         draft = Draft(draft_model, tokens=4)
         assert generate_continuations(loaded, prompts, settings, 2, draft=draft) == plain
         record = draft.record()

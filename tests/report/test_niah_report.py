@@ -40,12 +40,18 @@ def test_published_points_are_the_reports_table():
 def test_tasks_run_from_easiest_to_hardest_and_ll_is_no_headline():
     run = [
         _result("carbon3b", task, 16384, em)
-        for task, em in (("neardup_d1", 0.1), ("niah", 0.7), ("neardup_d2", 0.3),
-                         ("neardup_d4", 0.6))
-    ]  # fmt: skip
+        for task, em in (
+            ("neardup_d1", 0.1),
+            ("niah", 0.7),
+            ("neardup_d2", 0.3),
+            ("neardup_d4", 0.6),
+        )
+    ]
     html = niah_section(run, {"carbon3b": "#1f77b4"}, load_published(PUBLISHED))
-    positions = [html.index(f"<td>{task}</td>") for task in
-                 ("niah", "neardup_d4", "neardup_d2", "neardup_d1")]  # fmt: skip
+    positions = [
+        html.index(f"<td>{task}</td>")
+        for task in ("niah", "neardup_d4", "neardup_d2", "neardup_d1")
+    ]
     assert positions == sorted(positions)
     assert "EM 0.70 (n=500) · LL check 0.99" in html
     assert "sanity check" in html and "inflated" in html

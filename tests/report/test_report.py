@@ -199,9 +199,10 @@ def test_reasons_with_equal_counts_keep_the_order_of_their_first_row(run):
     reasons = ["z last", "a first", "m middle", "a first", "q", "b"]
     scored = _scores(0)
     unscored = scored.head(6).with_columns(
-        pl.lit("skipped").alias("status"), pl.Series("reason", reasons),
+        pl.lit("skipped").alias("status"),
+        pl.Series("reason", reasons),
         pl.lit(None, dtype=pl.Float64).alias("score"),
-    )  # fmt: skip
+    )
     merged = pl.concat([scored, unscored], how="vertical_relaxed")
     pages = {render_report(merged, run[0].metrics, "t") for _ in range(5)}
     assert len(pages) == 1

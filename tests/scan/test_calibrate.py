@@ -22,8 +22,15 @@ from carbon_vep.scan.snvs import (
 )
 
 # what a scan's counts record (counts_meta): the fingerprint, and the neutral set
-META = {"model": "m", "revision": "r1", "normalization": "dna_block", "tile_bp": 48,
-        "min_context": 12, "decimals": 2, "neutral": "every scanned SNV"}  # fmt: skip
+META = {
+    "model": "m",
+    "revision": "r1",
+    "normalization": "dna_block",
+    "tile_bp": 48,
+    "min_context": 12,
+    "decimals": 2,
+    "neutral": "every scanned SNV",
+}
 
 
 def _direct_ranks(keys: np.ndarray) -> dict[int, int]:
@@ -151,10 +158,13 @@ def test_cell_means_equal_a_direct_group_by_with_fallbacks():
         tri = (row["cell"] >> 4) & 63
         alt = row["cell"] & 3
         sharing = frame.filter(
-            ((pl.col("cell") < TRI_OFFSET) & ((pl.col("cell") // 16 % 64) == tri)
-             & ((pl.col("cell") % 4) == alt))
+            (
+                (pl.col("cell") < TRI_OFFSET)
+                & ((pl.col("cell") // 16 % 64) == tri)
+                & ((pl.col("cell") % 4) == alt)
+            )
             | (pl.col("cell") == TRI_OFFSET + tri * 4 + alt)
-        )  # fmt: skip
+        )
         assert row["mean_key"] == pytest.approx(sharing["key"].mean())
     global_row = calibration.contexts.filter(pl.col("cell") == GLOBAL_CELL)
     assert global_row["mean_key"][0] == pytest.approx(keys.mean())

@@ -63,8 +63,11 @@ def test_a_positions_tile_does_not_depend_on_the_other_positions():
     together = tiles_for_positions(positions, length, 600, 240)
     for pos in positions:
         covering = [t for t in together if t.score_start <= pos < t.score_end]
-        alone = [t for t in tiles_for_positions([pos], length, 600, 240)
-                 if t.score_start <= pos < t.score_end]  # fmt: skip
+        alone = [
+            t
+            for t in tiles_for_positions([pos], length, 600, 240)
+            if t.score_start <= pos < t.score_end
+        ]
         assert covering == alone, pos
     halves = tiles_for_positions(positions[::2], length, 600, 240) + tiles_for_positions(
         positions[1::2], length, 600, 240
@@ -126,13 +129,16 @@ def test_snv_scores_three_per_base_and_orientation(engine, reference):
 
 def test_scan_recipe_looks_up_panel_variants(engine, reference):
     last = reference.lengths["chr17"]
-    rows = [("chr17", 2_010, reference.fetch("chr17", 2_009, 2_010), "A"),
-            ("chr17", last, reference.fetch("chr17", last - 1, last), "A")]  # fmt: skip
+    rows = [
+        ("chr17", 2_010, reference.fetch("chr17", 2_009, 2_010), "A"),
+        ("chr17", last, reference.fetch("chr17", last - 1, last), "A"),
+    ]
     rows = [r if r[2] != "A" else (*r[:3], "C") for r in rows]
     shard = RECIPES["scan"].add_windows(
         pl.DataFrame(rows, schema=["ref_chrom", "pos", "ref", "alt"], orient="row"),
-        reference.lengths, 60,
-    )  # fmt: skip
+        reference.lengths,
+        60,
+    )
     recipe = RecipeSettings("scan", tiles=TileSettings(120, 60))
     scores = score_shard(shard, reference, engine, recipe)
     # the contig's last base is scored too: its tile slides left to end on the contig end
@@ -153,10 +159,15 @@ def test_chunk_batches_hold_tiles_of_one_length_only(engine, reference):
     from carbon_vep.scan.tiles import _new_timing, _scored_batches
     from carbon_vep.scan.tiling import Tile
 
-    cut = [("chr17", Tile(s, s + n, s + n - 12, s + n)) for s, n in
-           [(0, 60), (60, 60), (120, 120), (240, 120), (360, 60), (420, 120)]]  # fmt: skip
-    batches = list(_scored_batches(engine, reference, cut, Progress(72, "bases", "test"),
-                                   _new_timing(), log=True))  # fmt: skip
+    cut = [
+        ("chr17", Tile(s, s + n, s + n - 12, s + n))
+        for s, n in [(0, 60), (60, 60), (120, 120), (240, 120), (360, 60), (420, 120)]
+    ]
+    batches = list(
+        _scored_batches(
+            engine, reference, cut, Progress(72, "bases", "test"), _new_timing(), log=True
+        )
+    )
     lengths = [[t.end - t.start for _, t, _ in batch.tiles] for batch in batches]
     assert lengths == [[60, 60], [120, 120], [60], [120]]
     assert [(chrom, t) for batch in batches for chrom, t, _ in batch.tiles] == cut

@@ -158,8 +158,9 @@ def _tool(name: str) -> str:
 
 
 def _run(*argv: str, cwd: Path, **kwargs) -> str:
-    out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=workflow_env(),
-                         **kwargs)  # fmt: skip
+    out = subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, env=workflow_env(), **kwargs
+    )
     assert out.returncode == 0, f"{argv}: {out.stderr[-2000:]}"
     return out.stdout
 
@@ -189,8 +190,17 @@ def record(scan) -> dict:
 def annotated_rows(scan) -> pl.DataFrame:
     """`carbon-vep annotate` of the query VCF, no --build, no --reference (the scan's)."""
     out = scan / "annotated.parquet"
-    _run("carbon-vep", "annotate", "--scan", SCAN, "--panel", "query.vcf", "--out", str(out),
-         cwd=scan)  # fmt: skip
+    _run(
+        "carbon-vep",
+        "annotate",
+        "--scan",
+        SCAN,
+        "--panel",
+        "query.vcf",
+        "--out",
+        str(out),
+        cwd=scan,
+    )
     return pl.read_parquet(out)
 
 
@@ -271,8 +281,9 @@ def test_tabix_lists_headers_and_regions_on_every_contig(scan, record):
         assert _run(tabix, "-l", path, cwd=scan).splitlines() == contigs
         header = _run(tabix, "-H", path, cwd=scan)
         assert header.isascii() and "##sign=score = log m(ref) - log m(alt)" in header
-        assert [h[len("##contig=") :] for h in header.splitlines() if
-                h.startswith("##contig=")] == contigs  # fmt: skip
+        assert [
+            h[len("##contig=") :] for h in header.splitlines() if h.startswith("##contig=")
+        ] == contigs
         with pysam.TabixFile(str(scan / path)) as handle:
             assert list(handle.header) == header.splitlines()  # ASCII: pysam reads it
             assert list(handle.contigs) == contigs
@@ -378,8 +389,13 @@ def _run_doc(folder: Path, scan: Path, *blocks: str) -> None:
     """Run the documented commands, as written, with $SCAN the scan's output folder."""
     for name in blocks:
         script = "set -euo pipefail\n" + _doc_block(name)
-        out = subprocess.run(["bash", "-c", script], cwd=folder, capture_output=True, text=True,
-                             env=workflow_env(SCAN=str(scan / SCAN)))  # fmt: skip
+        out = subprocess.run(
+            ["bash", "-c", script],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            env=workflow_env(SCAN=str(scan / SCAN)),
+        )
         assert out.returncode == 0, f"{name}: {out.stderr[-2000:]}"
 
 
@@ -399,8 +415,9 @@ def test_bcftools_annotate_gives_every_snv_the_annotate_score(
 
 def test_concat_scan_holds_every_contig_once_in_reference_order(scan, record, user_dir):
     tabix = _tool("tabix")
-    _run("carbon-vep", "concat-scan", "--scan", str(scan / SCAN), "--out", "all.tsv.gz",
-         cwd=user_dir)  # fmt: skip
+    _run(
+        "carbon-vep", "concat-scan", "--scan", str(scan / SCAN), "--out", "all.tsv.gz", cwd=user_dir
+    )
     contigs = [c for names in record["files"].values() for c in names]
     assert _run(tabix, "-l", "all.tsv.gz", cwd=user_dir).splitlines() == contigs
     header = _run(tabix, "-H", "all.tsv.gz", cwd=user_dir).splitlines()
@@ -432,9 +449,25 @@ def test_a_sites_vcf_for_vep_custom_carries_the_same_scores(
     with pysam.VariantFile(str(user_dir / "cvep_sites.vcf.gz")) as sites:
         assert "CVEP_SCORE" in sites.header.info
         assert sum(1 for _ in sites) == 3 * sum(len(p) for p in _scored(_genome()).values())
-    sites = _run(bcftools, "annotate", "-a", "cvep_sites.vcf.gz", "-c", "INFO/CVEP_SCORE",
-                 "in.vcf.gz", cwd=user_dir)  # fmt: skip
+    sites = _run(
+        bcftools,
+        "annotate",
+        "-a",
+        "cvep_sites.vcf.gz",
+        "-c",
+        "INFO/CVEP_SCORE",
+        "in.vcf.gz",
+        cwd=user_dir,
+    )
     _check_against_annotate(_info_scores(sites), annotated)
-    sites = _run(bcftools, "annotate", "-a", "cvep_sites.vcf.gz", "-c", "INFO/CVEP_PHRED",
-                 "in.vcf.gz", cwd=user_dir)  # fmt: skip
+    sites = _run(
+        bcftools,
+        "annotate",
+        "-a",
+        "cvep_sites.vcf.gz",
+        "-c",
+        "INFO/CVEP_PHRED",
+        "in.vcf.gz",
+        cwd=user_dir,
+    )
     _check_against_annotate(_info_scores(sites, "CVEP_PHRED"), annotated_phred, PHRED_REL)

@@ -52,9 +52,15 @@ def _genome() -> dict[str, str]:
     seq = _lambda()
     chr_a = seq[:1800] + "N" * 100 + seq[1800:3000]
     chr_b = (
-        "NN" + seq[10_000:10_600] + seq[10_600:10_900].lower() + seq[10_900:11_200]
-        + "nnnn" + seq[11_200:11_203] + "N" * 10 + seq[12_000:12_600]
-    )  # fmt: skip
+        "NN"
+        + seq[10_000:10_600]
+        + seq[10_600:10_900].lower()
+        + seq[10_900:11_200]
+        + "nnnn"
+        + seq[11_200:11_203]
+        + "N" * 10
+        + seq[12_000:12_600]
+    )
     return {"chrA": chr_a, CHR_B: chr_b}
 
 
@@ -203,14 +209,23 @@ def test_tabix_files_answer_region_queries(genome_run):
     positions = _positions(genome_run)
     for chrom, name in (("chrA", "chrA"), (CHR_B, CHR_B_FILE)):
         path = genome_run / SCAN / f"snvs/{name}.tsv.gz"
-        header = [line for line in pysam.BGZFile(str(path)).read().decode().splitlines()
-                  if line.startswith("#")]  # fmt: skip
+        header = [
+            line
+            for line in pysam.BGZFile(str(path)).read().decode().splitlines()
+            if line.startswith("#")
+        ]
         text = "\n".join(header)
         assert text.isascii()
         with pysam.TabixFile(str(path)) as tabix:  # pysam decodes header lines as ASCII
             assert list(tabix.header) == header
-        for needed in ("##model=", "##revision=", "##normalization=dna_block", "##sign=",
-                       "##column=score", "#chrom\tpos\tref\talt\tscore"):  # fmt: skip
+        for needed in (
+            "##model=",
+            "##revision=",
+            "##normalization=dna_block",
+            "##sign=",
+            "##column=score",
+            "#chrom\tpos\tref\talt\tscore",
+        ):
             assert needed in text, needed
         with pysam.TabixFile(str(path)) as tabix:
             assert list(tabix.contigs) == [chrom]
@@ -261,8 +276,12 @@ sys.exit(cli.main(argv))
 
 def _outputs(run: Path) -> dict[str, bytes]:
     scan = run / SCAN
-    files = [*scan.glob("positions/*.parquet"), *scan.glob("snvs/*"), *scan.glob("calibration/*.*"),
-             *scan.glob("calibration/counts/*")]  # fmt: skip
+    files = [
+        *scan.glob("positions/*.parquet"),
+        *scan.glob("snvs/*"),
+        *scan.glob("calibration/*.*"),
+        *scan.glob("calibration/counts/*"),
+    ]
     return {str(f.relative_to(scan)): f.read_bytes() for f in sorted(files)}
 
 
@@ -293,8 +312,9 @@ def _finished_run_without(genome_run: Path, dest: Path, *removed: str) -> Path:
     return workdir
 
 
-def test_killed_chunk_is_redone_alone_with_identical_files(genome_run, shared, demo_model_dir,
-                                                           tmp_path):  # fmt: skip
+def test_killed_chunk_is_redone_alone_with_identical_files(
+    genome_run, shared, demo_model_dir, tmp_path
+):
     """chrA's files lost, so both of its chunks are scored again (their Parquet is temporary),
     and the job of chunk 1 is killed mid-write: the rerun redoes that chunk alone."""
     lost = ("positions/chrA.parquet", "calibration/counts/chrA.parquet", *SUMMARY)
@@ -383,9 +403,9 @@ def test_context_means_equal_a_direct_group_by_with_gaps_and_contig_ends(genome_
     direct = frame.group_by("level", "cell").agg(
         pl.col("key").mean().alias("direct"), pl.len().alias("n")
     )
-    ours = contexts.with_columns(
-        (pl.col("context") + pl.col("alt")).alias("cell")
-    ).join(direct, on=["level", "cell"], how="inner")  # fmt: skip
+    ours = contexts.with_columns((pl.col("context") + pl.col("alt")).alias("cell")).join(
+        direct, on=["level", "cell"], how="inner"
+    )
     assert ours.height == direct.height  # every cell the SNVs fall in is in the table
     assert (ours["n_neutral"] == ours["n"]).all()  # neutral set = every scanned SNV
     assert np.allclose(ours["mean_key_neutral"], ours["direct"])
@@ -407,13 +427,18 @@ def test_a_panel_from_the_scan_carries_phred_and_the_calibrated_score(genome_run
     contexts = pl.read_parquet(genome_run / SCAN / "calibration/contexts.parquet")
     genome = _genome()
     for row in scored.iter_rows(named=True):
-        tsv = rows.filter((pl.col("chrom") == row["chrom"]) & (pl.col("pos") == row["pos"])
-                          & (pl.col("alt") == row["alt"]))  # fmt: skip
+        tsv = rows.filter(
+            (pl.col("chrom") == row["chrom"])
+            & (pl.col("pos") == row["pos"])
+            & (pl.col("alt") == row["alt"])
+        )
         assert row["phred"] == pytest.approx(tsv["phred"][0], abs=1e-5)  # the same, one decimal
         seq, i = genome[row["chrom"]].upper(), row["pos"] - 1
-        cell = contexts.filter((pl.col("level") == "pentanucleotide")
-                               & (pl.col("context") == seq[i - 2 : i + 3])
-                               & (pl.col("alt") == row["alt"]))  # fmt: skip
+        cell = contexts.filter(
+            (pl.col("level") == "pentanucleotide")
+            & (pl.col("context") == seq[i - 2 : i + 3])
+            & (pl.col("alt") == row["alt"])
+        )
         expected = np.floor(tsv["score"][0] * 100 - cell["mean_key"][0] + 0.5) / 100
         assert row["calibrated"] == pytest.approx(expected, abs=1e-6)
 
@@ -430,8 +455,9 @@ def test_a_calibration_of_another_model_is_refused(genome_run, shared, tmp_path)
     assert "calibration made for other scores (model: calibrated for 'another/model'" in (
         refused.stderr
     )
-    same = _annotate(*args, "--calibration", str(genome_run / SCAN / "calibration"), "--out",
-                     str(out))  # fmt: skip
+    same = _annotate(
+        *args, "--calibration", str(genome_run / SCAN / "calibration"), "--out", str(out)
+    )
     assert same.returncode == 0, same.stderr
 
 
@@ -454,8 +480,9 @@ sys.exit(cli.main(argv))
 '''
 
 
-def test_a_killed_calibration_is_redone_with_identical_files(genome_run, shared, demo_model_dir,
-                                                            tmp_path):  # fmt: skip
+def test_a_killed_calibration_is_redone_with_identical_files(
+    genome_run, shared, demo_model_dir, tmp_path
+):
     """The calibration and what follows it lost, and its job killed after writing its first
     table: the rerun redoes it (not the scan) and every file equals the first run's."""
     tables = ("phred.parquet", "calibrated_phred.parquet", "contexts.parquet", "calibration.json")
@@ -487,12 +514,30 @@ def test_dry_run_prints_the_plan(genome_run, shared, demo_model_dir):
 
 def test_plan_scan_command_prints_estimates(shared, tmp_path):
     out = subprocess.run(
-        ["carbon-vep", "plan-scan", "--reference", str(shared / "genome.fa"),
-         "--regions", "chrA", f"{CHR_B}:1-500", "--chunk-bp", "1000", "--tile-bp", "600",
-         "--min-context", "240", "--model", "big=HuggingFaceBio/Carbon-3B",
-         "--out", str(tmp_path / "plan.json")],
-        capture_output=True, text=True, env=workflow_env(), check=True,
-    )  # fmt: skip
+        [
+            "carbon-vep",
+            "plan-scan",
+            "--reference",
+            str(shared / "genome.fa"),
+            "--regions",
+            "chrA",
+            f"{CHR_B}:1-500",
+            "--chunk-bp",
+            "1000",
+            "--tile-bp",
+            "600",
+            "--min-context",
+            "240",
+            "--model",
+            "big=HuggingFaceBio/Carbon-3B",
+            "--out",
+            str(tmp_path / "plan.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=workflow_env(),
+        check=True,
+    )
     assert "bases scored:" in out.stdout and "| big | Carbon-3B |" in out.stdout
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["totals"]["skipped_non_acgt_bp"] == 100 + 2
@@ -517,14 +562,31 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
     vcf = _write_vcf(tmp_path / "panel.vcf", records)
     out = tmp_path / "annotated.parquet"
     subprocess.run(  # no --build: the scan's; the reference differs in one base only
-        ["carbon-vep", "annotate", "--scan", str(genome_run / SCAN), "--panel", str(vcf),
-         "--reference", str(reference), "--out", str(out)],
-        check=True, env=workflow_env(), capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            "carbon-vep",
+            "annotate",
+            "--scan",
+            str(genome_run / SCAN),
+            "--panel",
+            str(vcf),
+            "--reference",
+            str(reference),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=workflow_env(),
+        capture_output=True,
+        text=True,
+    )
     rows = pl.read_parquet(out).sort("row_id")
     assert rows["status"].to_list() == [
-        "scored", "scored", "not_scanned", "ref_mismatch", "skipped"
-    ]  # fmt: skip
+        "scored",
+        "scored",
+        "not_scanned",
+        "ref_mismatch",
+        "skipped",
+    ]
     positions = _positions(genome_run)
     for i in (0, 1):
         chrom, pos, ref, alt = records[i]
@@ -539,8 +601,9 @@ def test_annotate_panel_from_the_scan_without_a_model(genome_run, shared, tmp_pa
 
 
 def _annotate(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["carbon-vep", "annotate", *argv], env=workflow_env(),
-                          capture_output=True, text=True)  # fmt: skip
+    return subprocess.run(
+        ["carbon-vep", "annotate", *argv], env=workflow_env(), capture_output=True, text=True
+    )
 
 
 def test_annotate_takes_the_scans_build_and_reference(genome_run, shared, tmp_path):
@@ -549,8 +612,7 @@ def test_annotate_takes_the_scans_build_and_reference(genome_run, shared, tmp_pa
     record = json.loads((genome_run / SCAN / "scan.json").read_text())
     assert record["build"] == "lambda_test"
     assert record["reference"] == str(shared / "genome.fa")  # absolute, as the config gives it
-    assert record["contigs"]["chrA"] == {"file": "chrA", "length": 3000 + 100,
-                                         "scored_bp": 3000}  # fmt: skip
+    assert record["contigs"]["chrA"] == {"file": "chrA", "length": 3000 + 100, "scored_bp": 3000}
     scan, vcf = str(genome_run / SCAN), str(shared / "panel.vcf")
     out = tmp_path / "a.parquet"
     done = _annotate("--scan", scan, "--panel", vcf, "--out", str(out))
@@ -591,8 +653,9 @@ def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):
     assert not (genome_run / "results/lookup/shards").exists()  # no shard, no model job
 
 
-def test_scan_through_real_slurm_gives_the_local_files(genome_run, shared, demo_model_dir,
-                                                       tmp_path):  # fmt: skip
+def test_scan_through_real_slurm_gives_the_local_files(
+    genome_run, shared, demo_model_dir, tmp_path
+):
     """The same scan on the single-node SLURM of scripts/start_local_slurm.sh: every job (plan,
     chunks, merges, calibration, TSVs, summary) is an sbatch job; the files equal the local
     run's."""
@@ -606,8 +669,16 @@ def test_scan_through_real_slurm_gives_the_local_files(genome_run, shared, demo_
     targets = (f"{SCAN}/summary.json", f"{SCAN}/summary.md")
     # the profile's chunk_bp (one GPU class) set back to this test's: the same config, the same
     # chunks, the same files
-    result = run_snakemake(workdir, config, *THROUGH_CPU_PARTITION, "--config",
-                           f"chunk_bp={CHUNK_BP}", "--", *targets, timeout=900)  # fmt: skip
+    result = run_snakemake(
+        workdir,
+        config,
+        *THROUGH_CPU_PARTITION,
+        "--config",
+        f"chunk_bp={CHUNK_BP}",
+        "--",
+        *targets,
+        timeout=900,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())

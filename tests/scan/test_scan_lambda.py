@@ -38,8 +38,16 @@ def lambda_run(tmp_path_factory, demo_model_dir) -> Path:
 def test_every_snv_of_the_genome_is_in_the_tsv_with_its_scales(lambda_run):
     tsv = lambda_run / SCAN / "snvs/NC_001416.1.tsv.gz"
     rows = pl.read_csv(tsv, separator="\t", comment_prefix="##")
-    assert rows.columns == ["#chrom", "pos", "ref", "alt", "score", "phred", "calibrated",
-                            "calibrated_phred"]  # fmt: skip
+    assert rows.columns == [
+        "#chrom",
+        "pos",
+        "ref",
+        "alt",
+        "score",
+        "phred",
+        "calibrated",
+        "calibrated_phred",
+    ]
     assert rows.height == LAMBDA_SNVS and all(rows[c].null_count() == 0 for c in rows.columns)
     assert rows["phred"].min() == 0.0 and rows["phred"].max() > 10
     with pysam.TabixFile(str(tsv)) as tabix:  # tabix answers; the header is ASCII
@@ -65,9 +73,9 @@ def test_the_summary_and_the_run_report_show_the_calibration(lambda_run):
 
 def test_a_panel_from_the_scan_carries_the_scales_into_its_vcf(lambda_run, tmp_path):
     seq = "".join(
-        line.strip() for line in (ROOT / "resources/genome/lambda_phage.fa").read_text()
-        .splitlines()[1:]
-    )  # fmt: skip
+        line.strip()
+        for line in (ROOT / "resources/genome/lambda_phage.fa").read_text().splitlines()[1:]
+    )
     records = [(p, seq[p - 1], "A" if seq[p - 1] != "A" else "C") for p in (500, 20_000, 48_000)]
     vcf = tmp_path / "panel.vcf"
     header = "##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
@@ -75,21 +83,46 @@ def test_a_panel_from_the_scan_carries_the_scales_into_its_vcf(lambda_run, tmp_p
     vcf.write_text(header + lines)
     out, exported = tmp_path / "annotated.parquet", tmp_path / "annotated.vcf.gz"
     env = workflow_env()
-    subprocess.run(["carbon-vep", "annotate", "--scan", str(lambda_run / SCAN), "--panel",
-                    str(vcf), "--out", str(out)], check=True, env=env)  # fmt: skip
+    subprocess.run(
+        [
+            "carbon-vep",
+            "annotate",
+            "--scan",
+            str(lambda_run / SCAN),
+            "--panel",
+            str(vcf),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+    )
     rows = pl.read_parquet(out)
     assert rows["status"].to_list() == ["scored"] * 3
     scales = rows.select("phred", "calibrated", "calibrated_phred")
     assert all(scales[c].null_count() == 0 for c in scales.columns)
-    tsv = pl.read_csv(lambda_run / SCAN / "snvs/NC_001416.1.tsv.gz", separator="\t",
-                      comment_prefix="##")  # fmt: skip
+    tsv = pl.read_csv(
+        lambda_run / SCAN / "snvs/NC_001416.1.tsv.gz", separator="\t", comment_prefix="##"
+    )
     for row in rows.iter_rows(named=True):
         line = tsv.filter((pl.col("pos") == row["pos"]) & (pl.col("alt") == row["alt"]))
         for column in ("phred", "calibrated", "calibrated_phred"):
             assert row[column] == pytest.approx(line[column][0], abs=1e-6), column
     reference = ROOT / "resources/genome/lambda_phage.fa"
-    subprocess.run(["carbon-vep", "export-vcf", "--merged", str(out), "--reference",
-                    str(reference), "--out", str(exported)], check=True, env=env)  # fmt: skip
+    subprocess.run(
+        [
+            "carbon-vep",
+            "export-vcf",
+            "--merged",
+            str(out),
+            "--reference",
+            str(reference),
+            "--out",
+            str(exported),
+        ],
+        check=True,
+        env=env,
+    )
     with pysam.VariantFile(str(exported)) as variants:
         info = variants.header.info
         assert {"CVEP_PHRED", "CVEP_CALIBRATED", "CVEP_CALIBRATED_PHRED"} <= set(info)

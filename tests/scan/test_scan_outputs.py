@@ -72,8 +72,9 @@ def test_a_file_of_several_contigs_holds_each_in_order(chunks, reference, tmp_pa
     assert stats["bases"] == 11 and stats["bases_per_contig"] == {"B": 8, "HLA-C*01:02": 3}
     rows = pl.read_parquet(parquet)
     assert list(zip(rows["chrom"], rows["pos"], strict=True)) == [
-        *(("B", p) for p in range(1, 9)), *(("HLA-C*01:02", p) for p in range(1, 4))
-    ]  # fmt: skip
+        *(("B", p) for p in range(1, 9)),
+        *(("HLA-C*01:02", p) for p in range(1, 4)),
+    ]
     source = pl.concat([pl.read_parquet(c) for c in chunks]).filter(pl.col("chrom") != "A")
     assert rows.equals(source)  # every value as the chunks hold it
     summed, neutral, got_meta = read_counts([counts])
@@ -85,8 +86,11 @@ def test_a_file_of_several_contigs_holds_each_in_order(chunks, reference, tmp_pa
         assert list(tabix.contigs) == ["B", "HLA-C*01:02"]
         header = list(tabix.header)  # pysam reads header lines as ASCII
         assert "##model=/models/mod\\xe8le" in header
-        assert header[-3:] == ["##contig=B", "##contig=HLA-C*01:02",
-                               "#chrom\tpos\tref\talt\tscore\tphred"]  # fmt: skip
+        assert header[-3:] == [
+            "##contig=B",
+            "##contig=HLA-C*01:02",
+            "#chrom\tpos\tref\talt\tscore\tphred",
+        ]
         assert any(h.startswith("##phred=-10 log10(rank / total)") for h in header)
         b = [line.split("\t") for line in tabix.fetch("B")]
         c = [line.split("\t") for line in tabix.fetch("HLA-C*01:02", 1, 3)]  # bases 2-3
@@ -114,8 +118,11 @@ def test_the_tsv_can_carry_the_calibrated_pair(chunks, reference, tmp_path):
     write_tsv(parquet, ["B"], tsv, {}, calibration, reference, with_calibrated=True)
     with pysam.TabixFile(str(tsv)) as tabix:
         assert tabix.header[len(tabix.header) - 1].split("\t")[4:] == [
-            "score", "phred", "calibrated", "calibrated_phred"
-        ]  # fmt: skip
+            "score",
+            "phred",
+            "calibrated",
+            "calibrated_phred",
+        ]
         rows = [line.split("\t") for line in tabix.fetch("B")]
     assert len(rows) == 24 and all(len(r) == 8 for r in rows)
 

@@ -107,14 +107,27 @@ def test_every_acgt_base_in_one_tile_and_chunks_bounded(tmp_path, chunk_bp, tile
 def test_targets_without_a_scoreable_base_are_refused(tmp_path):
     fasta = write_fasta(tmp_path / "g.fa", {"c1": "N" * 100 + "ACG" + "N" * 20})
     with open_reference(fasta) as reference, pytest.raises(InputError, match="nothing to scan"):
-        plan_scan(reference, resolve_targets(["all"], reference.lengths), TileSettings(120, 60),
-                  ScanChunkSettings(chunk_bp=1000))  # fmt: skip
+        plan_scan(
+            reference,
+            resolve_targets(["all"], reference.lengths),
+            TileSettings(120, 60),
+            ScanChunkSettings(chunk_bp=1000),
+        )
 
 
 # ---- output files: large contigs alone, small ones together -------------------------------
 def test_small_contigs_share_files_up_to_group_bp_in_reference_order():
-    scored = {"chr1": 5000, "u1": 400, "u2": 600, "u3": 1, "chr2": 1000, "u4": 999, "u5": 0,
-              "u6": 2, "HLA-A*01:01": 998}  # fmt: skip
+    scored = {
+        "chr1": 5000,
+        "u1": 400,
+        "u2": 600,
+        "u3": 1,
+        "chr2": 1000,
+        "u4": 999,
+        "u5": 0,
+        "u6": 2,
+        "HLA-A*01:01": 998,
+    }
     files = output_files(scored, group_bp=1000)
     assert [f["contigs"] for f in files] == [
         ["chr1"],  # >= group_bp: alone
@@ -124,9 +137,7 @@ def test_small_contigs_share_files_up_to_group_bp_in_reference_order():
         ["u4"],  # u4 + u6 would be 1,001
         ["u6", "HLA-A*01:01"],  # u5 has no scored base: no file
     ]
-    assert [f["name"] for f in files] == [
-        "chr1", "u1+1", "u3", "chr2", "u4", "u6+1"
-    ]  # fmt: skip
+    assert [f["name"] for f in files] == ["chr1", "u1+1", "u3", "chr2", "u4", "u6+1"]
     assert [f["scored_bp"] for f in files] == [5000, 1000, 1, 1000, 999, 1000]
     alone = output_files(scored, group_bp=1)  # every contig its own files
     assert [f["name"] for f in alone] == [encode_name(c) for c, n in scored.items() if n]
@@ -155,7 +166,10 @@ def test_the_plan_lists_output_files_with_their_chunks(tmp_path):
     assert plan["contigs"]["u7"]["file"] == "u5+4" and "file" not in plan["contigs"]["gaps"]
     assert plan["contigs"]["big"]["length"] == 3000
     for entry in plan["files"]:  # its chunks are exactly those holding its contigs' bases
-        held = {i for i, chunk in enumerate(plan["chunks"])
-                if any(p["chrom"] in entry["contigs"] for p in chunk)}  # fmt: skip
+        held = {
+            i
+            for i, chunk in enumerate(plan["chunks"])
+            if any(p["chrom"] in entry["contigs"] for p in chunk)
+        }
         assert entry["chunks"] == sorted(held)
     assert "output files: 4" in describe_plan(plan)

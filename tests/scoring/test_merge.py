@@ -24,8 +24,16 @@ def _scores(keys, values):
     rows = []
     for (chrom, pos, ref, alt), score in zip(keys, values, strict=True):
         row = dict.fromkeys(SCORE_SCHEMA)
-        row.update(ref_chrom=chrom, pos=pos, ref=ref, alt=alt, score=score,
-                   score_status="scored", score_reason="", recipe="centered")  # fmt: skip
+        row.update(
+            ref_chrom=chrom,
+            pos=pos,
+            ref=ref,
+            alt=alt,
+            score=score,
+            score_status="scored",
+            score_reason="",
+            recipe="centered",
+        )
         rows.append(row)
     return pl.from_dicts(rows, schema=SCORE_SCHEMA)
 
@@ -41,8 +49,13 @@ def test_merge_joins_on_key_not_row_order():
     assert a["row_id"].to_list() == [0, 1, 2, 3, 4, 5]
     assert a["score"].to_list() == [1.0, 2.0, None, 3.0, 3.0, None]
     assert a["status"].to_list() == [
-        "scored", "scored", "ref_mismatch", "scored", "scored", "unknown_contig"
-    ]  # fmt: skip
+        "scored",
+        "scored",
+        "ref_mismatch",
+        "scored",
+        "scored",
+        "unknown_contig",
+    ]
 
 
 def test_missing_score_is_an_error():

@@ -58,10 +58,23 @@ def test_offline_job_without_the_model_fails_before_importing_torch(tmp_path):
         "print('torch imported:', 'torch' in sys.modules); sys.exit(rc)"
     )
     cmd = [
-        sys.executable, "-c", probe, "score-shard", "--shard", str(shard),
-        "--reference", str(DEMO / "chr17.hg19.part.fa"), "--model", "no-such-org/no-such-model",
-        "--device", "cuda", "--recipe", "centered", "--out", str(tmp_path / "out.parquet"),
-    ]  # fmt: skip
+        sys.executable,
+        "-c",
+        probe,
+        "score-shard",
+        "--shard",
+        str(shard),
+        "--reference",
+        str(DEMO / "chr17.hg19.part.fa"),
+        "--model",
+        "no-such-org/no-such-model",
+        "--device",
+        "cuda",
+        "--recipe",
+        "centered",
+        "--out",
+        str(tmp_path / "out.parquet"),
+    ]
     env = workflow_env(HF_HOME=str(tmp_path / "empty_hf_home"))
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]

@@ -136,9 +136,21 @@ def test_the_suites_fetch_rules_fetch_every_hub_input_offline(tmp_path):
     env.pop("HF_HUB_CACHE", None)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     fetch_rules = [f"fetch_hub_{name}" for name in config["hub_files"]] + ["fetch_niah_cell"]
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-           "--directory", str(tmp_path), "--configfile", str(ROOT / "config/suite.yaml"),
-           "--cores", "2", "--until", *fetch_rules]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(ROOT / "config/suite.yaml"),
+        "--cores",
+        "2",
+        "--until",
+        *fetch_rules,
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     for name, hub in config["hub_files"].items():  # each file from its own repository and path

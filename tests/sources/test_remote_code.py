@@ -63,10 +63,21 @@ def test_cli_job_stops_before_loading_the_model(demo_model_dir, tmp_path):
         "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
     )
     cmd = [
-        sys.executable, "-c", code, "score-shard", "--shard", str(shard),
-        "--reference", str(DEMO / "chr17.hg19.part.fa"), "--model", str(demo_model_dir),
-        "--recipe", "centered", "--out", str(tmp_path / "out.parquet"),
-    ]  # fmt: skip
+        sys.executable,
+        "-c",
+        code,
+        "score-shard",
+        "--shard",
+        str(shard),
+        "--reference",
+        str(DEMO / "chr17.hg19.part.fa"),
+        "--model",
+        str(demo_model_dir),
+        "--recipe",
+        "centered",
+        "--out",
+        str(tmp_path / "out.parquet"),
+    ]
     result = subprocess.run(cmd, env=workflow_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     message = result.stderr.strip().splitlines()[-1]

@@ -66,8 +66,14 @@ def test_one_prefill_equals_the_published_three_passes(
     finally:
         loaded.model.set_attn_implementation("sdpa")
     for row, mine in zip(cell.iter_rows(named=True), ours.iter_rows(named=True), strict=True):
-        ref = three_pass_row(loaded.model, loaded.tokenizer, loaded.vocab, row["prompt"],
-                             row["value"], row["negative_value"])  # fmt: skip
+        ref = three_pass_row(
+            loaded.model,
+            loaded.tokenizer,
+            loaded.vocab,
+            row["prompt"],
+            row["value"],
+            row["negative_value"],
+        )
         assert mine["uid"] == row["uid"] and mine["status"] == "scored"
         assert mine["pred"] == ref.pred and len(mine["pred"]) == 24
         assert mine["gen_exact_match"] == int(ref.pred == row["value"])
@@ -149,8 +155,12 @@ class CopyingModel(torch.nn.Module):
         self.head.weight.data = weight
         fallback = int(vocab.kmer_ids[0])  # AAAAAA
         self.body = CopyingBody(self.head.weight, fallback, width=4, reach=reach)
-        self.config = LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=1,
-                                  max_position_embeddings=1 << 20)  # fmt: skip
+        self.config = LlamaConfig(
+            num_hidden_layers=1,
+            hidden_size=64,
+            num_attention_heads=1,
+            max_position_embeddings=1 << 20,
+        )
 
     def get_output_embeddings(self):
         return self.head
@@ -163,8 +173,7 @@ def test_known_answer_copying_model_retrieves_what_it_can_reach(loaded, cell):
     """Rows whose planted key lies within the double's reach are retrieved exactly (exact
     match 1, all bases right); the others get AAAAAA... (exact match 0)."""
     reach = 150
-    model = CopyingModel(loaded.vocab, loaded.model.get_output_embeddings().weight.shape[0],
-                         reach)  # fmt: skip
+    model = CopyingModel(loaded.vocab, loaded.model.get_output_embeddings().weight.shape[0], reach)
     engine = Engine(model, loaded.vocab, torch.device("cpu"), batch_size=2)
     rows = score_rows(cell, NiahScorer(engine, loaded.tokenizer, prefill_chunk=50), 2)
     expected = []
@@ -192,11 +201,17 @@ def test_without_reach_nothing_is_retrieved(loaded, cell):
 
 # ---- YaRN ----------------------------------------------------------------------------------
 def test_yarn_override_is_written_exactly_as_published():
-    config = LlamaConfig(rope_parameters={"rope_type": "default", "rope_theta": 5e6},
-                         max_position_embeddings=32768)  # fmt: skip
+    config = LlamaConfig(
+        rope_parameters={"rope_type": "default", "rope_theta": 5e6}, max_position_embeddings=32768
+    )
     apply_yarn(config, 4, 32768, 65536)
-    published = {"rope_type": "yarn", "type": "yarn", "factor": 4.0,
-                 "original_max_position_embeddings": 32768, "rope_theta": 5e6}  # fmt: skip
+    published = {
+        "rope_type": "yarn",
+        "type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 32768,
+        "rope_theta": 5e6,
+    }
     assert config.max_position_embeddings == 65536
     assert config.rope_parameters == published
     assert config.rope_scaling == published
@@ -214,10 +229,27 @@ def test_yarn_reaches_the_loaded_model(demo_model_dir):
 
 # ---- the command ---------------------------------------------------------------------------
 def _score(cell_path, model_dir, out: Path, *extra) -> int:
-    return main(["score-niah", "--tasks-file", str(cell_path), "--model", str(model_dir),
-                 "--trust-remote-code", "--task", "niah_cell", "--model-key", "demo",
-                 "--out", str(out / "rows.parquet"), "--metrics", str(out / "m.json"),
-                 "--bootstrap", "0", *extra])  # fmt: skip
+    return main(
+        [
+            "score-niah",
+            "--tasks-file",
+            str(cell_path),
+            "--model",
+            str(model_dir),
+            "--trust-remote-code",
+            "--task",
+            "niah_cell",
+            "--model-key",
+            "demo",
+            "--out",
+            str(out / "rows.parquet"),
+            "--metrics",
+            str(out / "m.json"),
+            "--bootstrap",
+            "0",
+            *extra,
+        ]
+    )
 
 
 def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path):
@@ -232,9 +264,25 @@ def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path
         assert _score(cell_path, demo_model_dir, tmp_path / f"p{i}", "--row-range", span) == 0
         parts.append(str(tmp_path / f"p{i}" / "rows.parquet"))
     merged = tmp_path / "merged"
-    code = main(["merge-niah", "--cell", str(cell_path), "--parts", *parts, "--task", "niah_cell",
-                 "--model-key", "demo", "--bootstrap", "0", "--out", str(merged / "rows.parquet"),
-                 "--metrics", str(merged / "m.json")])  # fmt: skip
+    code = main(
+        [
+            "merge-niah",
+            "--cell",
+            str(cell_path),
+            "--parts",
+            *parts,
+            "--task",
+            "niah_cell",
+            "--model-key",
+            "demo",
+            "--bootstrap",
+            "0",
+            "--out",
+            str(merged / "rows.parquet"),
+            "--metrics",
+            str(merged / "m.json"),
+        ]
+    )
     assert code == 0
     whole = pl.read_parquet(tmp_path / "whole/rows.parquet")
     assert pl.read_parquet(merged / "rows.parquet").equals(whole)
@@ -245,9 +293,23 @@ def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path
     assert metrics["metrics"] == json.loads((merged / "m.json").read_text())["metrics"]
     assert "depth" in whole.columns and whole["task"].unique().to_list() == ["neardup_d2"]
     # a part missing: refused, nothing written
-    code = main(["merge-niah", "--cell", str(cell_path), "--parts", parts[0], "--task", "x",
-                 "--model-key", "demo", "--out", str(tmp_path / "bad.parquet"),
-                 "--metrics", str(tmp_path / "bad.json")])  # fmt: skip
+    code = main(
+        [
+            "merge-niah",
+            "--cell",
+            str(cell_path),
+            "--parts",
+            parts[0],
+            "--task",
+            "x",
+            "--model-key",
+            "demo",
+            "--out",
+            str(tmp_path / "bad.parquet"),
+            "--metrics",
+            str(tmp_path / "bad.json"),
+        ]
+    )
     assert code == 2 and not (tmp_path / "bad.parquet").exists()
 
 
@@ -257,9 +319,22 @@ def test_the_plain_call_on_a_hub_cell_names_its_results(cell_path, demo_model_di
     hub_cell = tmp_path / "niah_neardup_d2_300.parquet"
     pl.read_parquet(cell_path).drop("task").write_parquet(hub_cell)
     out = tmp_path / "o"
-    code = main(["score-niah", "--tasks-file", str(hub_cell), "--model", str(demo_model_dir),
-                 "--trust-remote-code", "--out", str(out / "rows.parquet"),
-                 "--metrics", str(out / "m.json"), "--bootstrap", "0"])  # fmt: skip
+    code = main(
+        [
+            "score-niah",
+            "--tasks-file",
+            str(hub_cell),
+            "--model",
+            str(demo_model_dir),
+            "--trust-remote-code",
+            "--out",
+            str(out / "rows.parquet"),
+            "--metrics",
+            str(out / "m.json"),
+            "--bootstrap",
+            "0",
+        ]
+    )
     assert code == 0
     metrics = json.loads((out / "m.json").read_text())
     assert metrics["task"] == "niah_neardup_d2_300"
@@ -267,9 +342,20 @@ def test_the_plain_call_on_a_hub_cell_names_its_results(cell_path, demo_model_di
     assert pl.read_parquet(out / "rows.parquet")["task"].unique().to_list() == ["neardup_d2"]
     # a file name that is no config name: the task must be named
     (tmp_path / "cell.parquet").write_bytes(hub_cell.read_bytes())
-    code = main(["score-niah", "--tasks-file", str(tmp_path / "cell.parquet"), "--model",
-                 str(demo_model_dir), "--trust-remote-code", "--out", str(out / "r2.parquet"),
-                 "--metrics", str(out / "m2.json")])  # fmt: skip
+    code = main(
+        [
+            "score-niah",
+            "--tasks-file",
+            str(tmp_path / "cell.parquet"),
+            "--model",
+            str(demo_model_dir),
+            "--trust-remote-code",
+            "--out",
+            str(out / "r2.parquet"),
+            "--metrics",
+            str(out / "m2.json"),
+        ]
+    )
     assert code == 2 and not (out / "r2.parquet").exists()
 
 
@@ -290,8 +376,9 @@ def test_scoring_uses_the_current_cache_argument(loaded, cell):
     assert not [w for w in caught if "past_key_values" in str(w.message)]
 
 
-def test_a_model_without_a_6mer_block_is_named(cell_path, demo_model_dir, tmp_path, caplog,
-                                               monkeypatch):  # fmt: skip
+def test_a_model_without_a_6mer_block_is_named(
+    cell_path, demo_model_dir, tmp_path, caplog, monkeypatch
+):
     from carbon_vep.model import loading
 
     def no_block(tokenizer):

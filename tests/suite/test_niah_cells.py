@@ -49,8 +49,15 @@ def fragmented_genome(tmp_path_factory) -> Path:
     return write_fasta(tmp_path_factory.mktemp("fragmented") / "frag.fa", contigs)
 
 
-def _cell(tmp_path: Path, genome: Path, task: str, ctx: int = 512, rows: int = 12, seed: int = 3,
-          haystack: str = "auto"):  # fmt: skip
+def _cell(
+    tmp_path: Path,
+    genome: Path,
+    task: str,
+    ctx: int = 512,
+    rows: int = 12,
+    seed: int = 3,
+    haystack: str = "auto",
+):
     out = tmp_path / f"{task}_{seed}.parquet"
     write_cell(CellSpec(task, ctx, rows, seed, haystack=haystack), genome, out)
     return pl.read_parquet(out)
@@ -230,12 +237,28 @@ def test_genome_too_small_for_a_stitched_haystack_is_named(tmp_path):
 
 def test_build_niah_command_forces_the_haystack(tmp_path, gappy_genome):
     out = tmp_path / "cell.parquet"
-    code = main(["build-niah", "--reference", str(gappy_genome), "--task", "niah", "--ctx", "400",
-                 "--rows", "2", "--haystack", "stitched", "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "build-niah",
+            "--reference",
+            str(gappy_genome),
+            "--task",
+            "niah",
+            "--ctx",
+            "400",
+            "--rows",
+            "2",
+            "--haystack",
+            "stitched",
+            "--out",
+            str(out),
+        ]
+    )
     assert code in (0, None)
     assert pl.read_parquet(out)["haystack_mode"].to_list() == ["stitched"] * 2
-    args = build_parser().parse_args(["build-niah", "--reference", "g", "--task", "niah",
-                                      "--ctx", "1", "--out", "o"])  # fmt: skip
+    args = build_parser().parse_args(
+        ["build-niah", "--reference", "g", "--task", "niah", "--ctx", "1", "--out", "o"]
+    )
     assert args.haystack == "auto" and HAYSTACK_MODES == ("auto", "contiguous", "stitched")
 
 
@@ -335,11 +358,23 @@ def test_metrics_are_means_with_depth_breakdown_and_failed_rows_counted():
     assert result["metrics"]["ll_margin"] == pytest.approx(2 / 3)
     assert result["status_counts"] == {"failed": 1, "scored": 3}
     assert result["by_depth"] == [
-        {"depth": 0.0, "n": 2, "gen_exact_match": 0.5, "gen_base_accuracy": 0.75,
-         "ll_correct": 0.5, "ll_margin": 0.0},
-        {"depth": 0.5, "n": 1, "gen_exact_match": 1.0, "gen_base_accuracy": 1.0,
-         "ll_correct": 1.0, "ll_margin": 2.0},
-    ]  # fmt: skip
+        {
+            "depth": 0.0,
+            "n": 2,
+            "gen_exact_match": 0.5,
+            "gen_base_accuracy": 0.75,
+            "ll_correct": 0.5,
+            "ll_margin": 0.0,
+        },
+        {
+            "depth": 0.5,
+            "n": 1,
+            "gen_exact_match": 1.0,
+            "gen_base_accuracy": 1.0,
+            "ll_correct": 1.0,
+            "ll_margin": 2.0,
+        },
+    ]
     assert set(result["definitions"]) >= {"gen_exact_match", "gen_base_accuracy", "ll_correct"}
     assert result["warnings"] and np.isfinite(
         result["confidence_intervals"]["gen_exact_match"]["low"]

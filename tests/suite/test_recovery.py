@@ -174,8 +174,18 @@ class _Suppress:
         return scores
 
 
-def _script_reference(rows, tokenizer, model, *, gen_len, accuracy_mode, score_len_bp,
-                      label_source, max_seq_len, use_species_tags):  # fmt: skip
+def _script_reference(
+    rows,
+    tokenizer,
+    model,
+    *,
+    gen_len,
+    accuracy_mode,
+    score_len_bp,
+    label_source,
+    max_seq_len,
+    use_species_tags,
+):
     """(pred, label, accuracy, scored_bp, label_source) per row, as the script computes them."""
     requested = score_len_bp if accuracy_mode == "fixed_bp" else gen_len * 6
     if label_source == "auto":
@@ -235,11 +245,16 @@ def _rows(seed, lengths, label_bp, types=None):
 
 def _compare_with_script(loaded, rows, settings, monkeypatch, use_species_tags=False):
     expected = _script_reference(
-        rows, loaded.tokenizer, loaded.model, gen_len=settings.new_tokens,
-        accuracy_mode=settings.accuracy_mode, score_len_bp=settings.score_bp,
-        label_source=settings.label_source, max_seq_len=settings.max_prompt_bp,
+        rows,
+        loaded.tokenizer,
+        loaded.model,
+        gen_len=settings.new_tokens,
+        accuracy_mode=settings.accuracy_mode,
+        score_len_bp=settings.score_bp,
+        label_source=settings.label_source,
+        max_seq_len=settings.max_prompt_bp,
         use_species_tags=use_species_tags,
-    )  # fmt: skip
+    )
     prompts, generate = [], loaded.model.generate
 
     def recording(input_ids=None, **kwargs):
@@ -265,25 +280,37 @@ def _compare_with_script(loaded, rows, settings, monkeypatch, use_species_tags=F
 CASES = {
     # fixed_bp, dataset labels: a 12 bp label (shorter than the 30 bp rollout) loses 18 bases
     "fixed_dataset_short_label": (
-        dict(label_source="dataset"), [157, 95, 64, 131], [12, 30, 40, 128]),
+        dict(label_source="dataset"),
+        [157, 95, 64, 131],
+        [12, 30, 40, 128],
+    ),
     # prediction_length, dataset labels: a 20 bp label caps the scored bases at 20
     "prediction_length_dataset": (
         dict(accuracy_mode="prediction_length", label_source="dataset", new_tokens=8),
-        [157, 95, 64, 131], [20, 60, 48, 128]),
+        [157, 95, 64, 131],
+        [20, 60, 48, 128],
+    ),
     # prediction_length, the last 48 bp of the sequence are the label
     "prediction_length_sequence_tail": (
         dict(accuracy_mode="prediction_length", label_source="sequence_tail", new_tokens=8),
-        [157, 95, 64, 131], [20, 60, 48, 128]),
+        [157, 95, 64, 131],
+        [20, 60, 48, 128],
+    ),
     # auto keeps the dataset labels: 30 bp is not longer than the shortest label (30)
     "auto_dataset": (dict(), [157, 95, 64, 131], [30, 31, 40, 128]),
     # auto takes the tail: 48 bp is longer than the shortest label (40)
     "auto_sequence_tail": (
-        dict(accuracy_mode="prediction_length", new_tokens=8), [157, 95, 64, 131],
-        [40, 128, 128, 128]),
+        dict(accuracy_mode="prediction_length", new_tokens=8),
+        [157, 95, 64, 131],
+        [40, 128, 128, 128],
+    ),
     # fixed_bp with a tail: the tail is score_bp long (the script's requested rollout)
-    "fixed_sequence_tail": (dict(label_source="sequence_tail"), [157, 95, 64, 131],
-                            [30, 30, 30, 30]),
-}  # fmt: skip
+    "fixed_sequence_tail": (
+        dict(label_source="sequence_tail"),
+        [157, 95, 64, 131],
+        [30, 30, 30, 30],
+    ),
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -371,11 +398,33 @@ def test_score_recovery_has_the_flags():
     from carbon_vep.cli import build_parser
 
     args = build_parser().parse_args(
-        ["score-recovery", "--tasks-file", "t", "--model", "m", "--out", "o", "--metrics", "j",
-         "--task", "t", "--model-key", "m",
-         "--accuracy-mode", "prediction_length", "--label-source", "sequence_tail",
-         "--species-tags", "--new-tokens", "8", "--max-prompt-bp", "96", "--score-bp", "12"]
-    )  # fmt: skip
+        [
+            "score-recovery",
+            "--tasks-file",
+            "t",
+            "--model",
+            "m",
+            "--out",
+            "o",
+            "--metrics",
+            "j",
+            "--task",
+            "t",
+            "--model-key",
+            "m",
+            "--accuracy-mode",
+            "prediction_length",
+            "--label-source",
+            "sequence_tail",
+            "--species-tags",
+            "--new-tokens",
+            "8",
+            "--max-prompt-bp",
+            "96",
+            "--score-bp",
+            "12",
+        ]
+    )
     from carbon_vep.config.fields import from_args
 
     (settings,) = from_args(args, RecoverySettings)

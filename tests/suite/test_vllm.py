@@ -39,9 +39,15 @@ OURS = Path(sys.executable).parent / "carbon-vep"  # the main environment's
 @pytest.fixture(scope="module")
 def head96(tmp_path_factory) -> Path:
     """Carbon's vocabulary and tokenizer, two layers, two heads of 96 (Carbon-3B's head dim)."""
-    return build_demo_model(tmp_path_factory.mktemp("m") / "head96", hidden_size=192,
-                            num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=256,
-                            seed=5)  # fmt: skip
+    return build_demo_model(
+        tmp_path_factory.mktemp("m") / "head96",
+        hidden_size=192,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=256,
+        seed=5,
+    )
 
 
 def _settings(path: Path, **extra) -> ModelSettings:
@@ -130,12 +136,31 @@ def test_a_cell_past_max_model_len_stops_before_the_engine_starts(head96, tmp_pa
     cell = tmp_path / "cell.parquet"
     write_cell(CellSpec("niah", 512, 2, seed=1), FASTA, cell)
     done = subprocess.run(
-        [str(OURS), "score-niah", "--tasks-file", str(cell), "--model", str(head96),
-         "--trust-remote-code", "--engine", "vllm", "--max-model-len", "256", "--task", "c512",
-         "--model-key", "m", "--out", str(tmp_path / "o.parquet"),
-         "--metrics", str(tmp_path / "o.json")],
-        capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        [
+            str(OURS),
+            "score-niah",
+            "--tasks-file",
+            str(cell),
+            "--model",
+            str(head96),
+            "--trust-remote-code",
+            "--engine",
+            "vllm",
+            "--max-model-len",
+            "256",
+            "--task",
+            "c512",
+            "--model-key",
+            "m",
+            "--out",
+            str(tmp_path / "o.parquet"),
+            "--metrics",
+            str(tmp_path / "o.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     message = done.stderr.strip().splitlines()[-1]
     assert "cell.parquet (c512)" in message and "vllm.max_model_len is 256" in message
@@ -165,8 +190,7 @@ def _run(exe: Path | str, *args: str, bind: bool = False) -> None:
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": "/usr/bin:/bin"}
     if not bind:  # our binding is tested with tensor parallelism; one worker takes any core
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-    done = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env,
-                          timeout=900)  # fmt: skip
+    done = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
 
 
@@ -182,18 +206,46 @@ def niah_runs(head96, tmp_path_factory):
     cell = work / "cell.parquet"
     write_cell(CellSpec("neardup_d2", 512, 8, seed=3), FASTA, cell)
     runs = {}
-    for engine, exe, yarn in (("transformers", OURS, "0"), ("transformers", OURS, "2"),
-                              ("vllm", vllm_exe, "2")):  # fmt: skip
+    for engine, exe, yarn in (
+        ("transformers", OURS, "0"),
+        ("transformers", OURS, "2"),
+        ("vllm", vllm_exe, "2"),
+    ):
         split = engine == "vllm"
         out = work / f"{engine}_{yarn}"
-        _run(exe, "score-niah", "--tasks-file", str(cell), "--model", str(head96),
-             "--trust-remote-code", "--dtype", "float32", "--engine", engine,
-             "--yarn-factor", yarn, "--yarn-original-positions", "2048",
-             "--yarn-max-positions", "4096", "--task", "cell", "--model-key", "m",
-             "--out", f"{out}.parquet", "--metrics", f"{out}.json",
-             *(["--tensor-parallel-size", "2"] if split else []), bind=split)  # fmt: skip
-        runs[engine, yarn] = (pl.read_parquet(f"{out}.parquet"),
-                              json.loads(Path(f"{out}.json").read_text()))  # fmt: skip
+        _run(
+            exe,
+            "score-niah",
+            "--tasks-file",
+            str(cell),
+            "--model",
+            str(head96),
+            "--trust-remote-code",
+            "--dtype",
+            "float32",
+            "--engine",
+            engine,
+            "--yarn-factor",
+            yarn,
+            "--yarn-original-positions",
+            "2048",
+            "--yarn-max-positions",
+            "4096",
+            "--task",
+            "cell",
+            "--model-key",
+            "m",
+            "--out",
+            f"{out}.parquet",
+            "--metrics",
+            f"{out}.json",
+            *(["--tensor-parallel-size", "2"] if split else []),
+            bind=split,
+        )
+        runs[engine, yarn] = (
+            pl.read_parquet(f"{out}.parquet"),
+            json.loads(Path(f"{out}.json").read_text()),
+        )
     return runs
 
 
@@ -236,8 +288,15 @@ def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
     """40-token rollouts: ours, vLLM, and vLLM with a 1-layer draft model (its draft-model
     speculative decoding): the same predictions, the draft's counters recorded."""
     vllm_exe = _vllm_environment()
-    draft = build_demo_model(tmp_path / "draft", hidden_size=192, num_layers=1, num_heads=2,
-                             num_kv_heads=1, intermediate_size=256, seed=6)  # fmt: skip
+    draft = build_demo_model(
+        tmp_path / "draft",
+        hidden_size=192,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=256,
+        seed=6,
+    )
     rng = np.random.default_rng(4)
     rows = ["".join(rng.choice(list("ACGT"), 700)) for _ in range(6)]
     table = tmp_path / "rec.tsv"
@@ -251,10 +310,30 @@ def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
     for name, exe, extra in runs:
         path = tmp_path / f"{name}.parquet"
         engine = "transformers" if name == "transformers" else "vllm"
-        _run(exe, "score-recovery", "--tasks-file", str(table), "--model", str(head96),
-             "--trust-remote-code", "--dtype", "float32", "--engine", engine, "--task", "rec",
-             "--model-key", "m", "--new-tokens", "40", "--out", str(path),
-             "--metrics", str(tmp_path / f"{name}.json"), *extra)  # fmt: skip
+        _run(
+            exe,
+            "score-recovery",
+            "--tasks-file",
+            str(table),
+            "--model",
+            str(head96),
+            "--trust-remote-code",
+            "--dtype",
+            "float32",
+            "--engine",
+            engine,
+            "--task",
+            "rec",
+            "--model-key",
+            "m",
+            "--new-tokens",
+            "40",
+            "--out",
+            str(path),
+            "--metrics",
+            str(tmp_path / f"{name}.json"),
+            *extra,
+        )
         out[name] = pl.read_parquet(path)["prediction"].to_list()
         metrics[name] = json.loads((tmp_path / f"{name}.json").read_text())
     assert out["transformers"] == out["vllm"] == out["drafted"]

@@ -80,9 +80,17 @@ def workflow_env(**extra: str) -> dict[str, str]:
 def snakemake_cmd(workdir: Path, config: Path, *extra: str) -> list[str]:
     # --configfile takes several values: it comes first, so a target after it stays a target
     return [
-        sys.executable, "-m", "snakemake", "--configfile", str(config),
-        "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--configfile",
+        str(config),
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        *extra,
+    ]
 
 
 def run_snakemake(

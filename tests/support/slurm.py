@@ -36,10 +36,13 @@ def slurm_unavailable() -> str | None:
 REASON = slurm_unavailable()
 
 THROUGH_CPU_PARTITION = [
-    "--profile", str(ROOT / "profiles/slurm-a10"),
-    "--profile", str(ROOT / "profiles/slurm-local"),
-    "--workflow-profile", "none",
-]  # fmt: skip
+    "--profile",
+    str(ROOT / "profiles/slurm-a10"),
+    "--profile",
+    str(ROOT / "profiles/slurm-local"),
+    "--workflow-profile",
+    "none",
+]
 
 
 def slurm_jobs(output: str) -> list[tuple[str, str, str]]:
@@ -48,6 +51,9 @@ def slurm_jobs(output: str) -> list[tuple[str, str, str]]:
     run_id = re.search(r"SLURM run ID: (\S+)", output).group(1)
     result = subprocess.run(
         ["squeue", "--states=all", "--noheader", "--name", run_id, "--format=%i %P %T"],
-        capture_output=True, text=True, check=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     return [tuple(line.split()) for line in result.stdout.splitlines()]

@@ -54,9 +54,15 @@ def test_every_row_gets_a_status(genome):
     statuses = checked["status"].to_list()
     assert statuses[: len(good)] == ["ok"] * len(good)
     assert statuses[len(good) :] == [
-        "ref_mismatch", "skipped", "skipped", "skipped", "skipped",
-        "out_of_bounds", "unknown_contig", "ok",
-    ]  # fmt: skip
+        "ref_mismatch",
+        "skipped",
+        "skipped",
+        "skipped",
+        "skipped",
+        "out_of_bounds",
+        "unknown_contig",
+        "ok",
+    ]
     assert "non-ACGT" in checked["reason"][len(good) + 3]
     summary = summarize(checked, "panel.tsv")
     assert sum(summary["status_counts"].values()) == checked.height
@@ -118,12 +124,21 @@ def test_trim_alleles(pos, ref, alt, expected):
 @pytest.mark.parametrize(
     ("ref", "alt", "variant_type"),
     [
-        ("A", "G", "snv"), ("AC", "GT", "mnv"), ("A", "AT", "indel"), ("AT", "A", "indel"),
-        ("A", "<DEL>", "symbolic"), ("A", "*", "symbolic"), ("A", "<NON_REF>", "symbolic"),
-        ("A", ".", "symbolic"), ("G", "G]17:198982]", "symbolic"), ("A", "N", "non_acgt"),
-        ("A", "R", "non_acgt"), ("N", "A", "non_acgt"), ("A", "A", "no_change"),
+        ("A", "G", "snv"),
+        ("AC", "GT", "mnv"),
+        ("A", "AT", "indel"),
+        ("AT", "A", "indel"),
+        ("A", "<DEL>", "symbolic"),
+        ("A", "*", "symbolic"),
+        ("A", "<NON_REF>", "symbolic"),
+        ("A", ".", "symbolic"),
+        ("G", "G]17:198982]", "symbolic"),
+        ("A", "N", "non_acgt"),
+        ("A", "R", "non_acgt"),
+        ("N", "A", "non_acgt"),
+        ("A", "A", "no_change"),
     ],
-)  # fmt: skip
+)
 def test_classify(ref, alt, variant_type):
     assert classify(ref, alt)[0] == variant_type
 
@@ -186,9 +201,11 @@ def test_non_integer_position_is_named(genome):
     path, contigs = genome
     rows = _snv_rows(contigs["chr1"].upper(), "chr1", range(100, 130))
     panel = _panel(rows + [("chr1", None, "A", "C")]).with_columns(
-        pl.when(pl.col("pos").is_null()).then(pl.lit("1,234")).otherwise(pl.col("pos").cast(str))
+        pl.when(pl.col("pos").is_null())
+        .then(pl.lit("1,234"))
+        .otherwise(pl.col("pos").cast(str))
         .alias("input_pos")
-    )  # fmt: skip
+    )
     checked = check_panel(panel, open_reference(path))
     assert checked.row(-1, named=True)["reason"] == "POS '1,234' is not an integer"
 
@@ -232,8 +249,9 @@ def test_header_contig_lengths_catch_a_small_wrong_build_panel(genome):
     rows = _snv_rows(contigs["chr1"].upper(), "chr1", range(100, 105))  # too few to measure
     with open_reference(path) as ref:
         mismatches = contig_length_mismatches({"chr1": 3100}, {"chr1": "chr1"}, ref)
-        assert mismatches == ["chr1 is 3,100 bp in the panel header but chr1 is 3,000 bp in the "
-                              "reference"]  # fmt: skip
+        assert mismatches == [
+            "chr1 is 3,100 bp in the panel header but chr1 is 3,000 bp in the reference"
+        ]
         with pytest.raises(PanelUnusableError, match=r"contig lengths disagree.*builds differ"):
             check_panel(_panel(rows), ref, CheckPolicy(build="hg19"), mismatches)
         # enough matching REF alleles vouch for the panel despite a sloppy header

@@ -70,10 +70,14 @@ def _clinvar_vcf(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     seq = random_dna(2000, 21)
     reference = write_fasta(tmp_path / "hg38.fa", {"chr1": seq, "chrM": random_dna(300, 22)})
     sig = [
-        "Pathogenic", "Benign", "Likely_benign", "Uncertain_significance",
-        "Conflicting_classifications_of_pathogenicity", "Pathogenic/Likely_pathogenic|risk_factor",
+        "Pathogenic",
+        "Benign",
+        "Likely_benign",
+        "Uncertain_significance",
+        "Conflicting_classifications_of_pathogenicity",
+        "Pathogenic/Likely_pathogenic|risk_factor",
         "Benign/Likely_benign",
-    ]  # fmt: skip
+    ]
     lines = []
     for i, pos in enumerate(range(100, 1300, 40)):
         ref = seq[pos - 1]
@@ -108,8 +112,10 @@ def test_clinvar_vcf_labels_conflicts_and_duplicates(tmp_path):
             assert row["label"] == expected[row["CLNSIG"]]
     conflicted = checked.filter("label_conflict")
     assert set(conflicted["CLNSIG"].to_list()) == {
-        "Conflicting_classifications_of_pathogenicity", "Pathogenic", "Benign",
-    }  # fmt: skip
+        "Conflicting_classifications_of_pathogenicity",
+        "Pathogenic",
+        "Benign",
+    }
     # the duplicate pair: both rows kept, the second points at the first, both flagged
     pair = checked.filter(checked["id"].is_in(["0", "77"]))
     assert pair["duplicate_of"].to_list() == [None, 0] and pair["label_conflict"].all()

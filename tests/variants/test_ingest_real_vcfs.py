@@ -82,8 +82,22 @@ def _write(path: Path, header: str, records: list[str], compression: str = "vcf"
 def _check_panel_cli(tmp_path: Path, panel: Path, *options: str) -> tuple[int, Path, Path]:
     out, summary = tmp_path / "out/checked.parquet", tmp_path / "out/checked_summary.json"
     reference = str(_genome(tmp_path))
-    code = main(["check-panel", "--panel", str(panel), "--reference", reference, "--build", "hg38",
-                 *options, "--out", str(out), "--summary", str(summary)])  # fmt: skip
+    code = main(
+        [
+            "check-panel",
+            "--panel",
+            str(panel),
+            "--reference",
+            reference,
+            "--build",
+            "hg38",
+            *options,
+            "--out",
+            str(out),
+            "--summary",
+            str(summary),
+        ]
+    )
     return code, out, summary
 
 
@@ -222,9 +236,10 @@ def test_messages_join_the_lines_that_continue_them():
 # ---- nothing scoreable still explains itself ----------------------------------------------
 def _sv_only(tmp_path: Path) -> Path:
     header = POPULATION_HEADER.replace(
-        "#CHROM", '##ALT=<ID=DEL,Description="Deletion">\n##INFO=<ID=SVLEN,Number=A,'
-        'Type=Integer,Description="SV length">\n#CHROM'
-    )  # fmt: skip
+        "#CHROM",
+        '##ALT=<ID=DEL,Description="Deletion">\n##INFO=<ID=SVLEN,Number=A,'
+        'Type=Integer,Description="SV length">\n#CHROM',
+    )
     records = [
         f"chr1\t{p}\tsv{p}\t{SEQ[p - 1]}\t<DEL>\t.\tPASS\tSVLEN=-500" for p in range(100, 400, 50)
     ]

@@ -60,26 +60,36 @@ def _gatk_vcf() -> tuple[str, dict[str, str]]:
     info += ";SOR=0.7"
     records = [
         # biallelic SNV, phased genotype fields, a no-call
-        (f"chr20\t101\trs6054257\t{s[100]}\t{_alt(101)}\t2435.6\tPASS\t"
-         + info.format(ac=3, af=0.5)
-         + "\tGT:AD:DP:GQ:PGT:PID:PL\t0|1:12,14:26:99:0|1:101_G_A:511,0,425\t1/1:0,30:30:90:.:.:1035,90,0\t./.:.:.:.:.:.:."),  # noqa: E501
+        (
+            f"chr20\t101\trs6054257\t{s[100]}\t{_alt(101)}\t2435.6\tPASS\t"
+            + info.format(ac=3, af=0.5)
+            + "\tGT:AD:DP:GQ:PGT:PID:PL\t0|1:12,14:26:99:0|1:101_G_A:511,0,425\t1/1:0,30:30:90:.:.:1035,90,0\t./.:.:.:.:.:.:."  # noqa: E501
+        ),
         # multi-allelic: deletion + a padded SNV (REF carries the deleted base)
-        (f"chr20\t201\t.\t{s[200:202]}\t{s[200]},{_alt(201)}{s[201]}\t812.3\tPASS\t"
-         + info.format(ac="1,2", af="0.167,0.333")
-         + "\tGT:AD:DP:GQ:PL\t0/1:10,8,0:18:99:200,0,300,230,330,560\t0/2:9,0,11:20:99:250,280,560,0,290,270\t2/2:0,0,22:22:66:700,700,700,66,66,0"),  # noqa: E501
+        (
+            f"chr20\t201\t.\t{s[200:202]}\t{s[200]},{_alt(201)}{s[201]}\t812.3\tPASS\t"
+            + info.format(ac="1,2", af="0.167,0.333")
+            + "\tGT:AD:DP:GQ:PL\t0/1:10,8,0:18:99:200,0,300,230,330,560\t0/2:9,0,11:20:99:250,280,560,0,290,270\t2/2:0,0,22:22:66:700,700,700,66,66,0"  # noqa: E501
+        ),
         # spanning deletion allele '*' next to a SNV
-        (f"chr20\t202\t.\t{s[201]}\t*,{_alt(202)}\t95.1\tLowQual\t"
-         + info.format(ac="1,1", af="0.167,0.167")
-         + "\tGT:AD:DP:GQ:PL\t0/1:10,8,0:18:99:200,0,300,230,330,560\t0/2:9,0,11:20:99:250,280,560,0,290,270\t0/0:22,0,0:22:66:0,66,700,66,700,700"),  # noqa: E501
+        (
+            f"chr20\t202\t.\t{s[201]}\t*,{_alt(202)}\t95.1\tLowQual\t"
+            + info.format(ac="1,1", af="0.167,0.167")
+            + "\tGT:AD:DP:GQ:PL\t0/1:10,8,0:18:99:200,0,300,230,330,560\t0/2:9,0,11:20:99:250,280,560,0,290,270\t0/0:22,0,0:22:66:0,66,700,66,700,700"  # noqa: E501
+        ),
         # triallelic SNV: three ALTs, three rows, per-ALT AC/AF
-        (f"chr20\t301\t.\t{s[300]}\t{_alt(301, 0)},{_alt(301, 1)}\t500\tPASS\t"
-         + info.format(ac="2,1", af="0.333,0.167")
-         + "\tGT:AD:DP:GQ:PL\t1/2:0,10,9:19:99:500,300,280,200,0,190\t0/1:10,9,0:19:99:1,2,3,4,5,6\t0/0:20,0,0:20:60:0,60,600,60,600,600"),  # noqa: E501
+        (
+            f"chr20\t301\t.\t{s[300]}\t{_alt(301, 0)},{_alt(301, 1)}\t500\tPASS\t"
+            + info.format(ac="2,1", af="0.333,0.167")
+            + "\tGT:AD:DP:GQ:PL\t1/2:0,10,9:19:99:500,300,280,200,0,190\t0/1:10,9,0:19:99:1,2,3,4,5,6\t0/0:20,0,0:20:60:0,60,600,60,600,600"  # noqa: E501
+        ),
         # insertion
-        (f"chr20\t401\t.\t{s[400]}\t{s[400]}TTAG\t300\tPASS\t"
-         + info.format(ac=1, af=0.167)
-         + "\tGT:AD:DP:GQ:PL\t0/1:10,9:19:99:300,0,400\t0/0:20,0:20:60:0,60,600\t0/0:21,0:21:63:0,63,630"),  # noqa: E501
-    ]  # fmt: skip
+        (
+            f"chr20\t401\t.\t{s[400]}\t{s[400]}TTAG\t300\tPASS\t"
+            + info.format(ac=1, af=0.167)
+            + "\tGT:AD:DP:GQ:PL\t0/1:10,9:19:99:300,0,400\t0/0:20,0:20:60:0,60,600\t0/0:21,0:21:63:0,63,630"  # noqa: E501
+        ),
+    ]
     expected = {
         "101": ["ok"],
         "201": ["skipped", "ok"],
@@ -240,5 +250,9 @@ def test_freebayes_complex_allele_is_the_snv_it_contains(tmp_path):
         options = PanelSettings("hg38", info_fields=("TYPE",))
         checked, _ = ingest_panel(_write(tmp_path, text, "vcf"), ref, options)
     row = checked.row(0, named=True)
-    assert (row["pos"], row["ref"], row["alt"], row["TYPE"]) == (2002, SEQ[2001], _alt(2002),
-                                                                  "complex")  # fmt: skip
+    assert (row["pos"], row["ref"], row["alt"], row["TYPE"]) == (
+        2002,
+        SEQ[2001],
+        _alt(2002),
+        "complex",
+    )

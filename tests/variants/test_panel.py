@@ -161,8 +161,10 @@ def test_plain_gzip_bgzip_and_bcf_read_the_same_rows(tmp_path):
     ):
         for record in src:
             out.write(record)
-    frames = {p: read_panel(tmp_path / p, info_fields=["AF"]) for p in
-              ("p.vcf", "plain.vcf.gz", "bg.vcf.gz", "p.bcf")}  # fmt: skip
+    frames = {
+        p: read_panel(tmp_path / p, info_fields=["AF"])
+        for p in ("p.vcf", "plain.vcf.gz", "bg.vcf.gz", "p.bcf")
+    }
     key = ["chrom", "pos", "ref", "alt", "AF"]
     for name, frame in frames.items():
         assert frame.select(key).equals(frames["p.vcf"].select(key)), name
@@ -220,30 +222,51 @@ def test_ambiguous_key_column_asks_for_a_map(tmp_path):
 
 def test_hub_parquet_schemas(tmp_path):
     brca2 = tmp_path / "brca2_vep.parquet"
-    pl.DataFrame({
-        "chrom": ["13", "13"], "pos": [32_315_508, 32_315_508], "ref": ["G", "G"],
-        "alt": ["A", "C"], "score": [-1.2, 0.4], "class": ["LOF", "FUNC/INT"],
-        "ref_seq": ["ACGT", "ACGT"], "var_seq": ["ACAT", "ACCT"],
-    }).write_parquet(brca2)  # fmt: skip
+    pl.DataFrame(
+        {
+            "chrom": ["13", "13"],
+            "pos": [32_315_508, 32_315_508],
+            "ref": ["G", "G"],
+            "alt": ["A", "C"],
+            "score": [-1.2, 0.4],
+            "class": ["LOF", "FUNC/INT"],
+            "ref_seq": ["ACGT", "ACGT"],
+            "var_seq": ["ACAT", "ACCT"],
+        }
+    ).write_parquet(brca2)
     panel = read_panel(brca2)
     assert panel["panel_score"].to_list() == [-1.2, 0.4]  # the DMS score is carried
     assert panel["class"].to_list() == ["LOF", "FUNC/INT"]
     assert panel["source"].to_list() == [f"{brca2}:row 1", f"{brca2}:row 2"]
 
     clinvar = tmp_path / "clinvar_coding.parquet"
-    pl.DataFrame({
-        "chrom": [1, 22], "pos": [925_952, 17_085_000], "ref": ["G", "C"], "alt": ["A", "T"],
-        "label": [1, 0], "region": ["coding", "coding"], "variant_type": ["missense", "synonymous"],
-    }).write_parquet(clinvar)  # fmt: skip
+    pl.DataFrame(
+        {
+            "chrom": [1, 22],
+            "pos": [925_952, 17_085_000],
+            "ref": ["G", "C"],
+            "alt": ["A", "T"],
+            "label": [1, 0],
+            "region": ["coding", "coding"],
+            "variant_type": ["missense", "synonymous"],
+        }
+    ).write_parquet(clinvar)
     panel = read_panel(clinvar)
     assert panel["chrom"].to_list() == ["1", "22"] and panel["label"].to_list() == [1, 0]
     assert panel["panel_variant_type"].to_list() == ["missense", "synonymous"]
 
     traitgym = tmp_path / "mendelian_traits_vep.parquet"
-    pl.DataFrame({
-        "chrom": ["1"], "pos": [100], "ref": ["A"], "alt": ["G"], "label": [True],
-        "consequence": ["5_prime_UTR_variant"], "score": [0.1],
-    }).write_parquet(traitgym)  # fmt: skip
+    pl.DataFrame(
+        {
+            "chrom": ["1"],
+            "pos": [100],
+            "ref": ["A"],
+            "alt": ["G"],
+            "label": [True],
+            "consequence": ["5_prime_UTR_variant"],
+            "score": [0.1],
+        }
+    ).write_parquet(traitgym)
     panel = read_panel(traitgym)
     assert panel["label"].to_list() == [True] and panel["panel_score"].to_list() == [0.1]
 

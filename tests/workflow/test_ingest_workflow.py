@@ -48,8 +48,15 @@ def _config(workdir: Path, model: Path, datasets: dict[str, dict]) -> Path:
 
 
 def _dataset(panel: Path, recipe: str, **extra) -> dict:
-    return {"panel": str(panel), "format": "vcf", "reference": str(FASTA), "build": "hg19",
-            "recipe": recipe, "window_bp": 120, **extra}  # fmt: skip
+    return {
+        "panel": str(panel),
+        "format": "vcf",
+        "reference": str(FASTA),
+        "build": "hg19",
+        "recipe": recipe,
+        "window_bp": 120,
+        **extra,
+    }
 
 
 def _other(pos: int, k: int = 0) -> str:
@@ -79,15 +86,25 @@ def pitfall_panel(path: Path) -> list[tuple[str, str, str]]:
         expected.extend((name, *st) if isinstance(st, tuple) else (name, st, st) for st in statuses)
 
     for i, pos in enumerate(range(1_000, 25_000, 1_000)):  # enough SNVs to measure concordance
-        add(f"snv{pos}", pos, s[pos - 1], _other(pos, i % 3), ["scored"],
-            "Pathogenic" if i % 2 else "Benign")  # fmt: skip
+        add(
+            f"snv{pos}",
+            pos,
+            s[pos - 1],
+            _other(pos, i % 3),
+            ["scored"],
+            "Pathogenic" if i % 2 else "Benign",
+        )
     add("multi", 25_000, s[24_999], ",".join("ACGT".replace(s[24_999], "")), ["scored"] * 3)
     add("plain26000", 26_000, s[25_999], _other(26_000), ["scored"])
-    add("gatk_padded", 26_000, s[25_999:26_001],
-        f"{s[25_999]},{_other(26_000)}{s[26_000]}", ["skipped", "scored"])  # fmt: skip
+    add(
+        "gatk_padded",
+        26_000,
+        s[25_999:26_001],
+        f"{s[25_999]},{_other(26_000)}{s[26_000]}",
+        ["skipped", "scored"],
+    )
     add("plain27001", 27_001, s[27_000], _other(27_001), ["scored"])
-    add("fb_complex", 27_000, s[26_999:27_002], s[26_999] + _other(27_001) + s[27_001],
-        ["scored"])  # fmt: skip
+    add("fb_complex", 27_000, s[26_999:27_002], s[26_999] + _other(27_001) + s[27_001], ["scored"])
     add("mnv", 28_000, s[27_999:28_001], _other(28_000) + _other(28_001), ["skipped"])
     add("del250", 28_100, s[28_099:28_350], s[28_099], ["skipped"])
     add("sv76mb", 28_500, s[28_499], "<DEL>", ["skipped"], info="END=76028500;SVLEN=-76000000")
@@ -112,8 +129,14 @@ def pitfall_panel(path: Path) -> list[tuple[str, str, str]]:
     add("last_base", 40_000, s[39_999], _other(40_000), [("contig_end", "scored")])  # 6-mer tail
     add("dup_a", 30_000, s[29_999], _other(30_000), ["scored"], "Pathogenic")
     add("dup_b", 30_000, s[29_999], _other(30_000), ["scored"], "Benign")
-    add("conflicting", 30_500, s[30_499], _other(30_500), ["scored"],
-        "Conflicting_classifications_of_pathogenicity")  # fmt: skip
+    add(
+        "conflicting",
+        30_500,
+        s[30_499],
+        _other(30_500),
+        ["scored"],
+        "Conflicting_classifications_of_pathogenicity",
+    )
     add("missing_ref", 31_000, ".", "A", ["invalid"])
     path.write_text(HEADER + "\n".join(rows) + "\n")
     return expected
@@ -124,19 +147,26 @@ def pitfall_run(tmp_path_factory, demo_model_dir) -> tuple[Path, list]:
     workdir = tmp_path_factory.mktemp("pitfalls")
     expected = pitfall_panel(workdir / "pitfalls.vcf")
     extra = {"label_source": "clinvar_clnsig", "label_column": "label"}
-    config = _config(workdir, demo_model_dir, {
-        "pitfalls_centered": _dataset(workdir / "pitfalls.vcf", "centered", **extra),
-        "pitfalls_nexttoken": _dataset(workdir / "pitfalls.vcf", "nexttoken", **extra),
-    })  # fmt: skip
-    targets = ["results/pitfalls_centered/demo/metrics.json",  # the run summary
-               "results/pitfalls_nexttoken/demo/scores.parquet"]  # fmt: skip
+    config = _config(
+        workdir,
+        demo_model_dir,
+        {
+            "pitfalls_centered": _dataset(workdir / "pitfalls.vcf", "centered", **extra),
+            "pitfalls_nexttoken": _dataset(workdir / "pitfalls.vcf", "nexttoken", **extra),
+        },
+    )
+    targets = [
+        "results/pitfalls_centered/demo/metrics.json",  # the run summary
+        "results/pitfalls_nexttoken/demo/scores.parquet",
+    ]
     result = _snakemake(workdir, config, *targets)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir, expected
 
 
-@pytest.mark.parametrize(("dataset", "column"), [("pitfalls_centered", 1),
-                                                 ("pitfalls_nexttoken", 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("dataset", "column"), [("pitfalls_centered", 1), ("pitfalls_nexttoken", 2)]
+)
 def test_every_input_row_has_its_status(pitfall_run, dataset, column):
     workdir, expected = pitfall_run
     scores = pl.read_parquet(workdir / f"results/{dataset}/demo/scores.parquet")
@@ -209,11 +239,15 @@ def test_wrong_build_panel_stops_before_scoring(tmp_path, demo_model_dir):
 def test_two_builds_on_one_fasta_stop_at_workflow_start(tmp_path):
     panel = tmp_path / "p.vcf"
     pitfall_panel(panel)
-    config = _config(tmp_path, tmp_path / "model", {
-        "clinvar": _dataset(panel, "nexttoken", build="hg38"),
-        "brca2": _dataset(panel, "centered", build="GRCh37"),
-        "brca2_again": _dataset(panel, "centered", build="hg19"),  # same build, other spelling
-    })  # fmt: skip
+    config = _config(
+        tmp_path,
+        tmp_path / "model",
+        {
+            "clinvar": _dataset(panel, "nexttoken", build="hg38"),
+            "brca2": _dataset(panel, "centered", build="GRCh37"),
+            "brca2_again": _dataset(panel, "centered", build="hg19"),  # same build, other spelling
+        },
+    )
     result = _snakemake(tmp_path, config, "-n")
     output = result.stdout + result.stderr
     assert result.returncode != 0

@@ -61,8 +61,9 @@ def test_profiles_are_plain_plugin_profiles():
         gpu_rules = profile["set-resources"]
         assert sorted(gpu_rules) == sorted(MODEL_RULES)
         shard_job = gpu_rules["score_shard"]
-        assert all(gpu_rules[rule] == shard_job for rule in MODEL_RULES
-                   if rule not in GENERATION_RULES)  # fmt: skip
+        assert all(
+            gpu_rules[rule] == shard_job for rule in MODEL_RULES if rule not in GENERATION_RULES
+        )
         without_gpu = {k: v for k, v in shard_job.items() if k != "gpu"}
         assert gpu_rules["score_recovery"] == without_gpu
         assert gpu_rules["score_niah"] == {k: v for k, v in without_gpu.items() if k != "runtime"}
@@ -112,9 +113,16 @@ def _submit_one_shard(workdir: Path, model: Path, tmp: Path, device: str, *profi
     env = workflow_env()
     env["PATH"] = f"{tmp / 'bin'}:{env['PATH']}"
     result = run_snakemake(
-        workdir, config, *profile_args, "--retries", "0",
-        "--slurm-init-seconds-before-status-checks", "1", shard_scores(0), env=env,
-    )  # fmt: skip
+        workdir,
+        config,
+        *profile_args,
+        "--retries",
+        "0",
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+        shard_scores(0),
+        env=env,
+    )
     calls = (
         [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
     )
@@ -224,11 +232,24 @@ def test_gpu_guard_names_the_shard(demo_model_dir, tmp_path):
     shard = tmp_path / "shard_00007.parquet"
     pl.DataFrame({"chrom": ["chr17"]}).write_parquet(shard)
     cmd = [
-        sys.executable, "-m", "carbon_vep.cli", "score-shard", "--shard", str(shard),
-        "--reference", str(DEMO / "chr17.hg19.part.fa"), "--model", str(demo_model_dir),
-        "--trust-remote-code", "--device", "cuda", "--recipe", "centered",
-        "--out", str(tmp_path / "out.parquet"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "carbon_vep.cli",
+        "score-shard",
+        "--shard",
+        str(shard),
+        "--reference",
+        str(DEMO / "chr17.hg19.part.fa"),
+        "--model",
+        str(demo_model_dir),
+        "--trust-remote-code",
+        "--device",
+        "cuda",
+        "--recipe",
+        "centered",
+        "--out",
+        str(tmp_path / "out.parquet"),
+    ]
     result = subprocess.run(cmd, env=workflow_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]

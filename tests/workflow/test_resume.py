@@ -94,9 +94,14 @@ def test_killed_scoring_job_is_redone_alone(uninterrupted_run, tmp_path):
     assert len(others) >= 2
     env, record = _shim_env(tmp_path, "pause", KILLED)
     run = subprocess.Popen(
-        snakemake_cmd(workdir, config, SCORES), cwd=workdir, env=env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        snakemake_cmd(workdir, config, SCORES),
+        cwd=workdir,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait_for(record.exists, "the shard's job to pause before its rename")
         paused = json.loads(record.read_text())
@@ -134,8 +139,9 @@ def test_out_of_memory_retries_halve_the_batch(uninterrupted_run, tmp_path):
     (workdir / shard_scores(1)).unlink()
     env, record = _shim_env(tmp_path, "oom", 1)
     config = workdir / "config.yaml"
-    result = run_snakemake(workdir, config, "--retries", "2", shard_scores(1),
-                           "--config", "batch_tokens=3000", env=env)  # fmt: skip
+    result = run_snakemake(
+        workdir, config, "--retries", "2", shard_scores(1), "--config", "batch_tokens=3000", env=env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     attempts = [json.loads(line) for line in record.read_text().splitlines()]
     assert attempts == [[4, 3000], [2, 1500], [1, 750]]

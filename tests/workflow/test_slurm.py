@@ -61,15 +61,26 @@ def test_gpu_job_without_cuda_fails_at_once_on_the_gpu_partition(
     gpu_rule = yaml.safe_load((ROOT / "profiles/slurm-h100/config.yaml").read_text())
     gpu_rule = gpu_rule["set-resources"]["score_shard"]
     site["set-resources"]["score_shard"] = {
-        **gpu_rule, "slurm_partition": "gpu", "cpus_per_gpu": 1, "mem_mb": 2000, "runtime": 10,
-    }  # fmt: skip
+        **gpu_rule,
+        "slurm_partition": "gpu",
+        "cpus_per_gpu": 1,
+        "mem_mb": 2000,
+        "runtime": 10,
+    }
     (tmp_path / "site").mkdir()
     (tmp_path / "site/config.yaml").write_text(yaml.safe_dump(site))
     profiles = ["--profile", str(ROOT / "profiles/slurm-h100"), "--profile", str(tmp_path / "site")]
     result = run_snakemake(
-        workdir, config, *profiles, "--workflow-profile", "none", "--retries", "0",
-        shard_scores(0), timeout=600,
-    )  # fmt: skip
+        workdir,
+        config,
+        *profiles,
+        "--workflow-profile",
+        "none",
+        "--retries",
+        "0",
+        shard_scores(0),
+        timeout=600,
+    )
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-4000:]
     [(job_id, partition, state)] = slurm_jobs(output)

@@ -120,9 +120,12 @@ def test_scan_outputs_and_panel_lookup_agree(demo_run):
         snvs = [line.split("\t") for line in tabix.fetch("chr17", 30_000, 32_000)]
     assert len(snvs) == 3 * 2_000
     snvs = pl.DataFrame(
-        {"pos": [int(r[1]) for r in snvs], "alt": [r[3] for r in snvs],
-         "score_tsv": [float(r[4]) for r in snvs]}
-    )  # fmt: skip
+        {
+            "pos": [int(r[1]) for r in snvs],
+            "alt": [r[3] for r in snvs],
+            "score_tsv": [float(r[4]) for r in snvs],
+        }
+    )
     lookup = pl.read_parquet(demo_run / "results/demo_scan_lookup/demo/scores.parquet")
     inside = lookup.filter(
         (pl.col("status") == "scored") & pl.col("pos").is_between(30_001, 32_000)
@@ -159,30 +162,54 @@ def test_niah_cells_are_built_scored_in_parts_and_reported(demo_run):
         assert rows["uid"].to_list() == built["uid"].to_list()
         assert set(rows["status"]) == {"scored"} and rows["pred"].str.len_chars().max() == 24
         assert sorted(p.name for p in (folder / "parts").glob("rows_*.parquet")) == [
-            "rows_00000.parquet", "rows_00001.parquet"]  # fmt: skip
+            "rows_00000.parquet",
+            "rows_00001.parquet",
+        ]
         metrics = json.loads((folder / "metrics.json").read_text())
         assert metrics["n_scored"] == 10 and len(metrics["by_depth"]) == 5  # five depths
         assert metrics["parameters"]["context_tokens"] == 512
-        assert str(demo_run / "resources/demo_model/config.json") in metrics["provenance"][
-            "inputs_sha256"]  # fmt: skip
+        assert (
+            str(demo_run / "resources/demo_model/config.json")
+            in metrics["provenance"]["inputs_sha256"]
+        )
     report = (demo_run / "results/report.html").read_text()
     # no section shows a header over nothing: an empty table is a line saying why
     assert "<tbody></tbody>" not in report
     assert "No pentanucleotide cell has its own mean" in report  # the small demo scan's cells
-    assert "id='Genomic-NIAH'" in report and "demo_niah.niah_neardup_d2_512" in (
-        demo_run / "results/results_table.md").read_text()  # fmt: skip
+    assert (
+        "id='Genomic-NIAH'" in report
+        and "demo_niah.niah_neardup_d2_512" in (demo_run / "results/results_table.md").read_text()
+    )
 
 
 def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
     out = tmp_path / "cli.parquet"
     cmd = [
-        sys.executable, "-m", "carbon_vep.cli", "score", "--panel", str(DEMO / "demo_panel.vcf"),
-        "--info-field", "LABEL", "--info-field", "NOTE",
-        "--reference", str(DEMO / "chr17.hg19.part.fa"),
-        "--model", str(demo_run / "resources/demo_model"), "--trust-remote-code",
-        "--recipe", "centered",
-        "--rc-average", "--window-bp", "240", "--build", "hg19", "--out", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "carbon_vep.cli",
+        "score",
+        "--panel",
+        str(DEMO / "demo_panel.vcf"),
+        "--info-field",
+        "LABEL",
+        "--info-field",
+        "NOTE",
+        "--reference",
+        str(DEMO / "chr17.hg19.part.fa"),
+        "--model",
+        str(demo_run / "resources/demo_model"),
+        "--trust-remote-code",
+        "--recipe",
+        "centered",
+        "--rc-average",
+        "--window-bp",
+        "240",
+        "--build",
+        "hg19",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, env=workflow_env(), check=True, capture_output=True, timeout=600)
     wf = pl.read_parquet(demo_run / "results/demo_centered/demo/scores.parquet")
     cli = pl.read_parquet(out)
@@ -283,8 +310,16 @@ def test_workflow_fails_on_drift_with_a_table_and_junit(demo_run, tmp_path):
     assert "compare_baseline" in result.stderr and "score_shard" not in result.stderr
     log = (run / "logs/results/compare_baseline.log").read_text()
     header = next(line for line in log.splitlines() if line.startswith("task"))
-    assert header.split() == ["task", "metric", "model", "baseline", "now", "difference",
-                              "allowed", "verdict"]  # fmt: skip
+    assert header.split() == [
+        "task",
+        "metric",
+        "model",
+        "baseline",
+        "now",
+        "difference",
+        "allowed",
+        "verdict",
+    ]
     drift = [line for line in log.splitlines() if "DRIFT" in line]
     assert len(drift) == 1 and drift[0].split()[:3] == ["demo_centered", "auroc", "demo"]
     n = sum(len(models) for metrics in drifted["values"].values() for models in metrics.values())
@@ -328,8 +363,7 @@ def test_cpu_reruns_are_identical(demo_run, tmp_path):
     result = _snakemake(run, run / "config.yaml", "--forcerun", *forced)
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
-    for rule in ("score_shard", "scan_chunk", "score_recovery", "score_perturbation",
-                 "score_niah"):  # fmt: skip
+    for rule in ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah"):
         assert f"rule {rule}:" in log, rule  # each model rule did score again
     shards = [f for f in forced if "/shard_scores/" in f]
     assert log.count("rule score_shard:") == len(shards) >= 2  # one a dataset, not every shard
@@ -385,21 +419,35 @@ def test_the_report_works_in_a_browser_offline(demo_run):
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
         context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
         requests, errors = [], []
-        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
-            "file://") else (requests.append(route.request.url), route.abort()))  # fmt: skip
+        context.route(
+            "**/*",
+            lambda route: (
+                route.continue_()
+                if route.request.url.startswith("file://")
+                else (requests.append(route.request.url), route.abort())
+            ),
+        )
         page = context.new_page()
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(report.as_uri(), wait_until="load")
-        images = page.evaluate("Array.from(document.images).map(i => "
-                               "[i.alt, i.complete, i.naturalWidth, i.naturalHeight])")  # fmt: skip
-        links = page.evaluate("Array.from(document.querySelectorAll('a[href^=\"#\"]')).map(a => "
-                              "[a.getAttribute('href'), !!document.getElementById("
-                              "decodeURIComponent(a.getAttribute('href').slice(1)))])")  # fmt: skip
-        tables = page.evaluate("Array.from(document.tables || document.querySelectorAll('table'))"
-                               ".map(t => t.querySelectorAll('thead th').length)")  # fmt: skip
-        hints = page.evaluate("Array.from(document.querySelectorAll('#results ~ table abbr'))"
-                              ".map(a => [a.textContent, a.title])")  # fmt: skip
+        images = page.evaluate(
+            "Array.from(document.images).map(i => "
+            "[i.alt, i.complete, i.naturalWidth, i.naturalHeight])"
+        )
+        links = page.evaluate(
+            "Array.from(document.querySelectorAll('a[href^=\"#\"]')).map(a => "
+            "[a.getAttribute('href'), !!document.getElementById("
+            "decodeURIComponent(a.getAttribute('href').slice(1)))])"
+        )
+        tables = page.evaluate(
+            "Array.from(document.tables || document.querySelectorAll('table'))"
+            ".map(t => t.querySelectorAll('thead th').length)"
+        )
+        hints = page.evaluate(
+            "Array.from(document.querySelectorAll('#results ~ table abbr'))"
+            ".map(a => [a.textContent, a.title])"
+        )
         sorted_values = _sort_column(page)
         page.screenshot(path=str(shot), full_page=True)
         page.emulate_media(media="print")
