@@ -121,9 +121,10 @@ bench-calibrate: setup
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.calibrate --json results/bench_calibrate.json
 
 # long greedy rollouts (2,048-token prompts, 512 new tokens) on our engine alone, batched and with
-# a draft model, beside model.generate as the Carbon-3B card calls it: tokens/s, bp/s, the draft's
-# acceptance, identical predictions (docs/generation.md)
-bench-generate: setup
+# a draft model, beside model.generate as the Carbon-3B card calls it; then as recovery jobs on our
+# engine and on vLLM, each alone and with the draft: tokens/s, bp/s, the draft's acceptance,
+# identical predictions (docs/generation.md)
+bench-generate: setup setup-vllm
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.generate --json results/bench_generate.json
 
 # Genomic-NIAH: one prefill per row against the published three passes, side by side on CPU

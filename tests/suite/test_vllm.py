@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from carbon_vep.benchmark.vllm import HEAD96
 from carbon_vep.config.stages import ModelSettings, RecoverySettings
 from carbon_vep.errors import EngineError
 from carbon_vep.model.demo import build_demo_model
@@ -39,15 +40,7 @@ OURS = Path(sys.executable).parent / "carbon-vep"  # the main environment's
 @pytest.fixture(scope="module")
 def head96(tmp_path_factory) -> Path:
     """Carbon's vocabulary and tokenizer, two layers, two heads of 96 (Carbon-3B's head dim)."""
-    return build_demo_model(
-        tmp_path_factory.mktemp("m") / "head96",
-        hidden_size=192,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=256,
-        seed=5,
-    )
+    return build_demo_model(tmp_path_factory.mktemp("m") / "head96", num_layers=2, seed=5, **HEAD96)
 
 
 def _settings(path: Path, **extra) -> ModelSettings:
@@ -288,15 +281,7 @@ def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
     """40-token rollouts: ours, vLLM, and vLLM with a 1-layer draft model (its draft-model
     speculative decoding): the same predictions, the draft's counters recorded."""
     vllm_exe = _vllm_environment()
-    draft = build_demo_model(
-        tmp_path / "draft",
-        hidden_size=192,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=256,
-        seed=6,
-    )
+    draft = build_demo_model(tmp_path / "draft", num_layers=1, seed=6, **HEAD96)
     rng = np.random.default_rng(4)
     rows = ["".join(rng.choice(list("ACGT"), 700)) for _ in range(6)]
     table = tmp_path / "rec.tsv"
@@ -332,9 +317,14 @@ def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
             str(path),
             "--metrics",
             str(tmp_path / f"{name}.json"),
+            "--times",
+            str(tmp_path / f"{name}_times.json"),
             *extra,
         )
         out[name] = pl.read_parquet(path)["prediction"].to_list()
+        times = json.loads((tmp_path / f"{name}_times.json").read_text())
+        assert times["engine"] == engine and times["rows"] == 6
+        assert times["start_s"] > 0 and times["score_s"] > 0
         metrics[name] = json.loads((tmp_path / f"{name}.json").read_text())
     assert out["transformers"] == out["vllm"] == out["drafted"]
     assert min(map(len, out["vllm"])) == 240

@@ -4,8 +4,9 @@ predictions equal the plain ones, and the speed-up speculative decoding would gi
 acceptance (arithmetic from the measured step times).
 
 `make bench-generate` runs it on the CPU with small Carbon-layout models (the demo's tokenizer,
-random weights); the GPU check's `rollouts` step runs the same functions with Carbon-3B as the
-target and Carbon-500M as the draft (benchmark/gpu/run.py).
+random weights), then the same prompts as recovery jobs on our engine and on vLLM, each alone
+and with the draft (benchmark/generate_engines.py); the GPU check's `rollouts` step runs the
+same functions with Carbon-3B as the target and Carbon-500M as the draft (benchmark/gpu/run.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from carbon_vep.benchmark.generate_engines import engines_phase
+from carbon_vep.benchmark.generate_engines import markdown as engines_markdown
 from carbon_vep.benchmark.harness import (
     device_peak_gb,
     reset_device_peak,
@@ -25,6 +28,7 @@ from carbon_vep.benchmark.harness import (
     write_json,
 )
 from carbon_vep.benchmark.synthetic import random_acgt
+from carbon_vep.benchmark.vllm import VLLM_EXE
 from carbon_vep.config.stages import DEFAULT_SPECULATIVE_TOKENS, ModelSettings, RecoverySettings
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.drafting import Draft, check_draft
@@ -234,6 +238,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     parser.add_argument("--prompts", type=int, default=4, help="prompts of the batched run")
     parser.add_argument("--speculative-tokens", type=int, default=DEFAULT_SPECULATIVE_TOKENS)
+    parser.add_argument(
+        "--vllm-exe",
+        type=Path,
+        default=VLLM_EXE,
+        help="carbon-vep of the vLLM environment for the engines phase (default: .venv-vllm's)",
+    )
+    parser.add_argument(
+        "--no-engines", action="store_true", help="skip the recovery jobs on each engine"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_generate_") as tmp:
         target, draft = _cpu_models(Path(tmp))
@@ -247,7 +260,13 @@ def main(argv: list[str] | None = None) -> dict:
             args.prompts,
             args.speculative_tokens,
         )
-    print(markdown(result))
+        print(markdown(result))
+        if not args.no_engines:
+            phase = engines_phase(
+                Path(tmp), prompts, args.new_tokens, args.speculative_tokens, args.vllm_exe
+            )
+            result["engines"] = phase
+            print("\n" + engines_markdown(phase))
     write_json(args.json, result)
     return result
 

@@ -13,10 +13,10 @@ from carbon_vep.config.stages import (
     PerturbationSettings,
     RecoverySettings,
 )
-from carbon_vep.model.job import load_engine, load_job_model
+from carbon_vep.model.job import load_engine
 
 
-def _add_task(sub, name: str, settings: type, func, columns: str) -> None:
+def _add_task(sub, name: str, settings: type, func, columns: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=settings.__doc__)
     p.add_argument("--tasks-file", required=True, help=f"Parquet/TSV/CSV: {columns}")
     add_flags(p, ModelSettings, settings, EvaluationSettings)
@@ -24,39 +24,34 @@ def _add_task(sub, name: str, settings: type, func, columns: str) -> None:
     p.add_argument("--out", required=True, help="per-row predictions Parquet")
     p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
     p.set_defaults(func=func)
+    return p
 
 
 def add_score_recovery(sub) -> None:
-    _add_task(sub, "score-recovery", RecoverySettings, score_recovery, "sequence, label, type")
+    recovery = _add_task(
+        sub, "score-recovery", RecoverySettings, score_recovery, "sequence, label, type"
+    )
+    recovery.add_argument("--times", help="JSON of the job's times (engine start, rollouts)")
 
 
 def score_recovery(args: argparse.Namespace) -> None:
-    from carbon_vep.model.drafting import load_draft
-    from carbon_vep.model.job import require_model_here
-    from carbon_vep.suite.recovery import recover, recovery_metrics
+    from carbon_vep.suite.recovery import recovery_metrics
+    from carbon_vep.suite.recovery_job import recover_job
     from carbon_vep.suite.tasks import read_task_table
 
     model, settings, evaluation = from_args(
         args, ModelSettings, RecoverySettings, EvaluationSettings
     )
     table = read_task_table(args.tasks_file, ["sequence", "label"])
-    if model.engine == "vllm":
-        from carbon_vep.suite.recovery_vllm import recover_on_vllm
-
-        require_model_here(model)
-        predictions, speculative = recover_on_vllm(table, model, settings, args.tasks_file)
-    else:
-        loaded = load_job_model(model, args.tasks_file)
-        draft = load_draft(model, loaded)
-        batches = (model.batch_size, model.batch_tokens)
-        predictions = recover(table, loaded, settings, *batches, draft)
-        speculative = draft.record() if draft else None
+    predictions, speculative, times = recover_job(table, model, settings, args.tasks_file)
     metrics = recovery_metrics(predictions, settings, evaluation)
     if speculative:
         named = {"draft_model": model.draft_model, "engine": model.engine}
         metrics["speculative"] = {**named, **speculative}
     atomic.write_parquet(predictions, args.out)
     write_task_result(metrics, args, ["accuracy"])
+    if args.times:
+        atomic.write_json(times.record(), args.times)
 
 
 def add_score_perturbation(sub) -> None:

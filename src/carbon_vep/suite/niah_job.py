@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ from carbon_vep.config.fields import describe
 from carbon_vep.config.stages import ModelSettings, NiahSettings
 from carbon_vep.errors import InputError
 from carbon_vep.suite.niah_cells import prompt_tokens, read_cell
+from carbon_vep.suite.tasks import JobTimes
 
 log = logging.getLogger("carbon_vep")
 
@@ -35,42 +35,6 @@ class CellJob:
     @property
     def where(self) -> str:
         return f"{self.path} ({self.task})"
-
-
-@dataclass
-class JobTimes:
-    """A job's two times: the engine's start (the model loaded, vLLM's KV cache allocated) and
-    the scoring of its rows."""
-
-    engine: str
-    began: float = field(default_factory=time.perf_counter)
-    ready_at: float | None = None
-    done_at: float | None = None
-    rows: int = 0
-
-    def ready(self) -> None:
-        self.ready_at = time.perf_counter()
-
-    def done(self, rows: int) -> None:
-        self.done_at, self.rows = time.perf_counter(), rows
-
-    def record(self) -> dict[str, Any]:
-        """rows, start_s, score_s, engine: what the benchmarks read."""
-        ready = self.ready_at or self.began
-        done = self.done_at or time.perf_counter()
-        return {
-            "rows": self.rows,
-            "start_s": round(ready - self.began, 3),
-            "score_s": round(done - ready, 3),
-            "engine": self.engine,
-        }
-
-    def line(self, where: str) -> str:
-        r = self.record()
-        return (
-            f"{where}: {r['rows']} rows scored in {r['score_s']:.2f} s on {r['engine']} "
-            f"after an engine start of {r['start_s']:.2f} s"
-        )
 
 
 def score_cell(

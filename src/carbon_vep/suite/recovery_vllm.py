@@ -18,6 +18,7 @@ from carbon_vep.model.loading import load_tokenizer
 from carbon_vep.model.tokens import DnaVocab, suppressed_token_ids
 from carbon_vep.model.vllm import VllmEngine, speculative_record
 from carbon_vep.suite.recovery import recover_with
+from carbon_vep.suite.tasks import JobTimes
 
 
 def unsuppressed_ids(tokenizer: Any, vocab: DnaVocab) -> list[int]:
@@ -54,10 +55,15 @@ def vllm_continuations(
 
 
 def recover_on_vllm(
-    table: pl.DataFrame, model: ModelSettings, settings: RecoverySettings, where: str
+    table: pl.DataFrame,
+    model: ModelSettings,
+    settings: RecoverySettings,
+    where: str,
+    times: JobTimes | None = None,
 ) -> tuple[pl.DataFrame, dict | None]:
     """The task's prompts through one vLLM engine: the predictions, and the draft's record
-    when the model names one (vLLM's draft-model speculative decoding)."""
+    when the model names one (vLLM's draft-model speculative decoding); `times` is told when
+    the engine has started."""
     check_decoder(settings, where)
     tokenizer, vocab = load_tokenizer(model)
     if model.draft_model:  # before the engine starts: a mismatch costs no start-up
@@ -67,6 +73,8 @@ def recover_on_vllm(
     tag = int(settings.species_tags)  # a species tag, <dna>, the prompt, the new tokens
     longest = tag + 1 + settings.max_prompt_bp // vocab.k + settings.new_tokens
     engine = VllmEngine(model, max_model_len=model.vllm.max_model_len or longest, what=where)
+    if times is not None:
+        times.ready()
     generate = vllm_continuations(engine, tokenizer, vocab, settings)
     predictions = recover_with(table, vocab.k, settings, generate, tokenizer)
     if not model.draft_model:

@@ -1,10 +1,14 @@
 """Suite task files in: a task table (Parquet, TSV or CSV, named as panels are) with its
-required columns, each row named by its file and row or line."""
+required columns, each row named by its file and row or line; and a generation job's times out
+(`JobTimes`: the engine's start and the scoring, written as JSON beside the job's outputs)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -44,3 +48,39 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
             "{}:{} {}", pl.lit(str(path)), pl.lit(unit), pl.int_range(pl.len()) + first
         ).alias("source"),
     )
+
+
+@dataclass
+class JobTimes:
+    """A job's two times: the engine's start (the model loaded, vLLM's KV cache allocated) and
+    the scoring of its rows."""
+
+    engine: str
+    began: float = field(default_factory=time.perf_counter)
+    ready_at: float | None = None
+    done_at: float | None = None
+    rows: int = 0
+
+    def ready(self) -> None:
+        self.ready_at = time.perf_counter()
+
+    def done(self, rows: int) -> None:
+        self.done_at, self.rows = time.perf_counter(), rows
+
+    def record(self) -> dict[str, Any]:
+        """rows, start_s, score_s, engine: what the benchmarks read."""
+        ready = self.ready_at or self.began
+        done = self.done_at or time.perf_counter()
+        return {
+            "rows": self.rows,
+            "start_s": round(ready - self.began, 3),
+            "score_s": round(done - ready, 3),
+            "engine": self.engine,
+        }
+
+    def line(self, where: str) -> str:
+        r = self.record()
+        return (
+            f"{where}: {r['rows']} rows scored in {r['score_s']:.2f} s on {r['engine']} "
+            f"after an engine start of {r['start_s']:.2f} s"
+        )
