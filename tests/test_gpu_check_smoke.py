@@ -265,6 +265,34 @@ def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):
     assert by_run[512, 96, lower]["kernel"] == "materialised"  # on a CPU
     with pytest.raises(SystemExit):
         gpu_check.main(["--smoke", "--out", str(tmp_path), "--steps", "niah,warp_drive"])
+    # another shape, its contexts and rows named (as Carbon-8B was measured)
+    report = gpu_check.main(
+        [
+            "--smoke",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "8b"),
+            "--steps",
+            "niah",
+            "--model",
+            "Carbon-8B",
+            "--niah-contexts",
+            "512",
+            "--niah-rows",
+            "1",
+            "--niah-prefill-chunks",
+            "0",
+            "--budget-s",
+            "3600",
+        ]
+    )
+    [row] = report["niah"]
+    assert (row["model"], row["context_tokens"], row["rows"]) == ("Carbon-8B", 512, 1)
+    assert (
+        row["ours"]["failed_rows"] == 0
+        and "Carbon-8B-shaped" in (tmp_path / "8b/gpu_check.md").read_text()
+    )
 
 
 def test_the_generation_tasks_on_vllm_give_our_engines_answers(smoke):

@@ -68,7 +68,9 @@ def test_measured_h100_rates_stand_beside_the_arithmetic_only_where_measured():
     assert _niah_line(chunked, h100).measured_h100_hours == pytest.approx(500 * 11.72 / 3600)
     whole = _run({"contexts": [131072], "rows": 500, "prefill_chunk": 0}, models=three_b)
     assert _niah_line(whole, h100).measured_h100_hours == pytest.approx(500 * 8.95 / 3600)
-    assert _niah_line(_run(), h100).measured_h100_hours is None  # Carbon-8B: never measured
+    assert _niah_line(_run(), h100).measured_h100_hours is None  # Carbon-8B at 32k: not measured
+    eight_b = _run({"contexts": [131072], "rows": 500})
+    assert _niah_line(eight_b, h100).measured_h100_hours == pytest.approx(500 * 17.75 / 3600)
 
 
 def test_pinned_and_unpinned_revisions_are_shown():

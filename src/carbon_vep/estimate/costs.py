@@ -192,10 +192,14 @@ MEASURED_H100_TOKENS_S: dict[tuple[str, str], float] = {
 }
 # scan-chunk with the default tiles (49,146 bp, min_context 24,000): scored bases/s
 MEASURED_H100_SCAN_BASES_S = {"Carbon-3B": 180_543, "Carbon-500M": 646_185}
-# Genomic-NIAH, Carbon-3B, our engine, s a row (generation and both likelihoods included), by
-# context: in prefill chunks of 8,192 under the lower-right causal bias (model.attention) and
-# the whole prompt at once, both from run 5 (docs/gpu-results/2026-11-27-h100-run5-*)
-MEASURED_H100_NIAH_S = {32_768: (1.21, 1.01), 65_536: (3.53, 2.76), 131_072: (11.72, 8.95)}
+# Genomic-NIAH on our engine, s a row (generation and both likelihoods included), by shape and
+# context: (in prefill chunks of 8,192 under the lower-right causal bias, model.attention; the
+# whole prompt at once). Carbon-3B: run 5, 2-4 rows a context; Carbon-8B: run 7, one row
+# (docs/gpu-results/2026-11-27-h100-run{5,7}-*)
+MEASURED_H100_NIAH_S = {
+    "Carbon-3B": {32_768: (1.21, 1.01), 65_536: (3.53, 2.76), 131_072: (11.72, 8.95)},
+    "Carbon-8B": {65_536: (5.48, 3.87), 131_072: (17.75, 12.08)},
+}
 
 
 def measured_work_hours(shape: str, work: Work, items: int) -> float | None:
@@ -205,10 +209,11 @@ def measured_work_hours(shape: str, work: Work, items: int) -> float | None:
 
 
 def measured_niah_hours(shape: str, ctx: int, prefill_chunk: int, rows: int) -> float | None:
-    """H100-hours of `rows` NIAH rows of Carbon-3B at `ctx`, as measured (chunked or whole)."""
-    if shape != "Carbon-3B" or ctx not in MEASURED_H100_NIAH_S:
+    """H100-hours of `rows` NIAH rows of this shape at `ctx`, as measured (chunked or whole)."""
+    measured = MEASURED_H100_NIAH_S.get(shape, {})
+    if ctx not in measured:
         return None
     if prefill_chunk not in (0, 8192) and prefill_chunk < ctx:
         return None  # another chunk size was not measured
-    chunked, whole = MEASURED_H100_NIAH_S[ctx]
+    chunked, whole = measured[ctx]
     return rows * (chunked if 0 < prefill_chunk < ctx else whole) / 3600

@@ -6,8 +6,9 @@ with full-vocabulary logits). Per context: seconds a row and rows/s, peak alloca
 each approach's; the answers compared on the rows both scored; an approach that runs out of
 memory is recorded as such with the memory it had reached.
 
-The model is the run's random-weight Carbon-3B in bf16 with the default rotary embedding: YaRN,
-which the published recipe turns on past 32k, changes the rotary frequencies only, not the work.
+The model is the run's random-weight Carbon-3B (or the shape `--model` names) in bf16 with the
+default rotary embedding: YaRN, which the published recipe turns on past 32k, changes the rotary
+frequencies only, not the work.
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ def niah_phase(
     smoke: bool,
     budget: Budget,
     chunks: tuple[int, ...] = DEFAULT_CHUNKS,
+    contexts: tuple[int, ...] | None = None,
+    rows_each: int | None = None,
 ) -> list[dict]:
     """Per context, ours (once per prefill chunk in `chunks`, 0 = the whole prompt in one
-    pass) and the published three passes side by side (module docstring)."""
-    contexts = SMOKE_CONTEXTS if smoke else CONTEXTS
+    pass) and the published three passes side by side (module docstring); `contexts` and
+    `rows_each` replace the defaults."""
+    contexts = contexts or (SMOKE_CONTEXTS if smoke else CONTEXTS)
+    shape = CARBON_SHAPES[model.name]
     fasta = haystack_fasta(work, max(contexts) * 8)
     register()
     scorer = NiahScorer(
@@ -59,8 +64,8 @@ def niah_phase(
     )
     results = []
     for ctx in contexts:
-        rows = SMOKE_ROWS if smoke else ROWS[ctx]
-        per_row = 0.0 if smoke else niah_row_seconds(CARBON_SHAPES["Carbon-3B"], ctx, "H100")
+        rows = rows_each or (SMOKE_ROWS if smoke else ROWS.get(ctx, 1))
+        per_row = 0.0 if smoke else niah_row_seconds(shape, ctx, "H100")
         if not budget.allows(f"Genomic-NIAH at {ctx:,} tokens", 10 + 2 * (rows + 3) * per_row):
             break
         cell_path = work / f"niah_{ctx}.parquet"
@@ -80,7 +85,7 @@ def niah_phase(
                 "prefill_chunk": chunk,
                 "attention": attention,
                 "kernel": _kernel(model.shape, chunk, ctx, attention, device),
-                "arithmetic": _arithmetic(ctx, chunk),
+                "arithmetic": _arithmetic(shape, ctx, chunk),
             }
             scorer.prefill_chunk = chunk
             model.loaded.model.set_attn_implementation(attention)
@@ -194,8 +199,7 @@ def _agreement(ours: dict, answer) -> dict:
     }
 
 
-def _arithmetic(ctx: int, chunk: int) -> dict:
-    shape = CARBON_SHAPES["Carbon-3B"]
+def _arithmetic(shape: dict, ctx: int, chunk: int) -> dict:
     return {
         "h100_seconds_per_row": niah_row_seconds(shape, ctx, "H100"),
         "paired_gb": niah_memory_bytes(shape, ctx, chunk)["total"] / 1e9,

@@ -210,9 +210,10 @@ def _precision_part(report: dict) -> str:
 def _niah_part(report: dict) -> str:
     if not report["niah"]:
         return ""
+    names = ", ".join(sorted({r["model"] for r in report["niah"]}))
     intro = (
         "Genomic-NIAH on our engine, in the check's process (benchmark/gpu/niah.py): the "
-        "Carbon-3B-shaped model, a neardup_d2 cell at each context, one row a batch, the prompt "
+        f"{names}-shaped model, a neardup_d2 cell at each context, one row a batch, the prompt "
         "prefilled in chunks of `prefill chunk` tokens (the default 8,192) or whole; the time "
         "of a context's first run includes its first-use costs (no untimed row); the published "
         "three passes (`generate`, then a full forward "

@@ -105,6 +105,21 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         help="new tokens a prompt in the rollouts step (default 512; --smoke 24)",
     )
     parser.add_argument(
+        "--model",
+        choices=list(CARBON_SHAPES),
+        default="Carbon-3B",
+        help="the shape the headline steps (precision .. vllm) run on (default Carbon-3B)",
+    )
+    parser.add_argument(
+        "--niah-contexts",
+        type=lambda text: tuple(int(v) for v in text.split(",")),
+        default=None,
+        help="comma-separated contexts of the niah step (default 32k, 64k, 128k)",
+    )
+    parser.add_argument(
+        "--niah-rows", type=int, default=None, help="rows a context in the niah step"
+    )
+    parser.add_argument(
         "--generation-only",
         action="store_true",
         help="only the vLLM phase (same as --steps vllm)",
@@ -146,6 +161,8 @@ class Run:
     steps: list[str]
     no_vllm_reason: str | None = None
     niah_chunks: tuple[int, ...] = DEFAULT_CHUNKS
+    niah_contexts: tuple[int, ...] | None = None
+    niah_rows: int | None = None
 
     def save(self) -> None:
         write_report(self.report, self.out, self.budget)
@@ -166,7 +183,14 @@ class Run:
         if self.wants("niah", 60):
             smoke = self.report["environment"]["smoke"]
             self.report["niah"] += niah_phase(
-                model, self.work, self.device, smoke, self.budget, self.niah_chunks
+                model,
+                self.work,
+                self.device,
+                smoke,
+                self.budget,
+                self.niah_chunks,
+                self.niah_contexts,
+                self.niah_rows,
             )
             self.save()
         if self.wants("rollouts", 90):
@@ -272,9 +296,11 @@ def _run(
                 args.steps,
                 args.no_vllm_reason,
                 args.niah_prefill_chunks,
+                args.niah_contexts,
+                args.niah_rows,
             )
-            if any(s in args.steps for s in HEADLINE_STEPS) and budget.allows("Carbon-3B", 40):
-                with_model(tokenizer, vocab, device, "Carbon-3B", shapes, run.headline)
+            if any(s in args.steps for s in HEADLINE_STEPS) and budget.allows(args.model, 40):
+                with_model(tokenizer, vocab, device, args.model, shapes, run.headline)
             if run.wants("host_memory", 30):
                 report["host_memory"] = host_memory(
                     tokenizer, vocab, device, shapes, work, budget, args.smoke

@@ -46,6 +46,14 @@ TOY_SHAPES = {
         num_key_value_heads=2,
         head_dim=12,
     ),
+    "Carbon-8B": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    ),
 }
 
 
