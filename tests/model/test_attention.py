@@ -105,3 +105,18 @@ def test_long_context_jobs_load_with_it_on_a_cpu():
         )
         == "materialised"
     )
+
+
+def test_a_model_whose_attention_skips_the_registry_loads_with_sdpa(demo_model_dir, monkeypatch):
+    """Remote code whose attention does not read transformers' registry could not see the
+    bias: such a model gets transformers' sdpa instead; a Llama keeps the lower-right bias."""
+    from transformers import LlamaForCausalLM
+
+    from carbon_vep.config.stages import ModelSettings
+    from carbon_vep.model.loading import load_model
+
+    spec = ModelSettings(str(demo_model_dir), trust_remote_code=True)
+    lower_right = long_context_attention(torch.device("cpu"), "float32")
+    assert load_model(spec, attention=lower_right).model.config._attn_implementation == lower_right
+    monkeypatch.setattr(LlamaForCausalLM, "_supports_attention_backend", False)
+    assert load_model(spec, attention=lower_right).model.config._attn_implementation == "sdpa"

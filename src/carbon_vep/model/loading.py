@@ -12,6 +12,7 @@ import torch
 
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.errors import InputError, TokenizerMismatchError
+from carbon_vep.model.attention import LOWER_RIGHT_SDPA
 from carbon_vep.model.tokens import DnaVocab, dna_vocab
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -184,6 +185,10 @@ def load_model(
         trust_remote_code=spec.trust_remote_code,
         **({"attn_implementation": attention} if attention else {}),
     )
+    if attention == LOWER_RIGHT_SDPA and not model.is_backend_compatible():
+        # its attention code does not go through transformers' registry (remote code), so it
+        # could not read the lower-right bias: transformers' own sdpa then
+        model.set_attn_implementation("sdpa")
     model.to(device).eval()
     if spec.upcast_output_layer:
         upcast_output_layer(model)
