@@ -13,14 +13,12 @@ vLLM's CPU attention has no kernel for the demo model's 16); float32, random wei
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import polars as pl
 
-from carbon_vep.benchmark.harness import run_command
-from carbon_vep.benchmark.vllm import HEAD96, OURS_EXE, VLLM_EXE, job_times, task_command
+from carbon_vep.benchmark.vllm import HEAD96, OURS_EXE, VLLM_EXE, job_times, run_task
 from carbon_vep.markdown import table as markdown_table
 
 TARGET_LAYERS, DRAFT_LAYERS = 4, 1
@@ -69,30 +67,13 @@ def engines_phase(
     jobs, predictions = [], {}
     for i, (name, exe, engine, extra) in enumerate(runs):
         out = work / f"rollouts_{i}.parquet"
-        argv = task_command(
-            [str(exe)],
-            engine,
-            "rollouts",
-            table,
-            target,
-            out,
-            "--dtype",
-            "float32",
-            "--batch-size",
-            str(len(prompts)),
-            *flags,
-            *extra,
-        )
-        measured = run_command(argv, env={**_environment(), "TOKENIZERS_PARALLELISM": "false"})
+        batch = ("--batch-size", str(len(prompts)))
+        measured = run_task(exe, engine, "rollouts", table, target, out, *batch, *flags, *extra)
         predictions[name] = pl.read_parquet(out)["prediction"].to_list()
         jobs.append(_job(name, engine, measured, job_times(out), out, len(prompts) * new_tokens))
     for job in jobs:
         job["identical_to_ours"] = predictions[job["run"]] == predictions["ours"]
     return {"jobs": jobs, "vllm_skipped": skipped, "new_tokens": new_tokens}
-
-
-def _environment() -> dict:
-    return dict(os.environ, HF_HUB_OFFLINE="1")
 
 
 def _job(name: str, engine: str, measured, times: dict, out: Path, tokens: int) -> dict:

@@ -97,8 +97,9 @@ def job_times(out: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: Path):
-    argv = task_command([str(exe)], engine, task, inputs, model, out, "--dtype", "float32")
+def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: Path, *extra: str):
+    """The task's job in float32, offline, measured (`extra`: more flags of the command)."""
+    argv = task_command([str(exe)], engine, task, inputs, model, out, "--dtype", "float32", *extra)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return run_command(argv, env=env)
 

@@ -90,7 +90,7 @@ def chunk_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     groups = getattr(module, "num_key_value_groups", 1)
-    if groups > 1 and kernel(query, key, value) != "flash":
+    if groups > 1 and not _flash(query, key, value):
         # Only the flash kernel reads fewer key/value heads than query heads; the
         # memory-efficient one needs them repeated (transformers' sdpa does the same).
         key = key.repeat_interleave(groups, dim=1)
@@ -108,17 +108,28 @@ def chunk_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-def kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str:
-    """The kernel the lower-right bias reaches for these tensors (key/value heads as given):
-    flash, efficient, or materialised (the mask built after all; the CPU's case)."""
+def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether the bias reaches the flash kernel with these key/value heads as given."""
     if query.device.type != "cuda":
-        return "materialised"
-    from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+        return False
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
 
     gqa = key.shape[1] != query.shape[1]
-    params = SDPAParams(query, key, value, None, 0.0, False, gqa)
-    if can_use_flash_attention(params):
+    return can_use_flash_attention(SDPAParams(query, key, value, None, 0.0, False, gqa))
+
+
+def kernel(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> str:
+    """The kernel `chunk_attention` reaches for these tensors: flash, efficient (key/value
+    heads repeated first where there are fewer), or materialised (the mask built after all;
+    the CPU's case)."""
+    if _flash(query, key, value):
         return "flash"
-    if not gqa and can_use_efficient_attention(params):
+    if query.device.type != "cuda":
+        return "materialised"
+    from torch.backends.cuda import SDPAParams, can_use_efficient_attention
+
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    if can_use_efficient_attention(SDPAParams(query, key, value, None, 0.0, False, False)):
         return "efficient"
     return "materialised"

@@ -12,7 +12,7 @@ import torch
 
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.errors import InputError, TokenizerMismatchError
-from carbon_vep.model.attention import LOWER_RIGHT_SDPA
+from carbon_vep.model.attention import LOWER_RIGHT_SDPA, register
 from carbon_vep.model.tokens import DnaVocab, dna_vocab
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -119,12 +119,10 @@ def long_context_attention(device: torch.device, dtype: str) -> str:
     L x L score matrix for a whole prompt, and a chunk keeps PyTorch's fused kernels."""
     import importlib.util
 
-    from carbon_vep.model.attention import register
-
     half = dtype in ("bfloat16", "float16")
     if device.type == "cuda" and half and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
-    return register()
+    return LOWER_RIGHT_SDPA
 
 
 def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
@@ -170,6 +168,8 @@ def load_model(
     names transformers' attention implementation (None: its default)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    if attention == LOWER_RIGHT_SDPA:
+        register()  # a name transformers accepts only once registered
     device = resolve_device(spec.device)
     tokenizer, vocab = load_tokenizer(spec)
     config = AutoConfig.from_pretrained(

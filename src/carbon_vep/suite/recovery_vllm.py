@@ -59,7 +59,7 @@ def recover_on_vllm(
     model: ModelSettings,
     settings: RecoverySettings,
     where: str,
-    times: JobTimes | None = None,
+    times: JobTimes,
 ) -> tuple[pl.DataFrame, dict | None]:
     """The task's prompts through one vLLM engine: the predictions, and the draft's record
     when the model names one (vLLM's draft-model speculative decoding); `times` is told when
@@ -73,8 +73,7 @@ def recover_on_vllm(
     tag = int(settings.species_tags)  # a species tag, <dna>, the prompt, the new tokens
     longest = tag + 1 + settings.max_prompt_bp // vocab.k + settings.new_tokens
     engine = VllmEngine(model, max_model_len=model.vllm.max_model_len or longest, what=where)
-    if times is not None:
-        times.ready()
+    times.ready()
     generate = vllm_continuations(engine, tokenizer, vocab, settings)
     predictions = recover_with(table, vocab.k, settings, generate, tokenizer)
     if not model.draft_model:

@@ -51,10 +51,10 @@ STEPS = {
     "paths": "the other Carbon-3B paths (recipes, recovery, perturbation)",
     "ablations": "Carbon-3B GPU costs removed, before and after",
     "profiles": "torch-profiler tables of the Carbon-3B centered and scan paths",
-    "known_answer": "known-answer AUROC in float32, bf16 and bf16 + upcast",
-    "carbon_500m": "every path with Carbon-500M's shape",
     "vllm": "the generation tasks on vLLM against our engine",
     "host_memory": "a model job's peak host memory loading each Carbon shape, against its mem_mb",
+    "known_answer": "known-answer AUROC in float32, bf16 and bf16 + upcast",
+    "carbon_500m": "every path with Carbon-500M's shape",
 }
 HEADLINE_STEPS = [s for s in STEPS if s not in ("host_memory", "known_answer", "carbon_500m")]
 
