@@ -3,6 +3,7 @@ a failed or killed write leaves nothing at the output's name, a finished one rep
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pysam
@@ -66,3 +67,23 @@ def test_a_failed_indexed_write_leaves_neither_file(tmp_path):
     with atomic.indexed_file(tmp_path / "plain.vcf", tabix=None) as work:
         Path(work).write_text("##fileformat=VCFv4.2\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.vcf"]  # no index asked
+
+
+def test_a_running_writers_temporary_is_left_alone(tmp_path):
+    """Two jobs writing one file at once (two jobs indexing one FASTA): the second must not
+    delete the first one's half-written file while its writer still runs."""
+    writer = subprocess.Popen(["sleep", "60"])
+    try:
+        out = tmp_path / "genome.fa.fai"
+        running = tmp_path / f".genome.fa.fai.tmp-{writer.pid}"
+        running.write_text("half")
+        with atomic.atomic_path(out) as tmp:
+            assert running.exists() and tmp != running
+            tmp.write_text("whole")
+        assert out.read_text() == "whole" and running.read_text() == "half"
+    finally:
+        writer.kill()
+        writer.wait()
+    with atomic.atomic_path(out) as tmp:  # its writer gone, the file is stale: removed
+        tmp.write_text("again")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["genome.fa.fai"]

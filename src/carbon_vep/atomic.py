@@ -19,15 +19,36 @@ import polars as pl
 def temporary_sibling(path: str | Path, suffix: str = "") -> Path:
     """A temporary name beside `path` (`.name.tmp-<pid><suffix>`: a writer that wants a file
     suffix, such as `.bw`, keeps it), after removing the temporary files of an earlier writer
-    of `path` that was killed. Rename it onto `path` with `os.replace` when complete."""
+    of `path` that was killed. A file whose writer is still running on this machine is left
+    alone: two jobs writing the same file at once (two jobs indexing one FASTA) must not delete
+    each other's half-written file. Rename it onto `path` with `os.replace` when complete."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{glob.escape(final.name)}.tmp-*"):
+    prefix = f".{final.name}.tmp-"
+    for stale in final.parent.glob(f"{glob.escape(prefix)}*"):
+        if _writer_running(stale.name[len(prefix) :]):
+            continue
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
-    return final.with_name(f".{final.name}.tmp-{os.getpid()}{suffix}")
+    return final.with_name(f"{prefix}{os.getpid()}{suffix}")
+
+
+def _writer_running(tail: str) -> bool:
+    """Whether the process named by a temporary file's `<pid><suffix>` is another live one."""
+    digits = tail[: len(tail) - len(tail.lstrip("0123456789"))]
+    if not digits or int(digits) == os.getpid():
+        return False
+    try:
+        os.kill(int(digits), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    except OverflowError:
+        return False
+    return True
 
 
 @contextmanager
