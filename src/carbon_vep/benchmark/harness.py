@@ -160,11 +160,6 @@ def median_interleaved(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def rss_bytes() -> int:
-    """This process's resident set now (/proc/self/status VmRSS)."""
-    return 1024 * _status_kb("VmRSS")
-
-
 def _status_kb(field_name: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field_name):

@@ -1,21 +1,22 @@
 """The GPU check's host-memory step: what a model job's process holds on the host while it
 loads its model, against the `mem_mb` the model rules ask the scheduler for
-(config.gpus.host_memory_mb: the weights once in the model's dtype, plus a reserve; measured
-by this step).
+(config.gpus.host_memory_mb: the weights once in the model's dtype, plus a reserve).
 
 Per Carbon shape: a random-weight checkpoint in bf16 is written to disk (safetensors, with the
 run's tokenizer), and a fresh Python process loads it the way every model job does
-(`model.loading.load_model`: from_pretrained on the host, then `.to(device)`). Its peak resident
-set is the kernel's `ru_maxrss` (`harness.run_command`: the interpreter, torch, CUDA's host
-side, the mapped file pages and the tensors built from them); the process itself reports its
-resident set once the model is on the device, and the load's seconds.
+(`model.loading.load_model`: from_pretrained on the host, then `.to(device)`). That process
+reports its peak resident set (`ru_maxrss`: the interpreter, torch, CUDA's host side, the mapped
+file pages and the tensors built from them), its resident set once the model is on the device,
+and the load's seconds.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,6 @@ import torch
 
 from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.gpu.workload import BF16, random_model
-from carbon_vep.benchmark.harness import rss_bytes, run_command
 from carbon_vep.config.gpus import host_memory_mb, weight_bytes
 
 SMOKE_MODELS = ("Carbon-500M",)
@@ -76,13 +76,27 @@ def _write_checkpoint(name, shape, tokenizer, vocab, device, folder: Path) -> fl
 
 
 def _load_in_fresh_process(folder: Path, device: torch.device) -> dict:
-    measured = run_command([sys.executable, "-m", __name__, str(folder), str(device)])
-    reported = json.loads(measured.stdout.strip().splitlines()[-1])
-    return {**reported, "peak_rss_gb": measured.peak_rss_mb * 1024 * 1024 / 1e9}
+    done = subprocess.run(
+        [sys.executable, "-m", __name__, str(folder), str(device)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"loading {folder} in a fresh process failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _rss_gb() -> float:
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e9
 
 
 def _measure_load(folder: str, device: str) -> dict:
-    """In the fresh process: load as a job does; the seconds and the resident set after."""
+    """In the fresh process: import, load as a job does, and the host memory it took."""
+    import resource
+
     from carbon_vep.config.stages import ModelSettings
     from carbon_vep.model.loading import load_model
 
@@ -92,7 +106,11 @@ def _measure_load(folder: str, device: str) -> dict:
     if loaded.device.type == "cuda":
         torch.cuda.synchronize(loaded.device)
     gc.collect()
-    return {"load_s": time.monotonic() - started, "rss_after_gb": rss_bytes() / 1e9}
+    return {
+        "load_s": time.monotonic() - started,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
+        "rss_after_gb": _rss_gb(),
+    }
 
 
 if __name__ == "__main__":
