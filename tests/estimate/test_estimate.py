@@ -14,7 +14,9 @@ from support.cluster import ROOT, run_snakemake
 from carbon_vep.cli import main
 from carbon_vep.config.gpus import CARBON_SHAPES, body_parameters, model_shape, niah_row_seconds
 from carbon_vep.config.run import RunConfig
+from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.estimate.bill import estimate, is_dry_run, niah_cell_hours, read_profile
+from carbon_vep.estimate.costs import TASK_WORK
 from carbon_vep.estimate.counts import HUB_COUNTS
 from carbon_vep.estimate.table import bill_text
 
@@ -129,6 +131,25 @@ def test_a_local_panel_is_counted_from_its_file_a_hub_one_from_its_documented_co
     panel.write_bytes(b"")
     items = {g.task: g.count_from for g in estimate(run, {}).gpu}
     assert items["datasets.here (nexttoken)"] != "the file here"
+
+
+def test_a_task_of_every_kind_is_billed_on_its_rule_in_its_unit(tmp_path):
+    """Each kind that config.tasks declares has its arithmetic (costs.TASK_WORK): its jobs,
+    the GPU its rule gets and its rows' GPU-hours, counted in the kind's unit."""
+    assert list(TASK_WORK) == list(TASK_KINDS)
+    columns = sorted({c for kind in TASK_KINDS.values() for c in kind.columns})
+    table = tmp_path / "task.tsv"
+    table.write_text(
+        "\t".join(columns) + "\n" + ("\t".join(["ACGTAC" * 20] * len(columns)) + "\n") * 3
+    )
+    tasks = {name: {"kind": name, "path": str(table)} for name in TASK_KINDS}
+    h100 = {kind.rule: {"gpu_model": "h100"} for kind in TASK_KINDS.values()}
+    bill = estimate(_run(tasks=tasks), h100)
+    jobs, lines = {j.rule: j.jobs for j in bill.jobs}, {g.task: g for g in bill.gpu}
+    for name, kind in TASK_KINDS.items():
+        line = lines[f"tasks.{name} ({name})"]
+        assert jobs[kind.rule] == 1 and (line.rule, line.gpu) == (kind.rule, "H100")
+        assert line.items == f"3 {kind.unit}" and line.hours > 0, name
 
 
 def test_carbon_8b_has_its_own_shape():

@@ -15,8 +15,9 @@ from carbon_vep.config.stages import (
     PerturbationSettings,
     RecoverySettings,
 )
+from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.evaluate.metrics import evaluated_rows, vep_metrics
-from carbon_vep.report.html import render_html
+from carbon_vep.report.html import TASK_SECTIONS, render_html
 from carbon_vep.report.markdown import render_report, render_summary
 from carbon_vep.report.page import load_run
 from carbon_vep.report.results_table import results_markdown, results_table
@@ -143,6 +144,11 @@ def run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def page(run):
     return render_html(run, results_table([r.metrics for r in run]))
+
+
+def test_every_task_kind_has_its_section():
+    """A kind declared in config.tasks but without a section would never reach the page."""
+    assert list(TASK_SECTIONS) == list(TASK_KINDS)
 
 
 def test_html_is_one_self_contained_page_with_every_section(page):

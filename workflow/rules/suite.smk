@@ -1,4 +1,7 @@
-# Zero-shot suite tasks beyond variant panels, and the results table of the whole run.
+# Zero-shot suite tasks beyond variant panels, and the results table of the whole run. One
+# rule a task kind, named as carbon_vep.config.tasks declares it (docs/adding-a-task.md): its
+# tasks and resources follow from the declaration, looked up by the rule's name; a generation
+# kind runs the engine's carbon-vep (JOBS.generation_command).
 rule score_recovery:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
@@ -10,13 +13,13 @@ rule score_recovery:
     log:
         PATHS.job_log(PATHS.task_dir, "score_recovery"),
     wildcard_constraints:
-        task=TARGETS.task_pattern("sequence_recovery"),
+        task=TARGETS.rule_task_pattern("score_recovery"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models (engine vllm: tensor_parallel_size
     # GPUs, the vLLM environment's carbon-vep); a cluster profile sets the rest
     resources:
-        **JOBS.model_resources(generation=True),
+        **JOBS.task_resources("score_recovery"),
     params:
         exe=JOBS.generation_command,
         settings=JOBS.task_settings,
@@ -43,12 +46,12 @@ rule score_perturbation:
     log:
         PATHS.job_log(PATHS.task_dir, "score_perturbation"),
     wildcard_constraints:
-        task=TARGETS.task_pattern("perturbation"),
+        task=TARGETS.rule_task_pattern("score_perturbation"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models; a cluster profile sets the rest
     resources:
-        **JOBS.model_resources(),
+        **JOBS.task_resources("score_perturbation"),
     params:
         settings=JOBS.task_settings,
         provenance=JOBS.task_provenance,

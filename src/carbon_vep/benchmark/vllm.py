@@ -30,6 +30,7 @@ from carbon_vep.benchmark.harness import (
     run_command,
     write_json,
 )
+from carbon_vep.config.tasks import SEQUENCE_RECOVERY
 from carbon_vep.markdown import table as markdown_table
 
 FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
@@ -61,7 +62,7 @@ def task_command(
 ) -> list[str]:
     """A generation task's job (`score-niah` for task niah, else `score-recovery`) on one
     engine, its metrics beside `out`; `launcher`: the carbon-vep command of an environment."""
-    command = "score-niah" if task == "niah" else "score-recovery"
+    command = "score-niah" if task == "niah" else SEQUENCE_RECOVERY.command
     times = ["--times", str(times_path(out))]
     return [
         *launcher,

@@ -1,80 +1,48 @@
-"""The suite's tasks other than variant panels: score-recovery and score-perturbation."""
+"""The suite's tasks other than variant panels: one command a task kind (config.tasks:
+score-recovery, score-perturbation), each running its kind's job (suite.jobs)."""
 
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from carbon_vep import atomic
 from carbon_vep.cli.common import add_result_args, write_task_result
 from carbon_vep.config.fields import add_flags, from_args
-from carbon_vep.config.stages import (
-    EvaluationSettings,
-    ModelSettings,
-    PerturbationSettings,
-    RecoverySettings,
-)
-from carbon_vep.model.job import load_engine
+from carbon_vep.config.stages import EvaluationSettings, ModelSettings
+from carbon_vep.config.tasks import TASK_KINDS, TaskKind
 
 
-def _add_task(sub, name: str, settings: type, func, columns: str) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=settings.__doc__)
+def add_task_commands(sub) -> None:
+    for kind in TASK_KINDS.values():
+        _add_task(sub, kind)
+
+
+def _add_task(sub, kind: TaskKind) -> None:
+    p = sub.add_parser(kind.command, help=kind.settings.__doc__)
+    columns = ", ".join(kind.columns + kind.optional_columns)
     p.add_argument("--tasks-file", required=True, help=f"Parquet/TSV/CSV: {columns}")
-    add_flags(p, ModelSettings, settings, EvaluationSettings)
+    add_flags(p, ModelSettings, kind.settings, EvaluationSettings)
     add_result_args(p)
     p.add_argument("--out", required=True, help="per-row predictions Parquet")
     p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
-    p.set_defaults(func=func)
-    return p
+    if kind.generation:
+        p.add_argument("--times", help="JSON of the job's times (engine start, rollouts)")
+    p.set_defaults(func=partial(score_task, kind))
 
 
-def add_score_recovery(sub) -> None:
-    recovery = _add_task(
-        sub, "score-recovery", RecoverySettings, score_recovery, "sequence, label, type"
-    )
-    recovery.add_argument("--times", help="JSON of the job's times (engine start, rollouts)")
-
-
-def score_recovery(args: argparse.Namespace) -> None:
-    from carbon_vep.suite.recovery import recovery_metrics
-    from carbon_vep.suite.recovery_job import recover_job
+def score_task(kind: TaskKind, args: argparse.Namespace) -> None:
+    """A task kind's command: its table (refused before a model loads), its job, its outputs."""
+    from carbon_vep.suite.jobs import TASK_JOBS
     from carbon_vep.suite.tasks import read_task_table
 
-    model, settings, evaluation = from_args(
-        args, ModelSettings, RecoverySettings, EvaluationSettings
-    )
-    table = read_task_table(args.tasks_file, ["sequence", "label"])
-    predictions, speculative, times = recover_job(table, model, settings, args.tasks_file)
-    metrics = recovery_metrics(predictions, settings, evaluation)
-    if speculative:
-        named = {"draft_model": model.draft_model, "engine": model.engine}
-        metrics["speculative"] = {**named, **speculative}
-    atomic.write_parquet(predictions, args.out)
-    write_task_result(metrics, args, ["accuracy"])
-    if args.times:
-        atomic.write_json(times.record(), args.times)
+    model, settings, evaluation = from_args(args, ModelSettings, kind.settings, EvaluationSettings)
+    table = read_task_table(args.tasks_file, kind.columns)
+    run = TASK_JOBS[kind.name](table, model, settings, evaluation, args.tasks_file)
+    atomic.write_parquet(run.rows, args.out)
+    write_task_result(run.metrics, args, [kind.headline])
+    if kind.generation and args.times:
+        atomic.write_json(run.times.record(), args.times)
 
 
-def add_score_perturbation(sub) -> None:
-    _add_task(
-        sub,
-        "score-perturbation",
-        PerturbationSettings,
-        score_perturbation,
-        "original_sequence, sequence",
-    )
-
-
-def score_perturbation(args: argparse.Namespace) -> None:
-    from carbon_vep.suite.perturbation import perturbation_metrics, score_pairs
-    from carbon_vep.suite.tasks import read_task_table
-
-    model, settings, evaluation = from_args(
-        args, ModelSettings, PerturbationSettings, EvaluationSettings
-    )
-    table = read_task_table(args.tasks_file, ["original_sequence", "sequence"])
-    pairs = score_pairs(table, load_engine(model, args.tasks_file), settings)
-    atomic.write_parquet(pairs, args.out)
-    write_task_result(perturbation_metrics(pairs, settings, evaluation), args, ["accuracy"])
-
-
-COMMANDS = (add_score_recovery, add_score_perturbation)
+COMMANDS = (add_task_commands,)

@@ -32,6 +32,7 @@ from carbon_vep.config.stages import (
     TileSettings,
     niah_config_name,
 )
+from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.genome.builds import canonical_build, check_shared_references
 
 # ---- config entries ----------------------------------------------------------------------
@@ -97,26 +98,37 @@ class ScanConfig:
     calibration: CalibrationSettings = group(CalibrationSettings)
 
 
-TASK_KINDS = ("sequence_recovery", "perturbation")
+TaskKindName = Literal[tuple(TASK_KINDS)]  # the declared kinds (config.tasks)
+
+
+def _kinds_help() -> str:
+    return " or ".join(
+        f"{k.name} (columns {', '.join(k.columns + k.optional_columns)})"
+        for k in TASK_KINDS.values()
+    )
+
+
+def _kind_titles() -> str:
+    *first, last = (k.title for k in TASK_KINDS.values())
+    return f"{', '.join(first)} and {last}" if first else last
 
 
 @dataclass(frozen=True)
 class TaskConfig:
-    kind: Literal["sequence_recovery", "perturbation"] = setting(
-        help="sequence_recovery (columns sequence, label, type) or perturbation (columns "
-        "original_sequence, sequence)"
-    )
+    kind: TaskKindName = setting(help=_kinds_help())
     path: str = setting(help="Parquet, TSV or CSV file of the task")
     models: tuple[str, ...] | None = setting(
         None, help="model keys to run this task with (default all)"
     )
+    # each kind's settings (TaskKind.group); a task sets only its own kind's
     recovery: RecoverySettings = group(RecoverySettings)
     perturbation: PerturbationSettings = group(PerturbationSettings)
     evaluation: EvaluationSettings = group(EvaluationSettings)
 
     @property
-    def settings(self) -> RecoverySettings | PerturbationSettings:
-        return self.recovery if self.kind == "sequence_recovery" else self.perturbation
+    def settings(self) -> Any:
+        """The settings of this task's kind."""
+        return getattr(self, TASK_KINDS[self.kind].group)
 
 
 # The Genomic-NIAH dataset as its card declares it: each config's test split at
@@ -271,7 +283,7 @@ SECTIONS: dict[str, tuple[type, bool, str]] = {
     "tasks": (
         TaskConfig,
         False,
-        "zero-shot suite tasks other than variant panels: sequence recovery and perturbation",
+        "zero-shot suite tasks other than variant panels: " + _kind_titles(),
     ),
     "niah": (
         NiahConfig,
@@ -447,15 +459,17 @@ class RunConfig:
 
 def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
     """A task entry may only set the settings of its own kind (the schema fills every task
-    key's default, so a key of the other kind counts only when it differs from its default)."""
-    other = (
-        PerturbationSettings() if task.get("kind") == "sequence_recovery" else RecoverySettings()
-    )
+    key's default, so a key of another kind counts only when it differs from its default)."""
+    kind = task.get("kind")
+    others = [k.settings() for name, k in TASK_KINDS.items() if name != kind]
     changed = sorted(
-        f.name for f in fields(other) if f.name in task and task[f.name] != getattr(other, f.name)
+        f.name
+        for other in others
+        for f in fields(other)
+        if f.name in task and task[f.name] != getattr(other, f.name)
     )
     if changed:
-        raise ConfigError(f"tasks.{key}: {changed} do not apply to a {task.get('kind')} task")
+        raise ConfigError(f"tasks.{key}: {changed} do not apply to a {kind} task")
 
 
 def _is_sha256(value: Any) -> bool:

@@ -9,9 +9,15 @@ from typing import Any
 
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.stages import ModelSettings
+from carbon_vep.config.tasks import TASK_KINDS
 
 # the rules that run a model (a GPU profile gives each of them a GPU)
-MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah")
+MODEL_RULES = (
+    "score_shard",
+    "scan_chunk",
+    *(kind.rule for kind in TASK_KINDS.values()),
+    "score_niah",
+)
 # the GPU class a CUDA model's time is reckoned on when the profile names none (the smallest of
 # the profiles', so a time limit or an estimate errs long)
 DEFAULT_GPU_CLASS = "A10"

@@ -17,10 +17,12 @@ from typing import Any
 from carbon_vep.config.gpus import niah_row_seconds
 from carbon_vep.config.run import NiahConfig, RunConfig
 from carbon_vep.config.stages import TileSettings
+from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, profile_gpu_class
 from carbon_vep.errors import InputError
 from carbon_vep.estimate.costs import (
     MEASURED_H100_SCAN_BASES_S,
+    TASK_WORK,
     Shape,
     Work,
     gpu_seconds,
@@ -28,8 +30,6 @@ from carbon_vep.estimate.costs import (
     measured_work_hours,
     panel_work,
     pass_flops,
-    perturbation_work,
-    recovery_work,
     shape_of,
 )
 from carbon_vep.estimate.counts import Count, input_count
@@ -152,21 +152,16 @@ def _panel_line(run: RunConfig, key: str, model_key: str, resources: Resources) 
 
 
 def _task_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:
-    task = run.tasks[key]
+    task, kind = run.tasks[key], TASK_KINDS[run.tasks[key].kind]
     shape, model = _model(run, model_key)
     count = input_count(task.path, run)
     bp = count.sequence_bp if count else None
-    recovery = task.kind == "sequence_recovery"
-    work: Work | None = None
-    if shape.dims and recovery:
-        work = recovery_work(task.recovery, shape.dims, bp)
-        if run.models[model_key].engine == "vllm":  # the check measured our engine only
-            work = replace(work, path=None)
-    elif shape.dims:
-        work = perturbation_work(task.perturbation, shape.dims, bp)
-    rule, unit = ("score_recovery", "prompts") if recovery else ("score_perturbation", "pairs")
-    items = _Items(shape, count, work, unit, run.models[model_key].device)
-    return _line(f"tasks.{key} ({task.kind})", model, rule, resources, items)
+    work = TASK_WORK[kind.name](task.settings, shape.dims, bp) if shape.dims else None
+    vllm = kind.generation and run.models[model_key].engine == "vllm"
+    if work and vllm:  # the check measured our engine only
+        work = replace(work, path=None)
+    items = _Items(shape, count, work, kind.unit, run.models[model_key].device)
+    return _line(f"tasks.{key} ({task.kind})", model, kind.rule, resources, items)
 
 
 def _scan_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:

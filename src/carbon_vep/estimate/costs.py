@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
@@ -28,6 +29,7 @@ from carbon_vep.config.stages import (
     RecipeSettings,
     RecoverySettings,
 )
+from carbon_vep.config.tasks import PERTURBATION, SEQUENCE_RECOVERY
 
 K = 6  # bases a token
 DNA_ROWS = 4**K
@@ -167,6 +169,13 @@ def perturbation_work(
     what = f"2 x <= {tokens:,} tokens (original, perturbed), {norm}"
     path = f"perturbation {norm}" if settings.scoring == "token" else None
     return Work(2 * tokens, 2 * pass_flops(dims, tokens, _rows(norm, dims)), what, path)
+
+
+# an item of each task kind (config.tasks): (its settings, model dims, its bp if known) -> Work
+TASK_WORK: dict[str, Callable[[Any, Mapping[str, int], int | None], Work | None]] = {
+    SEQUENCE_RECOVERY.name: recovery_work,
+    PERTURBATION.name: perturbation_work,
+}
 
 
 # ---- measured on an H100 -------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from carbon_vep.config.run import RunConfig, ScanConfig
+from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.estimate.counts import Count, genome_bases, input_count
 
 
@@ -146,10 +147,7 @@ def _task_jobs(run: RunConfig) -> list[JobCount]:
     def jobs(kind: str) -> int:
         return sum(len(run.entry_models(t)) for t in run.tasks.values() if t.kind == kind)
 
-    return [
-        JobCount("score_recovery", jobs("sequence_recovery"), "task x model"),
-        JobCount("score_perturbation", jobs("perturbation"), "task x model"),
-    ]
+    return [JobCount(kind.rule, jobs(kind.name), "task x model") for kind in TASK_KINDS.values()]
 
 
 def _niah_jobs(run: RunConfig) -> list[JobCount]:

@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from carbon_vep.columns import Status
+from carbon_vep.config.tasks import PERTURBATION, SEQUENCE_RECOVERY, TASK_KINDS
 from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
 from carbon_vep.report import plots
@@ -255,12 +256,12 @@ def _breakdown_tables(results: Sequence[TaskResult]) -> str:
 
 
 def _recovery_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
-    types = sorted({t for r in results for t in r.metrics.get("by_type", {})})
+    by_type, accuracy = SEQUENCE_RECOVERY.key("by_type"), SEQUENCE_RECOVERY.key("accuracy")
+    types = sorted({t for r in results for t in r.metrics.get(by_type, {})})
     per_model = {
-        r.model: {t: v["accuracy"] for t, v in r.metrics.get("by_type", {}).items()}
-        for r in results
+        r.model: {t: v[accuracy] for t, v in r.metrics.get(by_type, {}).items()} for r in results
     }
-    rows = [["all rows", *(_with_interval(r.metrics, "accuracy", 3) for r in results)]]
+    rows = [["all rows", *(_with_interval(r.metrics, accuracy, 3) for r in results)]]
     rows += [[t, *(_fmt(per_model[r.model].get(t), 3) for r in results)] for t in types]
     decoders = ", ".join(f"{r.model}: {r.metrics['parameters']['decoder']}" for r in results)
     figure = ""
@@ -285,12 +286,14 @@ def _recovery_section(task: str, results: list[TaskResult], colours: dict[str, s
 
 
 def _perturbation_section(task: str, results: list[TaskResult], colours: dict[str, str]) -> str:
+    accuracy, ties = PERTURBATION.key("accuracy"), PERTURBATION.key("n_ties")
+    margin = PERTURBATION.key("mean_margin")
     rows = [
-        ["accuracy (ties wrong)", *(_with_interval(r.metrics, "accuracy", 3) for r in results)],
+        ["accuracy (ties wrong)", *(_with_interval(r.metrics, accuracy, 3) for r in results)],
         ["pairs scored", *(r.metrics["n_scored"] for r in results)],
         ["correct", *(r.metrics["n_correct"] for r in results)],
-        ["ties", *(r.metrics["n_ties"] for r in results)],
-        ["mean margin", *(_fmt(r.metrics["metrics"]["mean_margin"], 4) for r in results)],
+        ["ties", *(r.metrics[ties] for r in results)],
+        ["mean margin", *(_fmt(r.metrics["metrics"][margin], 4) for r in results)],
     ]
     margins = {
         r.model: r.rows.filter(pl.col("status") == Status.SCORED)["margin"].to_numpy()
@@ -318,6 +321,13 @@ def _perturbation_section(task: str, results: list[TaskResult], colours: dict[st
             model_warnings(results),
         ]
     )
+
+
+# each task kind's section (config.tasks); the page follows the kinds' declared order
+TASK_SECTIONS = {
+    SEQUENCE_RECOVERY.name: _recovery_section,
+    PERTURBATION.name: _perturbation_section,
+}
 
 
 def _provenance_section(run: Sequence[TaskResult]) -> str:
@@ -412,11 +422,7 @@ def render_html(
     `scans`: the output folders of its scans; `published_niah`: the published NIAH points,
     baselines/published_niah.yaml)."""
     colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
-    sections = {
-        "vep": _vep_section,
-        "sequence_recovery": _recovery_section,
-        "perturbation": _perturbation_section,
-    }
+    sections = {"vep": _vep_section} | {kind: TASK_SECTIONS[kind] for kind in TASK_KINDS}
     body, nav = [_comparison_section(run, table)], ["<a href='#results'>Results</a>"]
     for kind, section in sections.items():
         for task, results in by_task(run, kind).items():

@@ -14,20 +14,14 @@ from dataclasses import asdict
 import polars as pl
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import EvaluationSettings, PerturbationSettings
+from carbon_vep.config.stages import EvaluationSettings, ModelSettings, PerturbationSettings
+from carbon_vep.config.tasks import PERTURBATION
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.model.batching import FAILED_ALONE
 from carbon_vep.model.engine import Engine
+from carbon_vep.model.job import load_engine
 from carbon_vep.model.tokens import non_acgt_count
-
-ACCURACY_DEFINITION = (
-    "share of scored pairs with S(original_sequence) > S(sequence), strictly (ties count as "
-    "wrong); S = mean log-likelihood of the sequence cut to whole k-mers ({scoring})"
-)
-SCORING_TEXT = {
-    "token": "per 6-mer token, normaliser {normalization}",
-    "bp": "per base, FNS marginals over the 6-mer block",
-}
+from carbon_vep.suite.tasks import TaskRun
 
 
 def whole_kmers(seq: str, k: int) -> str:
@@ -125,7 +119,7 @@ def perturbation_metrics(
     correct = scored["correct"].cast(pl.Float64).to_numpy()
     n_ties = int(scored["tie"].sum()) if scored.height else 0
     result = task_metrics(
-        "perturbation",
+        PERTURBATION.name,
         pairs,
         scored,
         n_correct=int(correct.sum()),
@@ -134,13 +128,7 @@ def perturbation_metrics(
             "accuracy": float(correct.mean()) if len(correct) else None,
             "mean_margin": float(scored["margin"].mean()) if scored.height else None,
         },
-        definitions={
-            "accuracy": ACCURACY_DEFINITION.format(
-                scoring=SCORING_TEXT[settings.scoring].format(normalization=settings.normalization)
-            ),
-            "mean_margin": "mean over scored pairs of S(original_sequence) − S(sequence)",
-            "n_ties": "scored pairs with S(original_sequence) == S(sequence) (counted wrong)",
-        },
+        definitions=PERTURBATION.definitions(settings),
         parameters={**asdict(settings), "normalization": settings.resolved_normalization},
     )
     add_mean_interval(result, "accuracy", correct, evaluation)
@@ -150,3 +138,15 @@ def perturbation_metrics(
         n = int((scored["non_acgt"] > 0).sum())
         result["warnings"].append(f"{n} pairs contain non-ACGT bases (sent as <oov>)")
     return result
+
+
+def perturbation_task(
+    table: pl.DataFrame,
+    model: ModelSettings,
+    settings: PerturbationSettings,
+    evaluation: EvaluationSettings,
+    where: str,
+) -> TaskRun:
+    """A perturbation job: its pairs scored on the model, and their metrics."""
+    pairs = score_pairs(table, load_engine(model, where), settings)
+    return TaskRun(pairs, perturbation_metrics(pairs, settings, evaluation))

@@ -40,6 +40,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
+from carbon_vep.config.tasks import SEQUENCE_RECOVERY
 from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.model.batching import FAILED_ALONE, in_batches, scatter
@@ -49,14 +50,6 @@ from carbon_vep.model.tokens import non_acgt_count, suppressed_token_ids
 from carbon_vep.progress import Progress
 
 CHANCE_ACCURACY = 0.25
-ACCURACY_DEFINITION = (
-    "mean over rows of (bases equal to the label among the first {bp} of prediction and label) "
-    "/ {bp}; a prediction shorter than {bp} bp counts its missing bases as wrong"
-)
-PREDICTION_LENGTH_DEFINITION = (
-    "mean over rows of (bases equal to the label among the first scored_bp) / scored_bp, with "
-    "scored_bp = min(label length, prediction length) per row (a row with scored_bp 0 counts 0)"
-)
 # the published map from the dataset's `type` to the tag put before the DNA prefix
 # (huggingface/carbon evaluation/sequence_recovery_eval.py, SPECIES_TAG_MAP); another type
 # gets no tag there, and none here
@@ -379,13 +372,9 @@ def recovery_metrics(
         by_type[str(t)] = {"n": part.height, "accuracy": float(part["accuracy"].mean())}
         if has_bp:
             by_type[str(t)]["mean_scored_bp"] = float(part["scored_bp"].mean())
-    fixed = settings.accuracy_mode == "fixed_bp"
-    definition = (
-        ACCURACY_DEFINITION.format(bp=settings.score_bp) if fixed else PREDICTION_LENGTH_DEFINITION
-    )
     sources = predictions["label_source"].drop_nulls() if "label_source" in predictions else None
     result = task_metrics(
-        "sequence_recovery",
+        SEQUENCE_RECOVERY.name,
         predictions,
         scored,
         metrics={"accuracy": float(accuracy.mean()) if len(accuracy) else None},
@@ -393,15 +382,7 @@ def recovery_metrics(
         label_source=sources[0] if sources is not None and len(sources) else None,
         mean_scored_bp=float(scored["scored_bp"].mean()) if has_bp and scored.height else None,
         chance_accuracy=CHANCE_ACCURACY,
-        definitions={
-            "accuracy": definition,
-            "by_type": "the same accuracy averaged over the rows of each `type`, types in sorted "
-            "order (the published script's per-type means; rows without a type are in none)",
-            "label_source": "where the labels came from, for the whole table: dataset (the "
-            "`label` column) or sequence_tail (the last bases of `sequence`, cut off the prompt)",
-            "mean_scored_bp": "mean over scored rows of the bases each accuracy is taken over",
-            "chance_accuracy": "expected accuracy of uniformly random bases",
-        },
+        definitions=SEQUENCE_RECOVERY.definitions(settings),
         parameters=asdict(settings),
     )
     add_mean_interval(result, "accuracy", accuracy, evaluation)
@@ -419,7 +400,7 @@ def recovery_metrics(
                 "published"
             )
     short = scored.filter(pl.col("label").str.len_chars() < settings.score_bp).height
-    if short and fixed:
+    if short and settings.accuracy_mode == "fixed_bp":
         result["warnings"].append(
             f"{short} labels are shorter than {settings.score_bp} bp: their missing bases count "
             "as wrong (published denominator)"

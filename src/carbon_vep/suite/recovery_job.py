@@ -7,8 +7,27 @@ from __future__ import annotations
 
 import polars as pl
 
-from carbon_vep.config.stages import ModelSettings, RecoverySettings
-from carbon_vep.suite.tasks import JobTimes
+from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
+from carbon_vep.suite.tasks import JobTimes, TaskRun
+
+
+def recovery_task(
+    table: pl.DataFrame,
+    model: ModelSettings,
+    settings: RecoverySettings,
+    evaluation: EvaluationSettings,
+    where: str,
+) -> TaskRun:
+    """A sequence-recovery job: its predictions, their metrics (with the draft's record) and
+    its times."""
+    from carbon_vep.suite.recovery import recovery_metrics
+
+    predictions, speculative, times = recover_job(table, model, settings, where)
+    metrics = recovery_metrics(predictions, settings, evaluation)
+    if speculative:
+        named = {"draft_model": model.draft_model, "engine": model.engine}
+        metrics["speculative"] = {**named, **speculative}
+    return TaskRun(predictions, metrics, times)
 
 
 def recover_job(

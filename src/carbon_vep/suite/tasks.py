@@ -1,6 +1,7 @@
 """Suite task files in: a task table (Parquet, TSV or CSV, named as panels are) with its
-required columns, each row named by its file and row or line; and a generation job's times out
-(`JobTimes`: the engine's start and the scoring, written as JSON beside the job's outputs)."""
+required columns, each row named by its file and row or line; a task job's outputs (`TaskRun`);
+and a generation job's times out (`JobTimes`: the engine's start and the scoring, written as
+JSON beside the job's outputs)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,13 @@ class JobTimes:
             f"{where}: {r['rows']} rows scored in {r['score_s']:.2f} s on {r['engine']} "
             f"after an engine start of {r['start_s']:.2f} s"
         )
+
+
+@dataclass
+class TaskRun:
+    """What a task kind's job returns (suite.jobs): its per-row table, its metrics JSON and,
+    for a generation task, its times."""
+
+    rows: pl.DataFrame
+    metrics: dict[str, Any]
+    times: JobTimes | None = None

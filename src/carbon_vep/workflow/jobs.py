@@ -17,6 +17,7 @@ from carbon_vep.config.fields import spec_json
 from carbon_vep.config.gpus import host_memory_mb
 from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import GENERATION_ONLY
+from carbon_vep.config.tasks import TASK_KINDS, kind_of_rule
 from carbon_vep.config.workflow import niah_runtime_minutes
 from carbon_vep.estimate.costs import shape_of
 from carbon_vep.workflow.paths import RunPaths
@@ -106,6 +107,11 @@ class Jobs:
             "runtime": runtime,
         }
 
+    def task_resources(self, rule: str) -> dict[str, Any]:
+        """The `resources:` of a task kind's rule (a generation kind's engine may take several
+        GPUs)."""
+        return self.model_resources(generation=kind_of_rule(rule).generation)
+
     def host_memory_mb(self, wc: Any) -> int:
         """Host memory for the model's weights, read on the host before they move to the
         device (config.gpus.host_memory_mb, on the shape its config.json or name gives)."""
@@ -166,7 +172,7 @@ class Jobs:
 
     def task_settings(self, wc: Any) -> str:
         task = self.run.tasks[wc.task]
-        generation = task.kind == "sequence_recovery"
+        generation = TASK_KINDS[task.kind].generation
         return self.model_settings(wc, task.settings, task.evaluation, generation=generation)
 
     def niah_settings(self, wc: Any) -> str:

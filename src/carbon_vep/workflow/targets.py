@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from carbon_vep.config.run import RunConfig
+from carbon_vep.config.tasks import kind_of_rule
 from carbon_vep.workflow.paths import RunPaths
 
 NOTHING = "^$"  # a wildcard pattern that matches no name
@@ -143,6 +144,10 @@ class Targets:
     def task_pattern(self, kind: str) -> str:
         """The tasks of one kind."""
         return names_pattern([t for t, spec in self.run.tasks.items() if spec.kind == kind])
+
+    def rule_task_pattern(self, rule: str) -> str:
+        """The tasks a task kind's rule runs (config.tasks: the kind that declares `rule`)."""
+        return self.task_pattern(kind_of_rule(rule).name)
 
     def niah_pattern(self, source: str) -> str:
         """The NIAH entries whose cells come from `source` (hub or build)."""
