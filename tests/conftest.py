@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from support.cluster import ROOT, uninterrupted_run  # noqa: F401  (a session fixture)
 from support.files import random_dna, write_fasta
+from support.once import built_once
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
@@ -59,9 +60,12 @@ def genome(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def demo_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo model, one directory for both workers: a run shared between them
+    (`uninterrupted_run`) names it in its config and provenance, as the tests reusing it do."""
     from carbon_vep.model.demo import build_demo_model
 
-    return build_demo_model(tmp_path_factory.mktemp("models") / "demo_model")
+    models = built_once(tmp_path_factory, "models", lambda d: build_demo_model(d / "demo_model"))
+    return models / "demo_model"
 
 
 DEMO_FASTA = ROOT / "resources/demo/chr17.hg19.part.fa"

@@ -4,6 +4,8 @@ config/README.md) are derived from those definitions."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -170,18 +172,55 @@ def _torch_free_modules() -> list[str]:
     return [*forbidden["source_modules"], "carbon_vep.cli"]
 
 
-@pytest.mark.parametrize("module", _torch_free_modules())
-def test_cpu_stages_never_import_torch(module):
+# One interpreter imports every module in turn and names the first after which torch (or
+# transformers) is loaded: that module pulled it in, as every module before it did not. One
+# process instead of one a package: 25 interpreters importing polars took 27 s of the suite.
+TORCH_FREE_IMPORTS = """
+import importlib, json, pkgutil, sys
+def offender(name):
+    importlib.import_module(name)
+    return name if {"torch", "transformers"} & set(sys.modules) else None
+def first_offender(modules):
+    for module in modules:
+        m = importlib.import_module(module)
+        subs = pkgutil.walk_packages(getattr(m, "__path__", []), m.__name__ + ".")
+        for name in [module, *(i.name for i in subs if not i.name.endswith("__main__"))]:
+            if offender(name):
+                return name
+print(json.dumps(first_offender(json.loads(sys.argv[1]))))
+"""
+
+
+def test_cpu_stages_never_import_torch():
     """A CPU-only job (merge, metrics, report, ...) on a cluster must not load torch: import-linter
     checks the package's own imports statically; this loads each module (every submodule of a
     package) in a fresh interpreter, so a third-party import that pulls torch in is caught too."""
-    code = (
-        "import importlib, pkgutil, sys\n"
-        f"m = importlib.import_module({module!r})\n"
-        "for info in pkgutil.walk_packages(getattr(m, '__path__', []), m.__name__ + '.'):\n"
-        "    if not info.name.endswith('__main__'):\n"
-        "        importlib.import_module(info.name)\n"
-        "print('torch' in sys.modules)"
+    modules = json.dumps(_torch_free_modules())
+    out = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE_IMPORTS, modules],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert json.loads(out.stdout) is None, f"{out.stdout.strip()} loads torch or transformers"
+
+
+def test_the_torch_check_names_the_module_that_loads_torch(tmp_path):
+    """The check above can fail: the first module after which torch is loaded is named (a
+    stand-in package whose submodule registers a `torch` module, to spare a real import)."""
+    package = tmp_path / "stage"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "clean.py").write_text("import json\n")
+    (package / "heavy.py").write_text(
+        "import sys, types\nsys.modules['torch'] = types.ModuleType('torch')\n"
+    )
+    modules = json.dumps(["carbon_vep.report", "stage"])
+    out = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE_IMPORTS, modules],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert json.loads(out.stdout) == "stage.heavy"

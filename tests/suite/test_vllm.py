@@ -2,10 +2,11 @@
 
 Without vLLM: the restriction of generated tokens and the YaRN override as vLLM gets them equal
 what our engine uses, the refusals name the setting to change. With the vLLM environment
-(`make setup-vllm`, .venv-vllm): the same Genomic-NIAH cell and recovery task through both
-engines on a Carbon-vocabulary Llama with Carbon-3B's head dimension (96; vLLM's CPU attention
-has no kernel for the demo model's 16), float32: identical predictions and flags, likelihoods
-within 1e-4. Where .venv-vllm is missing, those tests skip saying so."""
+(`make setup-vllm`, .venv-vllm): the same Genomic-NIAH cell through both engines on a
+Carbon-vocabulary Llama with Carbon-3B's head dimension (96; vLLM's CPU attention has no kernel
+for the demo model's 16), float32: identical predictions and flags, likelihoods within 1e-4.
+Where .venv-vllm is missing, those tests skip saying so. (Recovery on vLLM, alone and with a
+draft model, against our engine: tests/test_bench_generate.py, `make bench-generate`'s jobs.)"""
 
 from __future__ import annotations
 
@@ -275,60 +276,3 @@ def test_yarn_reaches_vllm(niah_runs):
     theirs, _ = niah_runs["vllm", "2"]
     assert not np.allclose(plain["target_ll"].to_numpy(), extended["target_ll"].to_numpy())
     assert not np.allclose(plain["target_ll"].to_numpy(), theirs["target_ll"].to_numpy())
-
-
-def test_recovery_on_vllm_gives_our_engines_predictions(head96, tmp_path):
-    """40-token rollouts: ours, vLLM, and vLLM with a 1-layer draft model (its draft-model
-    speculative decoding): the same predictions, the draft's counters recorded."""
-    vllm_exe = _vllm_environment()
-    draft = build_demo_model(tmp_path / "draft", num_layers=1, seed=6, **HEAD96)
-    rng = np.random.default_rng(4)
-    rows = ["".join(rng.choice(list("ACGT"), 700)) for _ in range(6)]
-    table = tmp_path / "rec.tsv"
-    table.write_text("sequence\tlabel\n" + "".join(f"{s[:660]}\t{s[660:]}\n" for s in rows))
-    out, metrics = {}, {}
-    runs = (
-        ("transformers", OURS, ()),
-        ("vllm", vllm_exe, ()),
-        ("drafted", vllm_exe, ("--draft-model", str(draft), "--num-speculative-tokens", "3")),
-    )
-    for name, exe, extra in runs:
-        path = tmp_path / f"{name}.parquet"
-        engine = "transformers" if name == "transformers" else "vllm"
-        _run(
-            exe,
-            "score-recovery",
-            "--tasks-file",
-            str(table),
-            "--model",
-            str(head96),
-            "--trust-remote-code",
-            "--dtype",
-            "float32",
-            "--engine",
-            engine,
-            "--task",
-            "rec",
-            "--model-key",
-            "m",
-            "--new-tokens",
-            "40",
-            "--out",
-            str(path),
-            "--metrics",
-            str(tmp_path / f"{name}.json"),
-            "--times",
-            str(tmp_path / f"{name}_times.json"),
-            *extra,
-        )
-        out[name] = pl.read_parquet(path)["prediction"].to_list()
-        times = json.loads((tmp_path / f"{name}_times.json").read_text())
-        assert times["engine"] == engine and times["rows"] == 6
-        assert times["start_s"] > 0 and times["score_s"] > 0
-        metrics[name] = json.loads((tmp_path / f"{name}.json").read_text())
-    assert out["transformers"] == out["vllm"] == out["drafted"]
-    assert min(map(len, out["vllm"])) == 240
-    record = metrics["drafted"]["speculative"]
-    assert record["engine"] == "vllm" and record["speculative_tokens"] == 3
-    assert record["draft_tokens"] > 0 and 0 <= record["acceptance_rate"] <= 1
-    assert "speculative" not in metrics["vllm"]

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.once import built_once
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "resources/demo"
 DATASET = "demo_centered"
@@ -107,20 +109,17 @@ def run_snakemake(
     )
 
 
-_RUNS: dict[Path, Path] = {}  # model dir -> workdir, shared by every module using the fixture
-
-
 @pytest.fixture(scope="session")
 def uninterrupted_run(tmp_path_factory, demo_model_dir) -> Path:
     """The demo config scored locally in one go: what every interrupted or clustered run of the
     same config must reproduce. Shared by every test through conftest.py: the run happens once a
-    session."""
-    if demo_model_dir not in _RUNS:
-        workdir = tmp_path_factory.mktemp("uninterrupted")
+    session, on whichever worker asks first (support/once.py). Tests copy it (`copy_run`)."""
+
+    def score(workdir: Path) -> None:
         result = run_snakemake(workdir, demo_config(workdir, demo_model_dir), SCORES)
         assert result.returncode == 0, result.stderr[-3000:]
-        _RUNS[demo_model_dir] = workdir
-    return _RUNS[demo_model_dir]
+
+    return built_once(tmp_path_factory, "uninterrupted", score)
 
 
 def copy_run(src: Path, dest: Path) -> Path:
