@@ -3,7 +3,9 @@ a failed or killed write leaves nothing at the output's name, a finished one rep
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pysam
@@ -87,3 +89,20 @@ def test_a_running_writers_temporary_is_left_alone(tmp_path):
     with atomic.atomic_path(out) as tmp:  # its writer gone, the file is stale: removed
         tmp.write_text("again")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["genome.fa.fai"]
+
+
+def test_another_machines_temporary_is_left_alone_until_it_is_stale(tmp_path):
+    """On a shared filesystem a temporary file may be another node's: its pid says nothing
+    here, so it is kept while its writer may still be writing (touched within a day), and
+    removed once it has not been touched for longer (a node's killed job)."""
+    out = tmp_path / "genome.fa.fai"
+    recent = tmp_path / f".genome.fa.fai.tmp-{os.getpid()}@othernode"  # our pid, not our host
+    old = tmp_path / ".genome.fa.fai.tmp-1@othernode2"
+    for path in (recent, old):
+        path.write_text("half")
+    day_ago = time.time() - atomic.FOREIGN_STALE_S - 60
+    os.utime(old, (day_ago, day_ago))
+    with atomic.atomic_path(out) as tmp:
+        assert tmp.name.endswith(f"@{atomic._HOST}") and tmp.name != recent.name
+        tmp.write_text("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [recent.name, "genome.fa.fai"]

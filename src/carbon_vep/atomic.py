@@ -7,7 +7,10 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,33 +18,51 @@ from typing import Any
 
 import polars as pl
 
+# A temporary file of another machine (a shared filesystem: two nodes writing one file) is
+# removed only once untouched this long: its writer's pid means nothing here.
+FOREIGN_STALE_S = 24 * 3600
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname().split(".")[0]) or "host"
+_OWNER = re.compile(r"(\d+)(?:@([A-Za-z0-9_]+))?")
+
 
 def temporary_sibling(path: str | Path, suffix: str = "") -> Path:
-    """A temporary name beside `path` (`.name.tmp-<pid><suffix>`: a writer that wants a file
-    suffix, such as `.bw`, keeps it), after removing the temporary files of an earlier writer
-    of `path` that was killed. A file whose writer is still running on this machine is left
-    alone: two jobs writing the same file at once (two jobs indexing one FASTA) must not delete
-    each other's half-written file. Rename it onto `path` with `os.replace` when complete."""
+    """A temporary name beside `path` (`.name.tmp-<pid>@<host><suffix>`: a writer that wants a
+    file suffix, such as `.bw`, keeps it), after removing the temporary files of an earlier
+    writer of `path` that was killed. A file whose writer may still be running is left alone:
+    two jobs writing the same file at once (two jobs indexing one FASTA) must not delete each
+    other's half-written file. Rename it onto `path` with `os.replace` when complete."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{final.name}.tmp-"
     for stale in final.parent.glob(f"{glob.escape(prefix)}*"):
-        if _writer_running(stale.name[len(prefix) :]):
+        if _writer_may_run(stale, stale.name[len(prefix) :]):
             continue
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
-    return final.with_name(f"{prefix}{os.getpid()}{suffix}")
+    return final.with_name(f"{prefix}{os.getpid()}@{_HOST}{suffix}")
 
 
-def _writer_running(tail: str) -> bool:
-    """Whether the process named by a temporary file's `<pid><suffix>` is another live one."""
-    digits = tail[: len(tail) - len(tail.lstrip("0123456789"))]
-    if not digits or int(digits) == os.getpid():
+def _writer_may_run(file: Path, tail: str) -> bool:
+    """Whether the writer named by a temporary file's `<pid>[@<host>]<suffix>` may be running:
+    another live process of this machine, or one of another machine that touched it lately
+    (a name without a host is this machine's, as written before hosts were named)."""
+    owner = _OWNER.match(tail)
+    if owner is None:
         return False
+    pid, host = int(owner.group(1)), owner.group(2) or _HOST
+    if host != _HOST:
+        try:
+            return time.time() - file.lstat().st_mtime < FOREIGN_STALE_S
+        except FileNotFoundError:
+            return False
+    return pid != os.getpid() and _process_alive(pid)
+
+
+def _process_alive(pid: int) -> bool:
     try:
-        os.kill(int(digits), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
