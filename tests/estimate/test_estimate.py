@@ -12,11 +12,18 @@ import yaml
 from support.cluster import ROOT, run_snakemake
 
 from carbon_vep.cli import main
-from carbon_vep.config.gpus import CARBON_SHAPES, body_parameters, model_shape, niah_row_seconds
+from carbon_vep.config.gpus import (
+    CARBON_SHAPES,
+    CARBON_VOCAB,
+    body_parameters,
+    model_shape,
+    niah_row_seconds,
+)
 from carbon_vep.config.run import RunConfig
+from carbon_vep.config.stages import RecoverySettings
 from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.estimate.bill import estimate, is_dry_run, niah_cell_hours, read_profile
-from carbon_vep.estimate.costs import TASK_WORK
+from carbon_vep.estimate.costs import TASK_WORK, recovery_work
 from carbon_vep.estimate.counts import HUB_COUNTS
 from carbon_vep.estimate.table import bill_text
 
@@ -150,6 +157,41 @@ def test_a_task_of_every_kind_is_billed_on_its_rule_in_its_unit(tmp_path):
         line = lines[f"tasks.{name} ({name})"]
         assert jobs[kind.rule] == 1 and (line.rule, line.gpu) == (kind.rule, "H100")
         assert line.items == f"3 {kind.unit}" and line.hours > 0, name
+
+
+def test_each_sweep_point_is_a_job_a_model_billed_at_its_own_settings(tmp_path):
+    """A recovery task sweeping new_tokens and max_prompt_bp: the headline and one job per
+    other value and model, each line's work from its own new_tokens / max_prompt_bp."""
+    table = tmp_path / "rec.tsv"
+    table.write_text("sequence\tlabel\n" + ("ACGTAC" * 200 + "\tACGTAC\n") * 4)
+    three_b = {"path": "HuggingFaceBio/Carbon-3B", "device": "cuda", "revision": COMMIT}
+    models = {"a": {"path": EIGHT_B, "device": "cuda", "revision": COMMIT}, "b": three_b}
+    task = {"kind": "sequence_recovery", "path": str(table)}
+    sweep = {**task, "new_tokens": [5, 10, 640], "max_prompt_bp": [6144, 600]}
+    run = _run(models=models, tasks={"t": sweep, "plain": {**task, "models": ["a"]}})
+    bill = estimate(run, {"score_recovery": {"gpu_model": "h100"}})
+    jobs = {j.rule: j for j in bill.jobs}
+    assert jobs["score_recovery"].jobs == 2 * (1 + 3) + 1
+    assert jobs["score_recovery"].how == "task x model + 6 sweep point x model"
+    lines = {(g.task, g.model.split(" ")[0]): g for g in bill.gpu if g.rule == "score_recovery"}
+    assert sorted({task for task, _ in lines}) == [
+        "tasks.plain (sequence_recovery)",
+        "tasks.t (sequence_recovery)",
+        "tasks.t (sequence_recovery, max_prompt_bp 600)",
+        "tasks.t (sequence_recovery, new_tokens 10)",
+        "tasks.t (sequence_recovery, new_tokens 640)",
+    ]
+    dims = {**CARBON_SHAPES["Carbon-3B"], "vocab_size": CARBON_VOCAB}
+    for label, settings in {
+        "tasks.t (sequence_recovery)": RecoverySettings(),
+        "tasks.t (sequence_recovery, new_tokens 640)": RecoverySettings(new_tokens=640),
+        "tasks.t (sequence_recovery, max_prompt_bp 600)": RecoverySettings(max_prompt_bp=600),
+    }.items():
+        work = recovery_work(settings, dims, 1200)  # the longest sequence, 1,200 bp
+        line = lines[label, "b"]
+        assert line.work == work.what and line.pflop == pytest.approx(4 * work.flops / 1e15)
+    assert lines["tasks.t (sequence_recovery, new_tokens 640)", "b"].work.endswith("640 generated")
+    assert lines["tasks.t (sequence_recovery, max_prompt_bp 600)", "b"].work.startswith("<= 101-")
 
 
 def test_carbon_8b_has_its_own_shape():

@@ -54,10 +54,14 @@ def _rules() -> dict[str, str]:
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
 def test_a_kind_has_its_rule(kind):
     """Its rule, named as declared, takes the kind's tasks and resources under its own name,
-    runs the kind's command, and a generation kind's on the engine's carbon-vep."""
+    runs the kind's command, and a generation kind's on the engine's carbon-vep; a kind with
+    sweeps writes its sweep points' outputs too."""
     body = _rules()[kind.rule]
+    folder = "PATHS.task_point_dir" if kind.sweeps else "PATHS.task_dir"
     for call in ("TARGETS.rule_task_pattern", "JOBS.task_resources", "PATHS.job_log"):
-        assert re.search(rf'{re.escape(call)}\((PATHS.task_dir, )?"{kind.rule}"\)', body), call
+        assert re.search(rf'{re.escape(call)}\(({folder}, )?"{kind.rule}"\)', body), call
+    points = f'point=TARGETS.rule_point_pattern("{kind.rule}")'
+    assert (points in body) == bool(kind.sweeps)
     launcher = r"\{params\.exe\}" if kind.generation else "carbon-vep"
     assert re.search(rf'"{launcher} {kind.command} --tasks-file', body)
     assert ("JOBS.generation_command" in body) == kind.generation

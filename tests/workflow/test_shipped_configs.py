@@ -72,6 +72,8 @@ def test_dry_run_plans_only_the_configs_jobs(path, tmp_path):
     for parts in under:
         if parts[:2] == ("suite", "niah"):  # suite/niah/ENTRY/CELL/MODEL/...
             assert parts[2] in own["niah"] and parts[4] in own["model"], parts
+        elif parts[0] == "suite" and parts[2] == "sweep":  # suite/TASK/sweep/POINT/MODEL/...
+            assert parts[1] in own["task"] and parts[4] in own["model"], parts
         elif parts[0] == "suite":
             assert parts[1] in own["task"] and parts[2] in own["model"], parts
         elif parts[0] == "niah":  # niah/ENTRY/cells/CELL.parquet

@@ -21,13 +21,14 @@ rule write_report:
 
 
 # One self-contained HTML page (and a Markdown summary) for the whole run, from what the
-# earlier stages wrote: each result's metrics with its row file, the results table, and each
-# scan's calibration.
+# earlier stages wrote: each result's metrics with its row file, the results table, each
+# task's sweep points and each scan's calibration.
 rule write_run_report:
     input:
         unpack(lambda wc: TARGETS.run_tables()),
         metrics=TARGETS.run_metrics(),
         rows=TARGETS.run_rows(),
+        sweeps=TARGETS.sweep_metrics(),
         scans=TARGETS.run_scan_summaries(),
         published_niah=[PUBLISHED_NIAH] if RUN.niah else [],
     output:
@@ -52,7 +53,10 @@ rule write_run_report:
         published=lambda wc, input: " ".join(
             f"--published-niah {path}" for path in input.published_niah
         ),
+        sweeps=lambda wc, input: " ".join(
+            f"--sweep-metrics {path}" for path in input.sweeps
+        ),
     shell:
         "carbon-vep html-report --metrics {input.metrics} --rows {input.rows} {params.tables}"
-        " {params.scans} {params.published} --out-html {output.html}"
+        " {params.scans} {params.published} {params.sweeps} --out-html {output.html}"
         " --out-md {output.summary} > {log} 2>&1"

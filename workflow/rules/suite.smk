@@ -1,19 +1,22 @@
 # Zero-shot suite tasks beyond variant panels, and the results table of the whole run. One
 # rule a task kind, named as carbon_vep.config.tasks declares it (docs/adding-a-task.md): its
 # tasks and resources follow from the declaration, looked up by the rule's name; a generation
-# kind runs the engine's carbon-vep (JOBS.generation_command).
+# kind runs the engine's carbon-vep (JOBS.generation_command). A kind with sweeps writes its
+# headline and each sweep point through one pattern (`{point}`: empty, or the point's folder),
+# a point's settings and provenance from JOBS, so the headline's command is unchanged.
 rule score_recovery:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
         task_inputs=PATHS.task_inputs,
         model=JOBS.model_files,
     output:
-        predictions=PATHS.task_predictions,
-        metrics=PATHS.task_metrics,
+        predictions=PATHS.task_point_predictions,
+        metrics=PATHS.task_point_metrics,
     log:
-        PATHS.job_log(PATHS.task_dir, "score_recovery"),
+        PATHS.job_log(PATHS.task_point_dir, "score_recovery"),
     wildcard_constraints:
         task=TARGETS.rule_task_pattern("score_recovery"),
+        point=TARGETS.rule_point_pattern("score_recovery"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models (engine vllm: tensor_parallel_size

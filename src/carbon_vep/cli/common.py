@@ -14,6 +14,7 @@ import polars as pl
 from carbon_vep import atomic
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.stages import RecipeSettings
+from carbon_vep.config.tasks import SWEEP_KEY
 from carbon_vep.errors import InputError
 
 log = logging.getLogger("carbon_vep")
@@ -59,12 +60,16 @@ def add_result_args(p: argparse.ArgumentParser, defaults: str | None = None) -> 
 
 
 def write_task_result(result: dict, args: argparse.Namespace, headline: list[str]) -> None:
-    """Name the result (task, model key, headline metrics, provenance), write it, log warnings."""
+    """Name the result (task, model key, headline metrics, provenance), write it, log warnings.
+    A sweep point's job gets its point in its provenance and files it under the parameters."""
+    provenance = pairs(args.provenance)
+    if SWEEP_KEY in provenance:
+        result.setdefault("parameters", {})[SWEEP_KEY] = provenance.pop(SWEEP_KEY)
     result.update(
         task=args.task,
         model_key=args.model_key,
         headline_metrics=headline,
-        provenance=pairs(args.provenance),
+        provenance=provenance,
     )
     atomic.write_json(result, args.metrics_out)
     for warning in result["warnings"]:

@@ -55,6 +55,12 @@ def add_html_report(sub) -> None:
         help="published Genomic-NIAH exact match (baselines/published_niah.yaml), drawn beside "
         "a model of the same key",
     )
+    p.add_argument(
+        "--sweep-metrics",
+        action="append",
+        default=[],
+        help="a sweep point's metrics JSON (repeatable): drawn beside its task, not a table row",
+    )
     p.add_argument("--title", default="carbon-vep run report")
     p.add_argument("--out-html", required=True)
     p.add_argument("--out-md", required=True)
@@ -65,10 +71,12 @@ def html_report(args: argparse.Namespace) -> None:
     from carbon_vep.report.html import render_html
     from carbon_vep.report.markdown import render_summary
     from carbon_vep.report.page import load_run
+    from carbon_vep.report.results_table import load_results
 
     run = load_run(args.metrics, args.rows)
     table = pl.read_parquet(args.results_table) if args.results_table else None
-    html = render_html(run, table, args.title, args.scan, args.published_niah)
+    sweeps = load_results(args.sweep_metrics)
+    html = render_html(run, table, args.title, args.scan, args.published_niah, sweeps)
     atomic.write_text(html, args.out_html)
     table_markdown = Path(args.results_table_md).read_text() if args.results_table_md else ""
     summary = render_summary([r.metrics for r in run], table_markdown, args.title)

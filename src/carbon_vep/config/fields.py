@@ -109,6 +109,11 @@ def _type_info(hint: Any) -> tuple[str, str | None, bool]:
     return _scalar(hint), None, nullable
 
 
+def takes_list(hint: Any) -> bool:
+    """Whether a setting of this annotation holds a list (`models`, `regions`, ...)."""
+    return _type_info(hint)[0] == "list"
+
+
 def _scalar(tp: Any) -> str:
     return {str: "str", int: "int", float: "float", bool: "bool"}[tp]
 
@@ -294,8 +299,9 @@ def from_args(args: argparse.Namespace, *classes: type) -> tuple[Any, ...]:
 _JSON = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
 
-def schema_property(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
-    """The JSON-schema property of one setting: type, bounds, choices, default, description."""
+def schema_property(f: dataclasses.Field, hint: Any, sweep: bool = False) -> dict[str, Any]:
+    """The JSON-schema property of one setting: type, bounds, choices, default, description.
+    A `sweep` setting also takes a list of values (RunConfig checks them, naming the entry)."""
     kind, inner, nullable = _type_info(hint)
     meta = f.metadata
     if kind == "list":
@@ -322,19 +328,29 @@ def schema_property(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
     for key in ("minimum", "maximum", "pattern"):
         if meta[key] is not None:
             prop[key] = meta[key]
+    if sweep:
+        prop = {"anyOf": [prop, {"type": "array", "items": {"type": prop["type"]}}]}
     if not is_required(f):
         default = default_of(f)
         prop["default"] = list(default) if isinstance(default, tuple) else default
-    prop["description"] = meta["help"]
+    prop["description"] = meta["help"] + (SWEEP_HELP if sweep else "")
     return prop
 
 
-def entry_schema(cls: type) -> dict[str, Any]:
-    """The schema of one config entry: its entry-scope settings, flat."""
+SWEEP_HELP = (
+    "; a list sweeps it: the first value is the entry's own, each other value a job of its own "
+    "(docs/metrics.md#sweeps)"
+)
+
+
+def entry_schema(cls: type, sweeps: Iterable[str] = ()) -> dict[str, Any]:
+    """The schema of one config entry: its entry-scope settings, flat (`sweeps`: the settings
+    that also take a list)."""
     settings = [(f, h) for f, h in flat_fields(cls) if f.metadata["scope"] == "entry"]
+    swept = set(sweeps)
     return {
         "type": "object",
-        "properties": {f.name: schema_property(f, h) for f, h in settings},
+        "properties": {f.name: schema_property(f, h, f.name in swept) for f, h in settings},
         "required": [f.name for f, _ in settings if is_required(f)],
         "additionalProperties": False,
     }

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from carbon_vep.config.fields import ConfigError, describe, flat_fields, from_flat, group, setting
+from carbon_vep.config.fields import (
+    ConfigError,
+    describe,
+    flat_fields,
+    from_flat,
+    group,
+    setting,
+    takes_list,
+)
 from carbon_vep.config.stages import (
     NIAH_CONTEXTS,
     NIAH_TASKS,
@@ -32,7 +40,7 @@ from carbon_vep.config.stages import (
     TileSettings,
     niah_config_name,
 )
-from carbon_vep.config.tasks import TASK_KINDS
+from carbon_vep.config.tasks import TASK_KINDS, SweepPoint, TaskKind
 from carbon_vep.genome.builds import canonical_build, check_shared_references
 
 # ---- config entries ----------------------------------------------------------------------
@@ -129,6 +137,11 @@ class TaskConfig:
     def settings(self) -> Any:
         """The settings of this task's kind."""
         return getattr(self, TASK_KINDS[self.kind].group)
+
+    def at(self, point: SweepPoint) -> TaskConfig:
+        """This entry at a point of its sweep: the one setting at the point's value."""
+        settings = dataclasses.replace(self.settings, **{point.setting: point.value})
+        return dataclasses.replace(self, **{TASK_KINDS[self.kind].group: settings})
 
 
 # The Genomic-NIAH dataset as its card declares it: each config's test split at
@@ -342,6 +355,7 @@ class RunConfig:
     downloads: dict[str, DownloadConfig]
     baseline: str | None = None
     sha256: dict[str, str] = field(default_factory=dict)
+    sweeps: dict[str, tuple[SweepPoint, ...]] = field(default_factory=dict)  # by task
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any]) -> RunConfig:
@@ -351,8 +365,13 @@ class RunConfig:
         if unknown:
             raise ConfigError(f"unknown top-level config key(s) {unknown}")
         run = {name: config[name] for name in run_fields() if name in config}
+        tasks, sweeps = {}, {}
         for key, task in (config.get("tasks") or {}).items():
             _check_task_keys(key, task)
+            tasks[key], points = _split_sweeps(key, task)
+            if points:
+                sweeps[key] = points
+        config = {**config, "tasks": tasks}
         sections = {
             name: {
                 key: from_flat(entry_cls, {**run, **dict(value or {})}, f"{name}.{key}", ignore=run)
@@ -368,6 +387,7 @@ class RunConfig:
             outdir=config.get("outdir", OUTDIR_DEFAULT),
             baseline=config.get("baseline"),
             sha256=pins,
+            sweeps=sweeps,
             **sections,
         )
         run_config.check()
@@ -456,6 +476,10 @@ class RunConfig:
     ) -> list[str]:
         return list(entry.models) if entry.models is not None else list(self.models)
 
+    def sweep_points(self, task: str) -> tuple[SweepPoint, ...]:
+        """The points of a task's sweeps (none: the task runs its headline only)."""
+        return self.sweeps.get(task, ())
+
 
 def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
     """A task entry may only set the settings of its own kind (the schema fills every task
@@ -470,6 +494,43 @@ def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
     )
     if changed:
         raise ConfigError(f"tasks.{key}: {changed} do not apply to a {kind} task")
+
+
+def _split_sweeps(
+    key: str, task: Mapping[str, Any]
+) -> tuple[dict[str, Any], tuple[SweepPoint, ...]]:
+    """The entry at its headline (a list's first value) and the other values of its lists as
+    sweep points, one setting varied at a time from the headline (no cross product)."""
+    kind = TASK_KINDS.get(task.get("kind"))
+    if kind is None:  # the kind is refused where the entry is read
+        return dict(task), ()
+    headline, points = dict(task), []
+    for f, hint in flat_fields(TaskConfig):
+        values = task.get(f.name)
+        if isinstance(values, list) and not takes_list(hint):
+            _check_sweep(f"tasks.{key}.{f.name}", kind, f, values)
+            headline[f.name] = values[0]
+            points += [SweepPoint(f.name, value) for value in values[1:]]
+    order = list(kind.sweeps)  # the kind's order, each list's own within it
+    return headline, tuple(sorted(points, key=lambda p: order.index(p.setting)))
+
+
+def _check_sweep(where: str, kind: TaskKind, f: dataclasses.Field, values: list) -> None:
+    """A list is a sweep of a setting the kind declares sweepable, of distinct valid values."""
+    if f.name not in kind.sweeps:
+        swept = ", ".join(kind.sweeps) or "none of its settings"
+        raise ConfigError(f"{where}: a list sweeps a setting; a {kind.name} task sweeps {swept}")
+    if not values:
+        raise ConfigError(f"{where}: an empty list sweeps nothing; give one value or several")
+    low = f.metadata["minimum"]
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {value!r} is not an integer")
+        if low is not None and value < low:
+            raise ConfigError(f"{where}: {value} is below the minimum {low:g}")
+    repeated = sorted({value for value in values if values.count(value) > 1})
+    if repeated:
+        raise ConfigError(f"{where}: {repeated} given more than once; each value runs once")
 
 
 def _is_sha256(value: Any) -> bool:

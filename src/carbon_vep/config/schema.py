@@ -16,8 +16,10 @@ from carbon_vep.config.run import (
     SECTIONS,
     SHA256_HELP,
     SHA256_PATTERN,
+    TaskConfig,
     run_fields,
 )
+from carbon_vep.config.tasks import swept_settings
 
 
 def json_schema() -> dict[str, Any]:
@@ -40,7 +42,7 @@ def json_schema() -> dict[str, Any]:
             "type": "object",
             "description": description,
             "propertyNames": {"pattern": ENTRY_KEY},
-            "additionalProperties": entry_schema(entry_cls),
+            "additionalProperties": entry_schema(entry_cls, entry_sweeps(entry_cls)),
         }
         if required:
             section["minProperties"] = 1
@@ -56,6 +58,11 @@ def json_schema() -> dict[str, Any]:
         "required": [name for name, (_, required, _) in SECTIONS.items() if required],
         "additionalProperties": False,
     }
+
+
+def entry_sweeps(entry_cls: type) -> set[str]:
+    """The settings of a section's entries that also take a list (a task's sweeps)."""
+    return swept_settings() if entry_cls is TaskConfig else set()
 
 
 def schema_yaml() -> str:

@@ -1,6 +1,7 @@
 """The suite's task kinds other than variant panels, each declared once (`TASK_KINDS`): its
-config name, settings, Snakemake rule, command, task-file columns and metrics. The config, the
-CLI, the workflow, the estimate and the report read this table (docs/adding-a-task.md).
+config name, settings, Snakemake rule, command, task-file columns, metrics and the settings a
+task entry may sweep (a list of values: docs/metrics.md#sweeps). The config, the CLI, the
+workflow, the estimate and the report read this table (docs/adding-a-task.md).
 
 It sits at the config layer so that a config is checked, and a run planned and estimated,
 before anything imports torch: a task kind's code (suite/) needs the model; its declaration
@@ -34,6 +35,36 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class Sweep:
+    """A setting of a kind that a task entry may sweep (a list of values: the first the
+    headline's, each other a job of its own). The report draws accuracy against `axis`, the
+    value times `scale`."""
+
+    axis: str
+    scale: int = 1
+
+    def axis_value(self, value: int) -> int:
+        return value * self.scale
+
+
+# a sweep point in a job's provenance (the rule's one way in) and in its metrics' parameters
+SWEEP_KEY = "sweep"
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """A value of a swept setting other than its entry's first: the headline's jobs with this
+    one setting replaced."""
+
+    setting: str
+    value: int
+
+    def record(self) -> dict[str, Any]:
+        """The point as its metrics JSON records it (`parameters.sweep`, SWEEP_KEY)."""
+        return {"setting": self.setting, "value": self.value}
+
+
+@dataclass(frozen=True)
 class TaskKind:
     """One kind of suite task: what the config, the CLI, the workflow and the report know of it
     before its code (suite/) runs."""
@@ -50,6 +81,7 @@ class TaskKind:
     unit: str  # what one row of its task file is, in the estimate
     metrics: tuple[Metric, ...]
     headline: str  # the metric of the results table
+    sweeps: Mapping[str, Sweep] = field(default_factory=dict)  # the settings a list sweeps
 
     def definitions(self, settings: Any) -> dict[str, str]:
         """Each metric's definition under `settings`, as the metrics JSON records them."""
@@ -101,6 +133,8 @@ SEQUENCE_RECOVERY = TaskKind(
         Metric("chance_accuracy", "expected accuracy of uniformly random bases"),
     ),
     headline="accuracy",
+    # the published gen_len sweep (new_tokens; a token is a 6-mer) and prompt lengths
+    sweeps={"new_tokens": Sweep("rollout bp", 6), "max_prompt_bp": Sweep("prompt bp")},
 )
 
 PERTURBATION = TaskKind(
@@ -132,6 +166,11 @@ PERTURBATION = TaskKind(
 )
 
 TASK_KINDS: dict[str, TaskKind] = {kind.name: kind for kind in (SEQUENCE_RECOVERY, PERTURBATION)}
+
+
+def swept_settings() -> set[str]:
+    """The settings some kind lets a task entry sweep (the config schema takes a list there)."""
+    return {name for kind in TASK_KINDS.values() for name in kind.sweeps}
 
 
 def kind_of_rule(rule: str) -> TaskKind:

@@ -17,7 +17,7 @@ from typing import Any
 from carbon_vep.config.gpus import niah_row_seconds
 from carbon_vep.config.run import NiahConfig, RunConfig
 from carbon_vep.config.stages import TileSettings
-from carbon_vep.config.tasks import TASK_KINDS
+from carbon_vep.config.tasks import TASK_KINDS, SweepPoint
 from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, profile_gpu_class
 from carbon_vep.errors import InputError
 from carbon_vep.estimate.costs import (
@@ -83,7 +83,9 @@ def gpu_lines(run: RunConfig, resources: Resources) -> list[GpuLine]:
             for model in run.entry_models(dataset):
                 out.append(_panel_line(run, key, model, resources))
     for key, task in run.tasks.items():
-        out += [_task_line(run, key, model, resources) for model in run.entry_models(task)]
+        for model in run.entry_models(task):
+            points = (None, *run.sweep_points(key))  # the headline, then each sweep point
+            out += [_task_line(run, key, model, resources, point) for point in points]
     for key, scan in run.scans.items():
         out += [_scan_line(run, key, model, resources) for model in run.entry_models(scan)]
     for key, entry in run.niah.items():
@@ -151,8 +153,12 @@ def _panel_line(run: RunConfig, key: str, model_key: str, resources: Resources) 
     )
 
 
-def _task_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:
-    task, kind = run.tasks[key], TASK_KINDS[run.tasks[key].kind]
+def _task_line(
+    run: RunConfig, key: str, model_key: str, resources: Resources, point: SweepPoint | None
+) -> GpuLine:
+    """A task's jobs with one model: its headline's, or a sweep point's (its own settings)."""
+    task = run.tasks[key] if point is None else run.tasks[key].at(point)
+    kind = TASK_KINDS[task.kind]
     shape, model = _model(run, model_key)
     count = input_count(task.path, run)
     bp = count.sequence_bp if count else None
@@ -161,7 +167,8 @@ def _task_line(run: RunConfig, key: str, model_key: str, resources: Resources) -
     if work and vllm:  # the check measured our engine only
         work = replace(work, path=None)
     items = _Items(shape, count, work, kind.unit, run.models[model_key].device)
-    return _line(f"tasks.{key} ({task.kind})", model, kind.rule, resources, items)
+    swept = f", {point.setting} {point.value:,}" if point else ""
+    return _line(f"tasks.{key} ({task.kind}{swept})", model, kind.rule, resources, items)
 
 
 def _scan_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:

@@ -144,10 +144,14 @@ def _scan_jobs(run: RunConfig) -> list[JobCount]:
 
 
 def _task_jobs(run: RunConfig) -> list[JobCount]:
-    def jobs(kind: str) -> int:
-        return sum(len(run.entry_models(t)) for t in run.tasks.values() if t.kind == kind)
-
-    return [JobCount(kind.rule, jobs(kind.name), "task x model") for kind in TASK_KINDS.values()]
+    """One job a task and model, and one a sweep point and model (config.tasks: `sweeps`)."""
+    out = []
+    for kind in TASK_KINDS.values():
+        tasks = {k: len(run.entry_models(t)) for k, t in run.tasks.items() if t.kind == kind.name}
+        points = sum(len(run.sweep_points(k)) * models for k, models in tasks.items())
+        how = "task x model" + (f" + {points} sweep point x model" if points else "")
+        out.append(JobCount(kind.rule, sum(tasks.values()) + points, how))
+    return out
 
 
 def _niah_jobs(run: RunConfig) -> list[JobCount]:

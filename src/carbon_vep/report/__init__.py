@@ -1,8 +1,9 @@
 """What a user reads: the results table (`results_table`), Markdown and HTML reports
-(`markdown`, `html` with `page` and `niah`, `plots`, with `assets/report.css`), exports for the
-field's tools (`exports`: VCF with scores in INFO, tabix TSV), a scan's genome-browser tracks
-(`track_list` names them, `tracks` writes the bigWigs, `track_hub` the UCSC hub and IGV
-sessions), and the documentation tables generated from their one definition (`doc_tables`).
+(`markdown`, `html` with `page`, `niah` and `sweeps`, `plots`, with `assets/report.css`),
+exports for the field's tools (`exports`: VCF with scores in INFO, tabix TSV), a scan's
+genome-browser tracks (`track_list` names them, `tracks` writes the bigWigs, `track_hub` the
+UCSC hub and IGV sessions), and the documentation tables generated from their one definition
+(`doc_tables`).
 
 May import: `evaluate`, `scan` (a scan's outputs and calibration), `config`, `genome` and the
 shared modules (`atomic`, `columns`, `errors`, `provenance`). No torch.

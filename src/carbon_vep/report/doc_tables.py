@@ -23,7 +23,7 @@ from carbon_vep import columns, markdown
 from carbon_vep.config.fields import is_required, schema_property
 from carbon_vep.config.recipes import NORMALIZATIONS, RECIPES
 from carbon_vep.config.run import SECTIONS, run_fields
-from carbon_vep.config.schema import json_schema
+from carbon_vep.config.schema import entry_sweeps, json_schema
 from carbon_vep.errors import InputError
 
 # the pages that may hold generated tables, relative to the repository root
@@ -85,9 +85,11 @@ _KIND = {"string": "string", "integer": "integer", "number": "number", "boolean"
 
 def _type(prop: Mapping[str, Any]) -> str:
     """A schema property's type in words: `list of string`, `integer ≥ 1`, `one of a, b`."""
-    if "anyOf" in prop:  # a list that also takes one bare item (`regions: all`)
-        listed, single = prop["anyOf"]
-        return f"{_type(listed)}, or one {_type(single)}"
+    if "anyOf" in prop:  # a list that also takes one bare item (`regions: all`), or a sweep
+        first, second = prop["anyOf"]
+        if second["type"] == "array":  # a setting a list sweeps
+            return f"{_type(first)}, or a list of them"
+        return f"{_type(first)}, or one {_type(second)}"
     kinds = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
     nullable = "null" in kinds
     kind = next(k for k in kinds if k != "null")
@@ -150,11 +152,12 @@ def _has_setting(cls: type, name: str) -> bool:
 def _config_section(section: str) -> Callable[[], str]:
     def table() -> str:
         cls = SECTIONS[section][0]
+        swept = entry_sweeps(cls)
         rows = []
         for group, f, hint in _entry_settings(cls):
             if f.metadata["scope"] != "entry":  # run-level keys sit in the top-level table
                 continue
-            prop = schema_property(f, hint)
+            prop = schema_property(f, hint, f.name in swept)
             rows.append(
                 [
                     f"`{f.name}`",

@@ -41,6 +41,7 @@ from carbon_vep.report.page import (
     status_table,
     warnings_box,
 )
+from carbon_vep.report.sweeps import recovery_sweep_section
 from carbon_vep.scan.calibrate import NO_OWN_MEANS, Calibration, cpg_site, extreme_contexts
 
 
@@ -328,6 +329,16 @@ TASK_SECTIONS = {
     SEQUENCE_RECOVERY.name: _recovery_section,
     PERTURBATION.name: _perturbation_section,
 }
+# the part of a kind with `sweeps` drawing a task's sweep points, after the task's section
+SWEEP_SECTIONS = {SEQUENCE_RECOVERY.name: recovery_sweep_section}
+
+
+def _task_sweeps(sweeps: Sequence[dict]) -> dict[str, list[dict]]:
+    """Sweep points' metrics by task."""
+    out: dict[str, list[dict]] = {}
+    for metrics in sweeps:
+        out.setdefault(metrics["task"], []).append(metrics)
+    return out
 
 
 def _provenance_section(run: Sequence[TaskResult]) -> str:
@@ -417,16 +428,20 @@ def render_html(
     title: str = "carbon-vep run report",
     scans: Sequence[str | Path] = (),
     published_niah: str | Path | None = None,
+    sweeps: Sequence[dict] = (),
 ) -> str:
     """The whole run as one self-contained HTML page (`table`: the run's results table;
     `scans`: the output folders of its scans; `published_niah`: the published NIAH points,
-    baselines/published_niah.yaml)."""
+    baselines/published_niah.yaml; `sweeps`: the metrics of the tasks' sweep points)."""
     colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
     sections = {"vep": _vep_section} | {kind: TASK_SECTIONS[kind] for kind in TASK_KINDS}
     body, nav = [_comparison_section(run, table)], ["<a href='#results'>Results</a>"]
+    points = _task_sweeps(sweeps)
     for kind, section in sections.items():
         for task, results in by_task(run, kind).items():
             body.append(section(task, results, colours))
+            if task in points:
+                body.append(SWEEP_SECTIONS[kind](task, results, points[task]))
             nav.append(f"<a href='#{esc(task)}'>{esc(task)}</a>")
     published = load_published(published_niah) if published_niah else None
     if niah := niah_section(run, colours, published):

@@ -250,3 +250,42 @@ def context_strip(changes: Sequence[str], means: np.ndarray, cpg: np.ndarray) ->
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def sweep_lines(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    colours: Mapping[str, str],
+    xlabel: str,
+    title: str,
+    chance: float | None = None,
+    bold: str = "overall",
+) -> Figure:
+    """Accuracy against a swept setting, one line per group in the order given; `bold` in black
+    and thicker (the published sweep figure: 2.75 against 1.8), y 0..1, x on a log2 scale with a
+    tick at each value, a dashed chance line."""
+    fig = Figure(figsize=(6.4, 3.4))
+    ax = fig.subplots()
+    for group, points in series.items():
+        x, y = zip(*points, strict=True)
+        heavy = group == bold
+        ax.plot(
+            x,
+            y,
+            marker="o",
+            markersize=3.5,
+            linewidth=2.75 if heavy else 1.8,
+            color="black" if heavy else colours[group],
+            label=group,
+            zorder=3 if heavy else 2,
+        )
+    if chance is not None:
+        ax.axhline(chance, color="#666666", linestyle="--", linewidth=1.2, label="chance")
+    values = sorted({x for points in series.values() for x, _ in points})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(values, [str(v) for v in values], rotation=45 if len(values) > 5 else 0)
+    ax.minorticks_off()
+    ax.set(xlabel=xlabel, ylabel="accuracy", title=title, ylim=(0, 1))
+    style_axes(ax)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    return fig

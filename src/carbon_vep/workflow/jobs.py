@@ -15,9 +15,9 @@ from typing import Any
 
 from carbon_vep.config.fields import spec_json
 from carbon_vep.config.gpus import host_memory_mb
-from carbon_vep.config.run import RunConfig
+from carbon_vep.config.run import RunConfig, TaskConfig
 from carbon_vep.config.stages import GENERATION_ONLY
-from carbon_vep.config.tasks import TASK_KINDS, kind_of_rule
+from carbon_vep.config.tasks import SWEEP_KEY, TASK_KINDS, SweepPoint, kind_of_rule
 from carbon_vep.config.workflow import niah_runtime_minutes
 from carbon_vep.estimate.costs import shape_of
 from carbon_vep.workflow.paths import RunPaths
@@ -170,8 +170,24 @@ class Jobs:
     def scoring_settings(self, wc: Any) -> str:
         return self.model_settings(wc, self.run.datasets[wc.dataset].scoring)
 
-    def task_settings(self, wc: Any) -> str:
+    def sweep_point(self, wc: Any) -> SweepPoint | None:
+        """The sweep point a task job runs (its `{point}` wildcard; None: the headline)."""
+        folder = getattr(wc, "point", "")
+        if not folder:
+            return None
+        points = {self.paths.sweep_point(p): p for p in self.run.sweep_points(wc.task)}
+        if folder not in points:
+            raise ValueError(f"task {wc.task} has no sweep point {folder!r}")
+        return points[folder]
+
+    def task(self, wc: Any) -> TaskConfig:
+        """A task job's entry, at its sweep point when it runs one."""
+        point = self.sweep_point(wc)
         task = self.run.tasks[wc.task]
+        return task if point is None else task.at(point)
+
+    def task_settings(self, wc: Any) -> str:
+        task = self.task(wc)
         generation = TASK_KINDS[task.kind].generation
         return self.model_settings(wc, task.settings, task.evaluation, generation=generation)
 
@@ -239,7 +255,11 @@ class Jobs:
         return quoted_json(items | self.model_provenance(wc.model))
 
     def task_provenance(self, wc: Any) -> str:
-        return quoted_json({"task": wc.task} | self.model_provenance(wc.model))
+        """The task and model; a sweep job's point too (the command files it under the metrics'
+        parameters), so that the rule's command stays the headline's."""
+        point = self.sweep_point(wc)
+        sweep = {SWEEP_KEY: point.record()} if point else {}
+        return quoted_json({"task": wc.task} | sweep | self.model_provenance(wc.model))
 
     def niah_provenance(self, wc: Any) -> str:
         items = {"niah": wc.niah, "cell": wc.cell}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from carbon_vep.config.tasks import SweepPoint
 from carbon_vep.scan import CALIBRATED_TABLE, CONTEXTS_TABLE, RAW_TABLE, SUMMARY_FILE
 
 CALIBRATION_TABLES = (RAW_TABLE, CALIBRATED_TABLE, CONTEXTS_TABLE)
@@ -262,6 +263,25 @@ class RunPaths:
     @property
     def task_metrics(self) -> str:
         return f"{self.task_dir}/metrics.json"
+
+    # a kind with sweeps (config.tasks): its rule writes the headline (`{point}` empty, the
+    # paths above) and each sweep point (`{point}` = sweep_point(...)) through one pattern
+    @property
+    def task_point_dir(self) -> str:
+        return f"{self.outdir}/suite/{{task}}/{{point}}{{model}}"
+
+    @property
+    def task_point_predictions(self) -> str:
+        return f"{self.task_point_dir}/predictions.parquet"
+
+    @property
+    def task_point_metrics(self) -> str:
+        return f"{self.task_point_dir}/metrics.json"
+
+    @staticmethod
+    def sweep_point(point: SweepPoint) -> str:
+        """`{point}` of a sweep point's outputs: suite/<task>/sweep/<setting>_<value>/<model>/."""
+        return f"sweep/{point.setting}_{point.value}/"
 
     # ---- Genomic-NIAH -----------------------------------------------------------------------
     @property

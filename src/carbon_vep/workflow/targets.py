@@ -3,6 +3,7 @@ wildcard patterns that send a dataset, task or NIAH entry to the rules of its ki
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from carbon_vep.config.run import RunConfig
@@ -36,7 +37,8 @@ class Targets:
             for model in self.models_of("datasets", dataset)
             for pattern in (paths.scores, paths.metrics, paths.dataset_report)
         ]
-        return panels + self.scan_outputs() + self.suite_outputs() + self.gate_outputs()
+        suite = self.sweep_outputs() + self.suite_outputs()
+        return panels + self.scan_outputs() + suite + self.gate_outputs()
 
     def gate_outputs(self) -> list[str]:
         """The comparison with the baseline, when the config names one (compare_baseline)."""
@@ -95,6 +97,26 @@ class Targets:
         ]
         return panels + tasks + niah
 
+    def sweep_results(self) -> list[tuple[str, str]]:
+        """(metrics JSON, predictions) of every sweep point of every task, for each of its
+        models (not results-table rows: the report draws them beside their task)."""
+        paths = self.paths
+        return [
+            (
+                paths.task_point_metrics.format(task=task, point=point, model=model),
+                paths.task_point_predictions.format(task=task, point=point, model=model),
+            )
+            for task in self.run.tasks
+            for point in map(paths.sweep_point, self.run.sweep_points(task))
+            for model in self.models_of("tasks", task)
+        ]
+
+    def sweep_metrics(self) -> list[str]:
+        return [metrics for metrics, _ in self.sweep_results()]
+
+    def sweep_outputs(self) -> list[str]:
+        return [path for pair in self.sweep_results() for path in pair]
+
     def run_metrics(self) -> list[str]:
         return [metrics for metrics, _ in self.run_results()]
 
@@ -148,6 +170,19 @@ class Targets:
     def rule_task_pattern(self, rule: str) -> str:
         """The tasks a task kind's rule runs (config.tasks: the kind that declares `rule`)."""
         return self.task_pattern(kind_of_rule(rule).name)
+
+    def rule_point_pattern(self, rule: str) -> str:
+        """`{point}` of a task kind's rule: empty (the headline) or a sweep point of its tasks."""
+        kind = kind_of_rule(rule).name
+        points = sorted(
+            {
+                re.escape(self.paths.sweep_point(point))
+                for task, spec in self.run.tasks.items()
+                if spec.kind == kind
+                for point in self.run.sweep_points(task)
+            }
+        )
+        return f"(?:{'|'.join(points)})?"  # never "": Snakemake reads that as no constraint
 
     def niah_pattern(self, source: str) -> str:
         """The NIAH entries whose cells come from `source` (hub or build)."""
