@@ -29,12 +29,12 @@ from carbon_vep.config.run import (
     SECTIONS,
     DatasetConfig,
     RunConfig,
-    TaskConfig,
     run_fields,
     setting_name,
 )
 from carbon_vep.config.schema import json_schema, schema_yaml
 from carbon_vep.config.stages import LabelSettings, ModelSettings, PanelSettings, RecipeSettings
+from carbon_vep.config.task_entry import TaskConfig
 from carbon_vep.config.workflow import check_gpu_profile
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import check_reference_build, check_shared_references

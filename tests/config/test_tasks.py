@@ -9,9 +9,10 @@ from typing import Literal, get_args, get_origin, get_type_hints
 import pytest
 
 from carbon_vep.config.fields import ConfigError
-from carbon_vep.config.run import RunConfig, TaskConfig
+from carbon_vep.config.run import RunConfig
 from carbon_vep.config.schema import json_schema
 from carbon_vep.config.stages import PerturbationSettings, RecoverySettings
+from carbon_vep.config.task_entry import TaskConfig
 from carbon_vep.config.tasks import (
     PERTURBATION,
     SEQUENCE_RECOVERY,

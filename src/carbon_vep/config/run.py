@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from carbon_vep.config.fields import (
@@ -20,7 +20,6 @@ from carbon_vep.config.fields import (
     from_flat,
     group,
     setting,
-    takes_list,
 )
 from carbon_vep.config.stages import (
     NIAH_CONTEXTS,
@@ -32,15 +31,14 @@ from carbon_vep.config.stages import (
     ModelSettings,
     NiahSettings,
     PanelSettings,
-    PerturbationSettings,
     RecipeSettings,
-    RecoverySettings,
     ScanChunkSettings,
     ShardSettings,
     TileSettings,
     niah_config_name,
 )
-from carbon_vep.config.tasks import TASK_KINDS, SweepPoint, TaskKind
+from carbon_vep.config.task_entry import TaskConfig, check_task_keys, kind_titles, split_sweeps
+from carbon_vep.config.tasks import SweepPoint
 from carbon_vep.genome.builds import canonical_build, check_shared_references
 
 # ---- config entries ----------------------------------------------------------------------
@@ -104,44 +102,6 @@ class ScanConfig:
     tiles: TileSettings = group(TileSettings)
     chunks: ScanChunkSettings = group(ScanChunkSettings)
     calibration: CalibrationSettings = group(CalibrationSettings)
-
-
-TaskKindName = Literal[tuple(TASK_KINDS)]  # the declared kinds (config.tasks)
-
-
-def _kinds_help() -> str:
-    return " or ".join(
-        f"{k.name} (columns {', '.join(k.columns + k.optional_columns)})"
-        for k in TASK_KINDS.values()
-    )
-
-
-def _kind_titles() -> str:
-    *first, last = (k.title for k in TASK_KINDS.values())
-    return f"{', '.join(first)} and {last}" if first else last
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    kind: TaskKindName = setting(help=_kinds_help())
-    path: str = setting(help="Parquet, TSV or CSV file of the task")
-    models: tuple[str, ...] | None = setting(
-        None, help="model keys to run this task with (default all)"
-    )
-    # each kind's settings (TaskKind.group); a task sets only its own kind's
-    recovery: RecoverySettings = group(RecoverySettings)
-    perturbation: PerturbationSettings = group(PerturbationSettings)
-    evaluation: EvaluationSettings = group(EvaluationSettings)
-
-    @property
-    def settings(self) -> Any:
-        """The settings of this task's kind."""
-        return getattr(self, TASK_KINDS[self.kind].group)
-
-    def at(self, point: SweepPoint) -> TaskConfig:
-        """This entry at a point of its sweep: the one setting at the point's value."""
-        settings = dataclasses.replace(self.settings, **{point.setting: point.value})
-        return dataclasses.replace(self, **{TASK_KINDS[self.kind].group: settings})
 
 
 # The Genomic-NIAH dataset as its card declares it: each config's test split at
@@ -296,7 +256,7 @@ SECTIONS: dict[str, tuple[type, bool, str]] = {
     "tasks": (
         TaskConfig,
         False,
-        "zero-shot suite tasks other than variant panels: " + _kind_titles(),
+        "zero-shot suite tasks other than variant panels: " + kind_titles(),
     ),
     "niah": (
         NiahConfig,
@@ -367,8 +327,8 @@ class RunConfig:
         run = {name: config[name] for name in run_fields() if name in config}
         tasks, sweeps = {}, {}
         for key, task in (config.get("tasks") or {}).items():
-            _check_task_keys(key, task)
-            tasks[key], points = _split_sweeps(key, task)
+            check_task_keys(key, task)
+            tasks[key], points = split_sweeps(key, task)
             if points:
                 sweeps[key] = points
         config = {**config, "tasks": tasks}
@@ -479,58 +439,6 @@ class RunConfig:
     def sweep_points(self, task: str) -> tuple[SweepPoint, ...]:
         """The points of a task's sweeps (none: the task runs its headline only)."""
         return self.sweeps.get(task, ())
-
-
-def _check_task_keys(key: str, task: Mapping[str, Any]) -> None:
-    """A task entry may only set the settings of its own kind (the schema fills every task
-    key's default, so a key of another kind counts only when it differs from its default)."""
-    kind = task.get("kind")
-    others = [k.settings() for name, k in TASK_KINDS.items() if name != kind]
-    changed = sorted(
-        f.name
-        for other in others
-        for f in fields(other)
-        if f.name in task and task[f.name] != getattr(other, f.name)
-    )
-    if changed:
-        raise ConfigError(f"tasks.{key}: {changed} do not apply to a {kind} task")
-
-
-def _split_sweeps(
-    key: str, task: Mapping[str, Any]
-) -> tuple[dict[str, Any], tuple[SweepPoint, ...]]:
-    """The entry at its headline (a list's first value) and the other values of its lists as
-    sweep points, one setting varied at a time from the headline (no cross product)."""
-    kind = TASK_KINDS.get(task.get("kind"))
-    if kind is None:  # the kind is refused where the entry is read
-        return dict(task), ()
-    headline, points = dict(task), []
-    for f, hint in flat_fields(TaskConfig):
-        values = task.get(f.name)
-        if isinstance(values, list) and not takes_list(hint):
-            _check_sweep(f"tasks.{key}.{f.name}", kind, f, values)
-            headline[f.name] = values[0]
-            points += [SweepPoint(f.name, value) for value in values[1:]]
-    order = list(kind.sweeps)  # the kind's order, each list's own within it
-    return headline, tuple(sorted(points, key=lambda p: order.index(p.setting)))
-
-
-def _check_sweep(where: str, kind: TaskKind, f: dataclasses.Field, values: list) -> None:
-    """A list is a sweep of a setting the kind declares sweepable, of distinct valid values."""
-    if f.name not in kind.sweeps:
-        swept = ", ".join(kind.sweeps) or "none of its settings"
-        raise ConfigError(f"{where}: a list sweeps a setting; a {kind.name} task sweeps {swept}")
-    if not values:
-        raise ConfigError(f"{where}: an empty list sweeps nothing; give one value or several")
-    low = f.metadata["minimum"]
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: {value!r} is not an integer")
-        if low is not None and value < low:
-            raise ConfigError(f"{where}: {value} is below the minimum {low:g}")
-    repeated = sorted({value for value in values if values.count(value) > 1})
-    if repeated:
-        raise ConfigError(f"{where}: {repeated} given more than once; each value runs once")
 
 
 def _is_sha256(value: Any) -> bool:

@@ -16,9 +16,9 @@ from carbon_vep.config.run import (
     SECTIONS,
     SHA256_HELP,
     SHA256_PATTERN,
-    TaskConfig,
     run_fields,
 )
+from carbon_vep.config.task_entry import TaskConfig
 from carbon_vep.config.tasks import swept_settings
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from carbon_vep.config.fields import spec_json
 from carbon_vep.config.gpus import host_memory_mb
-from carbon_vep.config.run import RunConfig, TaskConfig
+from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import GENERATION_ONLY
+from carbon_vep.config.task_entry import TaskConfig
 from carbon_vep.config.tasks import SWEEP_KEY, TASK_KINDS, SweepPoint, kind_of_rule
 from carbon_vep.config.workflow import niah_runtime_minutes
 from carbon_vep.estimate.costs import shape_of
