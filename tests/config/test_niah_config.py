@@ -3,6 +3,8 @@ needs against the profile's GPU (refused when read), the time limit of a job."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from carbon_vep.config.fields import ConfigError
@@ -13,7 +15,11 @@ from carbon_vep.config.gpus import (
     niah_row_seconds,
 )
 from carbon_vep.config.run import RunConfig
+from carbon_vep.config.schema import json_schema
 from carbon_vep.config.workflow import check_niah_profile, niah_runtime_minutes
+from carbon_vep.estimate.bill import load_run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(
@@ -140,3 +146,30 @@ def test_vllm_pages_rows_and_rate_follow_from_memory_and_the_prefill():
     assert longer["rows_at_once"] == 1 and longer["rows_per_s"] < a10["rows_per_s"] / 3
     two = vllm_niah_plan(shape, 131072, "A10", gpus=2)
     assert two["rows_at_once"] > 2 and two["rows_per_s"] == pytest.approx(2 * longer["rows_per_s"])
+
+
+def test_prefill_chunk_at_the_top_level_is_every_entrys_default_and_an_entry_wins():
+    """`prefill_chunk` is a run default (scope run_default): a profile's `config:` list sets it
+    at the top level for its GPU class; an entry that sets its own keeps it. The schema fills
+    no default into an entry, or the validator would set 8,192 in each and hide the run's."""
+    cells = {"tasks": ["niah"], "contexts": [4096]}
+    config = {"models": {"m": {"path": "x"}}, "niah": {"a": cells, "b": {**cells}}}
+    assert RunConfig.from_dict(config).niah["a"].niah.prefill_chunk == 8192
+    config = {**config, "prefill_chunk": 0}
+    config["niah"]["b"] = {**cells, "prefill_chunk": 4096}
+    run = RunConfig.from_dict(config)
+    assert (run.niah["a"].niah.prefill_chunk, run.niah["b"].niah.prefill_chunk) == (0, 4096)
+    schema = json_schema()["properties"]
+    assert schema["prefill_chunk"]["default"] == 8192
+    assert "default" not in schema["niah"]["additionalProperties"]["properties"]["prefill_chunk"]
+
+
+@pytest.mark.parametrize("profile, chunk", [("slurm-h100", 0), ("slurm-a10", 8192)])
+def test_the_h100_profile_prefills_niah_prompts_whole_and_they_fit(profile, chunk):
+    """Measured on an H100: the whole prompt 1.3-1.5x faster than chunks at 128k, Carbon-8B's
+    peak 51.4 GB (docs/gpu.md): the published suite's cells still fit its class. The A10
+    keeps the chunks (its 24 GB needs them)."""
+    run, resources = load_run(str(ROOT / "config/suite.yaml"), str(ROOT / "profiles" / profile))
+    assert {entry.niah.prefill_chunk for entry in run.niah.values()} == {chunk}
+    if chunk == 0:
+        check_niah_profile(resources["score_niah"], run)  # refuses a cell that cannot fit

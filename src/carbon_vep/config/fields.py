@@ -3,7 +3,8 @@
 A setting is a field of a frozen dataclass made with `setting(...)`: its annotation gives the
 type (a `Literal` gives the choices), its default is the one default, and its metadata gives
 the help text, CLI flag, bounds and `scope` (where its config key lives: `entry` = in the
-config entry, `run` = once at the top level, `cli` = a command-line option only). A field made with
+config entry, `run` = once at the top level, `run_default` = at the top level as every entry's
+default and in an entry for that entry alone, `cli` = a command-line option only). A field made with
 `group(Cls)` nests another settings class whose keys sit flat in the same YAML entry.
 
 From these declarations this module reads settings from flat mappings (YAML entries, a rule's
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import MISSING, field, fields
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-Scope = Literal["entry", "run", "cli"]
+Scope = Literal["entry", "run", "run_default", "cli"]
 
 
 class ConfigError(ValueError):
@@ -299,9 +300,13 @@ def from_args(args: argparse.Namespace, *classes: type) -> tuple[Any, ...]:
 _JSON = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
 
-def schema_property(f: dataclasses.Field, hint: Any, sweep: bool = False) -> dict[str, Any]:
+def schema_property(
+    f: dataclasses.Field, hint: Any, sweep: bool = False, default: bool = True
+) -> dict[str, Any]:
     """The JSON-schema property of one setting: type, bounds, choices, default, description.
-    A `sweep` setting also takes a list of values (RunConfig checks them, naming the entry)."""
+    A `sweep` setting also takes a list of values (RunConfig checks them, naming the entry).
+    Without `default` the schema fills none in (an entry's `run_default` setting: the
+    validator would otherwise set it in every entry, hiding the top-level value)."""
     kind, inner, nullable = _type_info(hint)
     meta = f.metadata
     if kind == "list":
@@ -330,9 +335,9 @@ def schema_property(f: dataclasses.Field, hint: Any, sweep: bool = False) -> dic
             prop[key] = meta[key]
     if sweep:
         prop = {"anyOf": [prop, {"type": "array", "items": {"type": prop["type"]}}]}
-    if not is_required(f):
-        default = default_of(f)
-        prop["default"] = list(default) if isinstance(default, tuple) else default
+    if default and not is_required(f):
+        value = default_of(f)
+        prop["default"] = list(value) if isinstance(value, tuple) else value
     prop["description"] = meta["help"] + (SWEEP_HELP if sweep else "")
     return prop
 
@@ -343,14 +348,21 @@ SWEEP_HELP = (
 )
 
 
+ENTRY_SCOPES = ("entry", "run_default")  # the scopes a config entry may set
+RUN_SCOPES = ("run", "run_default")  # the scopes the top level may set
+
+
 def entry_schema(cls: type, sweeps: Iterable[str] = ()) -> dict[str, Any]:
     """The schema of one config entry: its entry-scope settings, flat (`sweeps`: the settings
     that also take a list)."""
-    settings = [(f, h) for f, h in flat_fields(cls) if f.metadata["scope"] == "entry"]
+    settings = [(f, h) for f, h in flat_fields(cls) if f.metadata["scope"] in ENTRY_SCOPES]
     swept = set(sweeps)
     return {
         "type": "object",
-        "properties": {f.name: schema_property(f, h, f.name in swept) for f, h in settings},
+        "properties": {
+            f.name: schema_property(f, h, f.name in swept, f.metadata["scope"] == "entry")
+            for f, h in settings
+        },
         "required": [f.name for f, _ in settings if is_required(f)],
         "additionalProperties": False,
     }

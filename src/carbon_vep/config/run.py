@@ -2,7 +2,8 @@
 and `RunConfig`, the config typed with every default filled in and checked as a whole.
 
 Entries are flat in YAML and nest the stage settings of `config.stages` in Python; settings
-with `scope="run"` are read once at the top level (`run_fields`). No torch here: the workflow
+with `scope="run"` are read once at the top level (`run_fields`); `scope="run_default"` ones
+there too, as every entry's default, and an entry's own value wins. No torch here: the workflow
 builds a `RunConfig` while it parses the Snakefile.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from carbon_vep.config.fields import (
+    RUN_SCOPES,
     ConfigError,
     describe,
     flat_fields,
@@ -474,7 +476,7 @@ def run_fields() -> dict[str, tuple[dataclasses.Field, Any]]:
     out: dict[str, tuple[dataclasses.Field, Any]] = {}
     for entry_cls, _, _ in SECTIONS.values():
         for f, hint in flat_fields(entry_cls):
-            if f.metadata["scope"] == "run":
+            if f.metadata["scope"] in RUN_SCOPES:
                 out.setdefault(f.name, (f, hint))
     return out
 

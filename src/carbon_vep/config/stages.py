@@ -432,8 +432,11 @@ class NiahSettings:
     prefill_chunk: int = setting(
         8192,
         minimum=0,
+        scope="run_default",
         help="prompt tokens a prefill forward pass takes at once (0 = the whole prompt): the "
-        "activations then scale with the chunk, not the context; values agree to float rounding",
+        "activations then scale with the chunk, not the context; values agree to float "
+        "rounding. Also a top-level key, every NIAH entry's default (a GPU profile's `config:` "
+        "sets it for its class: slurm-h100 0, measured faster); an entry's own value wins",
     )
 
     @property

@@ -20,7 +20,7 @@ from typing import Any, get_type_hints
 import yaml
 
 from carbon_vep import columns, markdown
-from carbon_vep.config.fields import is_required, schema_property
+from carbon_vep.config.fields import ENTRY_SCOPES, is_required, schema_property
 from carbon_vep.config.recipes import NORMALIZATIONS, RECIPES
 from carbon_vep.config.run import SECTIONS, run_fields
 from carbon_vep.config.schema import entry_sweeps, json_schema
@@ -155,7 +155,7 @@ def _config_section(section: str) -> Callable[[], str]:
         swept = entry_sweeps(cls)
         rows = []
         for group, f, hint in _entry_settings(cls):
-            if f.metadata["scope"] != "entry":  # run-level keys sit in the top-level table
+            if f.metadata["scope"] not in ENTRY_SCOPES:  # run keys: the top-level table
                 continue
             prop = schema_property(f, hint, f.name in swept)
             rows.append(
