@@ -339,8 +339,8 @@ def _tasks(run: Path) -> list[str]:
 def _one_job_of_each_model_rule(run: Path) -> list[str]:
     """An output of one job of every model rule of the run: the first shard of each dataset
     (each recipe scores differently), one task of each kind, the first part of one NIAH cell,
-    and the scan's chunks by rule name (their Parquet is temporary: no file to name once the
-    run is done)."""
+    and the scan's merged files (their chunks' Parquet is temporary: no file to name once the
+    run is done, so the chunks are forced by rule name)."""
     results = run / "results"
     config = yaml.safe_load((run / "config.yaml").read_text())
     tasks = {task["kind"]: name for name, task in sorted(config["tasks"].items(), reverse=True)}
@@ -348,25 +348,33 @@ def _one_job_of_each_model_rule(run: Path) -> list[str]:
         *(min(d.glob("shard_*.parquet")) for d in results.glob("*/demo/shard_scores")),
         *(results / f"suite/{name}/demo/predictions.parquet" for name in tasks.values()),
         min(results.glob("suite/niah/*/*/demo/parts/rows_*.parquet")),
+        *results.glob("scans/*/demo/positions/*.parquet"),
     ]
-    return [str(p.relative_to(run)) for p in picks] + ["scan_chunk"]
+    return [str(p.relative_to(run)) for p in picks]
 
 
 def test_cpu_reruns_are_identical(demo_run, tmp_path):
-    """One job of every model rule run again on CPU (and everything after it) gives identical
-    Parquet values, metrics and results table (the baselines' 1e-6 tolerance is for printing,
-    not for noise). Determinism is a property of a job, so one job a rule tests it."""
+    """One job of every model rule run again on CPU gives identical outputs, value for value
+    (the baselines' 1e-6 tolerance is for printing, not for noise). Determinism is a property
+    of a job, so one job a rule, and only those jobs (`--force` on their outputs: the stages
+    after them read the same bytes; the merged Parquet after a rerun is compared in
+    tests/workflow/test_resume.py and test_slurm.py)."""
     from support.cluster import copy_run
 
     run = copy_run(demo_run, tmp_path / "run")
     forced = _one_job_of_each_model_rule(run)
-    result = _snakemake(run, run / "config.yaml", "--forcerun", *forced)
+    result = _snakemake(
+        run, run / "config.yaml", "--force", "--forcerun", "scan_chunk", "--", *forced
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     for rule in ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah"):
         assert f"rule {rule}:" in log, rule  # each model rule did score again
     shards = [f for f in forced if "/shard_scores/" in f]
     assert log.count("rule score_shard:") == len(shards) >= 2  # one a dataset, not every shard
+    assert "rule compute_metrics:" not in log  # the jobs alone, nothing after them
+    for name in forced:
+        assert (run / name).stat().st_mtime > (demo_run / name).stat().st_mtime, name
     tables = sorted(p.relative_to(demo_run) for p in (demo_run / "results").rglob("*.parquet"))
     assert len(tables) > 15
     for name in tables:
