@@ -16,12 +16,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 # whole files to its two workers in collection order (pytest-xdist, --dist loadfile), and a long
 # file collected last (tests/workflow/ sorts last) would run alone at the end while the other
 # worker idles. Longest-first is the classic fix for that tail; the order of the rest is kept.
-LONGEST_FIRST = (
+LONGEST_FIRST = (  # by their test time in a full run (docs/testing.md), longest first
     "workflow/test_workflow.py",
     "scan/test_scan_genome.py",
-    "suite/test_vllm.py",
     "test_gpu_check_smoke.py",
+    "suite/test_vllm.py",
     "workflow/test_slurm.py",
+    "test_bench_generate.py",
+    "scan/test_scan_contig_names.py",
+    "sources/test_hub.py",
 )
 
 
