@@ -41,7 +41,7 @@ from carbon_vep.report.page import (
     status_table,
     warnings_box,
 )
-from carbon_vep.report.sweeps import recovery_sweep_section
+from carbon_vep.report.sweeps import grouped, recovery_sweep_section
 from carbon_vep.scan.calibrate import NO_OWN_MEANS, Calibration, cpg_site, extreme_contexts
 
 
@@ -333,14 +333,6 @@ TASK_SECTIONS = {
 SWEEP_SECTIONS = {SEQUENCE_RECOVERY.name: recovery_sweep_section}
 
 
-def _task_sweeps(sweeps: Sequence[dict]) -> dict[str, list[dict]]:
-    """Sweep points' metrics by task."""
-    out: dict[str, list[dict]] = {}
-    for metrics in sweeps:
-        out.setdefault(metrics["task"], []).append(metrics)
-    return out
-
-
 def _provenance_section(run: Sequence[TaskResult]) -> str:
     models: dict[str, dict] = {}
     for r in run:
@@ -436,7 +428,7 @@ def render_html(
     colours = plots.model_colours(list(dict.fromkeys(r.model for r in run)))
     sections = {"vep": _vep_section} | {kind: TASK_SECTIONS[kind] for kind in TASK_KINDS}
     body, nav = [_comparison_section(run, table)], ["<a href='#results'>Results</a>"]
-    points = _task_sweeps(sweeps)
+    points = grouped(sweeps, "task")
     for kind, section in sections.items():
         for task, results in by_task(run, kind).items():
             body.append(section(task, results, colours))

@@ -134,7 +134,7 @@ def recovery_sweep_section(task: str, results: Sequence[TaskResult], points: Seq
     colours = _colours([r.metrics for r in results] + list(points))
     parts = []
     for setting, sweep in SEQUENCE_RECOVERY.sweeps.items():
-        mine = by_model([p for p in points if point_of(p)["setting"] == setting])
+        mine = grouped([p for p in points if point_of(p)["setting"] == setting], "model_key")
         models = [r for r in results if r.model in mine]
         blocks = [_model_block(setting, r, mine[r.model], colours) for r in models]
         if blocks:
@@ -142,10 +142,11 @@ def recovery_sweep_section(task: str, results: Sequence[TaskResult], points: Seq
     return "".join(parts)
 
 
-def by_model(points: Sequence[dict]) -> dict[str, list[dict]]:
+def grouped(points: Sequence[dict], key: str) -> dict[str, list[dict]]:
+    """Sweep points' metrics by one of their keys (`task`, `model_key`), in their order."""
     out: dict[str, list[dict]] = {}
     for p in points:
-        out.setdefault(p["model_key"], []).append(p)
+        out.setdefault(p[key], []).append(p)
     return out
 
 
