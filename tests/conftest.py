@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,19 +14,30 @@ from support.once import built_once
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 
 # The longest files first (their fixtures run whole workflows or engines): `make test` hands
-# whole files to its two workers in collection order (pytest-xdist, --dist loadfile), and a long
-# file collected last (tests/workflow/ sorts last) would run alone at the end while the other
-# worker idles. Longest-first is the classic fix for that tail; the order of the rest is kept.
-LONGEST_FIRST = (  # by their test time in a full run (docs/testing.md), longest first
-    "workflow/test_workflow.py",
-    "scan/test_scan_genome.py",
-    "test_gpu_check_smoke.py",
-    "suite/test_vllm.py",
-    "workflow/test_slurm.py",
-    "test_bench_generate.py",
-    "scan/test_scan_contig_names.py",
-    "sources/test_hub.py",
-)
+# whole files to its two workers in collection order (pytest-xdist, --dist loadfile, with
+# --no-loadscope-reorder: xdist would otherwise reorder the files by their number of tests, which
+# put test_bench_generate.py, one test of ~100 s, last, run alone while the other worker idled).
+# Longest-first is the classic fix for that tail; the order of the rest is kept.
+FILE_SECONDS = {  # each file's test time in a full run (docs/testing.md), longest first
+    "workflow/test_workflow.py": 398,
+    "scan/test_scan_genome.py": 240,
+    "test_gpu_check_smoke.py": 197,
+    "suite/test_vllm.py": 130,
+    "test_bench_generate.py": 106,
+    "sources/test_hub.py": 83,
+    "workflow/test_slurm.py": 79,
+    "report/test_tracks.py": 61,
+    "scan/test_scan_contig_names.py": 59,
+    "scan/test_scan_lambda.py": 58,
+    "workflow/test_ingest_workflow.py": 55,
+    "workflow/test_resume.py": 52,
+    "workflow/test_profiles.py": 48,
+    "sources/test_hub_datasets.py": 36,
+    "workflow/test_shipped_configs.py": 34,
+    "workflow/test_config_sections.py": 31,
+    "scoring/test_known_answer.py": 25,
+    "sources/test_inputs.py": 22,
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,12 +52,23 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(share))
 
 
-def _file_rank(item: pytest.Item) -> int:
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Where SLURM is installed but no controller answers, say so: the SLURM tests skip, and each
+    `snakemake` the tests start waits while the SLURM plugin, imported with snakemake, asks
+    `scontrol show config` (9 s on this machine; docs/testing.md)."""
+    from support.slurm import REASON
+
+    if REASON is not None and shutil.which("scontrol"):
+        return f"SLURM: {REASON}. Until it answers, each snakemake run waits ~9 s on scontrol"
+    return None
+
+
+def _file_rank(item: pytest.Item) -> tuple[int, int]:
     path = item.nodeid.split("::")[0].removeprefix("tests/")
-    if path in LONGEST_FIRST:
-        return LONGEST_FIRST.index(path)
+    if path in FILE_SECONDS:
+        return 0, -FILE_SECONDS[path]
     slow = item.get_closest_marker("workflow") or item.get_closest_marker("slow")
-    return len(LONGEST_FIRST) + (0 if slow else 1)
+    return (1, 0) if slow else (2, 0)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -24,8 +24,10 @@ import polars as pl
 import pysam
 import pytest
 import yaml
-from support.cluster import run_snakemake, workflow_env
+from support.cluster import run_snakemake, selected, start_snakemake, workflow_env
 from support.files import write_fasta
+from support.slurm import REASON as SLURM_REASON
+from support.slurm import THROUGH_CPU_PARTITION, slurm_jobs
 
 from carbon_vep.scan.plan import acgt_runs
 
@@ -129,6 +131,39 @@ def shared(tmp_path_factory) -> Path:
     write_fasta(folder / "genome.fa", _genome())
     _write_vcf(folder / "panel.vcf", _panel_records(_genome()))
     return folder
+
+
+# the SLURM run's targets: each contig's positions file (its merge job writes the counts too)
+MERGED_FILES = tuple(f"{SCAN}/positions/{name}.parquet" for name in ("chrA", CHR_B_FILE))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_scan(request, tmp_path_factory, shared, demo_model_dir):
+    """The scan through real SLURM (test_scan_through_real_slurm_gives_the_local_files), started
+    before this file's first test: it is mostly waits on the SLURM plugin's polling, which
+    overlap the local runs of the tests meanwhile. None where no SLURM controller answers or
+    that test is not selected."""
+    if SLURM_REASON is not None or not selected(
+        request, test_scan_through_real_slurm_gives_the_local_files
+    ):
+        yield None
+        return
+    workdir = tmp_path_factory.mktemp("slurm_scan") / "slurm"
+    workdir.mkdir()
+    # the profile's chunk_bp (one GPU class) set back to this test's: the same config, the same
+    # chunks, the same files
+    run = start_snakemake(
+        workdir,
+        _config(workdir, shared, demo_model_dir),
+        *THROUGH_CPU_PARTITION,
+        "--config",
+        f"chunk_bp={CHUNK_BP}",
+        "--",
+        *MERGED_FILES,
+        timeout=900,
+    )
+    yield run, workdir
+    run.stop()
 
 
 @pytest.fixture(scope="module")
@@ -654,41 +689,24 @@ def test_dataset_recipe_from_scan_scores_by_lookup(genome_run):
     assert not (genome_run / "results/lookup/shards").exists()  # no shard, no model job
 
 
-def test_scan_through_real_slurm_gives_the_local_files(
-    genome_run, shared, demo_model_dir, tmp_path
-):
+def test_scan_through_real_slurm_gives_the_local_files(genome_run, slurm_scan):
     """The same scan on the single-node SLURM of scripts/start_local_slurm.sh up to its merged
     files: the plan checkpoint, the model's input record, every chunk (the model jobs) and the
     merges are sbatch jobs, and the merged Parquet and counts equal the local run's. (The rules
     after the merges, calibration, TSVs and summary, are CPU jobs like merge_scores, which
     tests/workflow/test_slurm.py sends through the scheduler; each level of them costs a round
     trip of the scheduler's polling, 12-33 s here, so they are left out.)"""
-    from support.slurm import REASON, THROUGH_CPU_PARTITION, slurm_jobs
-
-    if REASON is not None:
-        pytest.skip(REASON)
-    workdir = tmp_path / "slurm"
-    workdir.mkdir()
-    config = _config(workdir, shared, demo_model_dir)
-    merged = sorted((genome_run / SCAN).glob("positions/*.parquet"))
-    # the profile's chunk_bp (one GPU class) set back to this test's: the same config, the same
-    # chunks, the same files
-    result = run_snakemake(
-        workdir,
-        config,
-        *THROUGH_CPU_PARTITION,
-        "--config",
-        f"chunk_bp={CHUNK_BP}",
-        "--",
-        *(str(path.relative_to(genome_run)) for path in merged),
-        timeout=900,
-    )
+    if SLURM_REASON is not None:
+        pytest.skip(SLURM_REASON)
+    run, workdir = slurm_scan
+    result = run.result()
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    merged = sorted((genome_run / SCAN).glob("positions/*.parquet"))
+    assert [str(path.relative_to(genome_run)) for path in merged] == sorted(MERGED_FILES)
     plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
     # plan, the model's input record (sha256 of its files), the chunks, a merge a file
-    assert len(merged) == 2
     assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + len(merged)
     assert "record_model_inputs" in output and "rule calibrate_scan" not in output
     jobs = slurm_jobs(output)

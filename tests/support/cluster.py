@@ -1,13 +1,16 @@
 """Helpers shared by the tests that run the real Snakefile (workflow, ingest, profiles, resume,
 real SLURM, Hub cache): a one-dataset demo config with short windows, and snakemake run from
-the repository root in a subprocess."""
+the repository root in a subprocess, awaited at once or started in the background."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,6 +110,60 @@ def run_snakemake(
         text=True,
         timeout=timeout,
     )
+
+
+class StartedRun:
+    """A snakemake run started in the background (`start_snakemake`). A run through the SLURM
+    plugin spends most of its time waiting on the plugin's polling (a job is seen 11-64 s after
+    it ends: docs/testing.md); started early, those waits overlap the work of the tests that run
+    meanwhile instead of leaving a core idle. Its output goes to files, not pipes, so a run
+    nobody reads yet cannot block on a full pipe."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], logs: Path, timeout: float):
+        logs.mkdir(parents=True, exist_ok=True)
+        self.argv, self._deadline = argv, time.monotonic() + timeout
+        self._stdout, self._stderr = logs / "stdout.txt", logs / "stderr.txt"
+        with self._stdout.open("w") as out, self._stderr.open("w") as err:
+            self._process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=err)
+
+    def result(self) -> subprocess.CompletedProcess:
+        """Waits for the run (its timeout counts from the start) and returns what it printed."""
+        try:
+            code = self._process.wait(timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        return subprocess.CompletedProcess(
+            self.argv, code, self._stdout.read_text(), self._stderr.read_text()
+        )
+
+    def stop(self) -> None:
+        """Interrupts a run still going (snakemake cancels its SLURM jobs on SIGINT)."""
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGINT)
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+
+def selected(request: pytest.FixtureRequest, test: Callable) -> bool:
+    """Whether `test` (a test function of the requesting module) is in this session's
+    selection: a run started in the background for it is not started for nothing."""
+    return any(
+        getattr(item, "module", None) is request.module and item.originalname == test.__name__
+        for item in request.session.items
+    )
+
+
+def start_snakemake(
+    workdir: Path, config: Path, *extra: str, env: dict[str, str] | None = None, timeout=600
+) -> StartedRun:
+    """`run_snakemake`, started now and awaited with `.result()`; its output lands in
+    `workdir`'s sibling `<name>.out/`."""
+    logs = workdir.with_name(f"{workdir.name}.out")
+    return StartedRun(snakemake_cmd(workdir, config, *extra), env or workflow_env(), logs, timeout)
 
 
 @pytest.fixture(scope="session")

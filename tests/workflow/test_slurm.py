@@ -18,24 +18,66 @@ from support.cluster import (
     SCORES,
     copy_run,
     demo_config,
-    run_snakemake,
+    selected,
     shard_scores,
+    start_snakemake,
 )
 from support.slurm import REASON, START, THROUGH_CPU_PARTITION, slurm_jobs
 
 pytestmark = [pytest.mark.workflow, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 
-def test_workflow_through_slurm_equals_local_run(uninterrupted_run, demo_model_dir, tmp_path):
+def _gpu_site_profile(folder: Path) -> Path:
+    """profiles/slurm-local with score_shard given the H100 profile's GPU request on the gpu
+    partition (a layer over slurm-h100, as a site would write it)."""
+    site = yaml.safe_load((ROOT / "profiles/slurm-local/config.yaml").read_text())
+    gpu_rule = yaml.safe_load((ROOT / "profiles/slurm-h100/config.yaml").read_text())
+    gpu_rule = gpu_rule["set-resources"]["score_shard"]
+    site["set-resources"]["score_shard"] = {
+        **gpu_rule,
+        "slurm_partition": "gpu",
+        "cpus_per_gpu": 1,
+        "mem_mb": 2000,
+        "runtime": 10,
+    }
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(site))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def slurm_runs(request, uninterrupted_run, demo_model_dir, tmp_path_factory):
+    """The runs of this file's selected tests started at once, each on its own copy of the local
+    run: they wait on the scheduler's polling side by side instead of one after the other."""
+    root = tmp_path_factory.mktemp("slurm")
+    runs = {}
+    if selected(request, test_workflow_through_slurm_equals_local_run):
+        cpu = copy_run(uninterrupted_run, root / "cpu")
+        (cpu / shard_scores(1)).unlink()
+        (cpu / SCORES).unlink()
+        config = demo_config(cpu, demo_model_dir)
+        args = (*THROUGH_CPU_PARTITION, SCORES)
+        runs["cpu"] = start_snakemake(cpu, config, *args, timeout=900), cpu
+    if selected(request, test_gpu_job_without_cuda_fails_at_once_on_the_gpu_partition):
+        gpu = copy_run(uninterrupted_run, root / "gpu")
+        (gpu / shard_scores(0)).unlink()
+        config = demo_config(gpu, demo_model_dir, device="cuda")
+        profiles = ["--profile", str(ROOT / "profiles/slurm-h100")]
+        profiles += ["--profile", str(_gpu_site_profile(root / "site"))]
+        args = (*profiles, "--workflow-profile", "none", "--retries", "0", shard_scores(0))
+        runs["gpu"] = start_snakemake(gpu, config, *args, timeout=600), gpu
+    yield runs
+    for run, _ in runs.values():
+        run.stop()
+
+
+def test_workflow_through_slurm_equals_local_run(uninterrupted_run, slurm_runs):
     """The local run with one shard's scores and the merged Parquet gone: the model job
     (score_shard, routed to the cpu partition by profiles/slurm-local) and the merge are sbatch
     jobs, and the merged Parquet equals the local run's, frame for frame. (The smallest run that
     crosses the scheduler with both kinds of job: the other stages are the same rules.)"""
-    workdir = copy_run(uninterrupted_run, tmp_path / "wf")
-    (workdir / shard_scores(1)).unlink()
-    (workdir / SCORES).unlink()
-    config = demo_config(workdir, demo_model_dir)
-    result = run_snakemake(workdir, config, *THROUGH_CPU_PARTITION, SCORES, timeout=900)
+    run, workdir = slurm_runs["cpu"]
+    result = run.result()
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
@@ -48,39 +90,12 @@ def test_workflow_through_slurm_equals_local_run(uninterrupted_run, demo_model_d
         assert pl.read_parquet(workdir / path).equals(pl.read_parquet(uninterrupted_run / path))
 
 
-def test_gpu_job_without_cuda_fails_at_once_on_the_gpu_partition(
-    uninterrupted_run, demo_model_dir, tmp_path
-):
+def test_gpu_job_without_cuda_fails_at_once_on_the_gpu_partition(slurm_runs):
     """The H100 profile's GPU request (--gpus=h100:1, gpu partition) is accepted and scheduled by
     a real slurmctld; on this node without CUDA the job's guard stops it with a message naming
     the shard, the node and the SLURM job."""
-    workdir = copy_run(uninterrupted_run, tmp_path / "wf")
-    (workdir / shard_scores(0)).unlink()
-    config = demo_config(workdir, demo_model_dir, device="cuda")
-    site = yaml.safe_load((ROOT / "profiles/slurm-local/config.yaml").read_text())
-    gpu_rule = yaml.safe_load((ROOT / "profiles/slurm-h100/config.yaml").read_text())
-    gpu_rule = gpu_rule["set-resources"]["score_shard"]
-    site["set-resources"]["score_shard"] = {
-        **gpu_rule,
-        "slurm_partition": "gpu",
-        "cpus_per_gpu": 1,
-        "mem_mb": 2000,
-        "runtime": 10,
-    }
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site/config.yaml").write_text(yaml.safe_dump(site))
-    profiles = ["--profile", str(ROOT / "profiles/slurm-h100"), "--profile", str(tmp_path / "site")]
-    result = run_snakemake(
-        workdir,
-        config,
-        *profiles,
-        "--workflow-profile",
-        "none",
-        "--retries",
-        "0",
-        shard_scores(0),
-        timeout=600,
-    )
+    run, workdir = slurm_runs["gpu"]
+    result = run.result()
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-4000:]
     [(job_id, partition, state)] = slurm_jobs(output)
