@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -50,17 +49,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker is not None:
         share = max(1, (os.cpu_count() or 1) // worker["workercount"])
         os.environ.setdefault("OMP_NUM_THREADS", str(share))
-
-
-def pytest_report_header(config: pytest.Config) -> str | None:
-    """Where SLURM is installed but no controller answers, say so: the SLURM tests skip, and each
-    `snakemake` the tests start waits while the SLURM plugin, imported with snakemake, asks
-    `scontrol show config` (9 s on this machine; docs/testing.md)."""
-    from support.slurm import REASON
-
-    if REASON is not None and shutil.which("scontrol"):
-        return f"SLURM: {REASON}. Until it answers, each snakemake run waits ~9 s on scontrol"
-    return None
 
 
 def _file_rank(item: pytest.Item) -> tuple[int, int]:

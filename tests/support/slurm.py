@@ -13,6 +13,13 @@ from support.cluster import ROOT
 START = "scripts/start_local_slurm.sh"
 
 
+# what an installed SLURM without an answering controller also costs the other workflow tests
+NO_CONTROLLER_COST = (
+    "until one answers, each snakemake the tests start also waits ~9 s: the SLURM plugin, "
+    "imported with snakemake, asks `scontrol show config` (docs/testing.md)"
+)
+
+
 def slurm_unavailable() -> str | None:
     """Why the real-SLURM tests cannot run here, or None."""
     missing = [cmd for cmd in ("sbatch", "squeue", "sinfo", "slurmctld") if not shutil.which(cmd)]
@@ -23,11 +30,12 @@ def slurm_unavailable() -> str | None:
             ["sinfo", "--noheader", "--format=%R %T"], capture_output=True, text=True, timeout=20
         )
     except subprocess.TimeoutExpired:
-        return f"sinfo timed out: no SLURM controller answers; run {START}"
+        return f"sinfo timed out: no SLURM controller answers; run {START}; {NO_CONTROLLER_COST}"
     states = dict(line.split() for line in result.stdout.splitlines() if line.strip())
     if result.returncode != 0 or not {"cpu", "gpu"} <= states.keys():
         problem = result.stderr.strip() or f"partitions: {sorted(states)}"
-        return f"no local SLURM cluster with partitions cpu and gpu ({problem}); run {START}"
+        reason = f"no local SLURM cluster with partitions cpu and gpu ({problem}); run {START}"
+        return f"{reason}; {NO_CONTROLLER_COST}" if result.returncode != 0 else reason
     if not all(state.rstrip("*") in ("idle", "mixed", "allocated") for state in states.values()):
         return f"the local SLURM node is not up ({states}); run {START}"
     return None
