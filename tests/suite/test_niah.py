@@ -22,7 +22,7 @@ from carbon_vep.model.tokens import dna_block_ids
 from carbon_vep.suite.niah import NiahScorer, score_rows
 from carbon_vep.suite.niah_build import CellSpec, write_cell
 from carbon_vep.suite.niah_cells import read_cell
-from carbon_vep.suite.niah_published import three_pass_row
+from carbon_vep.suite.niah_published import three_pass_cell_row
 
 DEMO_FASTA = Path(__file__).resolve().parents[2] / "resources/demo/chr17.hg19.part.fa"
 
@@ -47,18 +47,7 @@ def _engine(loaded, batch_size=4) -> Engine:
 @pytest.fixture(scope="module")
 def published(loaded, cell) -> list:
     """The published three passes of each row (under sdpa), once for every case below."""
-    rows = cell.iter_rows(named=True)
-    return [
-        three_pass_row(
-            loaded.model,
-            loaded.tokenizer,
-            loaded.vocab,
-            row["prompt"],
-            row["value"],
-            row["negative_value"],
-        )
-        for row in rows
-    ]
+    return [three_pass_cell_row(loaded, row) for row in cell.iter_rows(named=True)]
 
 
 @pytest.mark.parametrize(

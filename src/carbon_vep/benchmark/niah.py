@@ -44,7 +44,7 @@ def run(approach: str, model_dir: str, cell_path: str) -> dict:
     from carbon_vep.model.loading import load_model
     from carbon_vep.suite.niah import NiahScorer
     from carbon_vep.suite.niah_cells import read_cell
-    from carbon_vep.suite.niah_published import three_pass_row
+    from carbon_vep.suite.niah_published import three_pass_cell_row
 
     torch.set_num_threads(2)
     loaded = load_model(ModelSettings(model_dir, trust_remote_code=True))
@@ -57,7 +57,7 @@ def run(approach: str, model_dir: str, cell_path: str) -> dict:
         if approach == "ours":
             (result,) = scorer.score_batch(*([a] for a in args))
         else:
-            result = three_pass_row(loaded.model, loaded.tokenizer, loaded.vocab, *args)
+            result = three_pass_cell_row(loaded, row)
         out.append([result.pred, result.target_ll, result.negative_ll, row["value"]])
     return {"s": time.monotonic() - began, "rows": out}
 

@@ -12,7 +12,7 @@ our encoding.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from carbon_vep.model.tokens import dna_block_ids, suppressed_token_ids
 from carbon_vep.suite.niah import RowResult
+
+if TYPE_CHECKING:
+    from carbon_vep.model.loading import LoadedModel
 
 
 class RestrictToBlock(LogitsProcessor):
@@ -75,3 +78,9 @@ def three_pass_row(
         picked = log_probs[start - 1 : full.shape[1] - 1].gather(1, targets[:, None])
         lls.append(float(picked.mean()))
     return RowResult(pred=pred[: len(value)], target_ll=lls[0], negative_ll=lls[1])
+
+
+def three_pass_cell_row(loaded: LoadedModel, row: dict) -> RowResult:
+    """`three_pass_row` on one row of a NIAH cell (its prompt, value and negative value)."""
+    args = (row["prompt"], row["value"], row["negative_value"])
+    return three_pass_row(loaded.model, loaded.tokenizer, loaded.vocab, *args)

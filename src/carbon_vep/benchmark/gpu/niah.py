@@ -30,7 +30,7 @@ from carbon_vep.model.engine import Engine
 from carbon_vep.suite.niah import NiahScorer, score_rows
 from carbon_vep.suite.niah_build import CellSpec, write_cell
 from carbon_vep.suite.niah_cells import read_cell
-from carbon_vep.suite.niah_published import three_pass_row
+from carbon_vep.suite.niah_published import three_pass_cell_row
 
 CONTEXTS = (32_768, 65_536, 131_072)
 ROWS = {32_768: 4, 65_536: 2, 131_072: 2}  # ours; the published way runs the first row
@@ -154,18 +154,7 @@ def _ours(scorer: NiahScorer, cell, device: torch.device) -> tuple[dict, object]
 
 
 def _published(model: Model, row: dict, device: torch.device) -> tuple[dict, object]:
-    loaded = model.loaded
-    seconds, answer, measured = _attempt(
-        lambda: three_pass_row(
-            loaded.model,
-            loaded.tokenizer,
-            loaded.vocab,
-            row["prompt"],
-            row["value"],
-            row["negative_value"],
-        ),
-        device,
-    )
+    seconds, answer, measured = _attempt(lambda: three_pass_cell_row(model.loaded, row), device)
     if answer is None:
         return measured, None
     return measured | {"seconds_per_row": seconds}, answer
