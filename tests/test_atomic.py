@@ -4,6 +4,7 @@ a failed or killed write leaves nothing at the output's name, a finished one rep
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -106,3 +107,98 @@ def test_another_machines_temporary_is_left_alone_until_it_is_stale(tmp_path):
         assert tmp.name.endswith(f"@{atomic._HOST}") and tmp.name != recent.name
         tmp.write_text("whole")
     assert sorted(p.name for p in tmp_path.iterdir()) == [recent.name, "genome.fa.fai"]
+
+
+def test_a_file_held_open_is_published_whole_or_not_at_all(tmp_path):
+    """A writer fed across calls (a scan chunk's Parquet writer): nothing at the name until it
+    is published; a discarded one leaves nothing, and a killed writer's file is removed."""
+    out = tmp_path / "chunk_0.parquet"
+    stale = tmp_path / ".chunk_0.parquet.tmp-99999"  # a killed job's file (another pid)
+    stale.write_text("half")
+    pending = atomic.PendingFile(out)
+    assert not stale.exists()
+    with pending.tmp.open("w") as handle:
+        handle.write("row group 1\n")
+        assert not out.exists()
+        handle.write("row group 2\n")
+    pending.publish()
+    pending.discard()  # after publishing: nothing to remove
+    assert out.read_text() == "row group 1\nrow group 2\n"
+    failed = atomic.PendingFile(out)
+    failed.tmp.write_text("half")
+    failed.discard()
+    assert out.read_text() == "row group 1\nrow group 2\n"
+    assert sorted(tmp_path.iterdir()) == [out]
+
+
+def _done(directory: Path) -> bool:
+    return (directory / "done").is_file()
+
+
+def _build(staging: Path, who: str) -> None:
+    (staging / "weights").write_text(who)
+    (staging / "done").write_text("")
+
+
+def test_a_shared_directory_replaces_an_incomplete_one(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "weights").write_text("a killed build's")  # no `done`: incomplete
+    with atomic.shared_dir(out, _done) as staging:
+        assert staging.parent == tmp_path and staging != out
+        _build(staging, "ours")
+    assert (out / "weights").read_text() == "ours" and _done(out)
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert sorted(tmp_path.iterdir()) == [out]  # no staging left
+
+
+def test_a_failed_shared_build_leaves_no_directory(tmp_path):
+    out = tmp_path / "model"
+    with pytest.raises(RuntimeError), atomic.shared_dir(out, _done) as staging:
+        (staging / "weights").write_text("half")
+        raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_two_builds_at_once_keep_the_first_complete_one(tmp_path):
+    """Two builds of one directory in one process (or two workers): each has its own staging,
+    the first to finish is published, and the second leaves it intact."""
+    out = tmp_path / "model"
+    with atomic.shared_dir(out, _done) as slow:
+        with atomic.shared_dir(out, _done) as fast:
+            assert fast != slow
+            _build(fast, "first")
+        assert (out / "weights").read_text() == "first" and slow.is_dir()
+        _build(slow, "second")
+    assert (out / "weights").read_text() == "first"
+    assert sorted(tmp_path.iterdir()) == [out]
+
+
+def test_losing_the_rename_race_keeps_the_winners_directory(tmp_path, monkeypatch):
+    """Another build publishes between this one's removal of an incomplete directory and its
+    rename: the rename fails, the winner's directory stays. A directory there that is not
+    complete is an error, not a win."""
+    out = tmp_path / "model"
+    rename = os.replace
+
+    def winner_first(source, target):
+        Path(target).mkdir()
+        _build(Path(target), "winner")
+        rename(source, target)
+
+    monkeypatch.setattr(os, "replace", winner_first)
+    with atomic.shared_dir(out, _done) as staging:
+        _build(staging, "loser")
+    assert (out / "weights").read_text() == "winner"
+    assert sorted(tmp_path.iterdir()) == [out]
+
+    def half_written_first(source, target):
+        Path(target).mkdir(exist_ok=True)
+        (Path(target) / "weights").write_text("half")
+        rename(source, target)
+
+    shutil.rmtree(out)
+    monkeypatch.setattr(os, "replace", half_written_first)
+    with pytest.raises(OSError), atomic.shared_dir(out, _done) as staging:
+        _build(staging, "ours")
+    assert sorted(tmp_path.iterdir()) == [out]  # the staging is removed all the same

@@ -167,8 +167,11 @@ def test_merged_scores_have_the_defined_dtypes_and_statuses():
 def _torch_free_modules() -> list[str]:
     """The modules the import-linter contract forbids torch (pyproject.toml), and the CLI."""
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (forbidden,) = [c for c in contracts["contracts"] if c["type"] == "forbidden"]
-    assert set(forbidden["forbidden_modules"]) >= {"torch", "transformers"}
+    (forbidden,) = [
+        c
+        for c in contracts["contracts"]
+        if c["type"] == "forbidden" and {"torch", "transformers"} <= set(c["forbidden_modules"])
+    ]
     return [*forbidden["source_modules"], "carbon_vep.cli"]
 
 

@@ -1,6 +1,7 @@
 """Write outputs under a temporary name and rename on success, so nothing half-written survives:
-files, directories, and a data file with its tabix index. Every output of the package is
-written through here."""
+files (also one held open across calls: `PendingFile`), directories (also one several processes
+build at once: `shared_dir`), and a data file with its tabix index. Every output of the package
+is written through here: no other module renames a temporary file."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ def temporary_sibling(path: str | Path, suffix: str = "") -> Path:
     file suffix, such as `.bw`, keeps it), after removing the temporary files of an earlier
     writer of `path` that was killed. A file whose writer may still be running is left alone:
     two jobs writing the same file at once (two jobs indexing one FASTA) must not delete each
-    other's half-written file. Rename it onto `path` with `os.replace` when complete."""
+    other's half-written file. Renamed onto `path` when complete by `atomic_path` or
+    `PendingFile` (no other module renames), or removed when only a scratch file."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{final.name}.tmp-"
@@ -72,17 +75,32 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+class PendingFile:
+    """A file written at a temporary sibling name (`temporary_sibling`) by a writer held open
+    across calls (a Parquet writer fed a row group at a time): `publish` renames it onto `path`
+    once the writer is closed; `discard` removes it (a no-op once published)."""
+
+    def __init__(self, path: str | Path, suffix: str = "") -> None:
+        self.path = Path(path)
+        self.tmp = temporary_sibling(self.path, suffix)
+
+    def publish(self) -> None:
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary sibling path (`temporary_sibling`); rename it onto `path` only if the
     block succeeds."""
-    final = Path(path)
-    tmp = temporary_sibling(final, suffix)
+    pending = PendingFile(path, suffix)
     try:
-        yield tmp
-        os.replace(tmp, final)
+        yield pending.tmp
+        pending.publish()
     finally:
-        tmp.unlink(missing_ok=True)
+        pending.discard()
 
 
 @contextmanager
@@ -99,6 +117,37 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def shared_dir(path: str | Path, is_complete: Callable[[Path], bool]) -> Iterator[Path]:
+    """Yield a private staging directory to build `path` in, when several processes may build
+    the same `path` at once (test workers building one demo model); on success it replaces an
+    incomplete `path`, and the staging is always removed. The first complete build wins: one
+    finished meanwhile (`is_complete(path)`) is kept, and losing the rename race to one is no
+    error. (Not `atomic_dir`: it replaces a complete `path` too, under a reader of the first
+    build, and its temporary name is one per process, not one per build.)"""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    staging.chmod(0o755)  # mkdtemp's is private (0700); the published directory is not
+    try:
+        yield staging
+        _publish_dir(staging, final, is_complete)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _publish_dir(staging: Path, final: Path, is_complete: Callable[[Path], bool]) -> None:
+    if is_complete(final):  # a concurrent build finished first
+        return
+    if final.exists():
+        shutil.rmtree(final)
+    try:
+        os.replace(staging, final)
+    except OSError:  # another build published between the removal and the rename
+        if not is_complete(final):
+            raise
 
 
 def write_parquet(frame: pl.DataFrame, path: str | Path) -> None:

@@ -5,15 +5,10 @@ and doc-tables (the generated tables of the documentation)."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-import polars as pl
-
-from carbon_vep import atomic
-from carbon_vep.cli.common import log, pairs
+from carbon_vep.cli.common import pairs
 from carbon_vep.config.run import TRACK_REFERENCES
-from carbon_vep.errors import InputError
 
 
 def add_results_table(sub) -> None:
@@ -26,14 +21,9 @@ def add_results_table(sub) -> None:
 
 
 def results_table(args: argparse.Namespace) -> None:
-    from carbon_vep.report.results_table import load_results, results_markdown, results_table
+    from carbon_vep.report.results_table import write_results_table
 
-    results = load_results(args.metrics)
-    table = results_table(results)
-    atomic.write_parquet(table, args.out_parquet)
-    with atomic.atomic_path(args.out_tsv) as tmp:
-        table.write_csv(tmp, separator="\t")
-    atomic.write_text(results_markdown(results), args.out_md)
+    write_results_table(args.metrics, args.out_parquet, args.out_tsv, args.out_md)
 
 
 def add_html_report(sub) -> None:
@@ -68,19 +58,20 @@ def add_html_report(sub) -> None:
 
 
 def html_report(args: argparse.Namespace) -> None:
-    from carbon_vep.report.html import render_html
-    from carbon_vep.report.markdown import render_summary
-    from carbon_vep.report.page import load_run
-    from carbon_vep.report.results_table import load_results
+    from carbon_vep.report.html import write_html_report
 
-    run = load_run(args.metrics, args.rows)
-    table = pl.read_parquet(args.results_table) if args.results_table else None
-    sweeps = load_results(args.sweep_metrics)
-    html = render_html(run, table, args.title, args.scan, args.published_niah, sweeps)
-    atomic.write_text(html, args.out_html)
-    table_markdown = Path(args.results_table_md).read_text() if args.results_table_md else ""
-    summary = render_summary([r.metrics for r in run], table_markdown, args.title)
-    atomic.write_text(summary, args.out_md)
+    write_html_report(
+        args.metrics,
+        args.rows,
+        args.results_table,
+        args.results_table_md,
+        args.scan,
+        args.published_niah,
+        args.sweep_metrics,
+        args.title,
+        args.out_html,
+        args.out_md,
+    )
 
 
 def add_report(sub) -> None:
@@ -93,11 +84,9 @@ def add_report(sub) -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    from carbon_vep.report.markdown import render_report
+    from carbon_vep.report.markdown import write_report
 
-    merged = pl.read_parquet(args.merged)
-    metrics = json.loads(Path(args.metrics).read_text())
-    atomic.write_text(render_report(merged, metrics, args.title), args.out)
+    write_report(args.merged, args.metrics, args.title, args.out)
 
 
 def add_export_vcf(sub) -> None:
@@ -110,16 +99,9 @@ def add_export_vcf(sub) -> None:
 
 
 def export_vcf(args: argparse.Namespace) -> None:
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.report.exports import default_fields, write_results_vcf
+    from carbon_vep.report.exports import export_vcf
 
-    with open_reference(args.reference) as reference:
-        lengths = dict(reference.lengths)
-    merged = pl.read_parquet(args.merged)
-    fields = {**default_fields(merged), **pairs(args.field)}
-    unwritten = write_results_vcf(merged, lengths, args.out, fields)
-    if unwritten:
-        log.warning("%d rows without CHROM/POS/REF are not VCF records (see Parquet)", unwritten)
+    export_vcf(args.merged, args.reference, pairs(args.field), args.out)
 
 
 def add_export_tabix(sub) -> None:
@@ -132,14 +114,9 @@ def add_export_tabix(sub) -> None:
 
 
 def export_tabix(args: argparse.Namespace) -> None:
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.report.exports import write_tabix_tsv
+    from carbon_vep.report.exports import export_tabix
 
-    order = None
-    if args.reference:
-        with open_reference(args.reference) as reference:
-            order = list(reference.lengths)
-    write_tabix_tsv(pl.read_parquet(args.scores), args.out, args.column, order)
+    export_tabix(args.scores, args.column, args.reference, args.out)
 
 
 def add_export_tracks(sub) -> None:
@@ -172,20 +149,11 @@ def add_export_tracks(sub) -> None:
 
 
 def export_tracks(args: argparse.Namespace) -> None:
-    from carbon_vep.report.track_hub import HUB_EMAIL, write_hub
-    from carbon_vep.report.tracks import export_tracks
+    from carbon_vep.report.track_hub import export_scan_tracks
 
-    if not args.hub_only:
-        written = export_tracks(args.scan, args.out, args.track)
-        log.info("%s: %s", args.out, ", ".join(f"{name}.bw" for name in written))
-    if args.hub_only or args.track is None:
-        summary = write_hub(args.scan, args.out, args.email or HUB_EMAIL, args.reference_mode)
-        log.info(
-            "%s: hub.txt, igv_session.xml, igv.json for %d tracks (%s bytes of bigWig)",
-            args.out,
-            len(summary["tracks"]),
-            f"{summary['bigwig_bytes']:,}",
-        )
+    export_scan_tracks(
+        args.scan, args.out, args.track, args.hub_only, args.email, args.reference_mode
+    )
 
 
 def add_doc_tables(sub) -> None:
@@ -209,21 +177,9 @@ def add_doc_tables(sub) -> None:
 
 
 def doc_tables(args: argparse.Namespace) -> int:
-    from carbon_vep.report.doc_tables import doc_pages, find_root, missing_tables, render_page
+    from carbon_vep.report.doc_tables import rewrite_pages
 
-    paths = args.pages or doc_pages(find_root(Path.cwd().resolve()))
-    texts = {path: path.read_text() for path in paths}
-    if not args.pages and (missing := missing_tables(texts)):
-        raise InputError(paths[0].parent, f"no page holds the generated table(s) {missing}")
-    stale = []
-    for path, text in texts.items():
-        current = render_page(text, str(path))
-        if current != text:
-            stale.append(path)
-            if not args.check:
-                atomic.write_text(current, path)
-    verb = "stale" if args.check else "rewritten"
-    log.info("%d page(s) checked; %s: %s", len(texts), verb, ", ".join(map(str, stale)) or "none")
+    stale = rewrite_pages(args.pages, args.check)
     return 1 if args.check and stale else 0
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from carbon_vep import atomic
-from carbon_vep.cli.common import log, pairs
+from carbon_vep.cli.common import pairs
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import (
     CalibrationSettings,
@@ -16,8 +15,6 @@ from carbon_vep.config.stages import (
     ScanChunkSettings,
     TileSettings,
 )
-from carbon_vep.errors import InputError
-from carbon_vep.model.job import load_engine
 
 
 def add_scan(sub) -> None:
@@ -31,26 +28,10 @@ def add_scan(sub) -> None:
 
 
 def scan(args: argparse.Namespace) -> None:
-    """Every possible SNV of a region: per-position probabilities and per-SNV scores."""
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.tiling import parse_region
+    from carbon_vep.scan.jobs import scan_region_files
 
     model, tiles = from_args(args, ModelSettings, TileSettings)
-    chrom, start, end = parse_region(args.region)
-    engine = load_engine(model, args.region)
-    from carbon_vep.scan.tiles import scan_region, snv_scores
-
-    with open_reference(args.reference) as reference:
-        if chrom not in reference.lengths:
-            raise InputError(args.reference, f"contig {chrom!r} of --region not in the reference")
-        positions = scan_region(engine, reference, chrom, start, end, tiles)
-    atomic.write_parquet(positions, args.out)
-    if args.snv_out:
-        atomic.write_parquet(snv_scores(positions), args.snv_out)
-    missing = (end - start) - positions.height
-    log.info("scanned %d positions of %s", positions.height, args.region)
-    if missing:
-        log.warning("%d bases at the contig end fit no whole 6-mer tile: not scored", missing)
+    scan_region_files(model, tiles, args.reference, args.region, args.out, args.snv_out)
 
 
 def add_plan_scan(sub) -> None:
@@ -71,18 +52,13 @@ def add_plan_scan(sub) -> None:
 
 
 def plan_scan(args: argparse.Namespace) -> None:
-    """Targets -> chunks (one job each), with counts and estimates printed before any model job."""
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.plan import describe_plan, plan_scan, resolve_targets
+    from carbon_vep.scan.jobs import write_plan
 
     tiles, chunks = from_args(args, TileSettings, ScanChunkSettings)
-    with open_reference(args.reference) as reference:
-        targets = resolve_targets(args.regions, reference.lengths)
-        plan = plan_scan(reference, targets, tiles, chunks, pairs(args.model))
-    atomic.write_json(plan, args.out)
-    text = describe_plan(plan, f"scan plan: {args.title}")
-    if args.report:
-        atomic.write_text(text, args.report)
+    models = pairs(args.model)
+    text = write_plan(
+        args.reference, args.regions, tiles, chunks, models, args.title, args.out, args.report
+    )
     print(text, end="")
 
 
@@ -98,22 +74,10 @@ def add_scan_chunk(sub) -> None:
 
 
 def scan_chunk(args: argparse.Namespace) -> None:
-    """One chunk of a scan plan, streamed to Parquet row groups."""
-    from carbon_vep.scan.outputs import read_json
-    from carbon_vep.scan.plan import chunk_pieces
+    from carbon_vep.scan.jobs import scan_plan_chunk
 
     (model,) = from_args(args, ModelSettings)
-    plan = read_json(args.plan)
-    tiles = TileSettings(plan["tile_bp"], plan["min_context"])
-    pieces = chunk_pieces(plan, args.chunk)
-    engine = load_engine(model, f"{args.plan} chunk {args.chunk}")
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.tiles import scan_chunk_file
-
-    with open_reference(args.reference) as reference:
-        stats = scan_chunk_file(engine, reference, pieces, tiles, args.out, f"chunk {args.chunk}")
-    atomic.write_json({"chunk": args.chunk, **stats}, args.stats)
-    log.info("chunk %d: %d bases in %.1f s", args.chunk, stats["bases"], stats["wall_s"])
+    scan_plan_chunk(model, args.plan, args.chunk, args.reference, args.out, args.stats)
 
 
 def add_merge_scan(sub) -> None:
@@ -133,26 +97,11 @@ def add_merge_scan(sub) -> None:
 
 
 def merge_scan(args: argparse.Namespace) -> None:
-    """The rows of one output file's contigs in the chunks -> its Parquet file and counts."""
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.calibrate import counts_meta
-    from carbon_vep.scan.outputs import merge_plan_file, read_json
-    from carbon_vep.scan.plan import plan_file
+    from carbon_vep.scan.jobs import FileJob, merge_file
 
     chunks, calibration = from_args(args, ScanChunkSettings, CalibrationSettings)
-    entry = plan_file(read_json(args.plan), args.file)
-    meta = counts_meta(pairs(args.provenance), chunks.tsv_decimals, calibration.neutral_regions)
-    with open_reference(args.reference) as reference:
-        stats = merge_plan_file(
-            entry,
-            args.chunks,
-            args.out_parquet,
-            args.out_counts,
-            meta,
-            reference,
-            calibration.neutral_regions,
-        )
-    log.info("merged %s: %s", args.file, stats)
+    job = FileJob(args.plan, args.file, args.reference, pairs(args.provenance))
+    merge_file(job, args.chunks, chunks, calibration, args.out_parquet, args.out_counts)
 
 
 def add_calibrate_scan(sub) -> None:
@@ -167,13 +116,10 @@ def add_calibrate_scan(sub) -> None:
 
 
 def calibrate_scan(args: argparse.Namespace) -> None:
-    from carbon_vep.scan.calibrate import Calibration, read_counts
+    from carbon_vep.scan.jobs import calibrate
 
     (settings,) = from_args(args, CalibrationSettings)
-    counts, neutral, meta = read_counts(args.counts)
-    calibration = Calibration.build(counts, neutral, meta, settings.context_min_count)
-    calibration.write(args.out)
-    log.info("calibrated %s SNVs: %s", f"{calibration.raw.total:,}", calibration.thresholds())
+    calibrate(args.counts, settings, args.out)
 
 
 def add_write_scan_tsv(sub) -> None:
@@ -192,27 +138,11 @@ def add_write_scan_tsv(sub) -> None:
 
 
 def write_scan_tsv(args: argparse.Namespace) -> None:
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.calibrate import Calibration
-    from carbon_vep.scan.outputs import read_json, write_tsv
-    from carbon_vep.scan.plan import plan_file
+    from carbon_vep.scan.jobs import FileJob, write_file_tsv
 
     (settings,) = from_args(args, CalibrationSettings)
-    entry = plan_file(read_json(args.plan), args.file)
-    provenance = pairs(args.provenance)
-    calibration = Calibration.read(args.calibration)
-    calibration.check_fingerprint(provenance, args.calibration)
-    with open_reference(args.reference) as reference:
-        stats = write_tsv(
-            args.parquet,
-            entry["contigs"],
-            args.out_tsv,
-            provenance,
-            calibration,
-            reference,
-            settings.tsv_calibrated,
-        )
-    log.info("wrote %s: %s", args.out_tsv, stats)
+    job = FileJob(args.plan, args.file, args.reference, pairs(args.provenance))
+    write_file_tsv(job, args.parquet, args.calibration, settings, args.out_tsv)
 
 
 def add_summarize_scan(sub) -> None:
@@ -236,20 +166,11 @@ def add_summarize_scan(sub) -> None:
 
 
 def summarize_scan(args: argparse.Namespace) -> None:
-    from carbon_vep.scan.calibrate import Calibration, contexts_markdown
-    from carbon_vep.scan.outputs import read_json, scan_record, summarize, summary_markdown
-    from carbon_vep.scan.plan import describe_plan
+    from carbon_vep.scan.jobs import ScanParts, write_summary
 
-    plan = read_json(args.plan)
-    stats = [read_json(p) for p in args.chunk_stats]
-    calibration = Calibration.read(args.calibration)
-    summary = summarize(plan, stats, args.parquet, args.tsv, calibration)
-    if args.out_record:
-        atomic.write_json(scan_record(plan, pairs(args.provenance)), args.out_record)
-    atomic.write_json(summary, args.out_json)
-    plan_text = describe_plan(plan, f"scan plan: {args.title}")
-    text = summary_markdown(summary, plan_text, contexts_markdown(calibration))
-    atomic.write_text(text, args.out_md)
+    parts = ScanParts(args.plan, args.chunk_stats, args.parquet, args.tsv, args.calibration)
+    provenance = pairs(args.provenance)
+    write_summary(parts, args.title, provenance, args.out_json, args.out_md, args.out_record)
 
 
 def add_concat_scan(sub) -> None:
@@ -262,13 +183,9 @@ def add_concat_scan(sub) -> None:
 
 
 def concat_scan(args: argparse.Namespace) -> None:
-    """Every tabix TSV of a scan in one file, reference order, one header."""
-    from carbon_vep.scan.outputs import concat_tsv
+    from carbon_vep.scan.jobs import concat_scan_tsv
 
-    if not args.out.endswith(".gz"):
-        raise InputError(args.out, "the output is bgzipped and tabix-indexed: name it *.tsv.gz")
-    stats = concat_tsv(args.scan, args.out)
-    log.info("wrote %s: %s", args.out, stats)
+    concat_scan_tsv(args.scan, args.out)
 
 
 COMMANDS = (

@@ -8,14 +8,12 @@ Carbon's 155,776-token vocabulary and the ``HybridDNATokenizer`` shipped as remo
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+from carbon_vep import atomic
 from carbon_vep.model.assets.tokenization_hybrid_dna import HybridDNATokenizer
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
@@ -76,23 +74,6 @@ def make_model(config: LlamaConfig, seed: int) -> LlamaForCausalLM:
     return model.eval()
 
 
-def _publish(staging: Path, out_dir: Path) -> None:
-    """Move the finished ``staging`` dir to ``out_dir``, replacing an incomplete one. (Not
-    `atomic.atomic_dir`: several processes, test workers, may build the same model at once, and
-    atomic's cleanup of a killed writer's files would remove another live build's staging.)"""
-    if is_complete(out_dir):  # a concurrent build finished first
-        return
-    for path in staging.iterdir():
-        path.chmod(0o644)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    try:
-        os.replace(staging, out_dir)
-    except OSError:
-        if not is_complete(out_dir):
-            raise
-
-
 def build_demo_model(
     out_dir: str | Path,
     *,
@@ -107,17 +88,14 @@ def build_demo_model(
     out_dir = Path(out_dir)
     if is_complete(out_dir):
         return out_dir
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    staging.chmod(0o755)
-    try:
+    # several processes (test workers) may build it at once: the first complete one is kept
+    with atomic.shared_dir(out_dir, is_complete) as staging:
         tokenizer = make_tokenizer()
         config = make_config(
             tokenizer, hidden_size, num_layers, num_heads, num_kv_heads, intermediate_size
         )
         make_model(config, seed).save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        _publish(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        for path in staging.iterdir():
+            path.chmod(0o644)
     return out_dir

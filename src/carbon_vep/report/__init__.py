@@ -3,7 +3,8 @@
 exports for the field's tools (`exports`: VCF with scores in INFO, tabix TSV), a scan's
 genome-browser tracks (`track_list` names them, `tracks` writes the bigWigs, `track_hub` the
 UCSC hub and IGV sessions), and the documentation tables generated from their one definition
-(`doc_tables`).
+(`doc_tables`). Each command of `cli.report` calls one function of these, which reads the
+command's files and writes its outputs.
 
 May import: `evaluate`, `scan` (a scan's outputs and calibration), `config`, `genome` and the
 shared modules (`atomic`, `columns`, `errors`, `provenance`). No torch.

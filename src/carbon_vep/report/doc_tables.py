@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import yaml
 
-from carbon_vep import columns, markdown
+from carbon_vep import atomic, columns, markdown
 from carbon_vep.config.fields import ENTRY_SCOPES, is_required, schema_property
 from carbon_vep.config.recipes import NORMALIZATIONS, RECIPES
 from carbon_vep.config.run import SECTIONS, run_fields
 from carbon_vep.config.schema import entry_sweeps, json_schema
 from carbon_vep.errors import InputError
+
+log = logging.getLogger("carbon_vep")
 
 # the pages that may hold generated tables, relative to the repository root
 PAGE_PATTERNS = ("README.md", "docs/*.md", "config/README.md")
@@ -251,3 +254,23 @@ def missing_tables(pages: Mapping[Path, str]) -> list[str]:
     """Tables that no page holds (each table belongs in some page)."""
     present = {name for text in pages.values() for name in generated_blocks(text)}
     return [name for name in TABLES if name not in present]
+
+
+def rewrite_pages(pages: Sequence[Path], check: bool) -> list[Path]:
+    """Rewrite the generated tables of `pages` (default: every page of the repository around the
+    current folder, which together must hold every table); with `check`, rewrite nothing. The
+    pages whose tables were stale."""
+    paths = list(pages) or doc_pages(find_root(Path.cwd().resolve()))
+    texts = {path: path.read_text() for path in paths}
+    if not pages and (missing := missing_tables(texts)):
+        raise InputError(paths[0].parent, f"no page holds the generated table(s) {missing}")
+    stale = []
+    for path, text in texts.items():
+        current = render_page(text, str(path))
+        if current != text:
+            stale.append(path)
+            if not check:
+                atomic.write_text(current, path)
+    verb = "stale" if check else "rewritten"
+    log.info("%d page(s) checked; %s: %s", len(texts), verb, ", ".join(map(str, stale)) or "none")
+    return stale

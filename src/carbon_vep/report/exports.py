@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,9 @@ import pysam
 
 from carbon_vep import columns
 from carbon_vep.atomic import indexed_bgzf, indexed_file
+from carbon_vep.genome.reference import open_reference
 
+log = logging.getLogger("carbon_vep")
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
 _VCF_TYPES = {pl.Float64: "Float", pl.Float32: "Float", pl.Boolean: "Flag"}
 _INFO_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_", ",": "|"})
@@ -205,3 +208,26 @@ def write_results_vcf(
     with indexed_file(out_path, {"preset": "vcf"} if indexed else None) as work:
         write(work)
     return n_unwritable
+
+
+def export_vcf(merged: str, reference: str, extra_fields: Mapping[str, str], out: str) -> None:
+    """A panel's merged results (Parquet) as the VCF `out` (`write_results_vcf`), contigs from
+    the reference, INFO fields: the score columns present and `extra_fields` (column ->
+    description)."""
+    with open_reference(reference) as fasta:
+        lengths = dict(fasta.lengths)
+    frame = pl.read_parquet(merged)
+    fields = {**default_fields(frame), **extra_fields}
+    unwritten = write_results_vcf(frame, lengths, out, fields)
+    if unwritten:
+        log.warning("%d rows without CHROM/POS/REF are not VCF records (see Parquet)", unwritten)
+
+
+def export_tabix(scores: str, value_columns: list[str], reference: str | None, out: str) -> None:
+    """Per-SNV scores (Parquet) as the tabix TSV `out` (`write_tabix_tsv`), contigs in the
+    reference's order when one is given."""
+    order = None
+    if reference:
+        with open_reference(reference) as fasta:
+            order = list(fasta.lengths)
+    write_tabix_tsv(pl.read_parquet(scores), out, value_columns, order)

@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from carbon_vep import atomic
 from carbon_vep.columns import Status
 from carbon_vep.config.tasks import PERTURBATION, SEQUENCE_RECOVERY, TASK_KINDS
 from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
 from carbon_vep.report import plots
-from carbon_vep.report.markdown import _fmt, _with_interval, ordered_metrics
+from carbon_vep.report.markdown import _fmt, _with_interval, ordered_metrics, render_summary
 from carbon_vep.report.niah import load_published, niah_section
 from carbon_vep.report.page import (
     CSS,
@@ -36,11 +37,13 @@ from carbon_vep.report.page import (
     figure_img,
     heading,
     html_table,
+    load_run,
     model_warnings,
     row_of,
     status_table,
     warnings_box,
 )
+from carbon_vep.report.results_table import load_results
 from carbon_vep.report.sweeps import grouped, recovery_sweep_section
 from carbon_vep.scan.calibrate import NO_OWN_MEANS, Calibration, cpg_site, extreme_contexts
 
@@ -456,3 +459,28 @@ def render_html(
         f"<nav aria-label='contents'>{''.join(nav)}</nav>{''.join(body)}"
         f"<script>{SORT_SCRIPT}</script></body></html>\n"
     )
+
+
+def write_html_report(
+    metrics: Sequence[str | Path],
+    rows: Sequence[str | Path],
+    results_table: str | None,
+    results_table_md: str | None,
+    scans: Sequence[str | Path],
+    published_niah: str | None,
+    sweep_metrics: Sequence[str | Path],
+    title: str,
+    out_html: str,
+    out_md: str,
+) -> None:
+    """The run's page (`render_html`) at `out_html` and its Markdown summary at `out_md`: each
+    result's metrics JSON with its row file, in the same order; the results table (Parquet and
+    Markdown); the scans' folders, the published NIAH points and the sweep points' metrics."""
+    run = load_run(metrics, rows)
+    table = pl.read_parquet(results_table) if results_table else None
+    sweeps = load_results(sweep_metrics)
+    html = render_html(run, table, title, scans, published_niah, sweeps)
+    atomic.write_text(html, out_html)
+    table_markdown = Path(results_table_md).read_text() if results_table_md else ""
+    summary = render_summary([r.metrics for r in run], table_markdown, title)
+    atomic.write_text(summary, out_md)

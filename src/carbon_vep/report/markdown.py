@@ -6,11 +6,13 @@ HTML page (`report.html`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import polars as pl
 
-from carbon_vep import markdown
+from carbon_vep import atomic, markdown
 from carbon_vep.columns import Status
 from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
@@ -94,6 +96,13 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
     prov_rows = [[k, v] for k, v in {**provenance, **package_versions()}.items()]
     parts += ["## Provenance", markdown.table(["item", "value"], prov_rows)]
     return "\n\n".join(parts) + "\n"
+
+
+def write_report(merged: str, metrics: str, title: str, out: str) -> None:
+    """One dataset's Markdown report at `out`, from its merged rows (Parquet) and metrics JSON."""
+    frame = pl.read_parquet(merged)
+    values = json.loads(Path(metrics).read_text())
+    atomic.write_text(render_report(frame, values, title), out)
 
 
 def _top_part(scored: pl.DataFrame) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from carbon_vep import markdown
+from carbon_vep import atomic, markdown
 from carbon_vep.errors import InputError
 
 
@@ -104,3 +104,15 @@ def load_results(paths: Sequence[str | Path]) -> list[dict]:
             raise InputError(path, f"metrics JSON lacks {missing}: not written by this version?")
         results.append(result)
     return results
+
+
+def write_results_table(
+    metrics: Sequence[str | Path], out_parquet: str, out_tsv: str, out_md: str
+) -> None:
+    """The results table of the metrics JSON files, as Parquet, TSV and Markdown."""
+    results = load_results(metrics)
+    table = results_table(results)
+    atomic.write_parquet(table, out_parquet)
+    with atomic.atomic_path(out_tsv) as tmp:
+        table.write_csv(tmp, separator="\t")
+    atomic.write_text(results_markdown(results), out_md)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -24,7 +25,7 @@ from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import canonical_build
 from carbon_vep.genome.reference import index_paths
 from carbon_vep.report.track_list import Track
-from carbon_vep.report.tracks import scan_inputs
+from carbon_vep.report.tracks import export_tracks, scan_inputs
 from carbon_vep.scan.calibrate import Calibration
 
 # UCSC's assembly names for the builds it hosts (canonical build -> UCSC `genome` line)
@@ -36,6 +37,7 @@ UCSC_GENOMES = {
     "GRCm38": "mm10",
 }
 HUB_EMAIL = "not-set@example.org"  # hub.txt needs a contact; export-tracks --email sets it
+log = logging.getLogger("carbon_vep")
 
 
 # ---- view ranges ------------------------------------------------------------------------------
@@ -294,3 +296,27 @@ def write_hub(
     }
     atomic.write_json(summary, out_dir / "tracks.json")
     return summary
+
+
+def export_scan_tracks(
+    scan_dir: str | Path,
+    out_dir: str | Path,
+    only: Sequence[str] | None,
+    hub_only: bool,
+    email: str | None,
+    reference_mode: str,
+) -> None:
+    """A scan's tracks into `out_dir`: its bigWigs (`export_tracks`: all, or those in `only`),
+    then the hub and IGV files (`write_hub`), which need every bigWig: written when all of them
+    are, or alone when `hub_only` (beside bigWigs already written)."""
+    if not hub_only:
+        written = export_tracks(scan_dir, out_dir, only)
+        log.info("%s: %s", out_dir, ", ".join(f"{name}.bw" for name in written))
+    if hub_only or only is None:
+        summary = write_hub(scan_dir, out_dir, email or HUB_EMAIL, reference_mode)
+        log.info(
+            "%s: hub.txt, igv_session.xml, igv.json for %d tracks (%s bytes of bigWig)",
+            out_dir,
+            len(summary["tracks"]),
+            f"{summary['bigwig_bytes']:,}",
+        )

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 import pysam
 
 from carbon_vep import columns, markdown
-from carbon_vep.atomic import indexed_bgzf, temporary_sibling
+from carbon_vep.atomic import PendingFile, indexed_bgzf
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.calibrate import (
@@ -71,9 +71,9 @@ class BaseWriter:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.tmp = temporary_sibling(self.path)  # a killed writer's file removed first
+        self.file = PendingFile(self.path)  # a killed writer's file removed first
         self.schema = pl.DataFrame(schema=BASE_SCHEMA).to_arrow().schema
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, **_WRITE_OPTIONS)
+        self.writer = pq.ParquetWriter(self.file.tmp, self.schema, **_WRITE_OPTIONS)
         self.rows = 0
 
     def write(self, frame: pl.DataFrame) -> None:
@@ -83,11 +83,11 @@ class BaseWriter:
 
     def close(self) -> None:
         self.writer.close()
-        os.replace(self.tmp, self.path)
+        self.file.publish()
 
     def abort(self) -> None:
         self.writer.close()
-        self.tmp.unlink(missing_ok=True)
+        self.file.discard()
 
 
 def read_chunk_rows(chunks: Sequence[str | Path], contigs: Sequence[str]) -> Iterator[pl.DataFrame]:

@@ -30,44 +30,52 @@ def fetch_url(url: str, out: str | Path, sha256: str | None, gunzip: bool = Fals
     """Download `url` into `out` (gunzipped if asked), verified: the sha256 of the published
     file must be `sha256`. Nothing is left at `out` unless it is. Returns the sha256."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".download")
+    with atomic.atomic_path(out) as tmp:
+        if not gunzip:
+            return _download(url, tmp, sha256)
+        # the compressed file, at a temporary name of its own: a killed job's is removed
+        compressed = atomic.temporary_sibling(out.with_name(f"{out.name}.download"))
+        try:
+            actual = _download(url, compressed, sha256)
+            _gunzip(url, compressed, tmp)
+        finally:
+            compressed.unlink(missing_ok=True)
+        return actual
+
+
+def _download(url: str, into: Path, sha256: str | None) -> str:
+    """Write `url` to `into`; return its sha256 if it is the pinned one, else raise."""
     digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url) as response, part.open("wb") as handle:
+        with urllib.request.urlopen(url) as response, into.open("wb") as handle:
             while chunk := response.read(_CHUNK):
                 digest.update(chunk)
                 handle.write(chunk)
     except (OSError, ValueError) as err:
-        part.unlink(missing_ok=True)
         raise InputError(url, f"download failed: {err}") from err
     actual = digest.hexdigest()
+    if sha256 is None:
+        raise InputError(
+            url,
+            f"no sha256 pinned; the file downloaded has sha256 {actual}. Check it against "
+            f"the checksums its publisher lists, then set `sha256: {actual}` in its "
+            "`downloads` entry",
+        )
     if sha256 != actual:
-        part.unlink()
-        if sha256 is None:
-            raise InputError(
-                url,
-                f"no sha256 pinned; the file downloaded has sha256 {actual}. Check it against "
-                f"the checksums its publisher lists, then set `sha256: {actual}` in its "
-                "`downloads` entry",
-            )
         raise InputError(
             url,
             f"sha256 is {actual}, but the config pins {sha256}: the file at this URL changed "
             "(or the pin is wrong); refusing it",
         )
-    if gunzip:
-        with atomic.atomic_path(out) as tmp:
-            try:
-                with gzip.open(part, "rb") as source, open(tmp, "wb") as target:
-                    shutil.copyfileobj(source, target, _CHUNK)
-            except (OSError, EOFError) as err:
-                part.unlink()
-                raise InputError(url, f"not a gzip file: {err}") from err
-        part.unlink()
-    else:
-        part.replace(out)
     return actual
+
+
+def _gunzip(url: str, compressed: Path, into: Path) -> None:
+    try:
+        with gzip.open(compressed, "rb") as source, into.open("wb") as target:
+            shutil.copyfileobj(source, target, _CHUNK)
+    except (OSError, EOFError) as err:
+        raise InputError(url, f"not a gzip file: {err}") from err
 
 
 def glob_matches(path: str, pattern: str) -> bool:

@@ -1,0 +1,209 @@
+"""Each scan command's work, from its files to its files (cli.scan parses the options and calls
+these): a region scanned in one process, the plan, a chunk on the model, one output file's
+merge, the calibration, one output file's tabix TSV, the summary with `scan.json`, and every
+TSV of a scan in one file. The two model jobs import torch (`tiles`) only once their inputs
+are checked."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from carbon_vep import atomic
+from carbon_vep.config.stages import (
+    CalibrationSettings,
+    ModelSettings,
+    ScanChunkSettings,
+    TileSettings,
+)
+from carbon_vep.errors import InputError
+from carbon_vep.genome.reference import open_reference
+from carbon_vep.scan.calibrate import Calibration, contexts_markdown, counts_meta, read_counts
+from carbon_vep.scan.outputs import (
+    concat_tsv,
+    merge_plan_file,
+    read_json,
+    scan_record,
+    summarize,
+    summary_markdown,
+    write_tsv,
+)
+from carbon_vep.scan.plan import chunk_pieces, describe_plan, plan_file, plan_scan, resolve_targets
+from carbon_vep.scan.tiling import parse_region
+
+log = logging.getLogger("carbon_vep")
+Paths = Sequence[str | Path]
+
+
+def scan_region_files(
+    model: ModelSettings,
+    tiles: TileSettings,
+    reference_path: str,
+    region: str,
+    out: str,
+    snv_out: str | None,
+) -> None:
+    """Every possible SNV of `region`: per-position Parquet at `out`, per-SNV at `snv_out`."""
+    from carbon_vep.model.job import load_engine
+
+    chrom, start, end = parse_region(region)  # a bad region refused before the model loads
+    engine = load_engine(model, region)
+    from carbon_vep.scan.tiles import scan_region, snv_scores
+
+    with open_reference(reference_path) as reference:
+        if chrom not in reference.lengths:
+            raise InputError(reference_path, f"contig {chrom!r} of --region not in the reference")
+        positions = scan_region(engine, reference, chrom, start, end, tiles)
+    atomic.write_parquet(positions, out)
+    if snv_out:
+        atomic.write_parquet(snv_scores(positions), snv_out)
+    missing = (end - start) - positions.height
+    log.info("scanned %d positions of %s", positions.height, region)
+    if missing:
+        log.warning("%d bases at the contig end fit no whole 6-mer tile: not scored", missing)
+
+
+def write_plan(
+    reference_path: str,
+    regions: Sequence[str],
+    tiles: TileSettings,
+    chunks: ScanChunkSettings,
+    models: Mapping[str, str],
+    title: str,
+    out: str,
+    report: str | None,
+) -> str:
+    """The plan of a scan (targets -> chunks, one job each) at `out`, with its counts and
+    estimates as Markdown (at `report` too, if given), which is returned."""
+    with open_reference(reference_path) as reference:
+        targets = resolve_targets(regions, reference.lengths)
+        plan = plan_scan(reference, targets, tiles, chunks, models)
+    atomic.write_json(plan, out)
+    text = describe_plan(plan, f"scan plan: {title}")
+    if report:
+        atomic.write_text(text, report)
+    return text
+
+
+def scan_plan_chunk(
+    model: ModelSettings, plan_path: str, chunk: int, reference_path: str, out: str, stats_out: str
+) -> None:
+    """One chunk of a scan plan, streamed to Parquet row groups at `out`; its bases, wall and
+    forward-pass seconds at `stats_out`."""
+    from carbon_vep.model.job import load_engine
+
+    plan = read_json(plan_path)
+    tiles = TileSettings(plan["tile_bp"], plan["min_context"])
+    pieces = chunk_pieces(plan, chunk)  # looked up before the model loads
+    engine = load_engine(model, f"{plan_path} chunk {chunk}")
+    from carbon_vep.scan.tiles import scan_chunk_file
+
+    with open_reference(reference_path) as reference:
+        stats = scan_chunk_file(engine, reference, pieces, tiles, out, f"chunk {chunk}")
+    atomic.write_json({"chunk": chunk, **stats}, stats_out)
+    log.info("chunk %d: %d bases in %.1f s", chunk, stats["bases"], stats["wall_s"])
+
+
+@dataclass(frozen=True)
+class FileJob:
+    """A job on one output file of a scan: the plan, the file's name in its `files`, the scan's
+    reference (the SNV contexts) and provenance."""
+
+    plan: str
+    name: str
+    reference: str
+    provenance: Mapping[str, Any]
+
+
+def merge_file(
+    job: FileJob,
+    chunks: Paths,
+    chunk_settings: ScanChunkSettings,
+    calibration: CalibrationSettings,
+    out_parquet: str,
+    out_counts: str,
+) -> None:
+    """The rows of the file's contigs in the chunks -> its Parquet file and its SNVs counted
+    for the calibration."""
+    entry = plan_file(read_json(job.plan), job.name)
+    meta = counts_meta(job.provenance, chunk_settings.tsv_decimals, calibration.neutral_regions)
+    with open_reference(job.reference) as reference:
+        stats = merge_plan_file(
+            entry, chunks, out_parquet, out_counts, meta, reference, calibration.neutral_regions
+        )
+    log.info("merged %s: %s", job.name, stats)
+
+
+def calibrate(counts_paths: Paths, settings: CalibrationSettings, out: str) -> None:
+    """A scan's rank scales (PHRED) and context means from every output file's counts, into the
+    calibration folder `out`."""
+    counts, neutral, meta = read_counts(list(counts_paths))
+    calibration = Calibration.build(counts, neutral, meta, settings.context_min_count)
+    calibration.write(out)
+    log.info("calibrated %s SNVs: %s", f"{calibration.raw.total:,}", calibration.thresholds())
+
+
+def write_file_tsv(
+    job: FileJob, parquet: str, calibration_dir: str, settings: CalibrationSettings, out_tsv: str
+) -> None:
+    """The file's tabix TSV from its Parquet: score and PHRED of every SNV, with the calibration
+    checked to be this scan's."""
+    entry = plan_file(read_json(job.plan), job.name)
+    calibration = Calibration.read(calibration_dir)
+    calibration.check_fingerprint(job.provenance, calibration_dir)
+    with open_reference(job.reference) as reference:
+        stats = write_tsv(
+            parquet,
+            entry["contigs"],
+            out_tsv,
+            job.provenance,
+            calibration,
+            reference,
+            settings.tsv_calibrated,
+        )
+    log.info("wrote %s: %s", out_tsv, stats)
+
+
+@dataclass(frozen=True)
+class ScanParts:
+    """What a scan's jobs wrote: the plan, each chunk's stats (JSON), each output file's Parquet
+    and TSV, and the calibration folder."""
+
+    plan: str
+    chunk_stats: Paths
+    parquets: Paths
+    tsvs: Paths
+    calibration: str
+
+
+def write_summary(
+    parts: ScanParts,
+    title: str,
+    provenance: Mapping[str, Any],
+    out_json: str,
+    out_md: str,
+    out_record: str | None,
+) -> None:
+    """A scan's final summary, as JSON and Markdown, and its record (`scan.json`, what annotate
+    reads) when asked."""
+    plan = read_json(parts.plan)
+    stats = [read_json(p) for p in parts.chunk_stats]
+    calibration = Calibration.read(parts.calibration)
+    summary = summarize(plan, stats, parts.parquets, parts.tsvs, calibration)
+    if out_record:
+        atomic.write_json(scan_record(plan, provenance), out_record)
+    atomic.write_json(summary, out_json)
+    plan_text = describe_plan(plan, f"scan plan: {title}")
+    text = summary_markdown(summary, plan_text, contexts_markdown(calibration))
+    atomic.write_text(text, out_md)
+
+
+def concat_scan_tsv(scan_dir: str, out: str) -> None:
+    """Every tabix TSV of a scan in one file, reference order, one header."""
+    if not out.endswith(".gz"):
+        raise InputError(out, "the output is bgzipped and tabix-indexed: name it *.tsv.gz")
+    stats = concat_tsv(scan_dir, out)
+    log.info("wrote %s: %s", out, stats)
