@@ -21,7 +21,7 @@ from carbon_vep.model.loading import Yarn, apply_yarn, load_model
 from carbon_vep.model.tokens import dna_block_ids
 from carbon_vep.suite.niah import NiahScorer, score_rows
 from carbon_vep.suite.niah_build import CellSpec, write_cell
-from carbon_vep.suite.niah_cells import read_cell
+from carbon_vep.suite.niah_cells import prompt_tokens, read_cell
 from carbon_vep.suite.niah_published import three_pass_cell_row
 
 DEMO_FASTA = Path(__file__).resolve().parents[2] / "resources/demo/chr17.hg19.part.fa"
@@ -79,6 +79,55 @@ def test_one_prefill_equals_the_published_three_passes(
         assert mine["target_ll"] == pytest.approx(ref.target_ll, abs=1e-5)
         assert mine["negative_ll"] == pytest.approx(ref.negative_ll, abs=1e-5)
         assert mine["ll_correct"] == (ref.target_ll > ref.negative_ll)
+
+
+def test_the_published_passes_call_the_model_as_the_official_script(loaded, cell, monkeypatch):
+    """genome_niah_eval.py's calls: `generate` greedy for value_len_bp // 6 new tokens with its
+    two logits processors (special ids, then the 6-mer block), and each likelihood pass through
+    the body with the output layer on the value's positions only, never a whole prompt's."""
+    row = cell.row(0, named=True)
+    model_class = type(loaded.model)
+    original, seen, widths = model_class.generate, {}, []
+
+    def generate(self, *args, **kwargs):
+        seen.update(kwargs)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(model_class, "generate", generate)
+    head = loaded.model.lm_head.register_forward_hook(lambda m, a, out: widths.append(out.shape))
+    try:
+        answer = three_pass_cell_row(loaded, row)
+    finally:
+        head.remove()
+    tokens = row["value_len_bp"] // 6
+    assert seen["max_new_tokens"] == tokens and seen["do_sample"] is False
+    assert [type(p).__name__ for p in seen["logits_processor"]] == [
+        "SuppressSpecial",
+        "RestrictToDna",
+    ]
+    assert all(shape[1] <= tokens for shape in widths)  # no [prompt, vocabulary] logits
+    assert [tuple(s[:2]) for s in widths[-2:]] == [(1, tokens), (1, tokens)]
+    assert len(answer.pred) == row["value_len_bp"]
+
+
+def test_the_published_block_is_read_as_the_official_script(tmp_path):
+    """dna_start_id + the DNA tags listed before the 6-mers (Carbon's `dna_special_tokens`),
+    4,096 ids; no dna_config.json, no restriction."""
+    from types import SimpleNamespace
+
+    from carbon_vep.suite.niah_published import dna_token_range
+
+    carbon = {
+        "k": 6,
+        "dna_start_id": 151_669,
+        "dna_vocab_size": 4_107,
+        "dna_special_tokens": ["<dna>", "</dna>", "<oov>"],
+    }
+    (tmp_path / "dna_config.json").write_text(json.dumps(carbon))
+    assert dna_token_range(SimpleNamespace(name_or_path=str(tmp_path))) == (151_672, 4_096)
+    empty = tmp_path / "plain"
+    empty.mkdir()
+    assert dna_token_range(SimpleNamespace(name_or_path=str(empty))) is None
 
 
 def test_generation_is_restricted_to_the_dna_block(loaded, cell):
@@ -364,7 +413,34 @@ def test_context_beyond_the_model_needs_yarn(demo_model_dir, tmp_path, caplog):
     write_cell(CellSpec("niah", 8200, 1, 0), genome, long_cell)  # the demo model has 8,192
     assert _score(long_cell, demo_model_dir, tmp_path / "o") == 2
     assert "8,200 tokens" in caplog.text and "--yarn-factor 4" in caplog.text
+    assert "8,192 positions" in caplog.text
     assert not (tmp_path / "o/rows.parquet").exists()
+
+
+def test_a_cell_at_the_models_exact_native_context_runs_without_yarn(
+    demo_model_dir, tmp_path, caplog
+):
+    """As the official evaluation runs Carbon-3B's 32k cell on its 32,768 positions: the demo
+    model's 8,192 positions, a cell of 8,192 tokens, whose row needs the prefix and the value
+    beyond them (the Hub's 32k cell needs 32,773 tokens, measured; our builder fills the
+    context exactly, so the cell is built 5 tokens longer and declared at 8,192). It runs
+    natively; the tokens past the positions are warned about and recorded."""
+    genome = write_fasta(tmp_path / "g.fa", {"c": random_dna(60_000, 4)})
+    built = tmp_path / "built.parquet"
+    write_cell(CellSpec("niah", 8197, 1, 0), genome, built)
+    native = tmp_path / "native.parquet"
+    pl.read_parquet(built).with_columns(
+        context_length_tokens=pl.lit(8192, dtype=pl.Int64)
+    ).write_parquet(native)
+    needed = prompt_tokens(pl.read_parquet(native), 6)
+    assert needed > 8192  # the case at hand: the declared context fits, the row does not
+    assert _score(native, demo_model_dir, tmp_path / "o") == 0
+    rows = pl.read_parquet(tmp_path / "o/rows.parquet")
+    assert rows["status"].to_list() == ["scored"] and rows["pred"][0]
+    parameters = json.loads((tmp_path / "o/m.json").read_text())["parameters"]
+    assert parameters["tokens_past_positions"] == needed - 8192
+    assert parameters["yarn_factor"] == 0
+    assert f"{needed - 8192} past them" in caplog.text
 
 
 def test_scoring_uses_the_current_cache_argument(loaded, cell):

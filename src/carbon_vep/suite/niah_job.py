@@ -1,8 +1,10 @@
 """One Genomic-NIAH job: a cell's rows (or a range of them) scored on the engine the model names
-(`engine: transformers`, ours, or `vllm`), with the published context policy: a context past the
-model's positions is refused unless YaRN extends it (`yarn_factor`, as published for Carbon past
-32k tokens), and vLLM's max_model_len is what the cell needs. The job's two times (the engine's
-start, the scoring) come back as a record (`JobTimes`) the job writes as JSON beside its outputs.
+(`engine: transformers`, ours, or `vllm`), with the published context policy: a cell whose
+declared context is within the model's positions runs natively, as the official evaluation runs
+it (the few tokens its rows need past them recorded); a declared context past them is refused
+unless YaRN extends it (`yarn_factor`, as published for Carbon past 32k tokens); vLLM's
+max_model_len is what the cell needs. The job's two times (the engine's start, the scoring)
+come back as a record (`JobTimes`) the job writes as JSON beside its outputs.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _on_transformers(job: CellJob, cell, model: ModelSettings, settings: NiahSet
     if loaded.vocab.k != 6:
         cell = read_cell(job.path, loaded.vocab.k, job.cell_task)[job.rows]
     limit = _positions(loaded.model.config)
-    check_positions(cell, loaded.vocab.k, limit, settings, job.path)
+    past = check_positions(cell, loaded.vocab.k, limit, settings, job.path)
     scorer = NiahScorer(engine_for(loaded, model), loaded.tokenizer, settings.prefill_chunk)
     times.ready()
     rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
@@ -66,6 +68,7 @@ def _on_transformers(job: CellJob, cell, model: ModelSettings, settings: NiahSet
         "restricted_to_dna_block": scorer.allowed is not None,
         "prefill_chunk": settings.prefill_chunk,
         "attention": loaded.model.config._attn_implementation,
+        "tokens_past_positions": past,
     }
     return rows, parameters
 
@@ -85,7 +88,7 @@ def _on_vllm(job: CellJob, cell, model: ModelSettings, settings: NiahSettings, t
     extension = yarn(settings)
     overrides = yarn_overrides(model, extension) if extension else None
     limit = overrides["max_position_embeddings"] if overrides else _checkpoint_positions(model)
-    check_positions(cell, vocab.k, limit, settings, job.path)
+    past = check_positions(cell, vocab.k, limit, settings, job.path)
     needed = prompt_tokens(cell, vocab.k) if cell.height else 0
     length = engine_length(needed, model.vllm.max_model_len, job.where)
     engine = VllmEngine(model, overrides, length, what=job.where)
@@ -101,6 +104,7 @@ def _on_vllm(job: CellJob, cell, model: ModelSettings, settings: NiahSettings, t
         "max_model_len": length,
         "kv_cache_tokens": engine.capacity_tokens,
         "prefix_cache": engine.cache_stats,
+        "tokens_past_positions": past,
     }
     return rows, parameters
 
@@ -127,27 +131,46 @@ def yarn(settings: NiahSettings):
     return Yarn(settings.yarn_factor, settings.yarn_original_positions, settings.yarn_max_positions)
 
 
-def check_positions(cell, k: int, limit: int | None, settings: NiahSettings, path: str) -> None:
-    """A context beyond the model's positions is refused without YaRN (saying which setting
-    turns it on) and warned about beyond YaRN's reach."""
+def check_positions(cell, k: int, limit: int | None, settings: NiahSettings, path: str) -> int:
+    """The tokens a row needs past the positions the model may use (0: none), as the official
+    evaluation runs a cell: a cell whose declared context (`context_length_tokens`) is within
+    the model's native positions runs without YaRN, its few tokens past them (prefix + value)
+    warned about and returned for the job's parameters; a declared context beyond them is
+    refused without YaRN (saying which setting turns it on) and warned about beyond YaRN's
+    reach."""
     needed = prompt_tokens(cell, k) if cell.height else 0
+    positions = settings.positions if settings.yarn_factor else limit
+    past = max(0, needed - positions) if positions is not None else 0
+    if not past:
+        return 0
     if settings.yarn_factor:
-        if needed > settings.positions:
-            log.warning(
-                "%s: rows need %d tokens, beyond YaRN x%g of %d positions (%d)",
-                path,
-                needed,
-                settings.yarn_factor,
-                settings.yarn_original_positions,
-                settings.positions,
-            )
-        return
-    if limit is not None and needed > limit:
-        factor = next(f for f in dataclasses.fields(NiahSettings) if f.name == "yarn_factor")
-        flag = describe(factor, "4", float)
-        raise InputError(
+        log.warning(
+            "%s: rows need %d tokens, beyond YaRN x%g of %d positions (%d)",
             path,
-            f"rows need {needed:,} tokens (prefix + prompt + value) but the model has "
-            f"{limit:,} positions; extend the context with YaRN ({flag}, as published for "
-            "Carbon past 32k tokens) or score a shorter context",
+            needed,
+            settings.yarn_factor,
+            settings.yarn_original_positions,
+            settings.positions,
         )
+        return past
+    declared = int(cell["context_length_tokens"].max())
+    if declared <= positions:
+        log.warning(
+            "%s: the cell's context (%d tokens) is within the model's %d positions, as published; "
+            "its rows need %d tokens with the prefix and the value, %d past them, run natively "
+            "as the official evaluation runs them",
+            path,
+            declared,
+            positions,
+            needed,
+            past,
+        )
+        return past
+    factor = next(f for f in dataclasses.fields(NiahSettings) if f.name == "yarn_factor")
+    flag = describe(factor, "4", float)
+    raise InputError(
+        path,
+        f"the cell's context is {declared:,} tokens (its rows need {needed:,} with the prefix "
+        f"and the value) but the model has {positions:,} positions; extend the context with "
+        f"YaRN ({flag}, as published for Carbon past 32k tokens) or score a shorter context",
+    )
