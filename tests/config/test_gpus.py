@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from support.cluster import ROOT
 
@@ -77,8 +78,33 @@ def test_a_gpu_class_is_read_from_device_and_profile_names():
         ("NVIDIA A10", "A10"),
         ("NVIDIA A10G", "A10"),
         ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H200", "H200"),
         ("Tesla V100", None),
     ):
         assert gpu_class_named(name) == gpu, name
     assert profile_gpu_class({"gpu_model": "'a100'"}) == "A100"
     assert profile_gpu_class({"gpu_model": "a10"}) == "A10" and profile_gpu_class({}) is None
+
+
+def test_the_h200_is_a_class_and_any_gpu_is_sized_from_itself():
+    """The H200 at the memory CUDA reported on the lent machine (143,771 MiB); a GPU no class
+    names is sized from its own memory and measured peak, and its NIAH arithmetic follows."""
+    from carbon_vep.config.gpus import (
+        device_gpu_class,
+        niah_row_seconds,
+        vllm_niah_plan,
+    )
+
+    assert round(GPU_CLASSES["H200"].memory_gb, 1) == round(143_771 * 2**20 / 1e9, 1)
+    assert profile_batch_tokens(GPU_CLASSES["H200"].memory_gb) == 131_072  # saturating
+    shape = CARBON_SHAPES["Carbon-8B"]
+    v100 = device_gpu_class(34_089_730_048, 112.0)  # a 32 GB card no class names
+    assert v100.memory_gb == 34.089730048 and v100.bf16_tflops == 112.0
+    h100 = niah_row_seconds(CARBON_SHAPES["Carbon-3B"], 32_768, "H100")
+    assert niah_row_seconds(CARBON_SHAPES["Carbon-3B"], 32_768, v100) == pytest.approx(
+        h100 * 800 / 112
+    )
+    assert (
+        vllm_niah_plan(shape, 4096, v100)["kv_cache_gb"]
+        < vllm_niah_plan(shape, 4096, "H100")["kv_cache_gb"]
+    )

@@ -54,6 +54,10 @@ GPU_CLASSES = {
     "A10": GpuClass(memory_gb=24.1, bf16_tflops=125.0),
     "A100": GpuClass(memory_gb=85.1, bf16_tflops=312.0),  # the 80 GB model
     "H100": GpuClass(memory_gb=85.5, bf16_tflops=800.0),  # 80 GB HBM3
+    # 141 GB HBM3e: 143,771 MiB as CUDA reported it on the lent H200; the same SMs and clocks
+    # as the H100 SXM, so its peak is taken as about the lent machine's page gives (790 TFLOP/s)
+    # until the GPU check measures it there (docs/gpu.md)
+    "H200": GpuClass(memory_gb=150.8, bf16_tflops=790.0),
 }
 
 
@@ -62,6 +66,19 @@ def gpu_class_named(name: str) -> str | None:
     80GB HBM3"), if one: the longest class name in it, so an A100 is not taken for an A10."""
     named = [g for g in GPU_CLASSES if g in name.upper()]
     return max(named, key=len) if named else None
+
+
+def gpu_spec(gpu: str | GpuClass) -> GpuClass:
+    """A GPU class by name (GPU_CLASSES), or one already sized (`device_gpu_class`)."""
+    return gpu if isinstance(gpu, GpuClass) else GPU_CLASSES[gpu]
+
+
+def device_gpu_class(total_memory_bytes: int, measured_tflops: float) -> GpuClass:
+    """The class of a device at hand, from what it reports of itself: its memory as CUDA
+    reports it (torch.cuda.get_device_properties) and the bf16 peak measured on it. Any GPU,
+    named in GPU_CLASSES or not, is sized this way where it can be measured: nothing refused,
+    nothing taken from another GPU's figures."""
+    return GpuClass(memory_gb=total_memory_bytes / 1e9, bf16_tflops=measured_tflops)
 
 
 RESERVED_GB = 3.0  # CUDA context, workspaces, fixed-size transients
@@ -188,26 +205,30 @@ def niah_memory_bytes(
     return parts
 
 
-def niah_row_seconds(shape: dict[str, int], ctx: int, gpu: str) -> float:
+def niah_row_seconds(shape: dict[str, int], ctx: int, gpu: str | GpuClass) -> float:
     """Seconds a row's prefill takes at ASSUMED_EFFICIENCY of the GPU's bf16 peak (the
     generation and likelihood steps, a few tokens, are left out): body FLOPs a token, and
     causal attention over on average half the context."""
     flops = ctx * body_flops(shape) + attention_flops(shape) * ctx * ctx / 2
-    return flops / (GPU_CLASSES[gpu].bf16_tflops * 1e12 * ASSUMED_EFFICIENCY)
+    return flops / (gpu_spec(gpu).bf16_tflops * 1e12 * ASSUMED_EFFICIENCY)
 
 
 VLLM_PAGE_TOKENS = 16  # vLLM's KV-cache block (page) size, tokens
 
 
 def vllm_niah_plan(
-    shape: dict[str, int], ctx: int, gpu: str, utilization: float = 0.9, gpus: int = 1
+    shape: dict[str, int],
+    ctx: int,
+    gpu: str | GpuClass,
+    utilization: float = 0.9,
+    gpus: int = 1,
 ) -> dict[str, float]:
     """vLLM on NIAH rows of `ctx` tokens (arithmetic): the memory left to its paged KV cache
     (the GPUs' `utilization` share, less the weights and the reserve for activations), its
     pages, the rows whose prompts fit at once (a row's continuations share its prompt's pages
     with prefix caching), and rows/s: prefill-bound, the prefill as `niah_row_seconds` over
     `gpus` GPUs (tensor parallelism, taken as ideal)."""
-    budget = GPU_CLASSES[gpu].memory_gb * 1e9 * gpus * utilization
+    budget = gpu_spec(gpu).memory_gb * 1e9 * gpus * utilization
     kv = budget - weight_bytes(shape) - RESERVED_GB * 1e9 * gpus
     page = kv_bytes_per_token(shape) * VLLM_PAGE_TOKENS
     pages = max(int(kv // page), 0)

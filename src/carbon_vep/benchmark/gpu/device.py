@@ -14,7 +14,10 @@ import torch
 from carbon_vep.benchmark.harness import sync
 from carbon_vep.benchmark.host_reads import HostReads
 from carbon_vep.config.gpus import (
+    GpuClass,
     attention_flops,
+    device_gpu_class,
+    gpu_class_named,
 )
 
 
@@ -37,6 +40,18 @@ class Budget:
         )
         print(f"[gpu-check] skipped, time budget: {step}", file=sys.stderr)
         return False
+
+
+def device_class(device: torch.device, peak_tflops: float) -> tuple[str, GpuClass] | None:
+    """The GPU at hand as the arithmetic sizes it: its label (the GPU_CLASSES class its name
+    names, else its own name), its memory as CUDA reports it and the bf16 peak measured in this
+    run (config.gpus.device_gpu_class: an unknown GPU is sized, not refused or guessed); None
+    on a CPU."""
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    label = gpu_class_named(props.name) or props.name
+    return label, device_gpu_class(props.total_memory, peak_tflops)
 
 
 class BodyCounter:

@@ -9,8 +9,8 @@ ours from this Python. Per context: both engines' start-up and scoring times (fr
 and rows/s, vLLM's KV cache in tokens and the rows whose prompts fit in it together, the share
 of the likelihood requests' prompt tokens read from the prefix cache, the agreement of the two
 engines (identical predictions, flags, likelihood differences: bf16 kernels differ, so this is
-measured, not assumed), and, on a GPU this package knows (A10, A100, H100), the arithmetic's
-KV cache and rows/s (config/gpus.py: vllm_niah_plan) beside the measured ones.
+measured, not assumed), and, on a GPU, the arithmetic's KV cache and rows/s (config/gpus.py:
+vllm_niah_plan, on the GPU's own memory and measured peak) beside the measured ones.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from carbon_vep.benchmark.gpu.device import Budget
-from carbon_vep.benchmark.gpu.workload import Model, haystack_fasta, random_model
+from carbon_vep.benchmark.gpu.device import Budget, device_class
+from carbon_vep.benchmark.gpu.workload import (
+    Model,
+    haystack_fasta,
+    random_model,
+    save_checkpoint,
+)
 from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command
 from carbon_vep.benchmark.vllm import compare_niah, job_times, task_command
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
-    gpu_class_named,
     niah_row_seconds,
     vllm_niah_plan,
 )
@@ -61,19 +65,6 @@ def find_vllm_python(explicit: str | None) -> str | None:
     if venv.exists():
         return str(venv)
     return sys.executable if importlib.util.find_spec("vllm") else None
-
-
-def save_checkpoint(model: Model, folder: Path) -> Path:
-    """The model and its tokenizer as a local checkpoint both engines load."""
-    model.loaded.model.save_pretrained(folder)
-    model.loaded.tokenizer.save_pretrained(folder)
-    return folder
-
-
-def gpu_class(device: torch.device) -> str | None:
-    if device.type != "cuda":
-        return None
-    return gpu_class_named(torch.cuda.get_device_name(device))
 
 
 def score_command(
@@ -133,6 +124,7 @@ def generation(
     smoke: bool,
     vllm_python: str | None,
     budget: Budget,
+    peak_tflops: float,
 ) -> list[dict]:
     """Per context, the two engines side by side (see the module docstring)."""
     if vllm_python is None:
@@ -151,10 +143,10 @@ def generation(
     checkpoint = save_checkpoint(model, work / "generation_model")
     fasta = haystack_fasta(work, max(contexts) * 8)
     dtype = "float32" if smoke else "bfloat16"
-    gpu = gpu_class(device)
+    gpu = device_class(device, peak_tflops)
     results = []
     for ctx in contexts:
-        per_row = niah_row_seconds(CARBON_SHAPES["Carbon-3B"], ctx, gpu or "H100")
+        per_row = niah_row_seconds(CARBON_SHAPES["Carbon-3B"], ctx, gpu[1]) if gpu else 0.0
         needs = START_S[device.type] + 30 + 2 * rows * (0 if smoke else per_row)
         if not budget.allows(f"vLLM generation at {ctx:,} tokens", needs):
             break
@@ -169,6 +161,7 @@ def generation(
         if all(f is not None for f in frames.values()):
             row["agreement"] = compare_niah(frames["transformers"], frames["vllm"])
         if gpu:
-            row["arithmetic"] = {"gpu": gpu, **vllm_niah_plan(CARBON_SHAPES["Carbon-3B"], ctx, gpu)}
+            plan = vllm_niah_plan(CARBON_SHAPES["Carbon-3B"], ctx, gpu[1])
+            row["arithmetic"] = {"gpu": gpu[0], **plan}
         results.append(row)
     return results
