@@ -27,6 +27,7 @@ from carbon_vep.cli import (
 )
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.errors import EngineError, InputError, TokenizerMismatchError
+from carbon_vep.model.job_record import job_record
 
 log = logging.getLogger("carbon_vep")
 STAGES = (variants, scoring, scan, evaluate, suite, niah, report, sources, estimate)
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args = build_parser().parse_args(argv)
     try:
-        code = args.func(args)  # a gate (compare) returns its verdict
+        with job_record(args.command, getattr(args, "out", None)):  # a model job's count
+            code = args.func(args)  # a gate (compare) returns its verdict
     except (InputError, ConfigError, TokenizerMismatchError, EngineError) as err:
         log.error("%s", err)
         return 2

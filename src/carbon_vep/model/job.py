@@ -1,12 +1,14 @@
 """A job's model: checked offline before torch is imported (a missing Hub model, remote code not
 allowed), loaded on a device that is really there, and its scoring engine's output layer
-verified on a probe. Every model command starts here; torch is imported only past the checks."""
+verified on a probe. Every model command starts here; torch is imported only past the checks.
+The job's count (model.job_record: load time, tokens, peak memory) starts with the load."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from carbon_vep.config.stages import ModelSettings
+from carbon_vep.model import job_record
 
 
 def require_model_here(model: ModelSettings) -> None:
@@ -32,9 +34,12 @@ def load_job_model(model: ModelSettings, job: str | None, yarn=None, long_contex
     require_model_here(model)
     from carbon_vep.model.loading import load_model, long_context_attention, resolve_device
 
+    record = job_record.started_loading()
     device = resolve_device(model.device, job=job)
     attention = long_context_attention(device, model.dtype) if long_context else None
-    return load_model(model, yarn, attention)
+    loaded = load_model(model, yarn, attention)
+    job_record.loaded(record, loaded.model, loaded.device, model.dtype)
+    return loaded
 
 
 def engine_for(loaded: Any, model: ModelSettings):

@@ -1,0 +1,164 @@
+"""What a model job did, as the job itself counts it: its wall time, the model's load, the tokens
+through the model's body, the peak device and host memory. Every model command loads its model
+through model.job, which starts the count; the CLI ends it (`job_record`), logging one line and,
+where the environment names a folder (CARBON_VEP_JOB_RECORDS, as the GPU check and benchmarks
+set it for the jobs Snakemake runs), writing the record there as JSON, one file a job. A
+command that loads no model writes nothing. No torch is imported here before a model is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from carbon_vep.atomic import write_json
+
+log = logging.getLogger("carbon_vep")
+RECORDS_ENV = "CARBON_VEP_JOB_RECORDS"
+
+
+@dataclass
+class JobRecord:
+    command: str
+    out: str | None
+    began: float = field(default_factory=time.perf_counter)
+    load_s: float | None = None
+    device: str | None = None
+    dtype: str | None = None
+    tokens: int = 0  # through the model's body (prompt, padding and generated tokens alike)
+    forward_calls: int = 0
+
+    def count(self, module: Any, args: tuple, kwargs: dict) -> None:
+        """A forward pre-hook on the model's body: the size of what it is given (host-side
+        shapes, no device read)."""
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            ids = kwargs.get("inputs_embeds")
+        if ids is not None:
+            self.tokens += int(ids.shape[0]) * int(ids.shape[1])
+            self.forward_calls += 1
+
+    def summary(self, succeeded: bool) -> dict[str, Any]:
+        wall = time.perf_counter() - self.began
+        after_load = wall - (self.load_s or 0.0)
+        fields = {k: v for k, v in asdict(self).items() if k != "began"}
+        return (
+            fields
+            | {
+                "succeeded": succeeded,
+                "wall_s": round(wall, 3),  # from the model's load on
+                "process_s": _process_age_s(),  # from the process's start (imports too)
+                "tokens_per_s": round(self.tokens / after_load, 1) if after_load > 0 else None,
+                "host_peak_rss_bytes": _peak_rss_bytes(),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            }
+            | _device_peaks(self.device)
+        )
+
+
+@dataclass
+class _Command:
+    """The CLI command being run, and the record of the model it loaded (if any)."""
+
+    name: str | None = None
+    out: str | None = None
+    record: JobRecord | None = None
+
+
+_RUNNING = _Command()
+
+
+@contextmanager
+def job_record(command: str, out: str | None) -> Iterator[None]:
+    """Around a CLI command: a model it loads is counted from its load to the command's end;
+    then one log line, and the JSON record where RECORDS_ENV names a folder."""
+    _RUNNING.name, _RUNNING.out, _RUNNING.record = command, out, None
+    succeeded = False
+    try:
+        yield
+        succeeded = True
+    finally:
+        record, _RUNNING.record, _RUNNING.name = _RUNNING.record, None, None
+        if record is not None:
+            finish(record, succeeded)
+
+
+def started_loading() -> JobRecord | None:
+    """The record of the command being run, its clock started at the model's load (None
+    outside a CLI command)."""
+    if _RUNNING.name is None:
+        return None
+    _RUNNING.record = JobRecord(_RUNNING.name, _RUNNING.out)
+    return _RUNNING.record
+
+
+def loaded(record: JobRecord | None, model: Any, device: Any, dtype: str) -> None:
+    """The model is on its device: the load's time, and the body's tokens counted from here."""
+    if record is None:
+        return
+    record.load_s = round(time.perf_counter() - record.began, 3)
+    record.device, record.dtype = str(device), dtype
+    body = model.get_decoder() if hasattr(model, "get_decoder") else model
+    body.register_forward_pre_hook(record.count, with_kwargs=True)
+    if record.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def finish(record: JobRecord, succeeded: bool) -> dict[str, Any]:
+    """The job's line in its log, and its JSON record where RECORDS_ENV names a folder."""
+    summary = record.summary(succeeded)
+    peak = summary.get("gpu_peak_reserved_bytes")
+    log.info(
+        "job %s: %s tokens through the model in %.1f s after a %.1f s load (%s tokens/s)%s, "
+        "host peak %.2f GB",
+        record.command,
+        f"{record.tokens:,}",
+        summary["wall_s"] - (record.load_s or 0.0),
+        record.load_s or 0.0,
+        summary["tokens_per_s"],
+        f", GPU peak {peak / 1e9:.2f} GB reserved" if peak is not None else "",
+        summary["host_peak_rss_bytes"] / 1e9,
+    )
+    folder = os.environ.get(RECORDS_ENV)
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        write_json(
+            summary, Path(folder) / f"{record.command}-{socket.gethostname()}-{os.getpid()}.json"
+        )
+    return summary
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc; None elsewhere)."""
+    try:
+        started = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(uptime - started / os.sysconf("SC_CLK_TCK"), 2)
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
+
+
+def _device_peaks(device: str | None) -> dict[str, int]:
+    torch = sys.modules.get("torch")
+    if torch is None or not device or not device.startswith("cuda"):
+        return {}
+    return {
+        "gpu_peak_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+        "gpu_peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+    }

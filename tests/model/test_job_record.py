@@ -1,0 +1,73 @@
+"""A model job's own count (model.job_record): every model command loads through model.job, the
+CLI ends the count, and where CARBON_VEP_JOB_RECORDS names a folder the record lands there (what
+the GPU check's product step reads for each Snakemake job). Commands without a model write
+none."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from carbon_vep.cli import main
+from carbon_vep.config.stages import ModelSettings
+from carbon_vep.model.job import load_job_model
+from carbon_vep.model.job_record import RECORDS_ENV, job_record
+
+
+def records(folder):
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def test_the_tokens_through_the_body_are_counted_from_the_load(
+    demo_model_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "jobs"))
+    with job_record("score-x", "out.parquet"):
+        loaded = load_job_model(ModelSettings(str(demo_model_dir), trust_remote_code=True), None)
+        with torch.inference_mode():
+            loaded.model(input_ids=torch.ones(2, 7, dtype=torch.long))  # 14 tokens
+            loaded.model.get_decoder()(input_ids=torch.ones(3, 5, dtype=torch.long))  # 15
+    [record] = records(tmp_path / "jobs")
+    assert record["command"] == "score-x" and record["out"] == "out.parquet"
+    assert record["tokens"] == 29 and record["forward_calls"] == 2
+    assert record["succeeded"] is True and record["device"] == "cpu"
+    assert 0 < record["load_s"] <= record["wall_s"] <= record["process_s"]
+    assert record["host_peak_rss_bytes"] > 0 and record["tokens_per_s"] > 0
+    assert "gpu_peak_reserved_bytes" not in record  # a CPU job has no device peak
+
+
+def test_a_failed_job_is_recorded_failed_and_a_job_without_a_model_not_at_all(
+    demo_model_dir, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "jobs"))
+    with job_record("no-model", None):
+        pass
+    assert not (tmp_path / "jobs").exists()
+    with pytest.raises(RuntimeError), job_record("score-y", None):
+        load_job_model(ModelSettings(str(demo_model_dir), trust_remote_code=True), None)
+        raise RuntimeError("out of memory")
+    [record] = records(tmp_path / "jobs")
+    assert record["command"] == "score-y" and record["succeeded"] is False
+
+
+def test_a_cli_model_command_writes_its_record_and_logs_its_line(
+    demo_model_dir, tmp_path, monkeypatch, caplog
+):
+    """score-perturbation on one pair of 54 bp: two sequences of 1 + 9 tokens through the body,
+    after the output-layer probe's 1 + 8 tokens twice (the model's head, then ours); then the
+    line in the job's log."""
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "jobs"))
+    caplog.set_level(logging.INFO, logger="carbon_vep")
+    pair = "ACGTTGCAT" * 6
+    (tmp_path / "pairs.tsv").write_text(f"original_sequence\tsequence\n{pair}\t{pair[::-1]}\n")
+    argv = ["score-perturbation", "--tasks-file", str(tmp_path / "pairs.tsv"), "--task", "p"]
+    argv += ["--model", str(demo_model_dir), "--trust-remote-code", "--model-key", "demo"]
+    out = tmp_path / "pairs.parquet"
+    assert main([*argv, "--out", str(out), "--metrics", str(tmp_path / "m.json")]) == 0
+    [record] = records(tmp_path / "jobs")
+    assert record["command"] == "score-perturbation" and record["out"] == str(out)
+    assert record["tokens"] == 2 * 9 + 2 * 10 and record["succeeded"] is True
+    assert "job score-perturbation: 38 tokens through the model" in caplog.text
