@@ -104,6 +104,38 @@ def test_every_acgt_base_in_one_tile_and_chunks_bounded(tmp_path, chunk_bp, tile
     assert totals["scored_bp"] + 64 + 3 == totals["targeted_bp"] == 4900
 
 
+def _base_tiles(reference, targets, tiles: TileSettings, chunk_bp: int) -> dict:
+    """(contig, base) -> the window [start, end) that scores it, over every chunk of the plan."""
+    plan = plan_scan(reference, targets, tiles, ScanChunkSettings(chunk_bp=chunk_bp))
+    out = {}
+    for index in range(len(plan["chunks"])):
+        for piece in chunk_pieces(plan, index):
+            for tile in piece.tiles(tiles):
+                for base in range(tile.score_start, tile.score_end):
+                    assert (piece.chrom, base) not in out  # scored once
+                    out[piece.chrom, base] = (tile.start, tile.end)
+    return out, len(plan["chunks"])
+
+
+@pytest.mark.parametrize("regions", [["all"], ["c1:301-3900", "c2:50-880"]])
+def test_a_bases_tile_does_not_depend_on_how_the_scan_is_cut_into_jobs(tmp_path, regions):
+    """chunk_bp differs between profiles (30 Mbp on an A10, 150 Mbp on an H100): every base is
+    scored from the same window whatever it is, so its scores are the same (the tile a chunk's
+    edge cuts is scored in part on each side). Before, each chunk started its own tiling at its
+    first base: a base past the first chunk got another window and other scores."""
+    seq = random_dna(4000, 3)
+    seq = seq[:700] + "N" * 50 + seq[750:]
+    fasta = write_fasta(tmp_path / "g.fa", {"c1": seq, "c2": random_dna(900, 4)})
+    tiles = TileSettings(600, 240)
+    with open_reference(fasta) as reference:
+        targets = resolve_targets(regions, reference.lengths)
+        whole, one = _base_tiles(reference, targets, tiles, 100_000)
+        for chunk_bp in (1000, 1777, 361):
+            cut, chunks = _base_tiles(reference, targets, tiles, chunk_bp)
+            assert chunks > one == 1
+            assert cut == whole
+
+
 def test_targets_without_a_scoreable_base_are_refused(tmp_path):
     fasta = write_fasta(tmp_path / "g.fa", {"c1": "N" * 100 + "ACG" + "N" * 20})
     with open_reference(fasta) as reference, pytest.raises(InputError, match="nothing to scan"):

@@ -166,13 +166,16 @@ def acgt_runs(seq: str | bytes) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class Piece:
-    """Bases [start, end) of `chrom`, inside the ACGT run [seg_start, seg_end)."""
+    """Bases [start, end) of `chrom`, inside the ACGT run [seg_start, seg_end), tiled from
+    `anchor`: where the scan's target begins in that run (None: `start`). A chunk's piece of a
+    longer target keeps the target's anchor, so its tiles do not depend on chunk_bp."""
 
     chrom: str
     start: int
     end: int
     seg_start: int
     seg_end: int
+    anchor: int | None = None
 
     def tiles(self, tiles: TileSettings):
         return tile_segment(
@@ -182,6 +185,7 @@ class Piece:
             tiles.tile_bp,
             tiles.min_context,
             K,
+            anchor=self.anchor,
         )
 
 
@@ -237,7 +241,9 @@ def plan_scan(
                     plan_chunks.append([])
                     filled = 0
                 end = min(piece.end, start + chunks.chunk_bp - filled)
-                plan_chunks[-1].append(Piece(chrom, start, end, piece.seg_start, piece.seg_end))
+                plan_chunks[-1].append(
+                    Piece(chrom, start, end, piece.seg_start, piece.seg_end, piece.start)
+                )
                 filled += end - start
                 start = end
     if not plan_chunks[-1] and len(plan_chunks) > 1:

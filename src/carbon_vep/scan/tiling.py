@@ -43,7 +43,13 @@ def tile_region(
 
 
 def tile_segment(
-    segment: tuple[int, int], start: int, end: int, window_bp: int, min_context: int, k: int = 6
+    segment: tuple[int, int],
+    start: int,
+    end: int,
+    window_bp: int,
+    min_context: int,
+    k: int = 6,
+    anchor: int | None = None,
 ) -> list[Tile]:
     """Tiles scoring [start, end) inside a run of ACGT bases `segment` = [seg_start, seg_end)
     (a contig, or the bases between two assembly gaps): context reaches back to the segment's
@@ -51,17 +57,25 @@ def tile_segment(
     bp before its first scored base (or at the segment start) and is `window_bp` long, cut to
     whole k-mers; unlike `tile_region`, the last bases of the segment that fit no whole k-mer
     from there are scored by a tile that ends on the segment's end. Only a segment shorter than
-    k bases is left unscored."""
+    k bases is left unscored.
+
+    The tiling runs from `anchor` (default `start`): where the scan's target begins in this
+    segment. A chunk of a longer target passes the target's anchor, so its tiles are the
+    target's own tiles (the one cut by the chunk's edge scored in part on each side) and a
+    base's tile, and its scores, do not depend on how the scan was cut into jobs."""
     seg_start, seg_end = segment
-    if not seg_start <= start <= end <= seg_end:
-        raise ValueError(f"[{start}, {end}) is not inside the segment [{seg_start}, {seg_end})")
+    anchor = start if anchor is None else anchor
+    if not seg_start <= anchor <= start <= end <= seg_end:
+        raise ValueError(
+            f"[{start}, {end}) from {anchor} is not inside the segment [{seg_start}, {seg_end})"
+        )
     window_bp -= window_bp % k
     if window_bp - min_context < k:
         raise ValueError(f"window_bp {window_bp} leaves no room after min_context {min_context}")
     if seg_end - seg_start < k:
         return []
     tiles = []
-    pos = start
+    pos = anchor
     while pos < end:
         tile_start = max(seg_start, pos - min_context)
         span = min(window_bp, (seg_end - tile_start) // k * k)
@@ -69,7 +83,8 @@ def tile_segment(
             span = min(window_bp, (seg_end - seg_start) // k * k)
             tile_start = seg_end - span
         score_end = min(end, tile_start + span)
-        tiles.append(Tile(tile_start, tile_start + span, pos, score_end))
+        if score_end > start:  # tiles before `start` belong to an earlier chunk
+            tiles.append(Tile(tile_start, tile_start + span, max(pos, start), score_end))
         pos = score_end
     return tiles
 
