@@ -3,10 +3,10 @@
 #   bash scripts/gpu_run.sh [flags of python -m carbon_vep.benchmark.gpu, e.g. --steps ablations]
 # The kit (.whl/, from `make gpu-kit` here, carried with the call) is installed into
 # $GPU_KIT_SITE (/tmp/site) as the device README says (no index, no dependencies, --target);
-# then the check runs, unbuffered, with its results and this log under $OUT (5 files; at most 8
-# come back). GPU_PYTHON (python3: the image's, with torch + CUDA), GPU_KIT (.whl) and
-# GPU_BUDGET_S (450) may be set; the CPU rehearsal (tests/test_gpu_check_smoke.py) runs this script
-# with --smoke.
+# then the check runs, unbuffered, with its results, the product step's Snakemake log and this log
+# under $OUT (6 files; at most 8 come back); it exits 1 when a job of the product failed.
+# GPU_PYTHON (python3: the image's, with torch + CUDA), GPU_KIT (.whl) and GPU_BUDGET_S (520)
+# may be set; the CPU rehearsal (tests/test_gpu_check_smoke.py) runs this script with --smoke.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-results/gpu_run}
@@ -39,15 +39,16 @@ wheels=("$kit_dir"/*.whl "$unpacked"/*.whl)
     --target "$site" "${wheels[@]}" 2>&1 | tee -a "$log" || exit 4
 export PYTHONPATH="$site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-"$python" -c "import torch, transformers, polars, pysam, carbon_vep.benchmark.gpu.run
+"$python" -c "import torch, transformers, polars, pysam, snakemake, carbon_vep.benchmark.gpu.run
+from importlib.metadata import version
 print('[gpu_run] torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.is_available(),
       '| transformers', transformers.__version__, '| polars', polars.__version__,
-      '| pysam', pysam.__version__)" 2>&1 | tee -a "$log" || exit 5
+      '| pysam', pysam.__version__, '| snakemake', version('snakemake'))" 2>&1 | tee -a "$log" || exit 5
 vllm=()
 if ! "$python" -c "import vllm" 2>/dev/null; then
     vllm=(--vllm-python none --no-vllm-reason "no vLLM on the lent machine: its CUDA wheel \
 (vllm 0.32.0, 311 MiB) is far over the 64 MiB one device call carries and the machine has no \
 network; on a cluster, VLLM_PACKAGE=vllm==0.32.0 make setup-vllm")
 fi
-"$python" -m carbon_vep.benchmark.gpu --out "$out" --budget-s "${GPU_BUDGET_S:-450}" \
+"$python" -m carbon_vep.benchmark.gpu --out "$out" --budget-s "${GPU_BUDGET_S:-520}" \
     "${vllm[@]}" "$@" 2>&1 | tee -a "$log"

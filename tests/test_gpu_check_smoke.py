@@ -21,6 +21,8 @@ import pytest
 from carbon_vep.benchmark import generate
 from carbon_vep.benchmark.gpu import kit, run
 from carbon_vep.benchmark.gpu.generation import find_vllm_python
+from carbon_vep.benchmark.gpu.product import MODEL_RULES
+from carbon_vep.benchmark.gpu.product_setup import SMOKE_PRODUCT
 from carbon_vep.benchmark.harness import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow  # the kit is built and the check runs in a fresh venv
@@ -100,9 +102,15 @@ def test_the_rehearsal_python_sees_only_the_image_and_the_kit(rehearsal, smoke):
     """The packages the kit carries come from the kit; nothing outside the image list is
     linked but what the image's own packages need; the log names the versions."""
     out, report = smoke
-    assert not {"polars", "pysam", "transformers", "regex", "snakemake", "duckdb"} & set(
-        rehearsal["linked"]
-    )
+    assert not {
+        "polars",
+        "pysam",
+        "transformers",
+        "regex",
+        "snakemake",
+        "pybigtools",
+        "duckdb",
+    } & set(rehearsal["linked"])
     assert "torch" in rehearsal["linked"] and "numpy" in rehearsal["linked"]
     log = (out / "gpu_run.log").read_text()
     assert "[gpu_run] torch" in log and "| polars " in log and "| pysam " in log
@@ -114,6 +122,7 @@ def test_the_rehearsal_python_sees_only_the_image_and_the_kit(rehearsal, smoke):
             "gpu_check.json",
             "gpu_check.md",
             "gpu_run.log",
+            "product_snakemake.log",
             "profile_Carbon-3B_centered.txt",
             "profile_Carbon-3B_scan.txt",
         ]
@@ -136,6 +145,44 @@ def test_no_kit_is_a_clear_error(rehearsal, tmp_path):
     (tmp_path / "empty").mkdir()
     done = gpu_run(rehearsal, tmp_path / "out", "--smoke", kit_dir=tmp_path / "empty")
     assert done.returncode == 2 and "run 'make gpu-kit'" in done.stdout
+
+
+def test_the_product_runs_every_model_rule_through_snakemake(smoke):
+    """The product step: Snakemake with the GPU config's settings (bf16; the H100 profile's
+    batch_tokens and prefill_chunk) ran every model rule's jobs through carbon-vep, each job
+    counted itself, and every output holds the rows its inputs ask for."""
+    out, report = smoke
+    product = report["product"]
+    assert product["failed"] is False and product["snakemake"]["returncode"] == 0
+    assert product["dtype"] == "bfloat16"
+    assert "batch_tokens=131072" in product["profile_config"]
+    assert "prefill_chunk=0" in product["profile_config"]
+    rules = {r["rule"]: r for r in product["rules"]}
+    assert set(rules) == set(MODEL_RULES.values())
+    for r in rules.values():
+        assert r["failed"] == 0 and r["tokens"] > 0 and r["tokens_per_s"] > 0
+        assert 0 < r["load_s"] < r["wall_s"]
+    assert rules["score_shard"]["jobs"] == 4  # two datasets, two shards each
+    assert rules["score_niah"]["jobs"] == 2  # native and YaRN x4
+    outputs = product["outputs"]
+    sites = SMOKE_PRODUCT.sites
+    for recipe in ("centered", "nexttoken"):
+        assert outputs["score_shard"][recipe] == {
+            "rows": 3 * sites,
+            "statuses": {"scored": 3 * sites},
+        }
+    assert outputs["scan_chunk"]["positions"] == SMOKE_PRODUCT.scan_bp
+    assert outputs["scan_chunk"]["snv_files"] == 1 and outputs["scan_chunk"]["tracks"] > 0
+    native, yarn = (f"niah_neardup_d2_{n}" for n in ("512", "1k"))
+    assert set(outputs["score_niah"]) == {f"native/{native}", f"yarn/{yarn}"}
+    for cell in outputs["score_niah"].values():
+        assert cell["statuses"] == {"scored": SMOKE_PRODUCT.niah_rows}
+    assert outputs["score_recovery"]["statuses"] == {"scored": SMOKE_PRODUCT.prompts}
+    assert outputs["score_perturbation"]["statuses"] == {"scored": SMOKE_PRODUCT.pairs}
+    assert outputs["results_table"]["rows"] > 0 and outputs["report_html_bytes"] > 0
+    assert "100%) done" in (out / "product_snakemake.log").read_text()
+    section = (out / "gpu_check.md").read_text()
+    assert "The product on the device" in section and "| score_niah | 2 | 0 |" in section
 
 
 def test_every_model_path_runs_for_both_shapes(smoke):
@@ -186,16 +233,23 @@ def test_precision_and_known_answer(smoke):
 
 
 def test_genomic_niah_on_our_engine_against_the_published_three_passes(smoke):
-    _, report = smoke
+    """Ours and the official script's passes in one process: the answers, and ours ÷ theirs
+    (the time; peak memory only on a GPU) in the JSON and the Markdown."""
+    out, report = smoke
     assert [r["context_tokens"] for r in report["niah"]] == [512, 1024]
     for row in report["niah"]:
         ours, published = row["ours"], row["published"]
         assert ours["failed_rows"] == 0 and ours["rows_per_s"] > 0 and ours["paired"]
         assert published["seconds_per_row"] > 0
+        ratio = row["ours_over_published"]["seconds_per_row"]
+        assert ratio == pytest.approx(ours["seconds_per_row"] / published["seconds_per_row"])
         # the same model, rows and precision (bf16): the same answer, likelihoods to rounding
         assert row["agreement"]["same_pred"] is True
         assert row["agreement"]["target_ll_difference"] < 1e-3
         assert row["agreement"]["negative_ll_difference"] < 1e-3
+    assert (
+        "| ours ÷ official s/row | ours ÷ official peak GB |" in (out / "gpu_check.md").read_text()
+    )
 
 
 def test_host_memory_of_a_fresh_process_loading_a_checkpoint(smoke):

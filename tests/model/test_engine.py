@@ -1,7 +1,9 @@
-"""The engine and recipes against straightforward full-vocabulary implementations.
+"""The engine and recipes against the official scripts' way and plain full-vocabulary references.
 
-The references below do what the published scripts do: one window per variant, full
-[length, vocabulary] logits, log-softmax over everything. Our engine must agree within 1e-5.
+benchmark/published.py restates what the official scripts do (vep_eval.py: batches of 2,
+identical sequences once, full logits and a full-vocabulary log-softmax; clinvar_vep_eval.py:
+one context per variant, batches of 4, the last position's full softmax summed by first base);
+the helpers below are plain full-logits references. Our engine must agree within 1e-5.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def engine_for(loaded, batch_size=8, **kwargs) -> Engine:
     return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=batch_size, **kwargs)
 
 
-# ---- straightforward references (benchmark/published.py: full logits, one window per variant) ----
+# ---- references (benchmark/published.py: the official scripts' way; full logits) ----
 def full_log_probs(loaded, seq: str) -> tuple[torch.Tensor, torch.Tensor]:
     return published.full_log_probs(loaded.model, loaded.tokenizer, "<dna>", seq)
 
@@ -130,6 +132,56 @@ def test_nexttoken_recipe_matches_published_normaliser(loaded, reference):
         assert row["normalization"] == "acgt_strings"
 
 
+def _forward_rows(model):
+    """A forward hook recording the [batch, length] of every model call; the hook's handle."""
+    calls = []
+    handle = model.register_forward_hook(
+        lambda m, args, kw, out: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    return calls, handle
+
+
+def test_centered_published_batches_dedupes_and_pads_as_the_script(loaded, reference):
+    """vep_eval.py's way at its batch of 2: identical sequences once, a batch mixing a clipped
+    window (contig start) with a whole one, padded; with and without --rev_comp_avg, equal to
+    our engine."""
+    rows = snvs(reference, [30])[:2] + snvs(reference, [5000])  # 3 + 4 unique sequences
+    for rc in (False, True):
+        shard = shard_of(reference, rows, "centered", 240)
+        ours = score_shard(
+            shard, reference, engine_for(loaded), RecipeSettings("centered", rc_average=rc)
+        )
+        calls, handle = _forward_rows(loaded.model)
+        try:
+            theirs = published.centered_scores(
+                loaded.model, loaded.tokenizer, "<dna>", reference, rows, 240, rc_average=rc
+            )
+        finally:
+            handle.remove()
+        assert [c[0] for c in calls] == ([2, 2, 2, 1] if not rc else [2] * 7)
+        assert len({c[1] for c in calls}) == 2  # the clipped and the whole windows' lengths
+        assert np.allclose(ours["score"].to_numpy(), theirs, atol=1e-5)
+
+
+def test_nexttoken_published_batches_of_four_with_padding(loaded, reference):
+    """clinvar_vep_eval.py's way at its batch of 4: contexts of different lengths (one clipped
+    at the contig start) padded in one batch, the last real position read; equal to ours."""
+    rows = snvs(reference, [40]) + snvs(reference, [6000, 6001])  # 9 variants
+    shard = shard_of(reference, rows, "nexttoken", 600)
+    ours = score_shard(shard, reference, engine_for(loaded), RecipeSettings("nexttoken"))
+    calls, handle = _forward_rows(loaded.model)
+    try:
+        theirs = published.nexttoken_scores(
+            loaded.model, loaded.tokenizer, "<dna>", reference, rows, 600
+        )
+    finally:
+        handle.remove()
+    assert [c[0] for c in calls] == [4, 4, 1]  # one context a variant, none shared
+    expected = dict(zip([(r[1], r[3]) for r in rows], theirs, strict=True))
+    for row in ours.iter_rows(named=True):
+        assert row["score"] == pytest.approx(expected[(row["pos"], row["alt"])], abs=1e-5)
+
+
 def test_nexttoken_dna_block_is_first_base_marginal(loaded, reference):
     context = reference.fetch("chr17", 8000 - 96, 8000)
     log_probs, _ = full_log_probs(loaded, context)
@@ -153,7 +205,7 @@ def test_fns_recipe_matches_bp_level_reference(loaded, reference):
 def test_batch_size_does_not_change_scores(loaded, reference):
     # windows of different lengths (clipped at the contig start) in one batch
     rows = snvs(reference, [30, 200, 5000]) + snvs(reference, [7000])
-    shard = shard_of(reference, rows, "centered", 600)
+    shard = shard_of(reference, rows, "centered", 240)
     one = score_shard(
         shard, reference, engine_for(loaded, batch_size=1), RecipeSettings("centered")
     )

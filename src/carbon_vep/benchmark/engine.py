@@ -1,4 +1,4 @@
-"""Benchmark: our engine vs a straightforward implementation of the published approach.
+"""Benchmark: our engine vs the official scripts' approach, restated (benchmark.published).
 
 Runs both in one process, alternating (ours, reference, ours, reference, ...), on the same model
 and inputs, and prints a Markdown table with variants/s, bp/s, peak memory and the ratios.
@@ -154,7 +154,7 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
                 "ours (published semantics: full_vocab)": lambda: score_shard(
                     dense_shard, ref, engine, RecipeSettings("centered")
                 ),
-                "reference (published approach)": lambda: published.centered_scores(
+                "reference (official vep_eval.py way)": lambda: published.centered_scores(
                     model, tok, prefix, ref, dense, 8192
                 ),
                 "ours, 6-mer block normalised (dna_block)": lambda: score_shard(
@@ -170,7 +170,7 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
                 "ours (published semantics: acgt_strings)": lambda: score_shard(
                     sparse_shard, ref, engine, RecipeSettings("nexttoken")
                 ),
-                "reference (published approach)": lambda: published.nexttoken_scores(
+                "reference (official clinvar_vep_eval.py way)": lambda: published.nexttoken_scores(
                     model, tok, prefix, ref, sparse, 24_000
                 ),
                 "ours, 6-mer block normalised (dna_block)": lambda: score_shard(

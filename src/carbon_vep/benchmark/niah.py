@@ -1,4 +1,4 @@
-"""Benchmark: Genomic-NIAH on CPU, our one prefill per row against the published three passes.
+"""Benchmark: Genomic-NIAH on CPU, our one prefill per row against the official script's passes.
 
 A small Carbon-shaped model (Carbon's 155,776-token vocabulary and tokenizer, Llama layers of
 hidden 256, 4 layers, 4 heads of 64 with 2 KV heads; random weights, built locally) and a cell
@@ -7,8 +7,10 @@ In one run, each row goes through:
 
 1. ours (`suite.niah.NiahScorer`): one prefill, greedy generation off its KV cache, both value
    likelihoods as a batch of two off the same cache, the output layer only where read;
-2. the reference (`suite.niah_published.three_pass_row`): `generate` on the prompt, then a full
-   forward pass over prompt + value and another over prompt + negative, full logits.
+2. the reference (`suite.niah_published.three_pass_row`, what huggingface/carbon's
+   `evaluation/genome_niah_eval.py` does a row): `generate` on the prompt, then the model body
+   over prompt + value and over prompt + negative, the output layer on the value's positions
+   only.
 
 It checks the outputs are the same (identical `pred` and flags, LLs within 1e-5) and prints the
 wall time of each, the ratio, rows/s, and each approach's peak RSS (each run in its own
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
         for label, key in (
             ("one prefill (ours)", "ours"),
-            ("three passes (published)", "three_pass"),
+            ("the official script's three passes", "three_pass"),
         )
     ]
     print(markdown_table(["approach", "wall s", "rows/s", "peak RSS MB"], cells))

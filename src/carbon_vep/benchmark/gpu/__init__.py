@@ -7,6 +7,10 @@ default; the whole check took 355 s on an H100), after the device's bf16 matmul 
 in order of value (`run.STEPS`; `--steps` picks some, so a second run takes what a first
 skipped):
 
+0. `product`: the product's own jobs, first: Snakemake on the Snakefile with a GPU config (bf16,
+   the H100 profile's batch_tokens and prefill_chunk), every rule that runs a model, each job
+   through `carbon-vep` as a cluster job runs it, reported per rule from the jobs' own records
+   (a failed job fails the check);
 1. `precision`: bf16 against float32 on every scoring path, with and without
    upcast_output_layer (Spearman of the scores, log-likelihood differences);
 2. `centered`, `scan`: the Carbon-3B centered recipe and genome scan chunk (tokens/s, % of the
@@ -25,7 +29,9 @@ Carbon's layout, a synthetic genome. Writes `gpu_check.json`, `gpu_check.md` (a 
 docs/benchmarks.md) and the profiler tables under `--out`, after every step (a run cut short
 keeps what it measured).
 
-One module a phase: `device` (clocks, budget, counters, the matmul peak, profiles), `workload`
-(sizes, models, inputs), `paths`, `ablations`, `precision`, `niah`, `generation` (vLLM),
-`report` (the JSON and Markdown), `run` (the steps in order); `kit` builds the device kit.
+One module a phase: `product` (the product's jobs through Snakemake; `product_setup` its
+checkpoints, inputs and config), `device` (clocks, budget, counters, the matmul peak, profiles,
+the GPU at hand sized from itself), `workload` (sizes, models, inputs), `paths`, `ablations`,
+`precision`, `niah`, `generation` (vLLM), `report` (the JSON and Markdown), `run` (the steps in
+order); `kit` builds the device kit.
 """

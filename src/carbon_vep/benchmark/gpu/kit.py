@@ -23,16 +23,18 @@ import lzma
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
 
+from carbon_vep.atomic import atomic_path
 from carbon_vep.benchmark.harness import PROJECT_ROOT
 
 KIT_LIST = PROJECT_ROOT / "envs/gpu-kit.txt"
 IMAGE_LIST = PROJECT_ROOT / "envs/device-image.txt"
 CARRY_LIMIT_MIB = 60  # the device's limit is 64 MiB a call: room for $OUT-bound files and drift
-PACK_OVER_MIB = 4  # wheels larger than this travel xz-compressed
+PACK_OVER_MIB = 2  # wheels larger than this travel xz-compressed
 XZ_PRESET = 6  # 2 min for polars' engine on one core, 31 MiB (preset 9e: 3.6 min, 29.5 MiB)
 # pip matches each manylinux tag exactly: the ones wheels of these packages are published under
 PLATFORMS = (
@@ -90,7 +92,10 @@ def download(requirements: list[str], dest: Path, python_version: str) -> list[P
     ]
     for platform in PLATFORMS:
         argv += ["--platform", platform]
-    subprocess.run(argv + requirements, check=True)
+    if subprocess.run(argv + requirements, check=False).returncode:
+        for requirement in requirements:  # one by one: which has no wheel for the device?
+            if subprocess.run([*argv, requirement], check=False).returncode:
+                build_pure_wheel(requirement, dest)
     wanted = {_wheel_key(r.replace("==", "-")) for r in requirements}
     kept = []
     for wheel in sorted(dest.glob("*.whl")):
@@ -106,6 +111,22 @@ def download(requirements: list[str], dest: Path, python_version: str) -> list[P
     return kept
 
 
+def build_pure_wheel(requirement: str, dest: Path) -> Path:
+    """A wheel built here from the sdist of a requirement that publishes none (Snakemake's
+    connection-pool): kept only when pure Python (`py3-none-any`), which installs on the
+    device's Python as on this one; a compiled one is an error naming the requirement."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp]
+        subprocess.run([*argv, "--no-binary", ":all:", requirement], check=True)
+        [built] = Path(tmp).glob("*.whl")
+        if not built.name.endswith("-none-any.whl"):
+            raise SystemExit(
+                f"{requirement}: no wheel for the device's Python, and its sdist "
+                f"builds a compiled one ({built.name})"
+            )
+        return Path(shutil.copy2(built, dest / built.name))
+
+
 def pack(wheel: Path, dest: Path, preset: int = XZ_PRESET) -> Path:
     """`wheel` as it travels in `dest`: itself when small, else `<wheel>.xz` (its members
     stored uncompressed, in order, then xz): unpacked, it is a valid wheel with the same files.
@@ -119,15 +140,14 @@ def pack(wheel: Path, dest: Path, preset: int = XZ_PRESET) -> Path:
     target = dest / f"{wheel.name}.xz"
     if target.exists():
         return target
-    partial = target.with_name(f".{target.name}.partial")
     with (
+        atomic_path(target) as partial,
         zipfile.ZipFile(wheel) as source,
         lzma.open(partial, "wb", preset=preset) as raw,
         zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as stored,
     ):
         for member in source.infolist():
             stored.writestr(member, source.read(member), zipfile.ZIP_STORED)
-    partial.replace(target)
     return target
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
 import tempfile
 import time
@@ -21,6 +22,7 @@ from carbon_vep.benchmark.gpu.host_memory import host_memory
 from carbon_vep.benchmark.gpu.niah import DEFAULT_CHUNKS, niah_phase
 from carbon_vep.benchmark.gpu.paths import measure, model_paths
 from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_aurocs
+from carbon_vep.benchmark.gpu.product import product
 from carbon_vep.benchmark.gpu.report import environment, write_report
 from carbon_vep.benchmark.gpu.rollouts import rollouts
 from carbon_vep.benchmark.gpu.workload import (
@@ -43,6 +45,7 @@ from carbon_vep.model.tokens import dna_vocab
 # The steps in the order they run, most valuable first: a run cut short by its budget still
 # answers the questions that matter, and `--steps` lets a second run take what a first skipped.
 STEPS = {
+    "product": "the product's own jobs: Snakemake with a GPU config, every model rule, bf16",
     "precision": "Carbon-3B bf16 against float32 on every scoring path",
     "centered": "Carbon-3B centered recipe (full_vocab, prefix sharing): tokens/s, % of peak",
     "scan": "Carbon-3B genome scan chunk: SNVs/s, hg38 GPU-hours",
@@ -56,7 +59,10 @@ STEPS = {
     "known_answer": "known-answer AUROC in float32, bf16 and bf16 + upcast",
     "carbon_500m": "every path with Carbon-500M's shape",
 }
-HEADLINE_STEPS = [s for s in STEPS if s not in ("host_memory", "known_answer", "carbon_500m")]
+HEADLINE_STEPS = [
+    s for s in STEPS if s not in ("product", "host_memory", "known_answer", "carbon_500m")
+]
+PRODUCT_TIMEOUT_S = {"cuda": 300.0, "cpu": 1800.0}  # the workflow's own limit (its jobs stopped)
 
 
 def parse_steps(text: str) -> list[str]:
@@ -118,6 +124,12 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     )
     parser.add_argument(
         "--niah-rows", type=int, default=None, help="rows a context in the niah step"
+    )
+    parser.add_argument(
+        "--product-timeout-s",
+        type=float,
+        default=None,
+        help="the product step's limit on its Snakemake run (default 300 s; --smoke 1800)",
     )
     parser.add_argument(
         "--generation-only",
@@ -238,6 +250,7 @@ class Run:
                 self.report["environment"]["smoke"],
                 self.vllm_python,
                 self.budget,
+                self.peak,
             )
             self.save()
 
@@ -265,6 +278,7 @@ def _run(
         "generation": [],
         "rollouts": {},
         "host_memory": [],
+        "product": None,
         "profiles": {},
         "steps": args.steps,
         "skipped": budget.skipped,
@@ -280,6 +294,12 @@ def _run(
         tokenizer = known_answer.make_tokenizer(work) if args.smoke else make_tokenizer()
         vocab = dna_vocab(tokenizer)
         report["environment"]["vocabulary"] = len(tokenizer)
+        if "product" in args.steps and budget.allows(f"product: {STEPS['product']}", 120):
+            limit = args.product_timeout_s or PRODUCT_TIMEOUT_S[device.type]
+            limit = min(limit, max(60.0, args.budget_s - budget.elapsed() - 30))
+            report["product"] = product(tokenizer, vocab, device, shapes, work, args.smoke, limit)
+            shutil.copy(work / "product/snakemake.log", out / "product_snakemake.log")
+            write_report(report, out, budget)
         inputs = make_inputs(work, sizes)
         with open_reference(inputs.fasta) as reference:
             run = Run(

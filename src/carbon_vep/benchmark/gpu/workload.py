@@ -126,14 +126,17 @@ class Model:
         )
 
 
-def random_model(name: str, shape: dict[str, int], tokenizer, vocab, device, dtype) -> Model:
+def random_model(
+    name: str, shape: dict[str, int], tokenizer, vocab, device, dtype, positions: int = 32_768
+) -> Model:
     """A Llama with this shape and Carbon's vocabulary, random weights (seeded), built on the
-    device in `dtype` (no float32 copy on the host)."""
+    device in `dtype` (no float32 copy on the host); `positions`: its max_position_embeddings
+    (Carbon's native 32,768 by default)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        max_position_embeddings=32_768,  # Carbon's native context (docs/gpu.md)
+        max_position_embeddings=positions,
         tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0},
         bos_token_id=tokenizer.eos_token_id,
@@ -155,6 +158,14 @@ def random_model(name: str, shape: dict[str, int], tokenizer, vocab, device, dty
     total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else 0
     tokens = profile_batch_tokens(total / 1e9) if total else 4096
     return Model(name, shape, loaded, BodyCounter(model.get_decoder(), shape), tokens)
+
+
+def save_checkpoint(model: Model, folder: Path) -> Path:
+    """The model and its tokenizer as a local checkpoint (`save_pretrained`) that the jobs load
+    as a user's checkpoint is loaded."""
+    model.loaded.model.save_pretrained(folder)
+    model.loaded.tokenizer.save_pretrained(folder)
+    return folder
 
 
 def with_model(

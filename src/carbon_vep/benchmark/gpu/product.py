@@ -1,0 +1,307 @@
+"""The GPU check's first step, `product`: the product's own jobs on the device, as a cluster runs
+them. Everything else the check measures is in its own process; this step is what a user gets.
+
+A random-weight bf16 checkpoint of Carbon-3B's shape (a Carbon-500M-shaped one as its draft),
+each saved with `save_pretrained` and its Carbon-layout tokenizer, and a synthetic genome with
+its inputs (a labelled SNV panel, a region to scan, recovery prompts, perturbation pairs, a
+haystack for Genomic-NIAH); then **Snakemake on the project's Snakefile** with a GPU config:
+device cuda, dtype bfloat16, and the H100 profile's own `config:` values (batch_tokens,
+prefill_chunk, chunk_bp, read from profiles/slurm-h100). The run covers every rule that runs a
+model, each job through `carbon-vep` exactly as a cluster job runs it, its start-up probe
+included:
+
+- the panel through both VEP recipes (check_panel -> make_shards -> score_shard -> merge ->
+  metrics), centered 8 kbp and right-end 24 kbp;
+- a scan of a synthetic contig (plan -> scan_chunk -> calibration -> TSVs, tracks);
+- Genomic-NIAH at the model's native 32k tokens (no YaRN, as published) and at 64k with YaRN
+  x4 (score_niah);
+- recovery rollouts with the draft (score_recovery), perturbation pairs (score_perturbation);
+- the results table and the report.
+
+One model job runs at a time (`--resources gpu=1`), so each job's GPU peak is its own. Each job
+counts itself (model.job_record: load, tokens through the body, peak memory) into a folder this
+step reads; the outputs' row counts are read from the files. A job that fails fails the step,
+with Snakemake's tail and the failed jobs' logs (`--show-failed-logs`) in the report. Under
+--smoke the same step runs on the CPU at toy sizes (what the test suite runs). Its checkpoints,
+inputs and config: `product_setup`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from carbon_vep.benchmark.gpu.product_setup import (
+    DRAFT,
+    PROFILE,
+    SMOKE_PRODUCT,
+    TARGET,
+    ProductSizes,
+    checkpoint,
+    profile_config,
+    write_config,
+    write_inputs,
+)
+from carbon_vep.benchmark.harness import PROJECT_ROOT
+from carbon_vep.config.tasks import TASK_KINDS
+from carbon_vep.markdown import table as markdown_table
+from carbon_vep.model.job_record import RECORDS_ENV
+from carbon_vep.workflow.paths import RunPaths
+
+# the rules that run a model, by the carbon-vep command each runs (a job record names its command)
+MODEL_RULES = {
+    "score-shard": "score_shard",
+    "scan-chunk": "scan_chunk",
+    "score-niah": "score_niah",
+    **{kind.command: kind.rule for kind in TASK_KINDS.values()},
+}
+LOG_TAIL_LINES = 60
+
+
+def product(
+    tokenizer: Any,
+    vocab: Any,
+    device: torch.device,
+    shapes: dict,
+    work: Path,
+    smoke: bool,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Build the checkpoints and inputs, run the workflow, read what its jobs recorded."""
+    sizes = SMOKE_PRODUCT if smoke else ProductSizes()
+    folder = work / "product"
+    folder.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    models = {
+        TARGET: checkpoint(tokenizer, vocab, device, shapes["Carbon-3B"], folder / TARGET, sizes),
+        DRAFT: checkpoint(tokenizer, vocab, device, shapes["Carbon-500M"], folder / DRAFT, sizes),
+    }
+    prepared = time.perf_counter()
+    config = write_config(folder, models, write_inputs(folder / "inputs", sizes), device, sizes)
+    done = run_workflow(config, folder, device, sizes, timeout_s)
+    outdir = folder / "results"
+    result = {
+        "config": str(config.name),
+        "profile_config": profile_config(PROFILE),
+        "device": device.type,
+        "dtype": "bfloat16",
+        "checkpoints_s": round(prepared - began, 1),
+        "snakemake": done,
+        "rules": rule_table(job_records(folder / "jobs")),
+        "outputs": output_rows(outdir),
+    }
+    result["failed"] = done["returncode"] != 0 or any(r["failed"] for r in result["rules"])
+    missing = [r for r in MODEL_RULES.values() if r not in {x["rule"] for x in result["rules"]}]
+    if missing and not result["failed"]:
+        result["failed"] = True
+        done["tail"] = f"no job of {', '.join(missing)} ran\n" + done.get("tail", "")
+    return result
+
+
+# ---- the run ---------------------------------------------------------------------------------
+def run_workflow(
+    config: Path, folder: Path, device, sizes: ProductSizes, timeout_s: float
+) -> dict[str, Any]:
+    """Snakemake on the project's Snakefile, every job's `carbon-vep` this Python's (a shim on
+    PATH: a GPU node's python may have no console script), one model job at a time."""
+    shim = folder / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "carbon-vep").write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m carbon_vep.cli "$@"\n', encoding="utf-8"
+    )
+    (shim / "carbon-vep").chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH=f"{shim}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=os.pathsep.join(
+            p for p in (str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH")) if p
+        ),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        **{RECORDS_ENV: str(folder / "jobs")},
+    )
+    if sizes.threads:
+        env |= {"OMP_NUM_THREADS": str(sizes.threads), "MKL_NUM_THREADS": str(sizes.threads)}
+    cores = max(2, min(os.cpu_count() or 2, 16))
+    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile")]
+    argv += ["--directory", str(folder / "run"), "--configfile", str(config)]
+    argv += ["--config", *profile_config(PROFILE), "--cores", str(cores)]
+    argv += ["--resources", "gpu=1", "--scheduler", "greedy", "--show-failed-logs"]
+    argv += ["--nolock"]
+    log = folder / "snakemake.log"
+    began = time.perf_counter()
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            code = 124
+    lines = log.read_text(errors="replace").splitlines()
+    return {
+        "returncode": code,
+        "wall_s": round(time.perf_counter() - began, 1),
+        "jobs_done": _jobs_done(lines),
+        "tail": "\n".join(lines[-LOG_TAIL_LINES:]) if code else "",
+    }
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Snakemake and its jobs (one process group) stopped: SIGTERM, then SIGKILL."""
+    for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+def _jobs_done(lines: list[str]) -> str:
+    """Snakemake's last "N of M steps (P%) done" line."""
+    done = [line for line in lines if "steps (" in line and ") done" in line]
+    return done[-1].strip() if done else ""
+
+
+# ---- what the jobs recorded, what they wrote -------------------------------------------------
+def job_records(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def rule_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model rule: jobs, failures, wall (processes' whole lives), load, tokens through the
+    body, tokens/s after the load, and the largest GPU and host peaks of its jobs."""
+    table = []
+    for command, rule in MODEL_RULES.items():
+        jobs = [r for r in records if r["command"] == command]
+        if not jobs:
+            continue
+        after_load = sum(r["wall_s"] - (r["load_s"] or 0) for r in jobs)
+        tokens = sum(r["tokens"] for r in jobs)
+        table.append(
+            {
+                "rule": rule,
+                "jobs": len(jobs),
+                "failed": sum(not r["succeeded"] for r in jobs),
+                "wall_s": round(sum(r.get("process_s") or r["wall_s"] for r in jobs), 2),
+                "load_s": round(sum(r["load_s"] or 0 for r in jobs), 2),
+                "tokens": tokens,
+                "tokens_per_s": round(tokens / after_load, 1) if after_load > 0 else None,
+                "gpu_peak_reserved_gb": _peak_gb(jobs, "gpu_peak_reserved_bytes"),
+                "gpu_peak_allocated_gb": _peak_gb(jobs, "gpu_peak_allocated_bytes"),
+                "host_peak_gb": _peak_gb(jobs, "host_peak_rss_bytes"),
+            }
+        )
+    return table
+
+
+def _peak_gb(jobs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in jobs if r.get(key) is not None]
+    return round(max(values) / 1e9, 2) if values else None
+
+
+def output_rows(outdir: Path) -> dict[str, Any]:
+    """Rows of each model rule's merged outputs, with their statuses where they have them."""
+    paths = RunPaths(str(outdir))
+    scores = {
+        name: _rows(Path(paths.scores.format(dataset=name, model=TARGET)), "status")
+        for name in ("centered", "nexttoken")
+    }
+    scan_dir = Path(paths.scan_dir.format(scan="scan", model=TARGET))
+    niah = {
+        str(p.relative_to(outdir / "suite/niah")).removesuffix(f"/{TARGET}/predictions.parquet"): (
+            _rows(p, "status") | _mean(p, "gen_exact_match")
+        )
+        for p in sorted((outdir / "suite/niah").glob(f"*/*/{TARGET}/predictions.parquet"))
+    }
+    tasks = {
+        task: _rows(Path(paths.task_predictions.format(task=task, model=TARGET)), "status")
+        for task in ("recovery", "perturbation")
+    }
+    report = Path(paths.run_report)
+    return {
+        "score_shard": scores,
+        "scan_chunk": {
+            "positions": sum(_rows(p)["rows"] for p in scan_dir.glob("positions/*.parquet")),
+            "snv_files": len(list(scan_dir.glob("snvs/*.tsv.gz"))),
+            "tracks": len(list(scan_dir.glob("tracks/*.bw"))),
+        },
+        "score_niah": niah,
+        "score_recovery": tasks["recovery"],
+        "score_perturbation": tasks["perturbation"],
+        "results_table": _rows(Path(paths.results_table)),
+        "report_html_bytes": report.stat().st_size if report.exists() else 0,
+    }
+
+
+def _rows(path: Path, status: str | None = None) -> dict[str, Any]:
+    if not path.exists():
+        return {"rows": 0, "missing": True}
+    frame = pl.read_parquet(path)
+    out: dict[str, Any] = {"rows": frame.height}
+    if status and status in frame.columns:
+        out["statuses"] = dict(sorted(frame[status].value_counts().iter_rows()))
+    return out
+
+
+def _mean(path: Path, column: str) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    frame = pl.read_parquet(path, columns=[column])
+    return {column: float(frame[column].cast(pl.Float64).mean() or 0.0)}
+
+
+# ---- the report's section --------------------------------------------------------------------
+def markdown_part(result: dict[str, Any] | None) -> str:
+    if not result:
+        return ""
+    done = result["snakemake"]
+    verdict = "**failed**" if result["failed"] else "every job succeeded"
+    intro = (
+        f"The product on the device: Snakemake on the Snakefile with a GPU config (device "
+        f"{result['device']}, {result['dtype']}, the {PROFILE} profile's "
+        f"{', '.join(result['profile_config'])}), every job through `carbon-vep` as a cluster "
+        f"job runs it, one model job at a time: {verdict} (exit {done['returncode']}, "
+        f"{done['wall_s']:.0f} s, {done['jobs_done'] or 'no progress line'}; checkpoints "
+        f"built and saved in {result['checkpoints_s']:.0f} s). Per rule, from the jobs' own "
+        "records: wall = their processes' lives (imports and load included), tokens through "
+        "the model's body, tokens/s after the load, the largest GPU peak (reserved) of a job."
+    )
+    header = ["rule", "jobs", "failed", "wall s", "load s", "tokens", "tokens/s", "GPU peak GB"]
+    header += ["host peak GB", "outputs"]
+    rows = [
+        [
+            r["rule"],
+            r["jobs"],
+            r["failed"],
+            f"{r['wall_s']:.1f}",
+            f"{r['load_s']:.1f}",
+            f"{r['tokens']:,}",
+            f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "—",
+            "—" if r["gpu_peak_reserved_gb"] is None else f"{r['gpu_peak_reserved_gb']:.1f}",
+            "—" if r["host_peak_gb"] is None else f"{r['host_peak_gb']:.1f}",
+            _outputs_note(result["outputs"].get(r["rule"])),
+        ]
+        for r in result["rules"]
+    ]
+    parts = [intro, markdown_table(header, rows)]
+    if done.get("tail"):
+        parts.append("Snakemake's tail:\n\n```\n" + done["tail"] + "\n```")
+    return "\n\n".join(parts)
+
+
+def _outputs_note(outputs: Any) -> str:
+    return json.dumps(outputs, separators=(", ", ": ")).replace("|", "/") if outputs else "—"

@@ -1,0 +1,50 @@
+"""The GPU check's product step when a job fails: the step fails, names the rule whose job
+failed (from the job's own record) and carries Snakemake's tail with the failed job's log.
+(The step succeeding, every rule and output, is tested in the CPU rehearsal:
+tests/test_gpu_check_smoke.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+
+from carbon_vep.benchmark import known_answer
+from carbon_vep.benchmark.gpu import product, product_setup
+from carbon_vep.benchmark.gpu.workload import TOY_SHAPES
+from carbon_vep.model.tokens import dna_vocab
+
+pytestmark = [pytest.mark.slow, pytest.mark.workflow]
+
+
+def test_a_failed_job_fails_the_step_with_its_log(tmp_path):
+    """A Genomic-NIAH cell of twice the checkpoint's positions with no YaRN: its score_niah job
+    refuses it (the context is truly beyond the positions), as a user's misconfigured run
+    would."""
+    sizes = product_setup.SMOKE_PRODUCT
+    tokenizer = known_answer.make_tokenizer(tmp_path)
+    vocab = dna_vocab(tokenizer)
+    folder = tmp_path / "product"
+    cpu = torch.device("cpu")
+    models = {
+        key: product_setup.checkpoint(tokenizer, vocab, cpu, TOY_SHAPES[shape], folder / key, sizes)
+        for key, shape in (
+            (product_setup.TARGET, "Carbon-3B"),
+            (product_setup.DRAFT, "Carbon-500M"),
+        )
+    }
+    config_path = product_setup.write_config(
+        folder, models, product_setup.write_inputs(folder / "inputs", sizes), cpu, sizes
+    )
+    config = yaml.safe_load(config_path.read_text())
+    for entry in ("datasets", "scans", "tasks"):
+        config[entry] = {}
+    config["niah"] = {"beyond": dict(config["niah"]["native"], contexts=[2 * sizes.positions])}
+    config_path.write_text(yaml.safe_dump(config))
+
+    done = product.run_workflow(config_path, folder, cpu, sizes, timeout_s=600)
+    assert done["returncode"] != 0
+    assert "rule score_niah" in done["tail"]
+    assert "1,024 tokens" in done["tail"] and "512 positions" in done["tail"]  # the job's log
+    [rule] = product.rule_table(product.job_records(folder / "jobs"))
+    assert rule["rule"] == "score_niah" and rule["jobs"] == rule["failed"] == 1
