@@ -181,6 +181,18 @@ def test_the_product_runs_every_model_rule_through_snakemake(smoke):
     assert outputs["score_perturbation"]["statuses"] == {"scored": SMOKE_PRODUCT.pairs}
     assert outputs["results_table"]["rows"] > 0 and outputs["report_html_bytes"] > 0
     assert "100%) done" in (out / "product_snakemake.log").read_text()
+    # the official approach on the same inputs, each path a process of its own
+    official = {row["path"]: row for row in product["official"]}
+    assert set(official) == {"centered", "nexttoken", "niah"}, product["official"]
+    for path in ("centered", "nexttoken"):
+        row = official[path]
+        assert row["ours"]["jobs"] == 2 and row["official"]["rows"] == 3 * sites
+        assert row["agreement"]["variants"] == 3 * sites
+        assert row["agreement"]["spearman"] > 0.8  # bf16 rounding of a toy model's small deltas
+        assert row["official_over_ours_s"] > 0
+    niah = official["niah"]
+    assert niah["official"]["rows"] == niah["agreement"]["rows"] == SMOKE_PRODUCT.niah_rows
+    assert niah["agreement"]["max_abs_ll_difference"] < 0.05
     section = (out / "gpu_check.md").read_text()
     assert "The product on the device" in section and "| score_niah | 2 | 0 |" in section
 

@@ -39,7 +39,9 @@ from typing import Any
 
 import polars as pl
 import torch
+import yaml
 
+from carbon_vep.benchmark.gpu.product_reference import compare_with_official, markdown_rows
 from carbon_vep.benchmark.gpu.product_setup import (
     DRAFT,
     PROFILE,
@@ -88,7 +90,9 @@ def product(
     prepared = time.perf_counter()
     config = write_config(folder, models, write_inputs(folder / "inputs", sizes), device, sizes)
     done = run_workflow(config, folder, device, sizes, timeout_s)
+    workflow_s = time.perf_counter() - prepared
     outdir = folder / "results"
+    records = job_records(folder / "jobs")
     result = {
         "config": str(config.name),
         "profile_config": profile_config(PROFILE),
@@ -96,14 +100,20 @@ def product(
         "dtype": "bfloat16",
         "checkpoints_s": round(prepared - began, 1),
         "snakemake": done,
-        "rules": rule_table(job_records(folder / "jobs")),
+        "rules": rule_table(records),
         "outputs": output_rows(outdir),
+        "official": [],
     }
     result["failed"] = done["returncode"] != 0 or any(r["failed"] for r in result["rules"])
     missing = [r for r in MODEL_RULES.values() if r not in {x["rule"] for x in result["rules"]}]
     if missing and not result["failed"]:
         result["failed"] = True
         done["tail"] = f"no job of {', '.join(missing)} ran\n" + done.get("tail", "")
+    if not result["failed"]:  # the official approach on the same inputs, in what time is left
+        settings = yaml.safe_load(config.read_text())
+        left = max(30.0, timeout_s - workflow_s)
+        env = job_env(folder, sizes)
+        result["official"] = compare_with_official(settings, records, env, left)
     return result
 
 
@@ -111,26 +121,9 @@ def product(
 def run_workflow(
     config: Path, folder: Path, device, sizes: ProductSizes, timeout_s: float
 ) -> dict[str, Any]:
-    """Snakemake on the project's Snakefile, every job's `carbon-vep` this Python's (a shim on
-    PATH: a GPU node's python may have no console script), one model job at a time."""
-    shim = folder / "bin"
-    shim.mkdir(exist_ok=True)
-    (shim / "carbon-vep").write_text(
-        f'#!/bin/sh\nexec {sys.executable} -m carbon_vep.cli "$@"\n', encoding="utf-8"
-    )
-    (shim / "carbon-vep").chmod(0o755)
-    env = dict(
-        os.environ,
-        PATH=f"{shim}{os.pathsep}{os.environ.get('PATH', '')}",
-        PYTHONPATH=os.pathsep.join(
-            p for p in (str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH")) if p
-        ),
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        **{RECORDS_ENV: str(folder / "jobs")},
-    )
-    if sizes.threads:
-        env |= {"OMP_NUM_THREADS": str(sizes.threads), "MKL_NUM_THREADS": str(sizes.threads)}
+    """Snakemake on the project's Snakefile in the jobs' environment (`job_env`), one model
+    job at a time."""
+    env = job_env(folder, sizes)
     cores = max(2, min(os.cpu_count() or 2, 16))
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile")]
     argv += ["--directory", str(folder / "run"), "--configfile", str(config)]
@@ -155,6 +148,31 @@ def run_workflow(
         "jobs_done": _jobs_done(lines),
         "tail": "\n".join(lines[-LOG_TAIL_LINES:]) if code else "",
     }
+
+
+def job_env(folder: Path, sizes: ProductSizes) -> dict[str, str]:
+    """The jobs' environment: `carbon-vep` as this Python's (a shim on PATH: a GPU node's
+    python may have no console script), the package from this tree, offline, each model job's
+    record into `folder`/jobs."""
+    shim = folder / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "carbon-vep").write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m carbon_vep.cli "$@"\n', encoding="utf-8"
+    )
+    (shim / "carbon-vep").chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH=f"{shim}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=os.pathsep.join(
+            p for p in (str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH")) if p
+        ),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        **{RECORDS_ENV: str(folder / "jobs")},
+    )
+    if sizes.threads:
+        env |= {"OMP_NUM_THREADS": str(sizes.threads), "MKL_NUM_THREADS": str(sizes.threads)}
+    return env
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -298,6 +316,14 @@ def markdown_part(result: dict[str, Any] | None) -> str:
         for r in result["rules"]
     ]
     parts = [intro, markdown_table(header, rows)]
+    if result.get("official"):
+        parts.append(
+            "The official scripts' approach (benchmark/reference_job.py: vep_eval.py, "
+            "clinvar_vep_eval.py, genome_niah_eval.py as they run, batch 2 / 4 / 1) on the same "
+            "checkpoint, inputs and device, each a process of its own; seconds after the load "
+            "(ours: the path's jobs summed), GPU peak allocated:"
+        )
+        parts.append(markdown_table(*markdown_rows(result["official"])))
     if done.get("tail"):
         parts.append("Snakemake's tail:\n\n```\n" + done["tail"] + "\n```")
     return "\n\n".join(parts)

@@ -1,0 +1,147 @@
+"""The official scripts' approach as a job of its own, beside the product's jobs on the same inputs:
+`python -m carbon_vep.benchmark.reference_job --task centered|nexttoken|niah ...`.
+
+It loads the checkpoint as the official scripts do (AutoTokenizer / AutoModelForCausalLM
+`from_pretrained` with remote code, in the asked dtype, moved to the device, `eval()`), then,
+timed from the load on, scores the task the official way (benchmark.published: vep_eval.py's
+centered windows at batch 2, clinvar_vep_eval.py's right-end contexts at batch 4;
+suite.niah_published: genome_niah_eval.py's generate and likelihood passes), writes its answers
+(Parquet) and a record (JSON: load and scoring seconds, rows, the GPU's and the host's peaks), as
+the product's jobs write theirs (model.job_record). What the comparison reads: the GPU check's
+product step (benchmark/gpu/product.py) runs it on the product's own inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from pathlib import Path
+
+import polars as pl
+import pysam
+import torch
+
+from carbon_vep.atomic import write_json, write_parquet
+from carbon_vep.benchmark import published
+from carbon_vep.genome.reference import open_reference
+from carbon_vep.model.tokens import dna_vocab
+from carbon_vep.suite.niah_cells import read_cell
+from carbon_vep.suite.niah_published import three_pass_row
+
+TASKS = ("centered", "nexttoken", "niah")
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def load(path: str, dtype: str, device: str):
+    """The checkpoint as the official scripts load it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        path, trust_remote_code=True, dtype=_DTYPES[dtype], attn_implementation="sdpa"
+    )
+    return model.to(device).eval(), tokenizer
+
+
+def panel_snvs(panel: str) -> list[tuple[str, int, str, str]]:
+    """Every single-base (REF, ALT) pair of a VCF, in file order."""
+    with pysam.VariantFile(panel) as vcf:
+        return [
+            (rec.chrom, rec.pos, rec.ref, alt)
+            for rec in vcf
+            for alt in rec.alts or ()
+            if len(rec.ref) == 1 and len(alt) == 1 and alt in "ACGT"
+        ]
+
+
+def score_panel(args, model, tokenizer) -> pl.DataFrame:
+    variants = panel_snvs(args.panel)
+    prefix = dna_vocab(tokenizer).prefix_token
+    with open_reference(args.reference) as reference, torch.inference_mode():
+        if args.task == "centered":
+            scores = published.centered_scores(
+                model, tokenizer, prefix, reference, variants, args.window_bp
+            )
+        else:
+            scores = published.nexttoken_scores(
+                model, tokenizer, prefix, reference, variants, args.window_bp
+            )
+    frame = pl.DataFrame(variants, schema=["chrom", "pos", "ref", "alt"], orient="row")
+    return frame.with_columns(score=pl.Series(scores, dtype=pl.Float64))
+
+
+def score_cell(args, model, tokenizer) -> pl.DataFrame:
+    vocab = dna_vocab(tokenizer)
+    cell = read_cell(args.cell, vocab.k)  # the negative value cut from its sequence
+    rows = []
+    with torch.inference_mode():
+        for row in cell.iter_rows(named=True):
+            result = three_pass_row(
+                model,
+                tokenizer,
+                vocab,
+                row["prompt"],
+                row["value"],
+                row["negative_value"],
+                row["value_len_bp"],
+            )
+            rows.append(
+                {
+                    "uid": row["uid"],
+                    "pred": result.pred,
+                    "target_ll": result.target_ll,
+                    "negative_ll": result.negative_ll,
+                }
+            )
+    return pl.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=TASKS, required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--dtype", default="bfloat16", choices=list(_DTYPES))
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--reference", help="FASTA (centered, nexttoken)")
+    parser.add_argument("--panel", help="VCF of the variants (centered, nexttoken)")
+    parser.add_argument("--window-bp", type=int, default=8192, help="window or context, bp")
+    parser.add_argument("--cell", help="a Genomic-NIAH cell (niah)")
+    parser.add_argument("--out", required=True, help="the answers (Parquet)")
+    parser.add_argument("--record", required=True, help="the job's record (JSON)")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    model, tokenizer = load(args.model, args.dtype, args.device)
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    loaded = time.perf_counter()
+    score = score_cell if args.task == "niah" else score_panel
+    answers = score(args, model, tokenizer)
+    if cuda:
+        torch.cuda.synchronize()
+    done = time.perf_counter()
+    write_parquet(answers, args.out)
+    record = {
+        "task": args.task,
+        "rows": answers.height,
+        "load_s": round(loaded - began, 3),
+        "score_s": round(done - loaded, 3),
+        "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "device": args.device,
+        "dtype": args.dtype,
+    }
+    if cuda:
+        record["gpu_peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+        record["gpu_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+    write_json(record, Path(args.record))
+    print(json.dumps(record))
+    return record
+
+
+if __name__ == "__main__":
+    main()
