@@ -1,0 +1,73 @@
+"""Window groups batched (model.window_groups) against one group at a time
+(Engine.window_group_scores): the same totals and counts to float rounding, for groups of mixed
+shapes (other split tokens, other numbers of alleles, other window lengths) cut into several
+batches, under both likelihood kinds and both normalisers; and a group that runs out of memory
+alone is scored None while the others keep their values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support.files import random_dna
+
+from carbon_vep.model.engine import Engine
+from carbon_vep.model.window_groups import encode_group, window_groups_scores
+
+
+def snv(seq: str, i: int, base: str) -> str:
+    return seq[:i] + base + seq[i + 1 :]
+
+
+def groups_of_mixed_shapes() -> list[tuple[str, list[str]]]:
+    """Centered-like groups (variant in the middle, 3 alternates), one with the variant near
+    the start, one with a single alternate, one shorter window, one with N bases."""
+    groups = []
+    for seed in range(5):
+        ref = random_dna(240, seed)
+        alts = [snv(ref, 120, b) for b in "ACGT" if b != ref[120]]
+        groups.append((ref, alts))
+    near_start = random_dna(240, 9)
+    groups.append((near_start, [snv(near_start, 7, "A" if near_start[7] != "A" else "C")]))
+    short = random_dna(180, 11)
+    groups.append((short, [snv(short, 90, b) for b in "ACGT" if b != short[90]]))
+    with_n = random_dna(240, 12)
+    with_n = with_n[:30] + "NNNNNN" + with_n[36:]
+    groups.append((with_n, [snv(with_n, 150, b) for b in "ACGT" if b != with_n[150]]))
+    return groups
+
+
+@pytest.mark.parametrize(
+    ("kind", "normalization"),
+    [("token", "full_vocab"), ("token", "dna_block"), ("bp", "dna_block")],
+)
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+def test_batched_groups_equal_one_group_at_a_time(loaded, kind, normalization, batch_size):
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=batch_size)
+    groups = groups_of_mixed_shapes()
+    shapes = {encode_group(engine, ref, alts).shape for ref, alts in groups}
+    assert len(shapes) >= 4  # the batches really mix shapes
+    batched = window_groups_scores(engine, groups, kind, normalization)
+    for (ref, alts), (ref_score, alt_scores) in zip(groups, batched, strict=True):
+        alone_ref, alone_alts = engine.window_group_scores(ref, alts, kind, normalization)
+        for ours, alone in zip([ref_score, *alt_scores], [alone_ref, *alone_alts], strict=True):
+            assert ours.count == alone.count
+            assert ours.total == pytest.approx(alone.total, abs=1e-4, rel=1e-6)
+
+
+def test_a_group_out_of_memory_alone_is_none_and_the_others_are_scored(loaded, monkeypatch):
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
+    groups = groups_of_mixed_shapes()[:4]
+    poisoned = engine.vocab.encode(groups[2][0])[1:9]  # the third group's first tokens
+    forward = engine.forward
+
+    def forward_or_oom(ids, mask=None, cache=None):
+        if any((row[1:9] == poisoned).all() for row in ids if len(row) > 9):
+            raise torch.OutOfMemoryError("test")
+        return forward(ids, mask, cache)
+
+    monkeypatch.setattr(engine, "forward", forward_or_oom)
+    scored = window_groups_scores(engine, groups, "token", "full_vocab")
+    assert scored[2] == (None, [None] * len(groups[2][1]))
+    for i in (0, 1, 3):
+        ref_score, alt_scores = scored[i]
+        assert ref_score is not None and all(a is not None for a in alt_scores)
