@@ -1,16 +1,23 @@
-"""Benchmark: our engine vs the official scripts' approach, restated (benchmark.published).
+"""Benchmark (`make bench`): the product's own jobs against the official scripts' approach.
 
-Runs both in one process, alternating (ours, reference, ours, reference, ...), on the same model
-and inputs, and prints a Markdown table with variants/s, bp/s, peak memory and the ratios.
+The recipes, as users run them: `carbon-vep score` (check, window and score a panel in one
+process; its job record gives the seconds after the model's load, model.job_record) against
+benchmark.reference_job (the official vep_eval.py / clinvar_vep_eval.py way, in its own process,
+timed after its load), alternating (ours, official, ours, official), on the same model, genome
+and panel (a VCF written here), each side's whole-process peak RSS measured by the harness, and
+the answers compared (Spearman, largest difference). Printed as a Markdown table with ratios.
 
-CPU (always): the demo model — a 2-layer body with Carbon's full 155,776-entry vocabulary, so the
-output layer weighs what Carbon's does. Times are medians of the interleaved runs. Peak memory is
-measured once per approach in a fresh spawned process: its peak RSS (Linux VmHWM) above its RSS
-with the model loaded, so memory one approach freed cannot hide another's.
-GPU (when CUDA is available): random-weight bf16 models with the exact Carbon-500M and Carbon-3B
-shapes; tokens/s, bp/s and the fraction of the bf16 matmul peak measured in the same run. Every
-other GPU measurement (each recipe, the scan, the removed costs, bf16 against float32) is in
-`make gpu-check` (benchmark.gpu).
+Two rows stay in-process, where no job gives the figure: the output layer alone on one
+window's hidden states (a single function's cost: the 4,096 DNA rows, the chunked normaliser,
+full logits), and the scan against one window per base (no official script scans; the
+reference is the per-base approach restated). Their peak memory is measured once per approach
+in a fresh spawned process: its peak RSS above its RSS with the model loaded.
+
+CPU (always): the demo model, a 2-layer body with Carbon's full 155,776-entry vocabulary, so the
+output layer weighs what Carbon's does. GPU (when CUDA is available): random-weight bf16 models
+with the Carbon-500M and Carbon-3B shapes, tokens/s and the fraction of the bf16 matmul peak;
+the product's jobs against the official scripts on a GPU are in `make gpu-check` (its product
+step).
 
 Usage: python -m carbon_vep.benchmark.engine [--reps 2] [--quick] [--json out.json]
 """
@@ -20,11 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import polars as pl
 import torch
@@ -36,21 +46,19 @@ from carbon_vep.benchmark.harness import (
     device_peak_gb,
     median_interleaved,
     peak_rss_above_start_mb,
+    run_command,
     timed,
     write_json,
 )
 from carbon_vep.config.gpus import CARBON_SHAPES
-from carbon_vep.config.recipes import RECIPES
-from carbon_vep.config.stages import ModelSettings, RecipeSettings, TileSettings
+from carbon_vep.config.stages import ModelSettings, TileSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.engine import Engine
+from carbon_vep.model.job_record import RECORDS_ENV
 from carbon_vep.model.loading import load_model
 from carbon_vep.scan.tiles import scan_region
-from carbon_vep.scoring.shard import score_shard
-
-BLOCK = {name: RecipeSettings(name, "dna_block") for name in ("centered", "nexttoken")}
 
 FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
 CHROM = "chr17"
@@ -108,11 +116,6 @@ def snvs(reference, start: int, n_bases: int) -> list[tuple[str, int, str, str]]
     return out
 
 
-def shard(reference, variants, recipe: str, window_bp: int) -> pl.DataFrame:
-    frame = pl.DataFrame(variants, schema=["ref_chrom", "pos", "ref", "alt"], orient="row")
-    return RECIPES[recipe].add_windows(frame, reference.lengths, window_bp)
-
-
 def build_workloads(ref, quick: bool) -> list[Workload]:
     """The same model and inputs for every approach (the demo model: Carbon's vocabulary)."""
     loaded = load_model(
@@ -124,10 +127,6 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
     model, tok, prefix = loaded.model, loaded.tokenizer, loaded.vocab.prefix_token
     window = ref.fetch(CHROM, 10_000, 18_190)  # one centered window: 1,366 tokens
     rows_h = engine.hidden_states([loaded.vocab.encode(window)])[0][0]
-    dense = snvs(ref, 20_001, 4 if quick else 8)  # saturation mutagenesis: 3 alts per site
-    dense_shard = shard(ref, dense, "centered", 8192)
-    sparse = snvs(ref, 25_000, 40)[::20][: 3 if quick else 6]  # ClinVar-like: far apart
-    sparse_shard = shard(ref, sparse, "nexttoken", 24_000)
     n_bases, context = (24 if quick else 48), 2_400
     positions = list(range(30_001, 30_001 + n_bases))
     kmer_ids = loaded.vocab.kmer_ids.tolist()
@@ -143,38 +142,6 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
                 "ours: chunked full-vocabulary normaliser": lambda: engine.full_logsumexp(rows_h),
                 "reference: full logits + log-softmax": lambda: torch.log_softmax(
                     model.lm_head(rows_h).float(), dim=-1
-                ),
-            },
-        ),
-        Workload(
-            "dense saturation, centered 8 kbp",
-            len(dense),
-            len(dense) * 8192,
-            {
-                "ours (published semantics: full_vocab)": lambda: score_shard(
-                    dense_shard, ref, engine, RecipeSettings("centered")
-                ),
-                "reference (official vep_eval.py way)": lambda: published.centered_scores(
-                    model, tok, prefix, ref, dense, 8192
-                ),
-                "ours, 6-mer block normalised (dna_block)": lambda: score_shard(
-                    dense_shard, ref, engine, BLOCK["centered"]
-                ),
-            },
-        ),
-        Workload(
-            "sparse ClinVar-like, right-end 24 kbp",
-            len(sparse),
-            len(sparse) * 24_000,
-            {
-                "ours (published semantics: acgt_strings)": lambda: score_shard(
-                    sparse_shard, ref, engine, RecipeSettings("nexttoken")
-                ),
-                "reference (official clinvar_vep_eval.py way)": lambda: published.nexttoken_scores(
-                    model, tok, prefix, ref, sparse, 24_000
-                ),
-                "ours, 6-mer block normalised (dna_block)": lambda: score_shard(
-                    sparse_shard, ref, engine, BLOCK["nexttoken"]
                 ),
             },
         ),
@@ -197,6 +164,98 @@ def build_workloads(ref, quick: bool) -> list[Workload]:
             },
         ),
     ]
+
+
+# ---- the recipes: the product's jobs against the official approach, each its own process ----
+@dataclass(frozen=True)
+class RecipeWorkload:
+    name: str
+    recipe: str  # the recipe `carbon-vep score` runs; the official task of the same name
+    window_bp: int
+    variants: list[tuple[str, int, str, str]]
+
+
+def recipe_workloads(ref, quick: bool) -> list[RecipeWorkload]:
+    dense = snvs(ref, 20_001, 4 if quick else 8)  # saturation mutagenesis: 3 alts per site
+    sparse = snvs(ref, 25_000, 40)[::20][: 3 if quick else 6]  # ClinVar-like: far apart
+    return [
+        RecipeWorkload("dense saturation, centered 8 kbp", "centered", 8192, dense),
+        RecipeWorkload("sparse ClinVar-like, right-end 24 kbp", "nexttoken", 24_000, sparse),
+    ]
+
+
+def write_vcf(path: Path, variants: list[tuple[str, int, str, str]]) -> Path:
+    lines = ["##fileformat=VCFv4.2", f"##contig=<ID={CHROM},length=40000>"]
+    lines.append("#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO")
+    lines += [f"{c}\t{pos}\t.\t{r}\t{a}\t.\tPASS\t." for c, pos, r, a in variants]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _ours(workload: RecipeWorkload, model_dir: Path, panel: Path, out: Path, env) -> tuple:
+    """`carbon-vep score` as a user runs it: its seconds after the load (its job record) and
+    its whole process's peak RSS."""
+    records = out.parent / f"records_{out.stem}"
+    argv = [sys.executable, "-m", "carbon_vep.cli", "score", "--model", str(model_dir)]
+    argv += ["--trust-remote-code", "--reference", str(FASTA), "--panel", str(panel)]
+    argv += ["--build", "hg19", "--recipe", workload.recipe]
+    argv += ["--window-bp", str(workload.window_bp), "--out", str(out)]
+    done = run_command(argv, env=dict(env, **{RECORDS_ENV: str(records)}))
+    [record] = [json.loads(p.read_text()) for p in records.glob("*.json")]
+    return record["wall_s"] - record["load_s"], done.peak_rss_mb
+
+
+def _official(workload: RecipeWorkload, model_dir: Path, panel: Path, out: Path, env) -> tuple:
+    """benchmark.reference_job: its seconds after its load and its whole process's peak RSS."""
+    argv = [sys.executable, "-m", "carbon_vep.benchmark.reference_job", "--task", workload.recipe]
+    argv += ["--model", str(model_dir), "--dtype", "float32", "--device", "cpu"]
+    argv += ["--reference", str(FASTA), "--panel", str(panel)]
+    argv += ["--window-bp", str(workload.window_bp), "--out", str(out)]
+    argv += ["--record", str(out.with_suffix(".json"))]
+    done = run_command(argv, env=env)
+    return json.loads(out.with_suffix(".json").read_text())["score_s"], done.peak_rss_mb
+
+
+def recipe_rows(reps: int, quick: bool) -> tuple[list[Row], list[dict]]:
+    """Each recipe workload: ours and the official way, alternating, `reps` times each; the
+    median seconds, the largest peak, and how far the answers agree."""
+    model_dir = build_demo_model(PROJECT_ROOT / "resources/demo_model")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    rows, agreements = [], []
+    with open_reference(FASTA) as ref, tempfile.TemporaryDirectory() as tmp:
+        for index, workload in enumerate(recipe_workloads(ref, quick)):
+            panel = write_vcf(Path(tmp) / f"panel_{index}.vcf", workload.variants)
+            runs: dict[str, list[tuple[float, float]]] = {"ours": [], "official": []}
+            for rep in range(reps):
+                for side, run in (("ours", _ours), ("official", _official)):
+                    out = Path(tmp) / f"{side}_{index}_{rep}.parquet"
+                    runs[side].append(run(workload, model_dir, panel, out, env))
+            names = {"ours": OURS_JOB, "official": OFFICIAL_JOB}
+            for side, measured in runs.items():
+                seconds = statistics.median(s for s, _ in measured)
+                peak = max(m for _, m in measured)
+                n, bp = len(workload.variants), len(workload.variants) * workload.window_bp
+                rows.append(Row(workload.name, names[side], n, bp, seconds, peak))
+            ours = pl.read_parquet(Path(tmp) / f"ours_{index}_0.parquet")
+            official = pl.read_parquet(Path(tmp) / f"official_{index}_0.parquet")
+            agreements.append({"workload": workload.name, **agreement(ours, official)})
+    return rows, agreements
+
+
+OURS_JOB = "ours: carbon-vep score (its own process, after the load)"
+OFFICIAL_JOB = "reference: the official script's way (its own process, after the load)"
+
+
+def agreement(ours: pl.DataFrame, official: pl.DataFrame) -> dict:
+    keys = ["chrom", "pos", "ref", "alt"]
+    scored = ours.filter(pl.col("status") == "scored").select(*keys, "score")
+    both = scored.join(official.rename({"score": "official"}), on=keys)
+    spearman = both.select(pl.corr("score", "official", method="spearman")).item()
+    return {
+        "variants": both.height,
+        "spearman": spearman,
+        "max_abs_difference": float((both["score"] - both["official"]).abs().max() or 0.0),
+    }
 
 
 def cpu_rows(reps: int, quick: bool) -> list[Row]:
@@ -326,9 +385,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", default=None, help="also write the raw numbers here")
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads", file=sys.stderr)
+    jobs, agreements = recipe_rows(args.reps, args.quick)
     rows = cpu_rows(args.reps, args.quick)
+    rows = rows[:3] + jobs + rows[3:]  # the output layer, the recipes, the scan
     print(table(rows))
-    payload: dict = {"cpu": [r.__dict__ | {"variants_per_s": r.variants_per_s} for r in rows]}
+    for a in agreements:
+        print(
+            f"\n{a['workload']}: ours and the official way agree on {a['variants']} variants: "
+            f"Spearman {a['spearman']:.4f}, largest score difference {a['max_abs_difference']:.2g}"
+        )
+    payload: dict = {
+        "cpu": [r.__dict__ | {"variants_per_s": r.variants_per_s} for r in rows],
+        "agreement": agreements,
+    }
     if torch.cuda.is_available():
         payload["gpu"] = gpu_rows()
         for r in payload["gpu"]:
