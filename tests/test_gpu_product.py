@@ -27,7 +27,7 @@ def test_a_failed_job_fails_the_step_with_its_log(tmp_path):
     folder = tmp_path / "product"
     cpu = torch.device("cpu")
     models = {
-        key: product_setup.checkpoint(tokenizer, vocab, cpu, TOY_SHAPES[shape], folder / key, sizes)
+        key: product_setup.checkpoint(tokenizer, vocab, cpu, shape, TOY_SHAPES, folder / key, sizes)
         for key, shape in (
             (product_setup.TARGET, "Carbon-3B"),
             (product_setup.DRAFT, "Carbon-500M"),
@@ -42,7 +42,8 @@ def test_a_failed_job_fails_the_step_with_its_log(tmp_path):
     config["niah"] = {"beyond": dict(config["niah"]["native"], contexts=[2 * sizes.positions])}
     config_path.write_text(yaml.safe_dump(config))
 
-    done = product.run_workflow(config_path, folder, cpu, sizes, timeout_s=600)
+    env = product.job_env(folder, sizes)
+    done = product.run_workflow(config_path, folder, env, timeout_s=600)
     assert done["returncode"] != 0
     assert "rule score_niah" in done["tail"]
     assert "1,024 tokens" in done["tail"] and "512 positions" in done["tail"]  # the job's log

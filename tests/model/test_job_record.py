@@ -35,6 +35,7 @@ def test_the_tokens_through_the_body_are_counted_from_the_load(
     assert record["tokens"] == 29 and record["forward_calls"] == 2
     assert record["succeeded"] is True and record["device"] == "cpu"
     assert 0 < record["load_s"] <= record["wall_s"] <= record["process_s"]
+    assert record["after_load_s"] == pytest.approx(record["wall_s"] - record["load_s"], abs=2e-3)
     assert record["host_peak_rss_bytes"] > 0 and record["tokens_per_s"] > 0
     assert "gpu_peak_reserved_bytes" not in record  # a CPU job has no device peak
 

@@ -9,7 +9,8 @@
 - peak RSS above the start of a call in this process (`peak_rss_above_start_mb`, Linux VmHWM
   reset through /proc/self/clear_refs), the device's peak allocated memory and its measured
   bf16 matmul peak (what a model's FLOP rate is compared with);
-- two approaches side by side (`Pair`: how many times faster, how many times less memory);
+- two approaches side by side (`Pair`: how many times faster, how many times less memory), and
+  how far their variant scores agree (`score_agreement`);
 - what a run writes: its JSON (`write_json`) and Markdown tables for docs/benchmarks.md
   (`markdown_section`; tables: carbon_vep.markdown).
 """
@@ -26,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from carbon_vep import atomic
 
@@ -254,3 +257,20 @@ def write_text(path: str | Path, text: str) -> None:
 def markdown_section(title: str, *parts: str, level: int = 3) -> str:
     """A section for docs/benchmarks.md: a heading, then the parts as paragraphs/tables."""
     return "\n\n".join([f"{'#' * level} {title}", *[p.strip() for p in parts if p]]) + "\n"
+
+
+VARIANT_COLUMNS = ["chrom", "pos", "ref", "alt"]
+
+
+def score_agreement(ours: pl.DataFrame, official: pl.DataFrame) -> dict[str, Any]:
+    """Our scored rows (a scores.parquet: `status`, `score`) against the official approach's
+    answers (`score`), joined on the variant: how many, the Spearman of the scores and their
+    largest difference."""
+    scored = ours.filter(pl.col("status") == "scored").select(*VARIANT_COLUMNS, "score")
+    both = scored.join(official.rename({"score": "official"}), on=VARIANT_COLUMNS)
+    spearman = both.select(pl.corr("score", "official", method="spearman")).item()
+    return {
+        "variants": both.height,
+        "spearman": None if spearman is None else float(spearman),
+        "max_abs_difference": float((both["score"] - both["official"]).abs().max() or 0.0),
+    }

@@ -58,7 +58,7 @@ def full_log_probs(
     return torch.log_softmax(logits, dim=-1), ids[0].to(model.device)
 
 
-def _with_pad_token(tokenizer: Any) -> Any:
+def with_pad_token(tokenizer: Any) -> Any:
     """The scripts' `if tok.pad_token is None: tok.pad_token = tok.eos_token`."""
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -72,7 +72,7 @@ def sequence_mean_lls(
     """vep_eval.py's token-level sequence score of each sequence, `batch_size` at a time: the mean
     log-probability of the tokens of prefix + seq[:len - len % 6] after the first, under a
     full-vocabulary log-softmax in the logits' dtype."""
-    tokenizer = _with_pad_token(tokenizer)
+    tokenizer = with_pad_token(tokenizer)
     out = []
     for lo in range(0, len(seqs), batch_size):
         texts = [prefix + s[: len(s) // K * K] for s in seqs[lo : lo + batch_size]]
@@ -171,7 +171,7 @@ def nexttoken_scores(
     """log(P(ref) / (P(alt) + 1e-10)) as clinvar_vep_eval.py computes it: one context per
     variant, `batch_size` contexts a forward pass, the last real position's full-vocabulary
     softmax summed over every pure-ACGT string by first base."""
-    tokenizer = _with_pad_token(tokenizer)
+    tokenizer = with_pad_token(tokenizer)
     first_base = first_base_ids(tokenizer)
     sequences = [prefix + right_end_context(reference, c, p, context_bp) for c, p, _, _ in variants]
     probs = []

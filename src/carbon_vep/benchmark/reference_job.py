@@ -38,9 +38,9 @@ def load(path: str, dtype: str, device: str):
     """The checkpoint as the official scripts load it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = published.with_pad_token(
+        AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+    )
     model = AutoModelForCausalLM.from_pretrained(
         path, trust_remote_code=True, dtype=_DTYPES[dtype], attn_implementation="sdpa"
     )

@@ -1,5 +1,5 @@
-"""Synthetic inputs the benchmarks (and the tests) write: FASTA files, random DNA, and a random
-genome of one contig with a per-base scan dataset on it, for the benchmarks that need a scan
+"""Synthetic inputs the benchmarks (and the tests) write: FASTA and VCF files, random DNA, and a
+random genome of one contig with a per-base scan dataset on it, for the benchmarks that need a scan
 larger than the demo model makes quickly (the scan's annotate, calibration, tracks): random ACGT,
 float16 log-marginals drawn from a Dirichlet(1) (scores spread over about ±5), written by the
 scan's own writer in row groups of 2^20 bases."""
@@ -19,6 +19,24 @@ def write_fasta(path: Path, contigs: dict[str, str], width: int = 60) -> Path:
     for name, seq in contigs.items():
         lines.append(f">{name}")
         lines += [seq[i : i + width] for i in range(0, len(seq), width)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_vcf(
+    path: Path,
+    contigs: dict[str, int],
+    records: list[tuple[str, int, str, str, str]],
+    info_header: tuple[str, ...] = (),
+) -> Path:
+    """A sites-only VCF: `contigs` (name -> length), `info_header` (##INFO lines) and
+    `records` (chrom, pos, ref, alts as VCF writes them, INFO or ".")."""
+    lines = ["##fileformat=VCFv4.2"]
+    lines += [f"##contig=<ID={name},length={length}>" for name, length in contigs.items()]
+    lines += [*info_header, "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO"]
+    lines += [
+        f"{c}\t{pos}\t.\t{ref}\t{alts}\t.\tPASS\t{info}" for c, pos, ref, alts, info in records
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -5,6 +5,7 @@ out-of-memory backoff and batches by tokens (`batching`), clocks on the device's
 (`timing`), a job's model checked, loaded and probed (`job`) and counted (`job_record`: load
 time, tokens, peak memory, one record a job), and the tiny demo model (`demo`, with its
 tokenizer shipped as remote code in `assets/`).
+
 May import: `sources`, `config`, `genome` and the shared modules. The only sub-package (with
 `scan.tiles`, `scoring.shard` and `suite`) that imports torch.
 """

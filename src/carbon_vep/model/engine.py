@@ -248,6 +248,35 @@ class Engine:
         ]
         return torch.cat(parts)
 
+    def term_values(
+        self,
+        rows: torch.Tensor,
+        target_ids: np.ndarray,
+        target_codes: np.ndarray,
+        kind: str,
+        normalization: str,
+    ) -> tuple[torch.Tensor, np.ndarray]:
+        """The log-likelihood terms of hidden `rows` predicting the given targets (left on the
+        device) and which they are (flat indices on the host; nothing here waits for the device).
+
+        kind "token": log p(token) of each target, <oov> targets left out under the block
+        normaliser (their block-normalised probability is meaningless); kind "bp": log FNS
+        marginal of each ACGT base of the target tokens (index target x k + offset). Which terms
+        count is decided on the host, from the targets, so selecting them needs no
+        device-to-host read.
+        """
+        if kind == "bp":
+            marginals = self._marginal_terms(rows)
+            codes = self.to_device(target_codes)
+            picked = marginals.gather(2, codes.clamp(min=0)[..., None])[..., 0]
+            keep = np.flatnonzero(np.asarray(target_codes).reshape(-1) >= 0)
+            return picked.reshape(-1)[self.to_device(keep)], keep
+        terms = self.token_log_probs(rows, self.to_device(target_ids), normalization)
+        if normalization == "dna_block" and self.vocab.oov_id is not None:
+            keep = np.flatnonzero(np.asarray(target_ids) != self.vocab.oov_id)
+            return terms[self.to_device(keep)], keep
+        return terms, np.arange(len(target_ids))
+
     def _target_terms(
         self,
         rows: torch.Tensor,
@@ -256,27 +285,11 @@ class Engine:
         kind: str,
         normalization: str,
     ) -> tuple[torch.Tensor, int]:
-        """Sum (a 0-d tensor, left on the device) and count of log-likelihood terms for hidden
-        `rows` predicting the given targets; nothing here waits for the device.
-
-        kind "token": log p(token), <oov> targets left out under the block normaliser (their
-        block-normalised probability is meaningless). kind "bp": log FNS marginal of each
-        ACGT base of the target tokens. Which terms count is decided on the host, from the
-        targets, so selecting them needs no device-to-host read.
-        """
+        """Sum (a 0-d tensor, left on the device) and count of the terms (`term_values`)."""
         if rows.shape[0] == 0:
             return torch.zeros((), device=rows.device), 0
-        if kind == "bp":
-            marginals = self._marginal_terms(rows)
-            codes = self.to_device(target_codes)
-            picked = marginals.gather(2, codes.clamp(min=0)[..., None])[..., 0]
-            keep = np.flatnonzero(np.asarray(target_codes).reshape(-1) >= 0)
-            return picked.reshape(-1)[self.to_device(keep)].sum(), len(keep)
-        terms = self.token_log_probs(rows, self.to_device(target_ids), normalization)
-        if normalization == "dna_block" and self.vocab.oov_id is not None:
-            keep = np.flatnonzero(np.asarray(target_ids) != self.vocab.oov_id)
-            return terms[self.to_device(keep)].sum(), len(keep)
-        return terms.sum(), int(terms.shape[0])
+        values, kept = self.term_values(rows, target_ids, target_codes, kind, normalization)
+        return values.sum(), len(kept)
 
     # ---- quantities used by the recipes ---------------------------------------------------
     @torch.inference_mode()

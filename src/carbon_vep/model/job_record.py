@@ -56,6 +56,7 @@ class JobRecord:
             | {
                 "succeeded": succeeded,
                 "wall_s": round(wall, 3),  # from the model's load on
+                "after_load_s": round(after_load, 3),  # the job's work, what benchmarks time
                 "process_s": _process_age_s(),  # from the process's start (imports too)
                 "tokens_per_s": round(self.tokens / after_load, 1) if after_load > 0 else None,
                 "host_peak_rss_bytes": _peak_rss_bytes(),
@@ -125,7 +126,7 @@ def finish(record: JobRecord, succeeded: bool) -> dict[str, Any]:
         "host peak %.2f GB",
         record.command,
         f"{record.tokens:,}",
-        summary["wall_s"] - (record.load_s or 0.0),
+        summary["after_load_s"],
         record.load_s or 0.0,
         summary["tokens_per_s"],
         f", GPU peak {peak / 1e9:.2f} GB reserved" if peak is not None else "",

@@ -127,32 +127,18 @@ class _Segments:
     def add(self, rows: torch.Tensor, ids: np.ndarray, codes: np.ndarray) -> None:
         self.rows.append(rows)
         self.ids.append(np.asarray(ids))
-        self.codes.append(np.asarray(codes).reshape(len(ids), -1))
+        self.codes.append(np.asarray(codes))  # [targets, k], as base_codes gives them
 
     def sums(self, engine: Engine, kind: str, normalization: str) -> tuple[torch.Tensor, list[int]]:
-        """Each segment's sum of log-likelihood terms (on the device) and count, as
-        Engine._target_terms counts them: bp terms of ACGT bases, token terms but the <oov>
-        targets under the block normaliser."""
+        """Each segment's sum of log-likelihood terms (on the device) and count, the terms as
+        Engine.term_values selects them, for all segments' rows in one pass."""
         n = len(self.rows)
-        lengths = [len(ids) for ids in self.ids]
-        rows = torch.cat(self.rows)
-        segment = np.repeat(np.arange(n), lengths)
-        if kind == "bp":
-            codes = np.concatenate(self.codes)  # [N, k]
-            kept = np.flatnonzero(codes.reshape(-1) >= 0)  # ACGT bases, chosen on the host
-            marginals = engine._marginal_terms(rows)
-            picked = marginals.gather(2, engine.to_device(np.maximum(codes, 0))[..., None])
-            values = picked.reshape(-1)[engine.to_device(kept)]
-            owner = np.repeat(segment, codes.shape[1])[kept]
-        else:
-            ids = np.concatenate(self.ids)
-            terms = engine.token_log_probs(rows, engine.to_device(ids), normalization)
-            keep = np.ones(len(ids), dtype=bool)
-            if normalization == "dna_block" and engine.vocab.oov_id is not None:
-                keep = ids != engine.vocab.oov_id
-            values = terms[engine.to_device(np.flatnonzero(keep))]
-            owner = segment[keep]
+        segment = np.repeat(np.arange(n), [len(ids) for ids in self.ids])
+        codes = np.concatenate(self.codes)  # [N, k]
+        rows, ids = torch.cat(self.rows), np.concatenate(self.ids)
+        values, kept = engine.term_values(rows, ids, codes, kind, normalization)
+        per_target = codes.shape[1] if kind == "bp" else 1  # bp terms: k a target
+        owner = np.repeat(segment, per_target)[kept]
         totals = torch.zeros(n, dtype=values.dtype, device=values.device)
         totals.index_add_(0, engine.to_device(owner.astype(np.int64)), values)
-        counts = np.bincount(owner, minlength=n).tolist()
-        return totals, counts
+        return totals, np.bincount(owner, minlength=n).tolist()

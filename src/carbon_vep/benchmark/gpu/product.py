@@ -84,12 +84,13 @@ def product(
     folder.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     models = {
-        TARGET: checkpoint(tokenizer, vocab, device, shapes["Carbon-3B"], folder / TARGET, sizes),
-        DRAFT: checkpoint(tokenizer, vocab, device, shapes["Carbon-500M"], folder / DRAFT, sizes),
+        TARGET: checkpoint(tokenizer, vocab, device, "Carbon-3B", shapes, folder / TARGET, sizes),
+        DRAFT: checkpoint(tokenizer, vocab, device, "Carbon-500M", shapes, folder / DRAFT, sizes),
     }
     prepared = time.perf_counter()
     config = write_config(folder, models, write_inputs(folder / "inputs", sizes), device, sizes)
-    done = run_workflow(config, folder, device, sizes, timeout_s)
+    env = job_env(folder, sizes)
+    done = run_workflow(config, folder, env, timeout_s)
     workflow_s = time.perf_counter() - prepared
     outdir = folder / "results"
     records = job_records(folder / "jobs")
@@ -112,18 +113,16 @@ def product(
     if not result["failed"]:  # the official approach on the same inputs, in what time is left
         settings = yaml.safe_load(config.read_text())
         left = max(30.0, timeout_s - workflow_s)
-        env = job_env(folder, sizes)
         result["official"] = compare_with_official(settings, records, env, left)
     return result
 
 
 # ---- the run ---------------------------------------------------------------------------------
 def run_workflow(
-    config: Path, folder: Path, device, sizes: ProductSizes, timeout_s: float
+    config: Path, folder: Path, env: dict[str, str], timeout_s: float
 ) -> dict[str, Any]:
     """Snakemake on the project's Snakefile in the jobs' environment (`job_env`), one model
     job at a time."""
-    env = job_env(folder, sizes)
     cores = max(2, min(os.cpu_count() or 2, 16))
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile")]
     argv += ["--directory", str(folder / "run"), "--configfile", str(config)]
@@ -207,7 +206,7 @@ def rule_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         jobs = [r for r in records if r["command"] == command]
         if not jobs:
             continue
-        after_load = sum(r["wall_s"] - (r["load_s"] or 0) for r in jobs)
+        after_load = sum(r["after_load_s"] for r in jobs)
         tokens = sum(r["tokens"] for r in jobs)
         table.append(
             {

@@ -5,18 +5,21 @@ inputs on a synthetic genome, and the run's GPU config (the H100 profile's `conf
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-import torch
 import yaml
 
-from carbon_vep.benchmark.gpu.workload import BF16, random_model, save_checkpoint
+from carbon_vep.benchmark.gpu.workload import (
+    pair_rows,
+    recovery_rows,
+    save_checkpoint,
+    with_model,
+)
 from carbon_vep.benchmark.harness import PROJECT_ROOT
-from carbon_vep.benchmark.synthetic import random_acgt, write_fasta
+from carbon_vep.benchmark.synthetic import random_acgt, write_fasta, write_vcf
 
 PROFILE = "slurm-h100"  # the profile whose `config:` values the run takes
 TARGET, DRAFT = "carbon3b", "carbon500m"
@@ -64,16 +67,21 @@ SMOKE_PRODUCT = ProductSizes(
 )
 
 
-def checkpoint(tokenizer, vocab, device, shape: dict, folder: Path, sizes: ProductSizes) -> Path:
-    """A random-weight bf16 Llama of this shape (built on the device, saved, freed)."""
-    model = random_model(folder.name, shape, tokenizer, vocab, device, BF16, sizes.positions)
-    try:
-        return save_checkpoint(model, folder)
-    finally:
-        del model
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+def checkpoint(
+    tokenizer, vocab, device, name: str, shapes: dict, folder: Path, sizes: ProductSizes
+) -> Path:
+    """A random-weight bf16 Llama of this shape, saved into `folder` (built on the device and
+    freed after: workload.with_model)."""
+    with_model(
+        tokenizer,
+        vocab,
+        device,
+        name,
+        shapes,
+        lambda model: save_checkpoint(model, folder),
+        sizes.positions,
+    )
+    return folder
 
 
 @dataclass(frozen=True)
@@ -111,39 +119,24 @@ def write_inputs(folder: Path, sizes: ProductSizes) -> ProductInputs:
 
 
 def _write_panel(path: Path, contig: str, sites: list[int]) -> Path:
-    header = [
-        "##fileformat=VCFv4.2",
-        f"##contig=<ID=panel,length={len(contig)}>",
-        '##INFO=<ID=LABEL,Number=1,Type=Integer,Description="1 or 0, alternating by site">',
-        "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO",
-    ]
-    rows = []
+    """Every SNV of each site (its three alternates in one record), labelled 1 or 0 by site."""
+    records = []
     for i, pos in enumerate(sites):
         ref = contig[pos - 1]
         alts = ",".join(b for b in "ACGT" if b != ref)
-        rows.append(f"panel\t{pos}\t.\t{ref}\t{alts}\t.\tPASS\tLABEL={i % 2}")
-    path.write_text("\n".join(header + rows) + "\n")
-    return path
+        records.append(("panel", pos, ref, alts, f"LABEL={i % 2}"))
+    label = '##INFO=<ID=LABEL,Number=1,Type=Integer,Description="1 or 0, alternating by site">'
+    return write_vcf(path, {"panel": len(contig)}, records, (label,))
 
 
 def _write_recovery(path: Path, contig: str, sites: list[int], sizes: ProductSizes) -> Path:
-    rows = [
-        {"sequence": contig[p - sizes.prompt_bp : p], "label": contig[p : p + 30], "type": "x"}
-        for p in (sites[i % len(sites)] + 6 * i for i in range(sizes.prompts))
-    ]
-    pl.DataFrame(rows).write_csv(path, separator="\t")
+    rows = recovery_rows(contig, sites, sizes.prompts, sizes.prompt_bp)
+    pl.DataFrame(rows).with_columns(type=pl.lit("x")).write_csv(path, separator="\t")
     return path
 
 
 def _write_pairs(path: Path, contig: str, sites, sizes: ProductSizes, rng) -> Path:
-    rows = []
-    for i in range(sizes.pairs):
-        start = sites[i % len(sites)] - sizes.pair_bp // 2 + 6 * i
-        original = contig[start : start + sizes.pair_bp]
-        middle = len(original) // 2
-        shuffled = "".join(rng.permutation(list(original[middle - 24 : middle + 24])))
-        changed = original[: middle - 24] + shuffled + original[middle + 24 :]
-        rows.append({"original_sequence": original, "sequence": changed})
+    rows = pair_rows(contig, sites, sizes.pairs, sizes.pair_bp, rng)
     pl.DataFrame(rows).write_csv(path, separator="\t")
     return path
 

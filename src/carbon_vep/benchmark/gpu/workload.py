@@ -169,11 +169,18 @@ def save_checkpoint(model: Model, folder: Path) -> Path:
 
 
 def with_model(
-    tokenizer, vocab, device: torch.device, name: str, shapes: dict, action: Callable[[Model], None]
+    tokenizer,
+    vocab,
+    device: torch.device,
+    name: str,
+    shapes: dict,
+    action: Callable[[Model], None],
+    positions: int = 32_768,
 ) -> None:
-    """`action` on the random-weight model of this name, built on the device and freed after
-    (no reference outlives this call, so the next model has the memory)."""
-    model = random_model(name, shapes[name], tokenizer, vocab, device, BF16)
+    """`action` on the random-weight model of this name (`positions`: random_model's), built on
+    the device and freed after (no reference outlives this call, so the next model has the
+    memory)."""
+    model = random_model(name, shapes[name], tokenizer, vocab, device, BF16, positions)
     try:
         action(model)
     finally:
@@ -237,35 +244,41 @@ def haystack_fasta(work: Path, bp: int) -> Path:
     return path
 
 
+def recovery_rows(genome: str, sites: list[int], prompts: int, prompt_bp: int) -> list[dict]:
+    """`prompts` prompts of `prompt_bp` bases ending at the sites, each with the next 30 bp as
+    its label (more prompts than sites: shifted copies, 6 bp a row further on)."""
+    ends = [sites[i] if i < len(sites) else sites[i % len(sites)] + 6 * i for i in range(prompts)]
+    return [{"sequence": genome[p - prompt_bp : p], "label": genome[p : p + 30]} for p in ends]
+
+
+def pair_rows(
+    genome: str, sites: list[int], pairs: int, pair_bp: int, rng: np.random.Generator
+) -> list[dict]:
+    """`pairs` perturbation pairs of `pair_bp` bases around the sites: the original, and the
+    same with its middle 48 bp shuffled (`rng`)."""
+    rows = []
+    for i in range(pairs):
+        start = sites[i % len(sites)] - pair_bp // 2 + 6 * i
+        original = genome[start : start + pair_bp]
+        middle = len(original) // 2
+        shuffled = "".join(rng.permutation(list(original[middle - 24 : middle + 24])))
+        changed = original[: middle - 24] + shuffled + original[middle + 24 :]
+        rows.append({"original_sequence": original, "sequence": changed})
+    return rows
+
+
 def recovery_table(inputs: Inputs, sizes: Sizes) -> pl.DataFrame:
-    rows = [
-        {"sequence": inputs.genome[p - sizes.prompt_bp : p], "label": inputs.genome[p : p + 30]}
-        for p in inputs.sites[: sizes.prompts]
-    ]
-    while len(rows) < sizes.prompts:  # more prompts than sites: shifted copies
-        p = inputs.sites[len(rows) % len(inputs.sites)] + 6 * len(rows)
-        rows.append(
-            {"sequence": inputs.genome[p - sizes.prompt_bp : p], "label": inputs.genome[p : p + 30]}
-        )
-    return pl.DataFrame(rows).with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"), pl.lit("gpu-check").alias("source")
-    )
+    rows = recovery_rows(inputs.genome, inputs.sites, sizes.prompts, sizes.prompt_bp)
+    return _with_row_ids(pl.DataFrame(rows))
 
 
 def pair_table(inputs: Inputs, sizes: Sizes) -> pl.DataFrame:
     rng = np.random.default_rng(1)
-    rows = []
-    for i in range(sizes.pairs):
-        start = inputs.sites[i % len(inputs.sites)] - sizes.pair_bp // 2 + 6 * i
-        original = inputs.genome[start : start + sizes.pair_bp]
-        middle = len(original) // 2
-        shuffled = "".join(rng.permutation(list(original[middle - 24 : middle + 24])))
-        rows.append(
-            {
-                "original_sequence": original,
-                "sequence": original[: middle - 24] + shuffled + original[middle + 24 :],
-            }
-        )
-    return pl.DataFrame(rows).with_columns(
+    rows = pair_rows(inputs.genome, inputs.sites, sizes.pairs, sizes.pair_bp, rng)
+    return _with_row_ids(pl.DataFrame(rows))
+
+
+def _with_row_ids(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"), pl.lit("gpu-check").alias("source")
     )
