@@ -120,10 +120,10 @@ gpu-kit: setup
 bench-calibrate: setup
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.calibrate --json results/bench_calibrate.json
 
-# long greedy rollouts (2,048-token prompts, 512 new tokens) on our engine alone, batched and with
-# a draft model, beside model.generate as the Carbon-3B card calls it; then as recovery jobs on our
-# engine and on vLLM, each alone and with the draft: tokens/s, bp/s, the draft's acceptance,
-# identical predictions (docs/generation.md)
+# long greedy rollouts (2,048-token prompts, 512 new tokens) as recovery jobs (carbon-vep
+# score-recovery), each a process of its own: ours alone, the draft alone, ours with the draft, ours
+# batched, and vLLM alone and with the draft: tokens/s, bp/s, the draft's acceptance, identical
+# predictions (docs/generation.md)
 bench-generate: setup setup-vllm
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.generate --json results/bench_generate.json
 

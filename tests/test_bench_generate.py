@@ -1,47 +1,173 @@
-"""`make bench-generate`'s engines phase (benchmark/generate_engines.py): the same prompts as
-recovery jobs (`carbon-vep score-recovery`) on our engine alone and with a 1-layer draft, and,
-where `.venv-vllm` is installed (CI installs it), on vLLM alone and with the same draft (its
-draft-model speculative decoding). 40-token greedy rollouts: every job's predictions equal ours
-alone (the draft is lossless on both engines), each job's own times and rows are read back, and
-a drafted job records its draft's counters. Without vLLM its two jobs are skipped, naming why."""
+"""The rollouts as recovery jobs (benchmark/generate.py): what `make bench-generate` and the GPU
+check's `rollouts` step run. How a job's files are read (its times, record, metrics and
+predictions: identical or not to ours alone, the draft's acceptance), the table, and the
+projection's arithmetic, and the static-cache jobs against their dynamic twins, on files
+written here; then the jobs themselves on the CPU: the GPU step's call on toy product
+checkpoints (ours' six jobs, two on the static KV cache), and `make bench-generate`'s own run at
+toy sizes with vLLM's two jobs beside them where `.venv-vllm` is installed (CI installs it). No
+timing is asserted."""
 
 import json
+import os
 
 import polars as pl
 import pytest
+import torch
 
-from carbon_vep.benchmark.generate import random_prompts
-from carbon_vep.benchmark.generate_engines import engines_phase, markdown
-from carbon_vep.benchmark.vllm import VLLM_EXE, job_times
+from carbon_vep.benchmark import generate
+from carbon_vep.benchmark.gpu.rollouts import markdown, rollouts
+from carbon_vep.benchmark.gpu.workload import BF16, SMOKE, TOY_SHAPES, random_model, save_checkpoint
+from carbon_vep.benchmark.harness import PROJECT_ROOT
+from carbon_vep.benchmark.known_answer import make_tokenizer
+from carbon_vep.benchmark.vllm import VLLM_EXE, times_path
+from carbon_vep.model.tokens import dna_vocab
 
-pytestmark = pytest.mark.slow
-
-PROMPTS, NEW_TOKENS, SPECULATIVE = 2, 40, 3
+NEW = 8
 
 
-def test_engines_phase_gives_the_same_rollouts_on_every_engine(tmp_path):
-    prompts = random_prompts(PROMPTS, 40, 6)
-    result = engines_phase(tmp_path, prompts, NEW_TOKENS, SPECULATIVE)
-    runs = ["ours", "ours, drafted"] + (["vLLM", "vLLM, drafted"] if VLLM_EXE.exists() else [])
-    assert [job["run"] for job in result["jobs"]] == runs
-    for i, job in enumerate(result["jobs"]):
-        assert job["output_tokens"] == PROMPTS * NEW_TOKENS
-        assert job["rollout_s"] > 0 and job["start_s"] > 0 and job["wall_s"] > job["rollout_s"]
-        assert job["tokens_per_s"] == pytest.approx(PROMPTS * NEW_TOKENS / job["rollout_s"])
-        # greedy with a draft is lossless, and vLLM's greedy picks are ours
-        assert job["identical_to_ours"], job["run"]
-        out = tmp_path / f"rollouts_{i}.parquet"
-        assert job_times(out)["engine"] == job["engine"] and job_times(out)["rows"] == PROMPTS
-        assert pl.read_parquet(out)["prediction"].str.len_chars().min() > 0
-        speculative = json.loads(out.with_suffix(".json").read_text()).get("speculative")
-        if job["run"].endswith("drafted"):
-            assert speculative["engine"] == job["engine"]
-            assert speculative["speculative_tokens"] == SPECULATIVE
-            assert 0 <= job["acceptance_rate"] <= 1
-            assert job["engine"] != "vllm" or speculative["draft_tokens"] > 0  # vLLM's counter
-        else:
-            assert speculative is None and job["acceptance_rate"] is None
-    if VLLM_EXE.exists():
-        assert result["vllm_skipped"] is None
-    else:
-        assert "make setup-vllm" in result["vllm_skipped"] and "vLLM skipped" in markdown(result)
+def write_job(folder, key, predictions, score_s, speculative=None, gpu_bytes=None, steady=None):
+    """The files a recovery job writes: predictions, metrics, times, its record."""
+    out = folder / f"{key}.parquet"
+    pl.DataFrame({"prediction": predictions}).write_parquet(out)
+    metrics = {"n_rows": len(predictions), "n_scored": len(predictions)}
+    out.with_suffix(".json").write_text(json.dumps(metrics | {"speculative": speculative}))
+    times = {"rows": len(predictions), "start_s": 2.0, "score_s": score_s, "engine": "x"}
+    if steady:
+        times["decode_steps"] = {"median_step_ms": 1.0, "steady_tokens_per_s": steady}
+    times_path(out).write_text(json.dumps(times))
+    records = folder / "records" / key
+    records.mkdir(parents=True)
+    record = {"load_s": 1.5} | ({"gpu_peak_reserved_bytes": gpu_bytes} if gpu_bytes else {})
+    (records / "score-recovery-host-1.json").write_text(json.dumps(record))
+    job = generate.read_job(key, out, records, 9.0, 812.4, NEW)
+    return job, pl.read_parquet(out)["prediction"].to_list()
+
+
+def test_a_job_is_read_from_its_files_and_compared_with_ours_alone(tmp_path):
+    a, b, c = "ACGTAC" * NEW, "TTTTTT" * NEW, "GGGGGG" * NEW
+    drafted = a[:12] + "C" + a[13:]  # leaves ours at its third token
+    speculative = {"acceptance_rate": 0.75, "draft_calls": 8, "target_calls": 2}
+    runs = {
+        "ours": ([a], 0.8, None, None, 12.0),  # 10 tokens/s; 12 at the steady step
+        "draft": ([c], 0.2),  # 40 tokens/s: a draft step costs a quarter of a target's
+        "ours_drafted": ([drafted], 0.4, speculative, 3e9),
+        "ours_batched": ([a, b], 0.4, None, None, 50.0),
+        "ours_static": ([a], 1.6, None, None, 36.0),  # a compile: slower over the rollouts
+        "ours_batched_static": ([a, drafted], 0.2, None, None, 100.0),
+        "vllm": ([a, b[:-1] + "A"], 0.2),  # the second prompt's last token differs
+    }
+    jobs, predictions = {}, {}
+    for key, args in runs.items():
+        jobs[key], predictions[key] = write_job(tmp_path, key, *args)
+    assert jobs["ours"]["output_tokens"] == NEW and jobs["ours_batched"]["output_tokens"] == 2 * NEW
+    assert jobs["ours"]["tokens_per_s"] == pytest.approx(10) and jobs["ours"]["load_s"] == 1.5
+    assert jobs["ours"]["bp_per_s"] == pytest.approx(60) and jobs["ours"]["peak_rss_mb"] == 812
+    assert jobs["ours"]["acceptance_rate"] is None and jobs["ours"]["peak_gpu_gb"] is None
+    assert jobs["ours_drafted"]["acceptance_rate"] == 0.75
+    assert jobs["ours_drafted"]["peak_gpu_gb"] == pytest.approx(3.0)
+    result = generate.compare(jobs, predictions, speculative_tokens=5)
+    assert result["drafted_identical"] is False and result["drafted_first_difference_token"] == 2
+    assert result["batched_first_identical"] is True and result["acceptance_rate"] == 0.75
+    vllm = jobs["vllm"]
+    assert vllm["compared_with"] == "ours_batched" and vllm["identical"] is False
+    assert vllm["differing_prompts"] == 1 and vllm["first_difference_token"] == NEW - 1
+    assert jobs["draft"]["identical"] is None  # another model: compared with nothing
+    assert jobs["ours_batched"]["compared_with"] == "ours"
+    assert jobs["ours_static"]["compared_with"] == "ours" and jobs["ours_static"]["identical"]
+    static = result["static_cache"]
+    assert static["ours_static"]["speedup_rollouts"] == pytest.approx(0.5)
+    assert static["ours_static"]["speedup_steady"] == pytest.approx(3.0)
+    twin = static["ours_batched_static"]  # against ours batched, every prompt
+    assert twin["compared_with"] == "ours_batched" and twin["identical"] is False
+    assert jobs["ours_batched_static"]["differing_prompts"] == 1
+    assert twin["speedup_rollouts"] == pytest.approx(2.0) and twin["speedup_steady"] == 2.0
+    assert jobs["ours"]["steady_tokens_per_s"] == 12.0 and jobs["draft"]["median_step_ms"] is None
+    assert result["speedup_measured"] == pytest.approx(2.0)
+    assert result["draft_cost_ratio"] == pytest.approx(0.25)
+    # (1 - 0.8^6) / (1 - 0.8) tokens a target step over 5 * 0.25 + 1 steps of cost
+    assert result["projected_speedup"]["0.8"] == pytest.approx((1 - 0.8**6) / 0.2 / 2.25)
+    for job in jobs.values():
+        job |= {"label": job["run"], "batch_size": job["rows"]}
+    shown = {"target": "t", "draft": "d", "device": "cpu", "dtype": "float32", "prompts": 2}
+    shown |= {"prompt_tokens": 4, "new_tokens": NEW, "speculative_tokens": 5}
+    failed = {"static_failed": {"ours_static": "carbon-vep ... exited 1:\nInductorError: boom\n"}}
+    text = markdown(shown | result | {"vllm_skipped": "no .venv-vllm"} | failed)
+    assert "Static KV cache (`ours_static`) failed: InductorError: boom" in text
+    assert "no: 1 prompt(s), the first from token 7 (ours_batched)" in text
+    assert "| 0.75 |" in text and "vLLM skipped: no .venv-vllm." in text
+    assert "| 36.0 |" in text  # the steady rate's column
+    assert (
+        "Static KV cache (`ours_static`) against `ours`: predictions identical; speed-up 0.50x "
+        "over the rollouts, 3.00x at the steady step." in text
+    )
+
+
+def test_projected_speedup_arithmetic():
+    # at acceptance 1 a step yields K + 1 tokens; at 0, one token for the whole step's cost
+    assert generate.projected_speedup(1.0, 5, 0.2) == pytest.approx(6 / 2)
+    assert generate.projected_speedup(0.0, 5, 0.2) == pytest.approx(1 / 2)
+    assert generate.projected_speedup(0.5, 1, 0.0) == pytest.approx(1.5)
+    assert generate.first_difference("ACGTACTTTTTT", "ACGTACTTTTTA", 6) == 1
+    assert generate.first_difference("ACGTAC", "ACGTAC", 6) is None
+    assert generate.first_difference(None, "ACGTAC", 6) == 0
+
+
+def job_env() -> dict[str, str]:
+    bin_dir = str(PROJECT_ROOT / ".venv/bin")
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    return dict(os.environ, PATH=path, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+
+
+@pytest.mark.slow
+def test_the_gpu_steps_rollouts_as_jobs_on_toy_checkpoints(tmp_path):
+    """rollouts() as the GPU check calls it, on the CPU: bf16 toy checkpoints saved as the
+    product step saves them, the jobs in float32."""
+    tokenizer = make_tokenizer(tmp_path)
+    vocab, cpu = dna_vocab(tokenizer), torch.device("cpu")
+    folders = {}
+    for name in ("Carbon-3B", "Carbon-500M"):
+        model = random_model(name, TOY_SHAPES[name], tokenizer, vocab, cpu, BF16, 512)
+        folders[name] = save_checkpoint(model, tmp_path / name)
+    result = rollouts(
+        folders["Carbon-3B"], folders["Carbon-500M"], tmp_path / "w", SMOKE, job_env(), "cpu"
+    )
+    jobs = {j["run"]: j for j in result["jobs"]}
+    assert list(jobs) == [*generate.OURS_JOBS]
+    assert list(jobs)[:4] == ["ours", "draft", "ours_drafted", "ours_batched"]
+    assert result["dtype"] == "float32" and result["vllm_skipped"] == "no vLLM here"
+    new = SMOKE.rollout_new_tokens
+    for key, job in jobs.items():
+        prompts = 2 if "batched" in key else 1
+        assert job["rows"] == prompts and job["output_tokens"] == prompts * new
+        assert job["batch_size"] == prompts and job["load_s"] > 0 and job["peak_rss_mb"] > 0
+        assert job["tokens_per_s"] > 0 and job["peak_gpu_gb"] is None
+        assert job["decode_cache"] == ("static" if key.endswith("static") else "dynamic")
+        drafted = key == "ours_drafted"  # assisted generation: no step clock
+        assert (job["steady_tokens_per_s"] is None) == drafted
+    # float32 greedy: the draft is lossless, the batch and the static cache change nothing
+    assert result["drafted_identical"] and result["batched_first_identical"]
+    assert set(result["static_cache"]) == {"ours_static", "ours_batched_static"}
+    assert result["static_failed"] == {}
+    assert all(twin["identical"] for twin in result["static_cache"].values())
+    assert jobs["ours_batched_static"]["compared_with"] == "ours_batched"
+    speculative = jobs["ours_drafted"]["speculative"]
+    assert speculative["new_tokens"] == new and speculative["speculative_tokens"] == 5
+    assert speculative["draft_calls"] > 0 and speculative["target_calls"] <= new
+    assert 0 <= result["acceptance_rate"] <= 1 and result["draft_cost_ratio"] > 0
+    assert "ours with the draft" in markdown(result)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_EXE.exists(), reason="no .venv-vllm (make setup-vllm; CI has it)")
+def test_bench_generate_runs_vllms_jobs_beside_ours():
+    """`make bench-generate` at toy sizes with vLLM's two jobs: its greedy picks are ours,
+    with the draft too, and its draft's counters are read."""
+    result = generate.main(["--prompt-tokens", "20", "--new-tokens", "12", "--prompts", "2"])
+    runs = [j["run"] for j in result["jobs"]]
+    assert runs == [*generate.JOBS] and result["vllm_skipped"] is None
+    vllm = {j["run"]: j for j in result["jobs"] if j["engine"] == "vllm"}
+    for job in vllm.values():
+        assert job["identical"] and job["compared_with"] == "ours_batched"
+        assert job["output_tokens"] == 24 and job["tokens_per_s"] > 0
+    assert vllm["vllm_drafted"]["speculative"]["draft_tokens"] > 0  # vLLM's counter
+    assert 0 <= vllm["vllm_drafted"]["acceptance_rate"] <= 1 and result["drafted_identical"]

@@ -47,5 +47,6 @@ def test_a_failed_job_fails_the_step_with_its_log(tmp_path):
     assert done["returncode"] != 0
     assert "rule score_niah" in done["tail"]
     assert "1,024 tokens" in done["tail"] and "512 positions" in done["tail"]  # the job's log
-    [rule] = product.rule_table(product.job_records(folder / "jobs"))
+    records = product.job_records(folder / "jobs")
+    [rule] = product.rule_table(records, TOY_SHAPES["Carbon-3B"], peak=1.0)
     assert rule["rule"] == "score_niah" and rule["jobs"] == rule["failed"] == 1

@@ -76,11 +76,11 @@ def test_bad_entries_are_refused(niah, message):
 def test_kv_cache_arithmetic_is_carbon_3bs():
     # 2 (K, V) x 30 layers x 4 KV heads x 96 dims x 2 bytes
     assert kv_bytes_per_token(NIAH_SHAPES["Carbon-3B"]) == 46_080
-    memory = niah_memory_bytes(NIAH_SHAPES["Carbon-3B"], 131072, 8192, paired=False)
-    assert memory["kv_cache"] == 46_080 * 131072
+    memory = niah_memory_bytes(NIAH_SHAPES["Carbon-3B"], 131072, 8192)
+    assert memory["kv_cache"] == 46_080 * 131072  # held once: the continuations take turns
     assert memory["chunk_mask"] == 8192 * 131072  # one bool per (query, key) of a chunk
-    paired = niah_memory_bytes(NIAH_SHAPES["Carbon-3B"], 131072, 8192)
-    assert paired["kv_cache"] == 2 * memory["kv_cache"]
+    two = niah_memory_bytes(NIAH_SHAPES["Carbon-3B"], 131072, 8192, rows=2)
+    assert two["kv_cache"] == 2 * memory["kv_cache"]
 
 
 def test_a_cell_that_cannot_fit_the_profiles_gpu_is_refused_with_its_figure():

@@ -14,7 +14,7 @@ import torch
 from carbon_vep.cli import main
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.model.job import load_job_model
-from carbon_vep.model.job_record import RECORDS_ENV, job_record
+from carbon_vep.model.job_record import PROFILE_ENV, RECORDS_ENV, job_record
 
 
 def records(folder):
@@ -72,3 +72,23 @@ def test_a_cli_model_command_writes_its_record_and_logs_its_line(
     assert record["command"] == "score-perturbation" and record["out"] == str(out)
     assert record["tokens"] == 2 * 9 + 2 * 10 and record["succeeded"] is True
     assert "job score-perturbation: 38 tokens through the model" in caplog.text
+
+
+def test_attention_pairs_count_the_cache_a_pass_attends_to(demo_model_dir, tmp_path, monkeypatch):
+    """A prefill of 4 tokens (pairs 4 * 5 / 2 = 10), then 2 tokens off its cache (2 * (4 +
+    1.5) = 11), batch 1: attention FLOPs scale with 21 query-key pairs, not with 6 tokens."""
+    from transformers import DynamicCache
+
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "jobs"))
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "profiles"))
+    with job_record("score-z", None):
+        loaded = load_job_model(ModelSettings(str(demo_model_dir), trust_remote_code=True), None)
+        body = loaded.model.get_decoder()
+        cache = DynamicCache(config=loaded.model.config)
+        with torch.inference_mode():
+            body(input_ids=torch.ones(1, 4, dtype=torch.long), cache=cache, use_cache=True)
+            body(input_ids=torch.ones(1, 2, dtype=torch.long), cache=cache, use_cache=True)
+    [record] = records(tmp_path / "jobs")
+    assert record["tokens"] == 6 and record["attention_pairs"] == 21
+    [table] = (tmp_path / "profiles").glob("score-z-*.txt")
+    assert "aten::" in table.read_text()  # the job's own profile, its operators named

@@ -51,21 +51,21 @@ def published(loaded, cell) -> list:
 
 
 @pytest.mark.parametrize(
-    ("batch_size", "chunk", "paired", "attention"),
+    ("batch_size", "chunk", "attention"),
     [
-        (1, 0, True, "sdpa"),
-        (4, 64, True, "sdpa"),
-        (4, 64, True, LOWER_RIGHT_SDPA),
-        (6, 37, False, LOWER_RIGHT_SDPA),
+        (1, 0, "sdpa"),
+        (4, 64, "sdpa"),
+        (4, 64, LOWER_RIGHT_SDPA),
+        (6, 37, LOWER_RIGHT_SDPA),
+        (4, 2048, "sdpa"),  # rows of ~300 tokens: four a batch, each prompt whole
     ],
 )
 def test_one_prefill_equals_the_published_three_passes(
-    loaded, cell, published, batch_size, chunk, paired, attention
+    loaded, cell, published, batch_size, chunk, attention
 ):
-    """Whole or in chunks, under transformers' sdpa or the jobs' lower-right bias
-    (model.attention), which the NIAH jobs load with."""
+    """Whole or in chunks, a row or several a batch, under transformers' sdpa or the jobs'
+    lower-right bias (model.attention), which the NIAH jobs load with."""
     scorer = NiahScorer(_engine(loaded, batch_size), loaded.tokenizer, prefill_chunk=chunk)
-    scorer.paired = paired
     loaded.model.set_attn_implementation(register() if attention == LOWER_RIGHT_SDPA else "sdpa")
     try:
         ours = score_rows(cell, scorer, batch_size)
@@ -273,6 +273,44 @@ def test_yarn_reaches_the_loaded_model(demo_model_dir):
     assert loaded.model.config.max_position_embeddings == 16384
     plain = load_model(settings)
     assert plain.model.model.rotary_emb.rope_type == "default"
+
+
+def test_the_reference_job_extends_the_context_as_our_jobs_do(demo_model_dir):
+    """benchmark.reference_job's YaRN flags (the official script's `--with_yarn` override, its
+    constants as flags) build the rotary embedding our jobs build from the same settings."""
+    from carbon_vep.benchmark.reference_job import load
+
+    yarn = {"factor": 4.0, "original_positions": 8192, "max_positions": 16384}
+    official, _ = load(str(demo_model_dir), "float32", "cpu", yarn)
+    settings = ModelSettings(str(demo_model_dir), trust_remote_code=True)
+    ours = load_model(settings, Yarn(4.0, 8192, 16384)).model
+    assert official.config.rope_parameters == ours.config.rope_parameters
+    assert official.config.max_position_embeddings == ours.config.max_position_embeddings == 16384
+    theirs, mine = official.model.rotary_emb, ours.model.rotary_emb
+    assert theirs.rope_type == mine.rope_type == "yarn"
+    assert theirs.attention_scaling == mine.attention_scaling > 1
+    assert torch.equal(theirs.inv_freq, mine.inv_freq)
+    native, _ = load(str(demo_model_dir), "float32", "cpu")
+    assert native.model.rotary_emb.rope_type == "default"
+
+
+def test_the_reference_jobs_yarn_flags(cell_path, demo_model_dir, tmp_path):
+    """`--yarn-factor F --yarn-original-positions N --yarn-max-positions M` reach the record;
+    a factor alone is refused."""
+    from carbon_vep.benchmark import reference_job
+
+    cell = tmp_path / "cell.parquet"
+    pl.read_parquet(cell_path).head(1).write_parquet(cell)
+    argv = ["--task", "niah", "--model", str(demo_model_dir), "--dtype", "float32"]
+    argv += ["--device", "cpu", "--cell", str(cell), "--out", str(tmp_path / "a.parquet")]
+    argv += ["--record", str(tmp_path / "r.json"), "--yarn-factor", "4"]
+    with pytest.raises(SystemExit, match="needs --yarn-original-positions"):
+        reference_job.main(argv)
+    record = reference_job.main(
+        [*argv, "--yarn-original-positions", "8192", "--yarn-max-positions", "16384"]
+    )
+    assert record["yarn"] == {"factor": 4.0, "original_positions": 8192, "max_positions": 16384}
+    assert pl.read_parquet(tmp_path / "a.parquet").height == 1
 
 
 # ---- the command ---------------------------------------------------------------------------

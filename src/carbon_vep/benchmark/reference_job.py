@@ -8,7 +8,12 @@ centered windows at batch 2, clinvar_vep_eval.py's right-end contexts at batch 4
 suite.niah_published: genome_niah_eval.py's generate and likelihood passes), writes its answers
 (Parquet) and a record (JSON: load and scoring seconds, rows, the GPU's and the host's peaks), as
 the product's jobs write theirs (model.job_record). What the comparison reads: the GPU check's
-product step (benchmark/gpu/product.py) runs it on the product's own inputs.
+product step (benchmark/gpu/product.py) runs it on the product's own inputs, `make bench-niah`
+(benchmark.niah) beside `carbon-vep score-niah`.
+
+Past the native positions (niah), `--yarn-factor F --yarn-original-positions N
+--yarn-max-positions M` override the rope configuration before the weights load, as
+genome_niah_eval.py's `--with_yarn` does (`yarn_config`); absent, the checkpoint runs natively.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import json
 import resource
 import time
+import warnings
 from pathlib import Path
 
 import polars as pl
@@ -34,17 +40,62 @@ TASKS = ("centered", "nexttoken", "niah")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
-def load(path: str, dtype: str, device: str):
-    """The checkpoint as the official scripts load it."""
+def yarn_config(path: str, factor: float, original_positions: int, max_positions: int):
+    """The checkpoint's config under the official script's YaRN override (genome_niah_eval.py
+    `_load_hf` with `--with_yarn`, there with the constants factor 4, original 32,768 and
+    max_position_embeddings 65,536 whatever the context): max_position_embeddings set, then
+    one dict {rope_type and type "yarn", factor, original_max_position_embeddings, and the
+    rope_theta of the config's rope parameters (else its rope_theta) when it has one} written
+    as both `rope_parameters` and `rope_scaling`; the config goes to `from_pretrained`."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+    config.max_position_embeddings = max_positions
+    current = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    theta = dict(current or {}).get("rope_theta", getattr(config, "rope_theta", None))
+    params = {
+        "rope_type": "yarn",
+        "type": "yarn",
+        "factor": factor,
+        "original_max_position_embeddings": original_positions,
+    }
+    if theta is not None:
+        params["rope_theta"] = theta
+    config.rope_parameters = dict(params)
+    with warnings.catch_warnings():  # transformers 5 calls rope_scaling deprecated
+        warnings.simplefilter("ignore", FutureWarning)
+        config.rope_scaling = dict(params)
+    return config
+
+
+def load(path: str, dtype: str, device: str, yarn: dict | None = None):
+    """The checkpoint as the official scripts load it; `yarn`: yarn_config's arguments."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = published.with_pad_token(
         AutoTokenizer.from_pretrained(path, trust_remote_code=True)
     )
+    extra = {"config": yarn_config(path, **yarn)} if yarn else {}
     model = AutoModelForCausalLM.from_pretrained(
-        path, trust_remote_code=True, dtype=_DTYPES[dtype], attn_implementation="sdpa"
+        path, trust_remote_code=True, dtype=_DTYPES[dtype], attn_implementation="sdpa", **extra
     )
     return model.to(device).eval(), tokenizer
+
+
+def yarn_arguments(args) -> dict | None:
+    """The YaRN override the flags ask for (None: native); the other two flags need the
+    factor."""
+    if not args.yarn_factor:
+        if args.yarn_original_positions or args.yarn_max_positions:
+            raise SystemExit("--yarn-original-positions / --yarn-max-positions need --yarn-factor")
+        return None
+    if not (args.yarn_original_positions and args.yarn_max_positions):
+        raise SystemExit("--yarn-factor needs --yarn-original-positions and --yarn-max-positions")
+    return {
+        "factor": float(args.yarn_factor),
+        "original_positions": args.yarn_original_positions,
+        "max_positions": args.yarn_max_positions,
+    }
 
 
 def panel_snvs(panel: str) -> list[tuple[str, int, str, str]]:
@@ -112,9 +163,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cell", help="a Genomic-NIAH cell (niah)")
     parser.add_argument("--out", required=True, help="the answers (Parquet)")
     parser.add_argument("--record", required=True, help="the job's record (JSON)")
+    parser.add_argument("--yarn-factor", type=float, help="YaRN factor (absent: native)")
+    parser.add_argument("--yarn-original-positions", type=int, help="YaRN's pretraining length")
+    parser.add_argument("--yarn-max-positions", type=int, help="max_position_embeddings")
     args = parser.parse_args(argv)
+    yarn = yarn_arguments(args)
     began = time.perf_counter()
-    model, tokenizer = load(args.model, args.dtype, args.device)
+    model, tokenizer = load(args.model, args.dtype, args.device, yarn)
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
@@ -134,6 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
         "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "device": args.device,
         "dtype": args.dtype,
+        "yarn": yarn,
     }
     if cuda:
         record["gpu_peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())

@@ -4,8 +4,9 @@ A synthetic scan (random genome, Dirichlet(1) log-marginals written by the scan'
 benchmark/synthetic.py) with its calibration (counted and built by the calibration's own
 code), at two sizes; for each, in a fresh process that reports its peak RSS:
 
-1. ours: `report.tracks.export_tracks`: the 11 bigWigs one after the other, each streamed from
-   the scan one Parquet row group (2^20 bases) at a time into bigtools' writer (pybigtools);
+1. ours: the product's job, `carbon-vep export-tracks` as the workflow's export_tracks rule
+   runs it: the 11 bigWigs one after the other, each streamed from the scan one Parquet row
+   group (2^20 bases) at a time into bigtools' writer (pybigtools);
 2. whole: the straightforward approach: every base of the scan in memory at once, the values
    computed in one go, each track's entries as one list handed to the same writer (its memory
    grows with the genome).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,15 +31,8 @@ import numpy as np
 
 from carbon_vep.benchmark.calibrate import make_scan as make_positions
 from carbon_vep.benchmark.calibrate import step_calibrate, step_count
-from carbon_vep.benchmark.harness import HG38_BASES, run_step, write_json
+from carbon_vep.benchmark.harness import HG38_BASES, run_command, run_step, write_json
 from carbon_vep.markdown import table as markdown_table
-
-
-def step_ours(folder: str) -> dict:
-    from carbon_vep.report.tracks import export_tracks
-
-    export_tracks(Path(folder) / "scan", Path(folder) / "ours")
-    return {}
 
 
 def step_whole(folder: str) -> dict:
@@ -66,7 +61,7 @@ def step_whole(folder: str) -> dict:
     return {}
 
 
-STEPS = {"ours": step_ours, "whole": step_whole}
+OURS_EXE = Path(sys.executable).parent / "carbon-vep"  # the workflow's export_tracks job
 
 
 def make_scan(folder: Path, bases: int) -> None:
@@ -93,9 +88,15 @@ def make_scan(folder: Path, bases: int) -> None:
     (scan / "scan.json").write_text(json.dumps(record))
 
 
-def measured_step(name: str, folder: Path) -> dict:
-    """One approach in a fresh process (its peak RSS its own): seconds and peak RSS."""
-    return run_step(STEPS[name], folder).as_dict()
+def measured_ours(folder: Path) -> dict:
+    """The product's job, as the workflow's export_tracks rule runs it: seconds, peak RSS."""
+    argv = [str(OURS_EXE), "export-tracks", "--scan", str(folder / "scan")]
+    return run_command([*argv, "--out", str(folder / "ours")]).as_dict()
+
+
+def measured_whole(folder: Path) -> dict:
+    """The reference approach in a fresh process (its peak RSS its own)."""
+    return run_step(step_whole, folder).as_dict()
 
 
 def same_values(folder: Path, bases: int) -> None:
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         for bases in args.bases:
             folder = Path(tmp) / str(bases)
             make_scan(folder, bases)
-            ours, whole = measured_step("ours", folder), measured_step("whole", folder)
+            ours, whole = measured_ours(folder), measured_whole(folder)
             same_values(folder, bases)
             parquet = (folder / "scan/positions/chrS.parquet").stat().st_size
             bigwig = sum(p.stat().st_size for p in (folder / "ours").glob("*.bw"))

@@ -184,15 +184,15 @@ def kv_bytes_per_token(shape: dict[str, int]) -> int:
 
 
 def niah_memory_bytes(
-    shape: dict[str, int], ctx: int, prefill_chunk: int, *, rows: int = 1, paired: bool = True
+    shape: dict[str, int], ctx: int, prefill_chunk: int, *, rows: int = 1
 ) -> dict[str, float]:
     """Device memory of a NIAH batch of `rows` prompts of `ctx` tokens (arithmetic): weights,
-    the KV cache (doubled when both continuations run as a batch of two off it), one prefill
+    the KV cache (held once: the two continuations run one after the other off it), one prefill
     chunk's activations (one layer's MLP and residual stream a token) and the boolean attention
     mask transformers builds for a chunk that attends to a cache (chunk x context), the
     reserve, and the margin on what grows with the context."""
     chunk = min(prefill_chunk or ctx, ctx)
-    kv = kv_bytes_per_token(shape) * ctx * rows * (2 if paired else 1)
+    kv = kv_bytes_per_token(shape) * ctx * rows
     activations = BF16 * (3 * shape["intermediate_size"] + 3 * shape["hidden_size"]) * chunk * rows
     mask = chunk * ctx * rows if chunk < ctx else 0
     parts = {

@@ -357,6 +357,16 @@ class RecoverySettings:
         help="put the `type` column's species tag (`<mammalian_species>`, ...) before the DNA "
         "prefix, as the published --use_species_tags; the tag must be one token of the model",
     )
+    decode_cache: Literal["dynamic", "static"] = setting(
+        "dynamic",
+        help="KV cache of the rollouts on the transformers engine: dynamic (grows a step, eager "
+        "decoding) or static (transformers' StaticCache, sized once a job to its longest prompt "
+        "+ new tokens; on CUDA transformers then compiles the decode step with torch.compile, "
+        "mode reduce-overhead: CUDA graphs; on a CPU it runs uncompiled). Same predictions as "
+        "dynamic on the CPU (tested); its speed and its bf16 predictions on a GPU are not "
+        "measured yet, hence the default (docs/generation.md#static-kv-cache). vLLM jobs "
+        "ignore it",
+    )
 
 
 @dataclass(frozen=True)

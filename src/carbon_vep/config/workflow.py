@@ -58,7 +58,7 @@ def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:
 def _check_cell(where: str, shape: dict, ctx: int, gpu: str, prefill_chunk: int) -> None:
     from carbon_vep.config.gpus import GPU_CLASSES, niah_memory_bytes
 
-    need = niah_memory_bytes(shape, ctx, prefill_chunk, paired=False)["total"] / 1e9
+    need = niah_memory_bytes(shape, ctx, prefill_chunk)["total"] / 1e9
     if need > GPU_CLASSES[gpu].memory_gb:
         raise ConfigError(
             f"{where} needs ~{need:.1f} GB of GPU memory (arithmetic, docs/gpu.md) but the "

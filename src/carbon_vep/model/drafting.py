@@ -4,6 +4,11 @@ draft)`): the draft's compatibility with the target, and the acceptance it reach
 Greedy assisted generation is lossless: the target checks every proposed token against its own
 argmax and keeps the proposal only where they agree, so the output is the target's greedy output
 (docs/generation.md#speculative-decoding). transformers runs it one prompt at a time.
+
+With recovery's `decode_cache` static the target verifies on transformers' static cache (its
+`StaticLayer` can be cropped back after a rejection); the draft always proposes on its own
+dynamic cache, uncompiled: transformers' AssistedCandidateGenerator clears the draft's
+`cache_implementation` and `compile_config` (generation/candidate_generator.py).
 """
 
 from __future__ import annotations

@@ -2,8 +2,11 @@
 through the model's body, the peak device and host memory. Every model command loads its model
 through model.job, which starts the count; the CLI ends it (`job_record`), logging one line and,
 where the environment names a folder (CARBON_VEP_JOB_RECORDS, as the GPU check and benchmarks
-set it for the jobs Snakemake runs), writing the record there as JSON, one file a job. A
-command that loads no model writes nothing. No torch is imported here before a model is.
+set it for the jobs Snakemake runs), writing the record there as JSON, one file a job. Where
+CARBON_VEP_JOB_PROFILE names a folder, the job's work after the load runs under torch's
+profiler and its table (the ten costliest operators) lands there: the GPU check's profiles are
+those of the product's own jobs. A command that loads no model writes nothing. No torch is
+imported here before a model is.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from carbon_vep.atomic import write_json
 
 log = logging.getLogger("carbon_vep")
 RECORDS_ENV = "CARBON_VEP_JOB_RECORDS"
+PROFILE_ENV = "CARBON_VEP_JOB_PROFILE"
 
 
 @dataclass
@@ -35,22 +39,28 @@ class JobRecord:
     device: str | None = None
     dtype: str | None = None
     tokens: int = 0  # through the model's body (prompt, padding and generated tokens alike)
+    # query-key pairs a layer's attention computes, causal: what attention FLOPs scale with
+    attention_pairs: float = 0.0
     forward_calls: int = 0
 
     def count(self, module: Any, args: tuple, kwargs: dict) -> None:
-        """A forward pre-hook on the model's body: the size of what it is given (host-side
-        shapes, no device read)."""
+        """A forward pre-hook on the model's body: the size of what it is given and of the
+        cache it attends to (host-side shapes, no device read)."""
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             ids = kwargs.get("inputs_embeds")
         if ids is not None:
-            self.tokens += int(ids.shape[0]) * int(ids.shape[1])
+            batch, length = int(ids.shape[0]), int(ids.shape[1])
+            past = _cached_tokens(kwargs.get("cache", kwargs.get("past_key_values")))
+            self.tokens += batch * length
+            self.attention_pairs += batch * length * (past + (length + 1) / 2)
             self.forward_calls += 1
 
     def summary(self, succeeded: bool) -> dict[str, Any]:
         wall = time.perf_counter() - self.began
         after_load = wall - (self.load_s or 0.0)
         fields = {k: v for k, v in asdict(self).items() if k != "began"}
+        fields["attention_pairs"] = round(self.attention_pairs)
         return (
             fields
             | {
@@ -115,10 +125,14 @@ def loaded(record: JobRecord | None, model: Any, device: Any, dtype: str) -> Non
         import torch
 
         torch.cuda.reset_peak_memory_stats(device)
+    if os.environ.get(PROFILE_ENV):
+        _PROFILER.start(record.device)
 
 
 def finish(record: JobRecord, succeeded: bool) -> dict[str, Any]:
-    """The job's line in its log, and its JSON record where RECORDS_ENV names a folder."""
+    """The job's line in its log, its JSON record where RECORDS_ENV names a folder, its
+    profiler table where PROFILE_ENV does."""
+    _PROFILER.stop(record.command)
     summary = record.summary(succeeded)
     peak = summary.get("gpu_peak_reserved_bytes")
     log.info(
@@ -139,6 +153,51 @@ def finish(record: JobRecord, succeeded: bool) -> dict[str, Any]:
             summary, Path(folder) / f"{record.command}-{socket.gethostname()}-{os.getpid()}.json"
         )
     return summary
+
+
+class _JobProfiler:
+    """torch's profiler around a job's work after its load (PROFILE_ENV)."""
+
+    def __init__(self) -> None:
+        self.profiler: Any = None
+        self.device = "cpu"
+
+    def start(self, device: str) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if device.startswith("cuda"):
+            activities.append(ProfilerActivity.CUDA)
+        self.profiler, self.device = profile(activities=activities), device
+        self.profiler.__enter__()
+
+    def stop(self, command: str) -> None:
+        if self.profiler is None:
+            return
+        profiler, self.profiler = self.profiler, None
+        cuda = self.device.startswith("cuda")
+        if cuda:
+            sys.modules["torch"].cuda.synchronize()
+        profiler.__exit__(None, None, None)
+        table = profiler.key_averages().table(
+            sort_by="device_time_total" if cuda else "cpu_time_total",
+            row_limit=10,
+            max_name_column_width=60,
+        )
+        folder = Path(os.environ[PROFILE_ENV])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{command}-{socket.gethostname()}-{os.getpid()}.txt").write_text(table)
+
+
+_PROFILER = _JobProfiler()
+
+
+def _cached_tokens(cache: Any) -> int:
+    """Tokens already in a dynamic KV cache (its layers' key lengths: a host-side shape); 0
+    for none, or for a cache whose length would need a device read (a static cache)."""
+    if cache is None or type(cache).__name__ != "DynamicCache":
+        return 0
+    return int(cache.get_seq_length())
 
 
 def _process_age_s() -> float | None:

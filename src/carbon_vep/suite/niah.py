@@ -4,12 +4,21 @@ its KV cache (docs/suite-conventions.md#genomic-niah).
 The published evaluation runs three full forward passes over every prompt (generate, then the
 positive and the negative sequence's log-likelihoods). Here a batch of rows whose prompts have
 one token length is prefilled once (`prefill_chunk` tokens at a time when set, so the
-activations of a 128k-token prompt never exist at once); the last prompt position's hidden
-state gives the first generated token and the first value token's log-probability of both
-continuations. Greedy generation then feeds one token at a time through the cache; the cache is
-cropped back to the prompt, repeated once per continuation (positive and negative as a batch of
-two; one after the other if that runs out of memory) and the value tokens but the last go
-through it. The output layer is applied only where a value is read: never to prompt positions.
+activations of a 128k-token prompt never exist at once; nothing of a chunk is kept once its
+keys and values are in the cache but the last position's hidden state); that hidden state gives
+the first generated token and the first value token's log-probability of both continuations.
+Greedy generation then feeds one token at a time through the cache; the cache is cropped back
+to the prompt and each continuation's value tokens but the last go through it, the positive
+then the negative, the cache cropped back between them: the prompt's keys and values exist
+once, never repeated per continuation. The output layer is applied only where a value is read:
+never to prompt positions.
+
+Memory, against the official script (huggingface/carbon `evaluation/genome_niah_eval.py`, one
+row at a time, each pass over the whole prompt at once): a batch holds several rows only while
+their prompts fit in one prefill chunk (`rows_per_batch`), so from a chunk's length on a row is
+alone and its peak is the weights, its prompt's KV cache and one chunk's activations, where the
+script's is the weights, the same cache and the whole prompt's activations (docs/benchmarks.md,
+bench-niah).
 
 Published semantics kept: `<dna>` prefix (the tokenizer adapter's prefix), `value_len_bp / k`
 greedy tokens, every special id suppressed, logits restricted to the 6-mer block of the model's
@@ -29,7 +38,7 @@ import polars as pl
 import torch
 
 from carbon_vep.columns import Status
-from carbon_vep.model.batching import FAILED_ALONE, in_batches, release_memory, scatter
+from carbon_vep.model.batching import FAILED_ALONE, in_batches, scatter
 from carbon_vep.model.engine import Engine, new_cache
 from carbon_vep.model.tokens import dna_block_ids, suppressed_token_ids
 from carbon_vep.progress import Progress
@@ -50,7 +59,6 @@ class NiahScorer:
 
     def __init__(self, engine: Engine, tokenizer: Any, prefill_chunk: int = 0) -> None:
         self.engine, self.tokenizer, self.prefill_chunk = engine, tokenizer, prefill_chunk
-        self.paired = True  # both continuations as a batch of two (False once that ran out)
         block = dna_block_ids(tokenizer, engine.vocab)
         suppressed = suppressed_token_ids(tokenizer)
         if block is None:  # no restriction: the whole vocabulary, special ids suppressed
@@ -62,11 +70,15 @@ class NiahScorer:
 
     # ---- the model passes --------------------------------------------------------------
     def prefill(self, ids: np.ndarray, cache: Any) -> torch.Tensor:
-        """Run the prompts [B, L] into `cache`; the last position's hidden state [B, H]."""
+        """Run the prompts [B, L] into `cache`; the last position's hidden state [B, H], a copy
+        (a view would keep the whole last chunk's hidden states alive). A chunk's output is
+        dropped before the next chunk runs."""
         step = self.prefill_chunk or ids.shape[1]
-        for lo in range(0, ids.shape[1], step):
-            hidden, _ = self.engine.forward(ids[:, lo : lo + step], cache=cache)
-        return hidden[:, -1]
+        starts = range(0, ids.shape[1], step)
+        for lo in starts[:-1]:
+            self.engine.forward(ids[:, lo : lo + step], cache=cache)
+        hidden, _ = self.engine.forward(ids[:, starts[-1] :], cache=cache)
+        return hidden[:, -1].clone()
 
     def next_token(self, hidden: torch.Tensor) -> torch.Tensor:
         """The greedy token after each hidden state [B, H] -> [B], under the restriction."""
@@ -90,19 +102,16 @@ class NiahScorer:
     def value_log_likelihoods(
         self, last: torch.Tensor, cache: Any, values: np.ndarray, prompt_len: int
     ) -> torch.Tensor:
-        """Mean log p(value token | prompt, earlier value tokens) over the vocabulary, for
-        continuations [C, n] where continuation c belongs to prompt c // (C / B): [C]."""
-        repeat = values.shape[0] // last.shape[0]
-        extra = cache.get_seq_length() - prompt_len  # the generated tokens (a shape, no sync)
+        """Mean log p(value token | prompt, earlier value tokens) over the vocabulary of one
+        continuation a prompt, values [B, n]: [B]. The cache is cropped back to the prompt
+        first (the generated tokens, or the other continuation's), never copied per row."""
+        extra = cache.get_seq_length() - prompt_len  # a shape, no device sync
         if extra:
             cache.crop(-extra)  # transformers 5.24: a negative count removes that many tokens
-        if repeat > 1:
-            cache.batch_repeat_interleave(repeat)
-        first = last.repeat_interleave(repeat, dim=0)[:, None]
-        rows = first
+        rows = last[:, None]
         if values.shape[1] > 1:
             hidden, _ = self.engine.forward(values[:, :-1], cache=cache)
-            rows = torch.cat([first, hidden], dim=1)
+            rows = torch.cat([rows, hidden], dim=1)
         flat = rows.reshape(-1, rows.shape[-1])
         terms = self.engine.token_log_probs(
             flat, self.engine.to_device(values.reshape(-1)), "full_vocab"
@@ -113,19 +122,8 @@ class NiahScorer:
     def score_batch(
         self, prompts: Sequence[str], values: Sequence[str], negatives: Sequence[str]
     ) -> list[RowResult]:
-        """Rows whose prompts have one token length: one prefill, then generation, then both
-        likelihoods off the prompt's cache. A single row that runs out of memory with the
-        continuations paired is redone with them one after the other (and so are the rest)."""
-        try:
-            return self._score_batch(prompts, values, negatives)
-        except torch.OutOfMemoryError:
-            if len(prompts) > 1 or not self.paired:
-                raise
-            release_memory(self.engine.device)
-            self.paired = False
-            return self._score_batch(prompts, values, negatives)
-
-    def _score_batch(self, prompts, values, negatives) -> list[RowResult]:
+        """Rows whose prompts have one token length: one prefill, then generation, then the
+        positive and the negative value's likelihoods off the prompt's one cache."""
         vocab = self.engine.vocab
         ids = np.stack([vocab.encode(p) for p in prompts])
         value_ids = np.stack([vocab.encode(v)[1:] for v in values])
@@ -133,18 +131,14 @@ class NiahScorer:
         cache = new_cache(self.engine.model)
         last = self.prefill(ids, cache)
         generated = self.generate(last, cache, value_ids.shape[1])
-        if self.paired:
-            pairs = np.stack([value_ids, negative_ids], axis=1).reshape(-1, value_ids.shape[1])
-            ll = self.value_log_likelihoods(last, cache, pairs, ids.shape[1])
-        else:
-            ll = torch.stack(
-                [
-                    self.value_log_likelihoods(last, cache, value_ids, ids.shape[1]),
-                    self.value_log_likelihoods(last, cache, negative_ids, ids.shape[1]),
-                ],
-                dim=1,
-            )
-        ll_host = self.engine.to_host(ll.reshape(-1, 2))  # the batch's one wait for the device
+        ll = torch.stack(
+            [
+                self.value_log_likelihoods(last, cache, continuation, ids.shape[1])
+                for continuation in (value_ids, negative_ids)
+            ],
+            dim=1,
+        )
+        ll_host = self.engine.to_host(ll)  # the batch's one wait for the device
         new_ids = generated.cpu().tolist()
         return [
             RowResult(
@@ -156,11 +150,22 @@ class NiahScorer:
         ]
 
 
+def rows_per_batch(row_tokens: int, prefill_chunk: int, batch_size: int, batch_tokens: int) -> int:
+    """Rows of `row_tokens` tokens a batch holds: what the model's settings allow (batch_tokens,
+    else batch_size), and no more than fill one prefill chunk (prefill_chunk 0: the whole
+    prompt, so one row); one at least. Every row of a batch holds its own KV cache and its
+    chunk's activations, and the official script runs one row at a time: a second row of a
+    chunk's length or more would make the peak larger than the script's."""
+    allowed = batch_tokens // row_tokens if batch_tokens else batch_size
+    return max(1, min(allowed, prefill_chunk // row_tokens))
+
+
 def score_rows(
     cell: pl.DataFrame, scorer: NiahScorer, batch_size: int, batch_tokens: int = 0
 ) -> pl.DataFrame:
     """One output row per cell row (ROW_COLUMNS, + depth): prediction, exact match, base
-    accuracy, both likelihoods; rows that ran out of memory alone are `failed`."""
+    accuracy, both likelihoods; rows that ran out of memory alone are `failed`. Rows of one
+    prompt length share a batch as `rows_per_batch` allows."""
     k = scorer.engine.vocab.k
     rows = cell.to_dicts()
     by_length: dict[int, list[int]] = {}
@@ -178,16 +183,9 @@ def score_rows(
         )
 
     for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
-        tokens = [length + 1 + len(rows[members[0]]["value"]) // k] * len(members)
-        batches = in_batches(
-            members,
-            work,
-            batch_size,
-            scorer.engine.device,
-            progress,
-            tokens=tokens,
-            batch_tokens=batch_tokens,
-        )
+        row_tokens = length + 1 + len(rows[members[0]]["value"]) // k
+        size = rows_per_batch(row_tokens, scorer.prefill_chunk, batch_size, batch_tokens)
+        batches = in_batches(members, work, size, scorer.engine.device, progress)
         scatter(batches, members, results)
     progress.close()
     return pl.DataFrame(

@@ -13,7 +13,11 @@ cut before the prompt is truncated) or auto (the tail for the whole table when t
 longer than its shortest label); `species_tags` (the `type`'s tag before the DNA prefix).
 
 Generation runs through transformers `generate` (greedy, the model's KV cache); prompts of equal
-token length are batched together, so no padding is ever involved. Three greedy decoders:
+token length are batched together, so no padding is ever involved. The KV cache is `decode_cache`:
+transformers' dynamic one, or its static one sized once for the whole call (the longest prompt
++ new tokens − 1, what transformers sizes it to for that prompt), so every batch reuses one cache
+shape and on CUDA transformers' compiled decode step is captured once per batch size
+(docs/generation.md#static-kv-cache). Three greedy decoders:
 
 - `token` (published): argmax over the whole vocabulary with special tokens suppressed (the
   tokenizer's special ids, its `special_tokens` list as Carbon's tokenizer has, and its DNA tags
@@ -29,6 +33,8 @@ token length are batched together, so no padding is ever involved. Three greedy 
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
@@ -162,8 +168,60 @@ class FnsGreedy(LogitsProcessor):
 
 
 # ---- generation ------------------------------------------------------------------------
-def _generation_config(loaded: LoadedModel, settings: RecoverySettings) -> GenerationConfig:
+class StepClock(LogitsProcessor):
+    """Host times of the decode steps: a plain greedy `generate` calls its processors once a
+    step, after the step's forward (the first call after the prompt's prefill), and this one
+    only notes the time and the batch's rows, scores untouched. Each step also waits for the
+    device (transformers' StopCheck reads the stop flag every step, generation/utils.py), so
+    the gaps are the steps' times. The first gaps hold the one-off costs (on CUDA with the
+    static cache, the compile and the CUDA-graph capture); the median does not."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, list[float]]] = []  # (rows, times) a generate call
+
+    def start(self) -> None:
+        self.calls.append((0, []))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, times = self.calls[-1]
+        times.append(time.perf_counter())
+        self.calls[-1] = (scores.shape[0], times)
+        return scores
+
+    def record(self) -> dict | None:
+        """generate calls, steps timed, the median and slowest step (ms), and the steady rate:
+        each call's steps at its median step time (output tokens/s). None without two steps."""
+        timed = [(rows, np.diff(times)) for rows, times in self.calls if len(times) > 1]
+        if not timed:
+            return None
+        gaps = np.concatenate([g for _, g in timed])
+        tokens = sum(rows * len(g) for rows, g in timed)
+        seconds = sum(len(g) * statistics.median(g) for _, g in timed)
+        return {
+            "generate_calls": len(timed),
+            "steps_timed": int(gaps.size),
+            "median_step_ms": round(1000 * float(np.median(gaps)), 3),
+            "slowest_step_ms": round(1000 * float(gaps.max()), 3),
+            "steady_tokens_per_s": tokens / seconds if seconds > 0 else None,
+        }
+
+
+def static_cache_length(prompt_tokens: Iterable[int], settings: RecoverySettings) -> int:
+    """Slots of the static cache for prompts of these token lengths: the longest prompt + new
+    tokens − 1 (the last new token is never fed back), as transformers sizes it for that prompt
+    (`generate`: max_cache_length = max_length − 1)."""
+    return max(prompt_tokens) + settings.new_tokens - 1
+
+
+def _generation_config(
+    loaded: LoadedModel, settings: RecoverySettings, cache_length: int | None = None
+) -> GenerationConfig:
+    """Greedy, exactly `new_tokens`, the published suppression (decoder token); with
+    `cache_length`, transformers' static cache of that many slots (`cache_implementation`
+    static, `max_cache_len`): transformers compiles the decode step on CUDA by itself
+    (generation/utils.py, `_valid_auto_compile_criteria`) and runs it eagerly on a CPU."""
     suppress = suppressed_token_ids(loaded.tokenizer) if settings.decoder == "token" else None
+    static = {"cache_implementation": "static", "max_cache_len": cache_length}
     return GenerationConfig(
         max_new_tokens=settings.new_tokens,
         min_new_tokens=settings.new_tokens,
@@ -171,6 +229,7 @@ def _generation_config(loaded: LoadedModel, settings: RecoverySettings) -> Gener
         num_beams=1,
         suppress_tokens=suppress,
         pad_token_id=loaded.vocab.pad_id,
+        **(static if cache_length is not None else {}),
     )
 
 
@@ -179,6 +238,24 @@ def _processors(loaded: LoadedModel, settings: RecoverySettings) -> LogitsProces
         return LogitsProcessorList()
     conditional = settings.decoder == "fns_conditional"
     return LogitsProcessorList([FnsGreedy(loaded.vocab.kmer_ids, loaded.vocab.k, conditional)])
+
+
+def decode_cache_note(settings: RecoverySettings, device: torch.device, drafted: bool) -> str:
+    """What the job's rollouts decode with (its log line)."""
+    if settings.decode_cache == "dynamic":
+        return "decode cache: dynamic (transformers' DynamicCache, eager decode steps)"
+    how = (
+        "the decode step compiled by transformers (torch.compile, reduce-overhead: CUDA graphs)"
+        if device.type == "cuda"
+        else f"uncompiled on {device.type} (transformers compiles only on accelerators)"
+    )
+    note = f"decode cache: static (transformers' StaticCache), {how}"
+    if drafted:
+        note += (
+            "; with the draft, the target verifies on the static cache and the draft proposes "
+            "on its own dynamic cache, uncompiled (transformers' assisted generation)"
+        )
+    return note
 
 
 @torch.inference_mode()
@@ -190,17 +267,26 @@ def generate_continuations(
     batch_tokens: int = 0,
     draft: Draft | None = None,
     leads: list[tuple[int, ...]] | None = None,
+    clock: StepClock | None = None,
 ) -> list[str | None]:
     """Greedy continuation text of each prompt (bases only, prefix added here, after the
     prompt's `leads` ids: its species tag, if any); None where a
     prompt ran out of memory even alone. A batch holds `batch_size` prompts, or as many as fit
     in `batch_tokens` (prompt and generated tokens) when that is set. With a `draft`, decoding
     is speculative (model.drafting), one prompt at a time as transformers requires, and the
-    draft's counters grow by what this call generated."""
+    draft's counters grow by what this call generated. With `decode_cache` static the cache is
+    sized once for the call (`static_cache_length`), and a batch is planned at that many tokens
+    a prompt, the cache it holds (the draft keeps its own dynamic cache). A `clock` times the
+    decode steps (not with a draft: assisted generation calls the processors per proposal)."""
     leads = leads or [()] * len(prompts)  # a lead changes the length: still grouped, no padding
     encoded = [loaded.vocab.encode(p, lead) for p, lead in zip(prompts, leads, strict=True)]
-    config = _generation_config(loaded, settings)
+    static = settings.decode_cache == "static" and bool(encoded)
+    cache_length = static_cache_length(map(len, encoded), settings) if static else None
+    config = _generation_config(loaded, settings, cache_length)
     processors = _processors(loaded, settings)
+    clock = None if draft else clock
+    if clock:
+        processors.append(clock)
     assisted = draft.generate_kwargs() if draft else {}
     if draft:
         batch_size, batch_tokens = 1, 0
@@ -211,6 +297,8 @@ def generate_continuations(
 
     def work(batch: list[int]) -> list[str]:
         ids = torch.as_tensor(np.stack([encoded[i] for i in batch]), device=loaded.device)
+        if clock:
+            clock.start()
         generated = loaded.model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
@@ -227,7 +315,7 @@ def generate_continuations(
     hooks = draft.counting(loaded.model) if draft else []
     try:
         for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
-            tokens = [length + settings.new_tokens] * len(members)
+            tokens = [cache_length or length + settings.new_tokens] * len(members)
             batches = in_batches(
                 members,
                 work,
@@ -253,8 +341,10 @@ def recover(
     batch_size: int,
     batch_tokens: int = 0,
     draft: Draft | None = None,
+    clock: StepClock | None = None,
 ) -> pl.DataFrame:
     """One output row per input row: prompt size, prediction, matches, accuracy, status.
+    A `clock` times the decode steps (StepClock).
 
     Rows without a sequence (or, with dataset labels, a label) are kept with status `invalid`
     and no accuracy. Bases
@@ -264,7 +354,7 @@ def recover(
 
     def generate(prompts: list[str], leads: list[tuple[int, ...]]) -> list[str | None]:
         return generate_continuations(
-            loaded, prompts, settings, batch_size, batch_tokens, draft, leads
+            loaded, prompts, settings, batch_size, batch_tokens, draft, leads, clock
         )
 
     return recover_with(table, loaded.vocab.k, settings, generate, loaded.tokenizer)

@@ -1,14 +1,33 @@
 """One sequence-recovery job: the task's rows on the engine the model names (`engine:
 transformers`, ours, with a draft model when the entry names one; or `vllm`, with vLLM's
 draft-model speculative decoding), the draft's record, and the job's times (`JobTimes`: the
-engine's start, the rollouts) that benchmarks read."""
+engine's start, the rollouts; on ours without a draft also the decode steps' times, the steady
+rate apart from one-off costs such as a compile) that benchmarks read. Times stay out of the
+metrics JSON, which reruns reproduce (tests/workflow/test_invariance.py)."""
 
 from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
 from carbon_vep.suite.tasks import JobTimes, TaskRun
+
+log = logging.getLogger("carbon_vep")
+
+
+@dataclass
+class RolloutTimes(JobTimes):
+    """A recovery job's times, with its decode steps' (suite.recovery.StepClock.record) when
+    timed: the `--times` JSON's `decode_steps`."""
+
+    steps: dict | None = None
+
+    def record(self) -> dict[str, Any]:
+        return super().record() | ({"decode_steps": self.steps} if self.steps else {})
 
 
 def recovery_task(
@@ -32,25 +51,36 @@ def recovery_task(
 
 def recover_job(
     table: pl.DataFrame, model: ModelSettings, settings: RecoverySettings, where: str
-) -> tuple[pl.DataFrame, dict | None, JobTimes]:
-    """The predictions, the draft's record (None without a draft) and the job's times."""
-    times = JobTimes(model.engine)
+) -> tuple[pl.DataFrame, dict | None, RolloutTimes]:
+    """The predictions, the draft's record (None without a draft) and the job's times (with
+    the decode steps' on ours without a draft)."""
+    times = RolloutTimes(model.engine)
     if model.engine == "vllm":
         from carbon_vep.model.job import require_model_here
         from carbon_vep.suite.recovery_vllm import recover_on_vllm
 
         require_model_here(model)
+        if settings.decode_cache != "dynamic":
+            log.info(
+                "decode_cache %s is ignored on vLLM: vLLM runs its own paged KV cache and "
+                "captures its decode steps as CUDA graphs itself",
+                settings.decode_cache,
+            )
         predictions, speculative = recover_on_vllm(table, model, settings, where, times)
     else:
         from carbon_vep.model.drafting import load_draft
         from carbon_vep.model.job import load_job_model
-        from carbon_vep.suite.recovery import recover
+        from carbon_vep.suite.recovery import StepClock, decode_cache_note, recover
 
         loaded = load_job_model(model, where)
         draft = load_draft(model, loaded)
+        log.info(decode_cache_note(settings, loaded.device, draft is not None))
         times.ready()
         batches = (model.batch_size, model.batch_tokens)
-        predictions = recover(table, loaded, settings, *batches, draft)
+        clock = StepClock()
+        predictions = recover(table, loaded, settings, *batches, draft, clock)
         speculative = draft.record() if draft else None
+        if (steps := clock.record()) is not None:
+            times.steps = {"decode_cache": settings.decode_cache, **steps}
     times.done(predictions.height)
     return predictions, speculative, times

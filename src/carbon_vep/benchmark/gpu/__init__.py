@@ -2,36 +2,34 @@
 on the lent device machine `scripts/gpu_run.sh` with the kit of `make gpu-kit` (`kit`).
 
 On the device it finds (CUDA when there is one; `--smoke`: the CPU at toy sizes, what the test
-suite runs through scripts/gpu_run.sh), in one process and within `--budget-s` (420 s by
-default; the whole check took 355 s on an H100), after the device's bf16 matmul peak, the steps
-in order of value (`run.STEPS`; `--steps` picks some, so a second run takes what a first
-skipped):
+suite runs through scripts/gpu_run.sh), within `--budget-s` (420 s by default), after the
+device's bf16 matmul peak, the steps in order of value (`run.STEPS`; `--steps` picks some, so a
+second run takes what a first skipped). What is measured is what ships: every figure a job can
+give comes from the product's own jobs.
 
-0. `product`: the product's own jobs, first: Snakemake on the Snakefile with a GPU config (bf16,
-   the H100 profile's batch_tokens and prefill_chunk), every rule that runs a model, each job
-   through `carbon-vep` as a cluster job runs it, reported per rule from the jobs' own records
-   (a failed job fails the check);
-1. `precision`: bf16 against float32 on every scoring path, with and without
-   upcast_output_layer (Spearman of the scores, log-likelihood differences);
-2. `centered`, `scan`: the Carbon-3B centered recipe and genome scan chunk (tokens/s, % of the
-   measured peak, SNVs/s and the hg38 GPU-hours they imply, memory, the scan's idle shares);
-3. `niah`: Genomic-NIAH on our engine at 32k/64k/128k tokens against the published three
-   passes (seconds a row, memory, same answers; `--niah-prefill-chunks`);
-4. `paths`: every other Carbon-3B path (recipes, recovery, perturbation);
-5. `ablations`: each GPU cost the code removed, before and after on the same inputs;
-6. `profiles`: torch-profiler tables of the centered and scan paths;
-7. `vllm`: the generation tasks on vLLM against our engine, whole jobs per engine;
-8. `known_answer`: a trained motif model's AUROC in float32, bf16 and bf16 + upcast;
-9. `carbon_500m`: every path with Carbon-500M's shape.
+0. `product`: Snakemake on the Snakefile with a GPU config (bf16, the H100 profile's
+   batch_tokens and prefill_chunk), every rule that runs a model, each job through `carbon-vep`
+   as a cluster job runs it, reported per rule from the jobs' own records (tokens/s, share of
+   the peak, memory; the scan's hg38 GPU-hours), beside the official scripts' approach on the
+   same checkpoint and inputs (a failed job fails the check);
+1. `profiles`, `batch_budgets`, `precision`, and last `carbon_500m`: the product's workflow
+   again with one thing changed (torch's profiler on the jobs; another token budget and shard
+   size; float32; Carbon-500M's shape), its answers compared with the product's (`reruns`);
+   `rollouts`: long rollouts as recovery jobs on the product's checkpoints (alone, batched,
+   drafted);
+2. in this process, only what no job gives: `ablations` (one function before and after),
+   `vllm` (whole jobs per engine, on a model saved here), `host_memory` (a fresh process's
+   load), `known_answer` (a model trained here).
 
 Random-weight models with Carbon's exact shapes (no download), a locally built tokenizer of
 Carbon's layout, a synthetic genome. Writes `gpu_check.json`, `gpu_check.md` (a section for
-docs/benchmarks.md) and the profiler tables under `--out`, after every step (a run cut short
-keeps what it measured).
+docs/benchmarks.md) and the jobs' profiler tables under `--out`, after every step (a run cut
+short keeps what it measured).
 
-One module a phase: `product` (the product's jobs through Snakemake; `product_setup` its
-checkpoints, inputs and config), `device` (clocks, budget, counters, the matmul peak, profiles,
-the GPU at hand sized from itself), `workload` (sizes, models, inputs), `paths`, `ablations`,
-`precision`, `niah`, `generation` (vLLM), `report` (the JSON and Markdown), `run` (the steps in
-order); `kit` builds the device kit.
+One module a step or role: `product` (the product's jobs through Snakemake; `product_setup` its
+checkpoints, inputs and config; `product_reference` the official approach beside it),
+`reruns`, `rollouts`, `ablations`, `generation` (vLLM), `host_memory`, `known_answer`, `device`
+(budget, the GPU at hand sized from itself, host synchronisations), `workload` (the in-process
+steps' models and inputs), `report` (the JSON and Markdown), `run` (the steps in order); `kit`
+builds the device kit.
 """

@@ -1,5 +1,5 @@
-"""Clocks and counters of the GPU check: the time budget, tokens and attention FLOPs through a
-model's body, host synchronisations, the bf16 matmul peak, torch-profiler tables."""
+"""Clocks and counters of the GPU check: the time budget, the device as the arithmetic sizes it,
+host synchronisations (the product's jobs count their own tokens and FLOPs: model.job_record)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from typing import Any
 
 import torch
 
-from carbon_vep.benchmark.harness import sync
 from carbon_vep.benchmark.host_reads import HostReads
 from carbon_vep.config.gpus import (
     GpuClass,
-    attention_flops,
     device_gpu_class,
     gpu_class_named,
 )
@@ -54,31 +52,6 @@ def device_class(device: torch.device, peak_tflops: float) -> tuple[str, GpuClas
     return label, device_gpu_class(props.total_memory, peak_tflops)
 
 
-class BodyCounter:
-    """Tokens through the model's body and the attention FLOPs they cost (a forward pre-hook:
-    engine and `generate` both call the decoder)."""
-
-    def __init__(self, body: torch.nn.Module, shape: dict[str, int]) -> None:
-        self.tokens, self.attention_flops = 0, 0.0
-        self.per_pair = attention_flops(shape)
-        body.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module, args, kwargs) -> None:
-        ids = kwargs.get("input_ids")
-        if ids is None:
-            return
-        batch, length = ids.shape
-        cache = kwargs.get("cache")
-        past = cache.get_seq_length() if cache is not None else 0
-        self.tokens += batch * length
-        self.attention_flops += self.per_pair * batch * length * (past + (length + 1) / 2)
-
-    def reset(self) -> tuple[int, float]:
-        out = (self.tokens, self.attention_flops)
-        self.tokens, self.attention_flops = 0, 0.0
-        return out
-
-
 def host_syncs(run: Callable[[], Any], device: torch.device) -> tuple[int, str]:
     """Host synchronisations during `run`: CUDA's sync debug mode on a GPU; on a CPU (nothing
     waits there), the operations that would wait (benchmark/host_reads.py)."""
@@ -95,16 +68,3 @@ def host_syncs(run: Callable[[], Any], device: torch.device) -> tuple[int, str]:
     with HostReads() as reads:
         run()
     return reads.total, "host reads counted on CPU"
-
-
-def profile_table(run: Callable[[], Any], device: torch.device) -> str:
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
-        run()
-        sync(device)
-    key = "device_time_total" if device.type == "cuda" else "cpu_time_total"
-    return prof.key_averages().table(sort_by=key, row_limit=10, max_name_column_width=60)

@@ -53,7 +53,8 @@ from carbon_vep.benchmark.gpu.product_setup import (
     write_config,
     write_inputs,
 )
-from carbon_vep.benchmark.harness import PROJECT_ROOT
+from carbon_vep.benchmark.harness import HG38_BASES, PROJECT_ROOT
+from carbon_vep.config.gpus import attention_flops, body_flops
 from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.job_record import RECORDS_ENV
@@ -77,8 +78,10 @@ def product(
     work: Path,
     smoke: bool,
     timeout_s: float,
+    peak: float,
 ) -> dict[str, Any]:
-    """Build the checkpoints and inputs, run the workflow, read what its jobs recorded."""
+    """Build the checkpoints and inputs, run the workflow, read what its jobs recorded (`peak`:
+    the device's measured bf16 TFLOP/s, what each rule's FLOP rate is a share of)."""
     sizes = SMOKE_PRODUCT if smoke else ProductSizes()
     folder = work / "product"
     folder.mkdir(parents=True, exist_ok=True)
@@ -101,8 +104,9 @@ def product(
         "dtype": "bfloat16",
         "checkpoints_s": round(prepared - began, 1),
         "snakemake": done,
-        "rules": rule_table(records),
+        "rules": rule_table(records, shapes["Carbon-3B"], peak),
         "outputs": output_rows(outdir),
+        "scan": scan_figures(outdir),
         "official": [],
     }
     result["failed"] = done["returncode"] != 0 or any(r["failed"] for r in result["rules"])
@@ -119,16 +123,18 @@ def product(
 
 # ---- the run ---------------------------------------------------------------------------------
 def run_workflow(
-    config: Path, folder: Path, env: dict[str, str], timeout_s: float
+    config: Path, folder: Path, env: dict[str, str], timeout_s: float, overrides=(), targets=()
 ) -> dict[str, Any]:
     """Snakemake on the project's Snakefile in the jobs' environment (`job_env`), one model
-    job at a time."""
+    job at a time, with the profile's `config:` values (`overrides`: "key=value" replacing
+    some), for `targets` (default: the whole run)."""
     cores = max(2, min(os.cpu_count() or 2, 16))
+    values = dict(item.split("=", 1) for item in (*profile_config(PROFILE), *overrides))
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile")]
     argv += ["--directory", str(folder / "run"), "--configfile", str(config)]
-    argv += ["--config", *profile_config(PROFILE), "--cores", str(cores)]
+    argv += ["--config", *(f"{k}={v}" for k, v in values.items()), "--cores", str(cores)]
     argv += ["--resources", "gpu=1", "--scheduler", "greedy", "--show-failed-logs"]
-    argv += ["--nolock"]
+    argv += ["--nolock", *targets]
     log = folder / "snakemake.log"
     began = time.perf_counter()
     with log.open("w") as out:
@@ -198,9 +204,11 @@ def job_records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
-def rule_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rule_table(records: list[dict[str, Any]], shape: dict, peak: float) -> list[dict[str, Any]]:
     """Per model rule: jobs, failures, wall (processes' whole lives), load, tokens through the
-    body, tokens/s after the load, and the largest GPU and host peaks of its jobs."""
+    body, tokens/s after the load, the body's FLOP rate (its matmuls and attention, from the
+    tokens and query-key pairs the jobs counted; the output layer not counted) and its share of
+    `peak`, and the largest GPU and host peaks of its jobs."""
     table = []
     for command, rule in MODEL_RULES.items():
         jobs = [r for r in records if r["command"] == command]
@@ -208,6 +216,9 @@ def rule_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         after_load = sum(r["after_load_s"] for r in jobs)
         tokens = sum(r["tokens"] for r in jobs)
+        flops = body_flops(shape) * tokens
+        flops += attention_flops(shape) * sum(r.get("attention_pairs", 0) for r in jobs)
+        tflops = flops / after_load / 1e12 if after_load > 0 else None
         table.append(
             {
                 "rule": rule,
@@ -217,6 +228,8 @@ def rule_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "load_s": round(sum(r["load_s"] or 0 for r in jobs), 2),
                 "tokens": tokens,
                 "tokens_per_s": round(tokens / after_load, 1) if after_load > 0 else None,
+                "body_tflops": None if tflops is None else float(f"{tflops:.4g}"),
+                "fraction_of_peak": None if tflops is None else float(f"{tflops / peak:.4g}"),
                 "gpu_peak_reserved_gb": _peak_gb(jobs, "gpu_peak_reserved_bytes"),
                 "gpu_peak_allocated_gb": _peak_gb(jobs, "gpu_peak_allocated_bytes"),
                 "host_peak_gb": _peak_gb(jobs, "host_peak_rss_bytes"),
@@ -264,6 +277,29 @@ def output_rows(outdir: Path) -> dict[str, Any]:
     }
 
 
+def scan_figures(outdir: Path) -> dict[str, Any] | None:
+    """The scan's chunk jobs as they counted themselves (their stats JSON): scored bases a
+    second after the load, hg38's GPU-hours at that rate on this one GPU, the share of the
+    scan's wall time outside the model's forward passes and the device's idle share, the
+    seconds the scan waited for its writer thread."""
+    scan_dir = Path(RunPaths(str(outdir)).scan_dir.format(scan="scan", model=TARGET))
+    chunks = [json.loads(p.read_text()) for p in sorted(scan_dir.glob("chunks/chunk_*.json"))]
+    if not chunks:
+        return None
+    total = {k: sum(c.get(k) or 0.0 for c in chunks) for k in ("bases", "wall_s", "forward_s")}
+    total |= {k: sum(c.get(k) or 0.0 for c in chunks) for k in ("device_s", "writer_wait_s")}
+    rate = total["bases"] / total["wall_s"] if total["wall_s"] > 0 else 0.0
+    return {
+        "chunks": len(chunks),
+        "scored_bases": int(total["bases"]),
+        "scored_bases_per_s": round(rate, 1),
+        "hg38_gpu_hours": round(HG38_BASES / rate / 3600, 2) if rate else None,
+        "outside_forward_share": round(1 - total["forward_s"] / total["wall_s"], 4),
+        "device_idle_share": round(1 - total["device_s"] / total["wall_s"], 4),
+        "writer_wait_s": round(total["writer_wait_s"], 3),
+    }
+
+
 def _rows(path: Path, status: str | None = None) -> dict[str, Any]:
     if not path.exists():
         return {"rows": 0, "missing": True}
@@ -295,26 +331,22 @@ def markdown_part(result: dict[str, Any] | None) -> str:
         f"{done['wall_s']:.0f} s, {done['jobs_done'] or 'no progress line'}; checkpoints "
         f"built and saved in {result['checkpoints_s']:.0f} s). Per rule, from the jobs' own "
         "records: wall = their processes' lives (imports and load included), tokens through "
-        "the model's body, tokens/s after the load, the largest GPU peak (reserved) of a job."
+        "the model's body, tokens/s after the load, the body's TFLOP/s (its matmuls and "
+        "attention from the tokens and query-key pairs the jobs counted, padding included; "
+        "the output layer not counted) and its share of the measured bf16 peak, the largest "
+        "GPU peak (reserved) of a job."
     )
-    header = ["rule", "jobs", "failed", "wall s", "load s", "tokens", "tokens/s", "GPU peak GB"]
-    header += ["host peak GB", "outputs"]
-    rows = [
-        [
-            r["rule"],
-            r["jobs"],
-            r["failed"],
-            f"{r['wall_s']:.1f}",
-            f"{r['load_s']:.1f}",
-            f"{r['tokens']:,}",
-            f"{r['tokens_per_s']:,.0f}" if r["tokens_per_s"] else "—",
-            "—" if r["gpu_peak_reserved_gb"] is None else f"{r['gpu_peak_reserved_gb']:.1f}",
-            "—" if r["host_peak_gb"] is None else f"{r['host_peak_gb']:.1f}",
-            _outputs_note(result["outputs"].get(r["rule"])),
-        ]
-        for r in result["rules"]
-    ]
-    parts = [intro, markdown_table(header, rows)]
+    parts = [intro, rules_markdown(result["rules"], result["outputs"])]
+    scan = result.get("scan")
+    if scan:
+        parts.append(
+            f"The scan's {scan['chunks']} chunk job(s), as they counted themselves: "
+            f"{scan['scored_bases']:,} bases at {scan['scored_bases_per_s']:,.0f} scored "
+            f"bases/s after the load; hg38 ({HG38_BASES:.1e} ACGT bases) at that rate: "
+            f"**{scan['hg38_gpu_hours']} GPU-hours** on this one GPU; outside the forward "
+            f"passes {scan['outside_forward_share']:.1%} of the scan's time, device idle "
+            f"{scan['device_idle_share']:.1%}, waited for the writer {scan['writer_wait_s']} s."
+        )
     if result.get("official"):
         parts.append(
             "The official scripts' approach (benchmark/reference_job.py: vep_eval.py, "
@@ -326,6 +358,34 @@ def markdown_part(result: dict[str, Any] | None) -> str:
     if done.get("tail"):
         parts.append("Snakemake's tail:\n\n```\n" + done["tail"] + "\n```")
     return "\n\n".join(parts)
+
+
+def rules_markdown(rules: list[dict[str, Any]], outputs: dict[str, Any] | None = None) -> str:
+    """The per-rule table (a rerun's too: then without the outputs column)."""
+    header = ["rule", "jobs", "failed", "wall s", "load s", "tokens", "tokens/s", "TFLOP/s"]
+    header += ["% of peak", "GPU peak GB", "host peak GB"] + (["outputs"] if outputs else [])
+    rows = [
+        [
+            r["rule"],
+            r["jobs"],
+            r["failed"],
+            f"{r['wall_s']:.1f}",
+            f"{r['load_s']:.1f}",
+            f"{r['tokens']:,}",
+            _figure(r["tokens_per_s"], ",.0f"),
+            _figure(r.get("body_tflops"), ".3g"),
+            _figure(r.get("fraction_of_peak"), ".1%"),
+            _figure(r["gpu_peak_reserved_gb"], ".1f"),
+            _figure(r["host_peak_gb"], ".1f"),
+        ]
+        + ([_outputs_note(outputs.get(r["rule"]))] if outputs else [])
+        for r in rules
+    ]
+    return markdown_table(header, rows)
+
+
+def _figure(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
 
 
 def _outputs_note(outputs: Any) -> str:

@@ -1,6 +1,7 @@
 """The official scripts' approach beside the product's own jobs: the same checkpoint, inputs and
 device, each side a process of its own (benchmark.reference_job for the official way), times
-after the model's load. Per path (centered, right-end, Genomic-NIAH at the native context):
+after the model's load. Per path (centered, right-end, each Genomic-NIAH cell: the native
+context, and past it with the YaRN settings the product's job had):
 ours ÷ official in seconds and in GPU peak memory, and how far the answers agree (Spearman and
 the largest difference of the scores; NIAH: the same predictions, the likelihoods' largest
 difference). Ours is read from the product's job records and merged outputs, so what is
@@ -28,42 +29,54 @@ def compare_with_official(
     config: dict[str, Any], records: list[dict], env: dict[str, str], timeout_s: float
 ) -> list[dict[str, Any]]:
     """Each path's comparison (an `error` in place of the figures where a side failed), all of
-    them within `timeout_s`."""
+    them within `timeout_s`: the two recipes, then every Genomic-NIAH cell the product scored
+    (its native context, then the YaRN ones, with the YaRN settings the product's job had)."""
     deadline = time.monotonic() + timeout_s
     outdir = Path(config["outdir"])
     model = config["models"][TARGET]
+    runs = [(task, task, _panel_args(config["datasets"][task])) for task in PANEL_TASKS]
+    for entry, settings in config.get("niah", {}).items():
+        for cell in sorted((outdir / "niah" / entry / "cells").glob("*.parquet")):
+            runs.append((f"niah {entry}/{cell.stem}", "niah", _niah_args(cell, settings)))
     rows = []
-    for task in (*PANEL_TASKS, "niah"):
-        where = outdir / "official" / task
+    for path, task, args in runs:
+        where = outdir / "official" / path.replace(" ", "_").replace("/", "_")
         argv = [sys.executable, "-m", "carbon_vep.benchmark.reference_job", "--task", task]
         argv += ["--model", model["path"], "--dtype", model["dtype"], "--device", model["device"]]
         argv += ["--out", str(where / "answers.parquet"), "--record", str(where / "record.json")]
-        if task == "niah":
-            cells = sorted((outdir / "niah/native/cells").glob("*.parquet"))
-            if not cells:
-                rows.append({"path": task, "error": "no native NIAH cell was built"})
-                continue
-            argv += ["--cell", str(cells[0])]
-        else:
-            dataset = config["datasets"][task]
-            argv += ["--reference", dataset["reference"], "--panel", dataset["panel"]]
-            argv += ["--window-bp", str(dataset["window_bp"])]
         left = max(1.0, deadline - time.monotonic())
-        rows.append(_compare(task, argv, where, outdir, records, env, left))
+        rows.append(_compare(path, argv + args, where, outdir, records, env, left))
     return rows
 
 
-def _compare(task, argv, where: Path, outdir: Path, records, env, timeout_s) -> dict[str, Any]:
+def _panel_args(dataset: dict[str, Any]) -> list[str]:
+    return [
+        *("--reference", dataset["reference"], "--panel", dataset["panel"]),
+        *("--window-bp", str(dataset["window_bp"])),
+    ]
+
+
+def _niah_args(cell: Path, settings: dict[str, Any]) -> list[str]:
+    """The cell, and the YaRN flags of its entry (none: native, as published for 32k)."""
+    args = ["--cell", str(cell)]
+    if settings.get("yarn_factor"):
+        args += ["--yarn-factor", str(settings["yarn_factor"])]
+        args += ["--yarn-original-positions", str(settings["yarn_original_positions"])]
+        args += ["--yarn-max-positions", str(settings["yarn_max_positions"])]
+    return args
+
+
+def _compare(path, argv, where: Path, outdir: Path, records, env, timeout_s) -> dict[str, Any]:
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"path": task, "error": f"the official approach ran past {timeout_s:.0f} s"}
+        return {"path": path, "error": f"the official approach ran past {timeout_s:.0f} s"}
     if done.returncode:
         tail = done.stderr.strip().splitlines()[-3:]
-        return {"path": task, "error": " | ".join(tail) or f"exit {done.returncode}"}
+        return {"path": path, "error": " | ".join(tail) or f"exit {done.returncode}"}
     official = json.loads((where / "record.json").read_text())
-    ours = _ours(task, records)
-    row = {"path": task, "ours": ours, "official": official}
+    ours = _ours(path, records)
+    row = {"path": path, "ours": ours, "official": official}
     if ours["seconds"] > 0:
         row["official_over_ours_s"] = round(official["score_s"] / ours["seconds"], 3)
     if ours.get("gpu_peak_allocated_bytes") and official.get("gpu_peak_allocated_bytes"):
@@ -72,16 +85,20 @@ def _compare(task, argv, where: Path, outdir: Path, records, env, timeout_s) -> 
         )
     theirs = pl.read_parquet(where / "answers.parquet")
     row["agreement"] = (
-        _niah_agreement(outdir, theirs)
-        if task == "niah"
-        else _score_agreement(outdir, task, theirs)
+        _niah_agreement(outdir, path.removeprefix("niah "), theirs)
+        if path.startswith("niah ")
+        else _score_agreement(outdir, path, theirs)
     )
     return row
 
 
-def _ours(task: str, records: list[dict]) -> dict[str, Any]:
+def _ours(path: str, records: list[dict]) -> dict[str, Any]:
     """Our jobs of this path: seconds after their loads, summed; their largest GPU peak."""
-    command, folder = ("score-niah", "/native/") if task == "niah" else ("score-shard", f"/{task}/")
+    command, folder = (
+        ("score-niah", f"/suite/niah/{path.removeprefix('niah ')}/")
+        if path.startswith("niah ")
+        else ("score-shard", f"/{path}/")
+    )
     jobs = [r for r in records if r["command"] == command and folder in (r.get("out") or "")]
     peaks = [r["gpu_peak_allocated_bytes"] for r in jobs if "gpu_peak_allocated_bytes" in r]
     return {
@@ -96,9 +113,9 @@ def _score_agreement(outdir: Path, task: str, theirs: pl.DataFrame) -> dict[str,
     return score_agreement(pl.read_parquet(path), theirs)
 
 
-def _niah_agreement(outdir: Path, theirs: pl.DataFrame) -> dict[str, Any]:
-    found = sorted((outdir / "suite/niah/native").glob(f"*/{TARGET}/predictions.parquet"))
-    ours = pl.read_parquet(found[0]).select("uid", "pred", "target_ll", "negative_ll")
+def _niah_agreement(outdir: Path, cell: str, theirs: pl.DataFrame) -> dict[str, Any]:
+    predictions = outdir / "suite/niah" / cell / TARGET / "predictions.parquet"
+    ours = pl.read_parquet(predictions).select("uid", "pred", "target_ll", "negative_ll")
     both = ours.join(theirs, on="uid", suffix="_official")
     lls = [
         (both[c] - both[f"{c}_official"]).abs().max() or 0.0 for c in ("target_ll", "negative_ll")

@@ -37,15 +37,17 @@ class ProductSizes:
     shard_size: int = 18  # 36 variants a dataset: 2 shards, 2 score_shard jobs
     tile_bp: int = 49_146
     min_context: int = 24_000
-    scan_bp: int = 60_000  # scored bases of the scan region
+    scan_bp: int = 800_000  # scored bases: 32 tiles, two of the profile's batches
     prompts: int = 8
     prompt_bp: int = 6144
     new_tokens: int = 40
     pairs: int = 8
     pair_bp: int = 3000
-    niah_rows: int = 2
+    niah_rows: int = 2  # a cell at the native context
+    yarn_rows: int = 1  # a cell past it (64k, 128k: the official passes are the longest)
     yarn_factor: int = 4
     threads: int = 0  # jobs' torch threads (0: torch's default)
+    rerun_batch_tokens: int = 8192  # the batch_budgets rerun's (a few windows a batch)
 
 
 SMOKE_PRODUCT = ProductSizes(
@@ -63,7 +65,9 @@ SMOKE_PRODUCT = ProductSizes(
     pairs=2,
     pair_bp=120,
     niah_rows=2,
+    yarn_rows=1,
     threads=1,
+    rerun_batch_tokens=256,  # a toy window or two a batch
 )
 
 
@@ -105,7 +109,7 @@ def write_inputs(folder: Path, sizes: ProductSizes) -> ProductInputs:
     panel = random_acgt(panel_bp, rng)
     scan_bp = sizes.scan_bp + 2 * sizes.min_context
     genome = write_fasta(folder / "genome.fa", {"panel": panel, "scan": random_acgt(scan_bp, rng)})
-    ctx = 2 * sizes.positions  # the YaRN cell's context
+    ctx = 4 * sizes.positions  # the longest YaRN cell's context
     haystack = write_fasta(folder / "haystack.fa", {"hay": random_acgt(ctx * 6 * 2, rng)})
     sites = [first + i * spacing for i in range(sizes.sites)]
     return ProductInputs(
@@ -156,12 +160,14 @@ def write_config(
     only = [TARGET]
     panel = dict(panel=str(inputs.panel), reference=str(inputs.genome), build="synthetic")
     panel |= dict(label_column="LABEL", info_fields=["LABEL"], models=only)
-    niah = dict(source="build", reference=str(inputs.haystack), tasks=["neardup_d2"])
-    niah |= dict(rows=sizes.niah_rows, rows_per_job=sizes.niah_rows, models=only)
-    # the published override: YaRN from the native positions, max_position_embeddings twice
-    # them (65,536 for Carbon); the cell at twice the native context
+    niah = dict(source="build", reference=str(inputs.haystack), tasks=["neardup_d2"], models=only)
+    rows = dict(rows=sizes.niah_rows, rows_per_job=sizes.niah_rows)
+    # the published override (config/suite.yaml's genomic_niah_yarn4): YaRN x4 from the native
+    # positions, max_position_embeddings twice them (65,536 for Carbon); cells at twice and
+    # four times the native context
     yarn = dict(yarn_factor=sizes.yarn_factor, yarn_original_positions=sizes.positions)
     yarn |= dict(yarn_max_positions=2 * sizes.positions)
+    yarn |= dict(rows=sizes.yarn_rows, rows_per_job=sizes.yarn_rows)
     config = {
         "outdir": str(folder / "results"),
         "shard_size": sizes.shard_size,
@@ -195,8 +201,8 @@ def write_config(
             "perturbation": dict(kind="perturbation", path=str(inputs.pairs), models=only),
         },
         "niah": {
-            "native": dict(niah, contexts=[sizes.positions]),  # no YaRN, as published
-            "yarn": dict(niah, contexts=[2 * sizes.positions], **yarn),
+            "native": dict(niah, contexts=[sizes.positions], **rows),  # no YaRN, as published
+            "yarn": dict(niah, contexts=[2 * sizes.positions, 4 * sizes.positions], **yarn),
         },
     }
     path = folder / "config.yaml"

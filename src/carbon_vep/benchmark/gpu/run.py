@@ -1,4 +1,4 @@
-"""The GPU check's run: the steps in order within the time budget, the headline model first."""
+"""The GPU check's run: the steps in order within the time budget, the product's own jobs first."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import torch
 
 from carbon_vep.benchmark import known_answer
 from carbon_vep.benchmark.gpu.ablations import ablations
-from carbon_vep.benchmark.gpu.device import Budget, profile_table
+from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
 from carbon_vep.benchmark.gpu.host_memory import host_memory
-from carbon_vep.benchmark.gpu.niah import DEFAULT_CHUNKS, niah_phase
-from carbon_vep.benchmark.gpu.paths import measure, model_paths
-from carbon_vep.benchmark.gpu.precision import compare_precision, known_answer_aurocs
-from carbon_vep.benchmark.gpu.product import product
+from carbon_vep.benchmark.gpu.known_answer import known_answer_aurocs
+from carbon_vep.benchmark.gpu.product import job_env, product
+from carbon_vep.benchmark.gpu.product_setup import DRAFT, SMOKE_PRODUCT, TARGET, ProductSizes
 from carbon_vep.benchmark.gpu.report import environment, write_report
+from carbon_vep.benchmark.gpu.reruns import RERUNS, rerun
 from carbon_vep.benchmark.gpu.rollouts import rollouts
 from carbon_vep.benchmark.gpu.workload import (
     SMOKE,
@@ -35,34 +35,32 @@ from carbon_vep.benchmark.gpu.workload import (
     with_model,
 )
 from carbon_vep.benchmark.harness import bf16_peak_tflops
-from carbon_vep.config.gpus import (
-    CARBON_SHAPES,
-)
+from carbon_vep.config.gpus import CARBON_SHAPES
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.model.demo import make_tokenizer
 from carbon_vep.model.tokens import dna_vocab
 
 # The steps in the order they run, most valuable first: a run cut short by its budget still
 # answers the questions that matter, and `--steps` lets a second run take what a first skipped.
+# The product's jobs give every figure they can (the product step, its reruns, the rollouts as
+# recovery jobs); the steps in this process measure what no job gives: one function before and
+# after (ablations), a fresh process's load (host_memory), a model trained here (known_answer).
 STEPS = {
-    "product": "the product's own jobs: Snakemake with a GPU config, every model rule, bf16",
-    "precision": "Carbon-3B bf16 against float32 on every scoring path",
-    "centered": "Carbon-3B centered recipe (full_vocab, prefix sharing): tokens/s, % of peak",
-    "scan": "Carbon-3B genome scan chunk: SNVs/s, hg38 GPU-hours",
-    "niah": "Genomic-NIAH on our engine at 32k/64k/128k, against the published three passes",
-    "rollouts": "Carbon-3B long rollouts alone, batched and with a Carbon-500M draft",
-    "paths": "the other Carbon-3B paths (recipes, recovery, perturbation)",
-    "ablations": "Carbon-3B GPU costs removed, before and after",
-    "profiles": "torch-profiler tables of the Carbon-3B centered and scan paths",
+    "product": "the product's own jobs: Snakemake with a GPU config, every model rule, bf16, "
+    "beside the official scripts' approach",
+    "profiles": RERUNS["profiles"],
+    "batch_budgets": RERUNS["batch_budgets"],
+    "precision": RERUNS["precision"],
+    "rollouts": "Carbon-3B rollouts as recovery jobs: alone, batched, with a Carbon-500M draft",
+    "ablations": "Carbon-3B GPU costs removed, before and after (one function each)",
     "vllm": "the generation tasks on vLLM against our engine",
     "host_memory": "a model job's peak host memory loading each Carbon shape, against its mem_mb",
     "known_answer": "known-answer AUROC in float32, bf16 and bf16 + upcast",
-    "carbon_500m": "every path with Carbon-500M's shape",
+    "carbon_500m": RERUNS["carbon_500m"],
 }
-HEADLINE_STEPS = [
-    s for s in STEPS if s not in ("product", "host_memory", "known_answer", "carbon_500m")
-]
-PRODUCT_TIMEOUT_S = {"cuda": 300.0, "cpu": 1800.0}  # the workflow's own limit (its jobs stopped)
+IN_PROCESS_STEPS = ["ablations", "vllm"]  # on the --model shape, built here
+PRODUCT_TIMEOUT_S = {"cuda": 360.0, "cpu": 1800.0}  # the workflow's own limit (its jobs stopped)
+RERUN_TIMEOUT_S = {"cuda": 150.0, "cpu": 900.0}
 
 
 def parse_steps(text: str) -> list[str]:
@@ -89,12 +87,6 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         help="comma-separated steps to run, in the fixed order: " + ", ".join(STEPS),
     )
     parser.add_argument(
-        "--niah-prefill-chunks",
-        type=lambda text: tuple(int(v) for v in text.split(",")),
-        default=DEFAULT_CHUNKS,
-        help="comma-separated prefill chunks the niah step runs ours with (0 = whole prompt)",
-    )
-    parser.add_argument(
         "--vllm-python",
         help="the Python of the vLLM jobs (default: .venv-vllm/bin/python, else this one if it "
         "has vllm); none: skip the vLLM phase",
@@ -114,22 +106,14 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         "--model",
         choices=list(CARBON_SHAPES),
         default="Carbon-3B",
-        help="the shape the headline steps (precision .. vllm) run on (default Carbon-3B)",
-    )
-    parser.add_argument(
-        "--niah-contexts",
-        type=lambda text: tuple(int(v) for v in text.split(",")),
-        default=None,
-        help="comma-separated contexts of the niah step (default 32k, 64k, 128k)",
-    )
-    parser.add_argument(
-        "--niah-rows", type=int, default=None, help="rows a context in the niah step"
+        help="the shape the in-process steps (ablations, vllm) run on (default Carbon-3B)",
     )
     parser.add_argument(
         "--product-timeout-s",
         type=float,
         default=None,
-        help="the product step's limit on its Snakemake run (default 300 s; --smoke 1800)",
+        help="the product step's limit on its Snakemake run (default 360 s; --smoke 1800); "
+        "its reruns get half",
     )
     parser.add_argument(
         "--generation-only",
@@ -158,7 +142,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
 
 @dataclass
 class Run:
-    """The steps of one model, each written to the report as soon as it is done."""
+    """The steps, each written to the report as soon as it is done."""
 
     report: dict
     out: Path
@@ -166,15 +150,12 @@ class Run:
     device: torch.device
     sizes: Sizes
     peak: float
-    reference: Any
-    inputs: Inputs
     work: Path
-    vllm_python: str | None
     steps: list[str]
+    shapes: dict
+    vllm_python: str | None = None
     no_vllm_reason: str | None = None
-    niah_chunks: tuple[int, ...] = DEFAULT_CHUNKS
-    niah_contexts: tuple[int, ...] | None = None
-    niah_rows: int | None = None
+    product_timeout_s: float | None = None
 
     def save(self) -> None:
         write_report(self.report, self.out, self.budget)
@@ -182,61 +163,59 @@ class Run:
     def wants(self, step: str, needs_s: float) -> bool:
         return step in self.steps and self.budget.allows(f"{step}: {STEPS[step]}", needs_s)
 
-    def headline(self, model: Model) -> None:
-        """Carbon-3B: the steps in the order of STEPS."""
-        paths = model_paths(model, self.reference, self.inputs, self.work)
-        centered, scan = paths[0], paths[6]
-        if self.wants("precision", 45):
-            self.report["precision"] += compare_precision(model, self.reference, self.inputs)
-            self.save()
-        for step, path in (("centered", centered), ("scan", scan)):
-            if self.wants(step, 15):
-                self.measure(model, path)
-        if self.wants("niah", 60):
-            smoke = self.report["environment"]["smoke"]
-            self.report["niah"] += niah_phase(
-                model,
-                self.work,
-                self.device,
-                smoke,
-                self.budget,
-                self.niah_chunks,
-                self.niah_contexts,
-                self.niah_rows,
-            )
-            self.save()
-        if self.wants("rollouts", 90):
-            smoke = self.report["environment"]["smoke"]
-            self.report["rollouts"] = rollouts(model, self.device, self.sizes, smoke)
-            self.save()
-        if "paths" in self.steps:
-            for path in paths:
-                if path not in (centered, scan) and self.budget.allows(
-                    f"paths: {model.name} / {path.name}", 10
-                ):
-                    self.measure(model, path)
+    def limit(self, default: dict[str, float], share: float = 1.0) -> float:
+        """A workflow's limit: the asked (or default) seconds, within what the budget has left."""
+        asked = share * (self.product_timeout_s or 0) or default[self.device.type]
+        return min(asked, max(60.0, self.budget.seconds - self.budget.elapsed() - 30))
+
+    def product(self, tokenizer, vocab, smoke: bool) -> None:
+        limit = self.limit(PRODUCT_TIMEOUT_S)
+        self.report["product"] = product(
+            tokenizer, vocab, self.device, self.shapes, self.work, smoke, limit, self.peak
+        )
+        shutil.copy(self.work / "product/snakemake.log", self.out / "product_snakemake.log")
+        self.save()
+
+    def on_the_product(self, steps: list[str], smoke: bool) -> None:
+        """Steps that run the product's jobs again on its checkpoints and inputs: its workflow
+        with one change a step (benchmark/gpu/reruns.py), the rollouts as recovery jobs
+        (rollouts.py); only after a product run whose jobs all succeeded."""
+        done = self.report.get("product")
+        if not done or done["failed"]:
+            for step in (s for s in steps if s in self.steps):
+                self.budget.skipped.append(f"{step}: runs on the product step, which did not pass")
+            return
+        sizes = SMOKE_PRODUCT if smoke else ProductSizes()
+        folder = self.work / "product"
+        env = job_env(folder, sizes)
+        for step in steps:
+            if step == "rollouts" and self.wants(step, 90):
+                checkpoints = folder / TARGET, folder / DRAFT
+                work = self.work / "rollouts"
+                self.report["rollouts"] = rollouts(
+                    *checkpoints, work, self.sizes, env, self.device.type
+                )
+                self.save()
+            elif step != "rollouts" and self.wants(step, 60):
+                limit = self.limit(RERUN_TIMEOUT_S, 0.5)
+                result = rerun(step, folder, env, limit, self.shapes, self.peak, sizes)
+                self.report["reruns"][step] = result
+                if step == "profiles":
+                    self.write_profiles(result.get("profiles", {}))
+                self.save()
+
+    def write_profiles(self, tables: dict[str, str]) -> None:
+        text = "\n\n".join(f"{job}\n{table}" for job, table in tables.items())
+        (self.out / "profiles.txt").write_text(text + "\n")
+        print(text, file=sys.stderr)
+
+    def in_process(self, model: Model, inputs: Inputs, reference: Any) -> None:
+        """The steps measured in this process on the --model shape, in the order of STEPS."""
         if self.wants("ablations", 90):
-            self.report["ablations"] += ablations(
-                model, self.reference, self.inputs, self.work, self.device
-            )
+            self.report["ablations"] += ablations(model, reference, inputs, self.work, self.device)
             self.save()
-        if self.wants("profiles", 15):
-            for path, short in ((centered, "centered"), (scan, "scan")):
-                self.profile(model, path, short)
         if "vllm" in self.steps:
             self.vllm(model)
-
-    def measure(self, model: Model, path) -> None:
-        self.report["paths"].append(measure(model, path, self.device, self.sizes, self.peak))
-        self.save()
-
-    def profile(self, model: Model, path, short: str) -> None:
-        table = profile_table(path.run, self.device)
-        file = f"profile_{model.name}_{short}.txt"
-        (self.out / file).write_text(f"{model.name} / {path.name}\n{table}\n")
-        self.report["profiles"][file] = table
-        print(f"\n{model.name} / {path.name}\n{table}")
-        self.save()
 
     def vllm(self, model: Model) -> None:
         if self.vllm_python is None and self.no_vllm_reason:
@@ -254,12 +233,6 @@ class Run:
             )
             self.save()
 
-    def other_paths(self, model: Model) -> None:
-        """Carbon-500M: every path, nothing else."""
-        for path in model_paths(model, self.reference, self.inputs, self.work):
-            if self.budget.allows(f"carbon_500m: {model.name} / {path.name}", 10):
-                self.measure(model, path)
-
 
 def _run(
     args: argparse.Namespace, out: Path, device: torch.device, sizes: Sizes, started: float
@@ -270,16 +243,13 @@ def _run(
     peak = bf16_peak_tflops(device, peak_n, peak_iters)
     report: dict = {
         "environment": environment(device, args.smoke, peak, peak_n),
-        "paths": [],
+        "product": None,
+        "reruns": {},
         "ablations": [],
-        "precision": [],
         "known_answer": [],
-        "niah": [],
         "generation": [],
         "rollouts": {},
         "host_memory": [],
-        "product": None,
-        "profiles": {},
         "steps": args.steps,
         "skipped": budget.skipped,
     }
@@ -294,45 +264,45 @@ def _run(
         tokenizer = known_answer.make_tokenizer(work) if args.smoke else make_tokenizer()
         vocab = dna_vocab(tokenizer)
         report["environment"]["vocabulary"] = len(tokenizer)
-        if "product" in args.steps and budget.allows(f"product: {STEPS['product']}", 120):
-            limit = args.product_timeout_s or PRODUCT_TIMEOUT_S[device.type]
-            limit = min(limit, max(60.0, args.budget_s - budget.elapsed() - 30))
-            report["product"] = product(tokenizer, vocab, device, shapes, work, args.smoke, limit)
-            shutil.copy(work / "product/snakemake.log", out / "product_snakemake.log")
-            write_report(report, out, budget)
-        inputs = make_inputs(work, sizes)
-        with open_reference(inputs.fasta) as reference:
-            run = Run(
-                report,
-                out,
-                budget,
-                device,
-                sizes,
-                peak,
-                reference,
-                inputs,
-                work,
-                find_vllm_python(args.vllm_python),
-                args.steps,
-                args.no_vllm_reason,
-                args.niah_prefill_chunks,
-                args.niah_contexts,
-                args.niah_rows,
+        run = Run(
+            report,
+            out,
+            budget,
+            device,
+            sizes,
+            peak,
+            work,
+            args.steps,
+            shapes,
+            find_vllm_python(args.vllm_python),
+            args.no_vllm_reason,
+            args.product_timeout_s,
+        )
+        if run.wants("product", 120):
+            run.product(tokenizer, vocab, args.smoke)
+        run.on_the_product(["profiles", "batch_budgets", "precision", "rollouts"], args.smoke)
+        if any(s in args.steps for s in IN_PROCESS_STEPS) and budget.allows(args.model, 40):
+            inputs = make_inputs(work, sizes)
+            with open_reference(inputs.fasta) as reference:
+                with_model(
+                    tokenizer,
+                    vocab,
+                    device,
+                    args.model,
+                    shapes,
+                    lambda model: run.in_process(model, inputs, reference),
+                )
+        if run.wants("host_memory", 30):
+            report["host_memory"] = host_memory(
+                tokenizer, vocab, device, shapes, work, budget, args.smoke
             )
-            if any(s in args.steps for s in HEADLINE_STEPS) and budget.allows(args.model, 40):
-                with_model(tokenizer, vocab, device, args.model, shapes, run.headline)
-            if run.wants("host_memory", 30):
-                report["host_memory"] = host_memory(
-                    tokenizer, vocab, device, shapes, work, budget, args.smoke
-                )
-                run.save()
-            if run.wants("known_answer", 30):
-                report["known_answer"] = known_answer_aurocs(
-                    device, work / "known_answer", sizes.known_answer_steps
-                )
-                run.save()
-            if run.wants("carbon_500m", 25):
-                with_model(tokenizer, vocab, device, "Carbon-500M", shapes, run.other_paths)
+            run.save()
+        if run.wants("known_answer", 30):
+            report["known_answer"] = known_answer_aurocs(
+                device, work / "known_answer", sizes.known_answer_steps
+            )
+            run.save()
+        run.on_the_product(["carbon_500m"], args.smoke)
     write_report(report, out, budget)
     print((out / "gpu_check.md").read_text())
     return report

@@ -12,7 +12,6 @@ import numpy as np
 import polars as pl
 import torch
 
-from carbon_vep.benchmark.gpu.device import BodyCounter
 from carbon_vep.benchmark.synthetic import random_acgt, write_fasta
 from carbon_vep.config.gpus import (
     profile_batch_tokens,
@@ -111,7 +110,6 @@ class Model:
     name: str
     shape: dict[str, int]
     loaded: LoadedModel
-    counter: BodyCounter
     batch_tokens: int
 
     def engine(self, upcast: bool = False, batch_tokens: int | None = None) -> Engine:
@@ -157,7 +155,7 @@ def random_model(
     # what the GPU profiles set for a GPU of this memory (config/gpus.py); a toy CPU budget
     total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else 0
     tokens = profile_batch_tokens(total / 1e9) if total else 4096
-    return Model(name, shape, loaded, BodyCounter(model.get_decoder(), shape), tokens)
+    return Model(name, shape, loaded, tokens)
 
 
 def save_checkpoint(model: Model, folder: Path) -> Path:
@@ -265,20 +263,3 @@ def pair_rows(
         changed = original[: middle - 24] + shuffled + original[middle + 24 :]
         rows.append({"original_sequence": original, "sequence": changed})
     return rows
-
-
-def recovery_table(inputs: Inputs, sizes: Sizes) -> pl.DataFrame:
-    rows = recovery_rows(inputs.genome, inputs.sites, sizes.prompts, sizes.prompt_bp)
-    return _with_row_ids(pl.DataFrame(rows))
-
-
-def pair_table(inputs: Inputs, sizes: Sizes) -> pl.DataFrame:
-    rng = np.random.default_rng(1)
-    rows = pair_rows(inputs.genome, inputs.sites, sizes.pairs, sizes.pair_bp, rng)
-    return _with_row_ids(pl.DataFrame(rows))
-
-
-def _with_row_ids(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"), pl.lit("gpu-check").alias("source")
-    )

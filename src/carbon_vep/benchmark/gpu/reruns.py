@@ -1,0 +1,214 @@
+"""The GPU check's steps that run the product again with one thing changed, beside the product
+step's own run: the same checkpoints, inputs and Snakefile, a config derived from the product's,
+each job through `carbon-vep` as before, read from the jobs' records and the merged outputs.
+
+- `precision`: the models in float32. The bf16 product's answers against these (the panel's
+  log-likelihoods and scores, the perturbation pairs' scores, the scan's per-base log
+  marginals): how far bf16 moves an answer, on the jobs users run.
+- `batch_budgets`: the engines' token budget at ProductSizes.rerun_batch_tokens (8,192) instead
+  of the profile's 131,072: windows batch, and scan tiles group, differently; the largest
+  difference that makes to an answer in bf16 (batching may round differently, never move a
+  result).
+
+Every rerun scores each dataset as one shard (the product: two), so its answers are also those
+of another shard size.
+- `profiles`: the centered recipe and the scan under torch's profiler (model.job_record's
+  PROFILE_ENV), the ten costliest operators of each job.
+- `carbon_500m`: the recipes and the scan with Carbon-500M's shape as the scored model.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import yaml
+
+from carbon_vep.benchmark.gpu.product import job_records, rule_table, rules_markdown, run_workflow
+from carbon_vep.benchmark.gpu.product_setup import DRAFT, TARGET, ProductSizes
+from carbon_vep.benchmark.harness import VARIANT_COLUMNS
+from carbon_vep.markdown import table as markdown_table
+from carbon_vep.model.job_record import PROFILE_ENV, RECORDS_ENV
+from carbon_vep.workflow.paths import RunPaths
+
+RERUNS = {
+    "precision": "the product's jobs again in float32: how far bf16 moves each answer",
+    "batch_budgets": "the product's recipes and scan at another token budget: bf16 differences",
+    "profiles": "torch-profiler tables of the product's centered and scan jobs",
+    "carbon_500m": "the product's recipes and scan with Carbon-500M's shape",
+}
+SCORE_COLUMNS = ("score", "ref_ll", "alt_ll")
+PAIR_COLUMNS = ("margin", "score_original", "score_perturbed")
+
+
+def rerun(
+    step: str,
+    product_folder: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    shapes: dict,
+    peak: float,
+    sizes: ProductSizes,
+) -> dict[str, Any]:
+    """Run the product's workflow again with `step`'s change; its rule table, and its answers
+    against the product's where the step compares them."""
+    base = yaml.safe_load((product_folder / "config.yaml").read_text())
+    folder = product_folder.parent / f"product_{step}"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = _changed(step, base, folder)
+    overrides = [f"batch_tokens={sizes.rerun_batch_tokens}"] if step == "batch_budgets" else []
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    env = dict(env, **{RECORDS_ENV: str(folder / "jobs")})
+    if step == "profiles":
+        env[PROFILE_ENV] = str(folder / "profiles")
+    done = run_workflow(path, folder, env, timeout_s, overrides, _targets(config))
+    records = job_records(folder / "jobs")
+    shape = shapes["Carbon-500M" if step == "carbon_500m" else "Carbon-3B"]
+    result: dict[str, Any] = {
+        "step": step,
+        "change": RERUNS[step],
+        "snakemake": done,
+        "rules": rule_table(records, shape, peak),
+    }
+    result["failed"] = done["returncode"] != 0 or any(r["failed"] for r in result["rules"])
+    if result["failed"]:
+        return result
+    if step in ("precision", "batch_budgets"):
+        result["differences"] = differences(Path(base["outdir"]), Path(config["outdir"]))
+    if step == "profiles":
+        result["profiles"] = {
+            p.stem: p.read_text() for p in sorted((folder / "profiles").glob("*.txt"))
+        }
+    return result
+
+
+def _changed(step: str, base: dict, folder: Path) -> dict:
+    """The product's config with the step's change (batch_budgets': a `--config` override)."""
+    config = copy.deepcopy(base)
+    config["outdir"] = str(folder / "results")
+    config["shard_size"] = 10**6  # one shard a dataset
+    for section in ("niah", "tasks") if step != "precision" else ("niah",):
+        config.pop(section, None)
+    if step == "precision":
+        for model in config["models"].values():
+            model["dtype"] = "float32"
+        config["tasks"].pop("recovery", None)  # greedy text: compared as exact, not as a margin
+        return config
+    if step == "batch_budgets":
+        return config
+    if step == "profiles":
+        config["datasets"].pop("nexttoken")
+        return config
+    # carbon_500m: the draft's checkpoint scored as the model
+    draft = {k: v for k, v in config["models"][DRAFT].items()}
+    config["models"] = {DRAFT: draft}
+    for entry in (*config["datasets"].values(), *config["scans"].values()):
+        entry["models"] = [DRAFT]
+    return config
+
+
+def _targets(config: dict) -> list[str]:
+    """The outputs a rerun compares or counts (the merged scores, the pairs' predictions, the
+    scan's positions), not the whole run: no results table, report or tracks."""
+    paths = RunPaths(config["outdir"])
+    targets = []
+    for dataset, entry in config["datasets"].items():
+        targets += [paths.scores.format(dataset=dataset, model=m) for m in entry["models"]]
+    for task, entry in config.get("tasks", {}).items():
+        targets += [paths.task_predictions.format(task=task, model=m) for m in entry["models"]]
+    for scan, entry in config["scans"].items():
+        for model in entry["models"]:
+            scan_dir = paths.scan_dir.format(scan=scan, model=model)
+            targets += [f"{scan_dir}/positions/{r.split(':')[0]}.parquet" for r in entry["regions"]]
+    return targets
+
+
+# ---- answers against the product's ----------------------------------------------------------
+def differences(product_out: Path, rerun_out: Path) -> list[dict[str, Any]]:
+    """Per output the two runs share: rows compared, the largest and the median absolute
+    difference of its values, and the Spearman of its scores where it has them."""
+    paths = first, second = RunPaths(str(product_out)), RunPaths(str(rerun_out))
+    rows = []
+    for dataset in ("centered", "nexttoken"):
+        a, b = (Path(p.scores.format(dataset=dataset, model=TARGET)) for p in paths)
+        if a.exists() and b.exists():
+            rows.append(_compare(dataset, _scored(a), _scored(b), VARIANT_COLUMNS, SCORE_COLUMNS))
+    a, b = (Path(p.task_predictions.format(task="perturbation", model=TARGET)) for p in paths)
+    if a.exists() and b.exists():
+        frames = [pl.read_parquet(p).filter(pl.col("status") == "scored") for p in (a, b)]
+        rows.append(_compare("perturbation", *frames, ["row_id"], PAIR_COLUMNS))
+    for a in sorted(Path(first.scan_dir.format(scan="scan", model=TARGET)).glob("positions/*")):
+        b = Path(second.scan_dir.format(scan="scan", model=TARGET)) / "positions" / a.name
+        if b.exists():
+            frames = [pl.read_parquet(p) for p in (a, b)]
+            marginals = tuple(c for c in frames[0].columns if c.startswith("log_"))
+            rows.append(_compare(f"scan {a.stem}", *frames, ["chrom", "pos"], marginals))
+    return rows
+
+
+def _scored(path: Path) -> pl.DataFrame:
+    return pl.read_parquet(path).filter(pl.col("status") == "scored")
+
+
+def _compare(name: str, a: pl.DataFrame, b: pl.DataFrame, keys, columns) -> dict[str, Any]:
+    both = a.select(*keys, *columns).join(b.select(*keys, *columns), on=keys, suffix="_rerun")
+    diff = np.concatenate(
+        [
+            (both[c].cast(pl.Float64) - both[f"{c}_rerun"].cast(pl.Float64)).abs().to_numpy()
+            for c in columns
+        ]
+    )
+    row = {
+        "output": name,
+        "rows": both.height,
+        "unmatched": max(a.height, b.height) - both.height,
+        "values": ", ".join(columns),
+        "max_abs_difference": float(np.nanmax(diff)) if diff.size else 0.0,
+        "median_abs_difference": float(np.nanmedian(diff)) if diff.size else 0.0,
+    }
+    score = columns[0]
+    if score in ("score", "margin") and both.height > 1:
+        rho = both.select(pl.corr(score, f"{score}_rerun", method="spearman")).item()
+        row["spearman"] = None if rho is None else float(rho)
+        row["score_sd"] = float(both[f"{score}_rerun"].std() or 0.0)
+    return row
+
+
+# ---- the report's section --------------------------------------------------------------------
+def markdown_part(result: dict[str, Any]) -> str:
+    done = result["snakemake"]
+    verdict = "**failed**" if result["failed"] else "every job succeeded"
+    parts = [
+        f"Rerun `{result['step']}`: {result['change']} ({verdict}, exit {done['returncode']}, "
+        f"{done['wall_s']:.0f} s).",
+        rules_markdown(result["rules"]),
+    ]
+    if result.get("differences"):
+        against = "float32 (the reference)" if result["step"] == "precision" else "the product"
+        parts.append(f"The product's bf16 answers against this run's, {against}:")
+        header = ["output", "rows", "unmatched", "values", "max abs Δ", "median abs Δ"]
+        header += ["Spearman of scores", "score sd"]
+        rows = [
+            [
+                r["output"],
+                r["rows"],
+                r["unmatched"],
+                r["values"],
+                f"{r['max_abs_difference']:.2e}",
+                f"{r['median_abs_difference']:.2e}",
+                f"{r['spearman']:.4f}" if r.get("spearman") is not None else "—",
+                f"{r['score_sd']:.2e}" if "score_sd" in r else "—",
+            ]
+            for r in result["differences"]
+        ]
+        parts.append(markdown_table(header, rows))
+    if result.get("profiles"):
+        names = ", ".join(f"`{name}`" for name in result["profiles"])
+        parts.append(f"Profiler top-10 tables in profiles.txt: {names}.")
+    if done.get("tail"):
+        parts.append("Snakemake's tail:\n\n```\n" + done["tail"] + "\n```")
+    return "\n\n".join(parts)
