@@ -224,12 +224,37 @@ def test_batch_size_does_not_change_scores(loaded, reference):
 
 
 def test_chunked_normaliser_equals_unchunked(loaded):
-    engine = engine_for(loaded, vocab_chunk=1000, position_chunk=7)
+    engine = engine_for(loaded, vocab_chunk=1000, position_chunk=7, cpu_tile=(5, 1000))
     ids = loaded.vocab.encode("ACGTACGGATCCATGCAT" * 4)
     ours = published.token_log_likelihoods(engine, [ids], "full_vocab")[0]
     log_probs, tok_ids = full_log_probs(loaded, "ACGTACGGATCCATGCAT" * 4)
     expected = log_probs[:-1].gather(-1, tok_ids[1:, None])[:, 0].numpy()
     assert np.allclose(ours, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["float32", "float32 with a bias", "float64 (not in place)"])
+def test_cpu_normaliser_tiles_equal_one_logsumexp(loaded, head):
+    """The CPU's tiled normaliser, tiles cut with remainders both ways (73 rows in tiles of 7,
+    155,776 entries in tiles of 1,000), against one log-sum-exp over full logits: a tile edge
+    off by one, a dropped last tile or a bias added to the wrong entries moves it by > 1e-3."""
+    engine = engine_for(loaded, cpu_tile=(7, 1000))
+    weight = engine.out_weight.double()
+    bias = torch.zeros(weight.shape[0], dtype=torch.float64)
+    if "bias" in head:
+        bias = torch.randn(weight.shape[0], generator=torch.Generator().manual_seed(0)) * 3
+        engine.out_bias = bias.float()
+        bias = engine.out_bias.double()
+    if "float64" in head:
+        engine.head_dtype = torch.float64
+    hidden = engine.hidden_states([loaded.vocab.encode("ACGTACGGATCCATGCAT" * 24)])[0][0]
+    assert hidden.shape[0] == 73
+    expected = torch.logsumexp(hidden.double() @ weight.T + bias, dim=-1)
+    threads = torch.get_num_threads()
+    ours = engine.full_logsumexp(hidden)  # 11 row tiles: one thread each of torch's threads
+    assert torch.get_num_threads() == threads  # restored after the call
+    assert torch.allclose(ours.double(), expected, atol=1e-5, rtol=0)
+    alone = torch.cat([engine.full_logsumexp(hidden[i : i + 1]) for i in (0, 40, 72)])
+    assert torch.allclose(alone, ours[[0, 40, 72]], atol=1e-6, rtol=0)  # other rows: no effect
 
 
 def test_variant_in_trimmed_tail_is_skipped_not_dropped(loaded, reference):

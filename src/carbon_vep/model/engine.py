@@ -20,7 +20,9 @@ evaluation's `--upcast_lm_head` does to reduce bf16 rounding of the logits).
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +33,9 @@ from carbon_vep.model.batching import release_memory, run_sorted
 from carbon_vep.model.tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
+# The CPU's full-vocabulary normaliser tile (rows, vocabulary entries): 2 MB of float32 logits,
+# within one core's L2 cache on the machines measured (docs/performance.md)
+CPU_LSE_TILE = (256, 2048)
 
 
 class ContextTooLongError(ValueError):
@@ -61,10 +66,12 @@ class Engine:
         *,
         batch_tokens: int = 0,  # ModelSettings.batch_tokens: tokens per forward pass (0: none)
         upcast_output_layer: bool = False,  # ModelSettings.upcast_output_layer
+        cpu_tile: tuple[int, int] = CPU_LSE_TILE,  # the CPU normaliser's tile (rows, entries)
     ) -> None:
         self.model, self.vocab, self.device = model, vocab, device
         self.batch_size, self.batch_tokens = batch_size, batch_tokens
         self.vocab_chunk, self.position_chunk = vocab_chunk, position_chunk
+        self.cpu_tile = cpu_tile
         head = model.get_output_embeddings()
         self.out_weight = head.weight  # [V, H], used in chunks only
         self.out_bias = getattr(head, "bias", None)
@@ -146,7 +153,12 @@ class Engine:
         return logits if bias is None else logits + bias.float()
 
     def full_logsumexp(self, hidden: torch.Tensor) -> torch.Tensor:
-        """log Σ_v exp(logit_v) over the whole vocabulary, chunked; hidden [N, H] -> [N]."""
+        """log Σ_v exp(logit_v) over the whole vocabulary, chunked; hidden [N, H] -> [N].
+
+        On a CPU in cache-sized tiles (`_full_logsumexp_tiles`); on a GPU in vocabulary chunks
+        of all the rows at once (few, large kernels)."""
+        if hidden.device.type == "cpu":
+            return self._full_logsumexp_tiles(hidden)
         total = torch.full((hidden.shape[0],), -torch.inf, device=hidden.device)
         vocab_rows = self.out_weight.shape[0]
         for lo in range(0, vocab_rows, self.vocab_chunk):
@@ -155,6 +167,62 @@ class Engine:
             chunk = self.logits(hidden, self.out_weight[lo:hi], bias)
             total = torch.logaddexp(total, torch.logsumexp(chunk, dim=-1))
         return total
+
+    def _full_logsumexp_tiles(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The CPU's full-vocabulary log-sum-exp, in tiles of `cpu_tile` (rows x vocabulary
+        entries, CPU_LSE_TILE: 2 MB of float32 logits, within a core's cache from the product to
+        the sum): each tile's logits written into its thread's buffer, shifted by their row
+        maxima and exponentiated in place, and summed; the tiles' (maximum, sum) pairs combined
+        per row at the end. The same value as one log-softmax's normaliser to float rounding,
+        and a row's value does not depend on the other rows (the vocabulary tiles are fixed).
+
+        The row tiles go to one Python thread per torch thread, each running its ops on one
+        core (torch's thread count is 1 during the call, restored after): no op waits for a
+        second core, so a core taken by another process slows the call by its share instead of
+        stalling every op. Measured 4x faster on 2 idle cores than vocabulary chunks of all the
+        rows (docs/performance.md), which allocate each chunk's logits (up to 134 MB) afresh and
+        stream them through memory five times."""
+        tile_rows, tile_vocab = self.cpu_tile
+        n, vocab_rows = hidden.shape[0], self.out_weight.shape[0]
+        chunks = range(0, vocab_rows, tile_vocab)
+        maxes = torch.empty(n, len(chunks))
+        sums = torch.empty(n, len(chunks))
+        in_place = self.head_dtype == self.out_weight.dtype == torch.float32
+        rows_all = hidden.detach().to(self.head_dtype)
+        local = threading.local()
+
+        @torch.inference_mode()  # grad mode is per thread: no autograd in the workers either
+        def row_tile(lo: int) -> None:
+            rows = rows_all[lo : lo + tile_rows]
+            if in_place and not hasattr(local, "buffer"):
+                local.buffer = torch.empty(min(n, tile_rows) * tile_vocab)
+            for j, start in enumerate(chunks):
+                stop = min(start + tile_vocab, vocab_rows)
+                bias = None if self.out_bias is None else self.out_bias[start:stop]
+                if in_place:
+                    tile = local.buffer[: rows.shape[0] * (stop - start)].view(rows.shape[0], -1)
+                    torch.mm(rows, self.out_weight[start:stop].T, out=tile)
+                    if bias is not None:
+                        tile.add_(bias.float())
+                else:
+                    tile = self.logits(rows, self.out_weight[start:stop], bias)
+                top = tile.amax(dim=1, keepdim=True)
+                torch.sum(tile.sub_(top).exp_(), dim=1, out=sums[lo : lo + rows.shape[0], j])
+                maxes[lo : lo + rows.shape[0], j] = top[:, 0]
+
+        starts = range(0, n, tile_rows)
+        threads = torch.get_num_threads()
+        if threads == 1 or len(starts) == 1:
+            for lo in starts:
+                row_tile(lo)
+        else:
+            torch.set_num_threads(1)
+            try:
+                with ThreadPoolExecutor(min(threads, len(starts))) as pool:
+                    list(pool.map(row_tile, starts))
+            finally:
+                torch.set_num_threads(threads)
+        return torch.logsumexp(maxes + sums.log(), dim=1)
 
     def dna_log_probs(self, hidden: torch.Tensor, normalization: str) -> torch.Tensor:
         """log p(k-mer) for all 4**k k-mers at each position: hidden [N, H] -> [N, 4**k]."""
