@@ -286,8 +286,8 @@ def scan_figures(outdir: Path) -> dict[str, Any] | None:
     chunks = [json.loads(p.read_text()) for p in sorted(scan_dir.glob("chunks/chunk_*.json"))]
     if not chunks:
         return None
-    total = {k: sum(c.get(k) or 0.0 for c in chunks) for k in ("bases", "wall_s", "forward_s")}
-    total |= {k: sum(c.get(k) or 0.0 for c in chunks) for k in ("device_s", "writer_wait_s")}
+    keys = ("bases", "wall_s", "forward_s", "device_s", "writer_wait_s")
+    total = {k: sum(c.get(k) or 0.0 for c in chunks) for k in keys}
     rate = total["bases"] / total["wall_s"] if total["wall_s"] > 0 else 0.0
     return {
         "chunks": len(chunks),

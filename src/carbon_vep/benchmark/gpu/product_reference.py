@@ -34,18 +34,21 @@ def compare_with_official(
     deadline = time.monotonic() + timeout_s
     outdir = Path(config["outdir"])
     model = config["models"][TARGET]
-    runs = [(task, task, _panel_args(config["datasets"][task])) for task in PANEL_TASKS]
+    # (what the path is, the output folder under suite/niah for a NIAH cell, the task's flags)
+    runs = [(task, None, _panel_args(config["datasets"][task])) for task in PANEL_TASKS]
     for entry, settings in config.get("niah", {}).items():
         for cell in sorted((outdir / "niah" / entry / "cells").glob("*.parquet")):
-            runs.append((f"niah {entry}/{cell.stem}", "niah", _niah_args(cell, settings)))
+            where = f"{entry}/{cell.stem}"
+            runs.append((f"niah {where}", where, _niah_args(cell, settings)))
     rows = []
-    for path, task, args in runs:
+    for path, niah_cell, args in runs:
+        task = "niah" if niah_cell else path
         where = outdir / "official" / path.replace(" ", "_").replace("/", "_")
         argv = [sys.executable, "-m", "carbon_vep.benchmark.reference_job", "--task", task]
         argv += ["--model", model["path"], "--dtype", model["dtype"], "--device", model["device"]]
         argv += ["--out", str(where / "answers.parquet"), "--record", str(where / "record.json")]
         left = max(1.0, deadline - time.monotonic())
-        rows.append(_compare(path, argv + args, where, outdir, records, env, left))
+        rows.append(_compare(path, niah_cell, argv + args, where, outdir, records, env, left))
     return rows
 
 
@@ -66,7 +69,9 @@ def _niah_args(cell: Path, settings: dict[str, Any]) -> list[str]:
     return args
 
 
-def _compare(path, argv, where: Path, outdir: Path, records, env, timeout_s) -> dict[str, Any]:
+def _compare(
+    path, niah_cell, argv, where: Path, outdir: Path, records, env, timeout_s
+) -> dict[str, Any]:
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -75,7 +80,7 @@ def _compare(path, argv, where: Path, outdir: Path, records, env, timeout_s) -> 
         tail = done.stderr.strip().splitlines()[-3:]
         return {"path": path, "error": " | ".join(tail) or f"exit {done.returncode}"}
     official = json.loads((where / "record.json").read_text())
-    ours = _ours(path, records)
+    ours = _ours(path, niah_cell, records)
     row = {"path": path, "ours": ours, "official": official}
     if ours["seconds"] > 0:
         row["official_over_ours_s"] = round(official["score_s"] / ours["seconds"], 3)
@@ -85,19 +90,17 @@ def _compare(path, argv, where: Path, outdir: Path, records, env, timeout_s) -> 
         )
     theirs = pl.read_parquet(where / "answers.parquet")
     row["agreement"] = (
-        _niah_agreement(outdir, path.removeprefix("niah "), theirs)
-        if path.startswith("niah ")
+        _niah_agreement(outdir, niah_cell, theirs)
+        if niah_cell
         else _score_agreement(outdir, path, theirs)
     )
     return row
 
 
-def _ours(path: str, records: list[dict]) -> dict[str, Any]:
+def _ours(path: str, niah_cell: str | None, records: list[dict]) -> dict[str, Any]:
     """Our jobs of this path: seconds after their loads, summed; their largest GPU peak."""
     command, folder = (
-        ("score-niah", f"/suite/niah/{path.removeprefix('niah ')}/")
-        if path.startswith("niah ")
-        else ("score-shard", f"/{path}/")
+        ("score-niah", f"/suite/niah/{niah_cell}/") if niah_cell else ("score-shard", f"/{path}/")
     )
     jobs = [r for r in records if r["command"] == command and folder in (r.get("out") or "")]
     peaks = [r["gpu_peak_allocated_bytes"] for r in jobs if "gpu_peak_allocated_bytes" in r]

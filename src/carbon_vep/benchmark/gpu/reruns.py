@@ -9,12 +9,12 @@ each job through `carbon-vep` as before, read from the jobs' records and the mer
   of the profile's 131,072: windows batch, and scan tiles group, differently; the largest
   difference that makes to an answer in bf16 (batching may round differently, never move a
   result).
-
-Every rerun scores each dataset as one shard (the product: two), so its answers are also those
-of another shard size.
 - `profiles`: the centered recipe and the scan under torch's profiler (model.job_record's
   PROFILE_ENV), the ten costliest operators of each job.
 - `carbon_500m`: the recipes and the scan with Carbon-500M's shape as the scored model.
+
+Every rerun scores each dataset as one shard (the product: two), so its answers are also those
+of another shard size.
 """
 
 from __future__ import annotations
@@ -104,8 +104,7 @@ def _changed(step: str, base: dict, folder: Path) -> dict:
         config["datasets"].pop("nexttoken")
         return config
     # carbon_500m: the draft's checkpoint scored as the model
-    draft = {k: v for k, v in config["models"][DRAFT].items()}
-    config["models"] = {DRAFT: draft}
+    config["models"] = {DRAFT: config["models"][DRAFT]}
     for entry in (*config["datasets"].values(), *config["scans"].values()):
         entry["models"] = [DRAFT]
     return config
@@ -139,8 +138,7 @@ def differences(product_out: Path, rerun_out: Path) -> list[dict[str, Any]]:
             rows.append(_compare(dataset, _scored(a), _scored(b), VARIANT_COLUMNS, SCORE_COLUMNS))
     a, b = (Path(p.task_predictions.format(task="perturbation", model=TARGET)) for p in paths)
     if a.exists() and b.exists():
-        frames = [pl.read_parquet(p).filter(pl.col("status") == "scored") for p in (a, b)]
-        rows.append(_compare("perturbation", *frames, ["row_id"], PAIR_COLUMNS))
+        rows.append(_compare("perturbation", _scored(a), _scored(b), ["row_id"], PAIR_COLUMNS))
     for a in sorted(Path(first.scan_dir.format(scan="scan", model=TARGET)).glob("positions/*")):
         b = Path(second.scan_dir.format(scan="scan", model=TARGET)) / "positions" / a.name
         if b.exists():

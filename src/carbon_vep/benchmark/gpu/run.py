@@ -189,20 +189,21 @@ class Run:
         folder = self.work / "product"
         env = job_env(folder, sizes)
         for step in steps:
-            if step == "rollouts" and self.wants(step, 90):
+            if not self.wants(step, 90 if step == "rollouts" else 60):
+                continue
+            if step == "rollouts":
                 checkpoints = folder / TARGET, folder / DRAFT
                 work = self.work / "rollouts"
                 self.report["rollouts"] = rollouts(
                     *checkpoints, work, self.sizes, env, self.device.type
                 )
-                self.save()
-            elif step != "rollouts" and self.wants(step, 60):
+            else:
                 limit = self.limit(RERUN_TIMEOUT_S, 0.5)
                 result = rerun(step, folder, env, limit, self.shapes, self.peak, sizes)
                 self.report["reruns"][step] = result
                 if step == "profiles":
                     self.write_profiles(result.get("profiles", {}))
-                self.save()
+            self.save()
 
     def write_profiles(self, tables: dict[str, str]) -> None:
         text = "\n\n".join(f"{job}\n{table}" for job, table in tables.items())
