@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check on the lent device machine, in one `run` call (docs/gpu.md#the-lent-device-machine-make-gpu-kit-scriptsgpu_runsh):
-#   bash scripts/gpu_run.sh [flags of python -m carbon_vep.benchmark.gpu, e.g. --steps ablations]
+#   bash scripts/gpu_run.sh [flags of python -m carbon_vep.benchmark.gpu, e.g. --steps vllm]
 # The kit (.whl/, from `make gpu-kit` here, carried with the call) is installed into
 # $GPU_KIT_SITE (/tmp/site) as the device README says (no index, no dependencies, --target);
 # then the check runs, unbuffered, with its results, the product step's Snakemake log and this log

@@ -17,7 +17,7 @@ import torch
 from carbon_vep.benchmark import generate
 from carbon_vep.benchmark.gpu.rollouts import markdown, rollouts
 from carbon_vep.benchmark.gpu.workload import BF16, SMOKE, TOY_SHAPES, random_model, save_checkpoint
-from carbon_vep.benchmark.harness import PROJECT_ROOT
+from carbon_vep.benchmark.harness import PROJECT_ROOT, Measured
 from carbon_vep.benchmark.known_answer import make_tokenizer
 from carbon_vep.benchmark.vllm import VLLM_EXE, times_path
 from carbon_vep.model.tokens import dna_vocab
@@ -171,3 +171,47 @@ def test_bench_generate_runs_vllms_jobs_beside_ours():
         assert job["output_tokens"] == 24 and job["tokens_per_s"] > 0
     assert vllm["vllm_drafted"]["speculative"]["draft_tokens"] > 0  # vLLM's counter
     assert 0 <= vllm["vllm_drafted"]["acceptance_rate"] <= 1 and result["drafted_identical"]
+
+
+def test_the_time_limit_stops_a_job_and_skips_the_rest_keeping_what_ran(tmp_path, monkeypatch):
+    """The GPU check's budget: the job running at the limit is stopped (the harness's exit 124),
+    the jobs after it are not started, and the jobs before it keep their figures."""
+    a = "ACGTAC" * NEW
+    started = []
+
+    def fake_run_command(argv, env=None, timeout_s=None, **_):
+        key = next(p for p in map(str, argv) if p.endswith(".parquet")).split("/")[-1][:-8]
+        started.append((key, timeout_s))
+        if key == "draft":
+            raise generate.StepFailed(f"carbon-vep ... exited {generate.TIMED_OUT}:\ntimed out")
+        write_job(tmp_path / "w", key, [a], 0.8)  # what the job writes, read back by rollout_jobs
+        return Measured(1.0, 100.0)
+
+    monkeypatch.setattr(generate, "run_command", fake_run_command)
+    prompts = generate.random_prompts(2, 4)
+    result = generate.rollout_jobs(
+        tmp_path / "t", tmp_path / "d", tmp_path / "w", prompts, NEW, {}, time_limit_s=600
+    )
+    assert [key for key, _ in started] == ["ours", "draft"]
+    assert all(0 < limit <= 600 for _, limit in started)
+    assert [j["run"] for j in result["jobs"]] == ["ours"]
+    assert result["stopped"]["draft"].startswith("stopped at the time limit")
+    later = [k for k in generate.OURS_JOBS if k not in ("ours", "draft")]
+    assert all(result["stopped"][k] == "not started: the time limit was reached" for k in later)
+    assert result["speedup_measured"] is None and result["draft_cost_ratio"] is None
+    assert result["projected_speedup"] == {} and result["drafted_identical"] is None
+    text = markdown(result)
+    assert (
+        "`draft`: stopped at the time limit" in text
+        and "Measured speed-up with the draft: –x" in text
+    )
+
+
+def test_without_a_limit_a_failing_job_still_fails_the_bench(tmp_path, monkeypatch):
+    def failing(argv, env=None, timeout_s=None, **_):
+        assert timeout_s is None
+        raise generate.StepFailed(f"carbon-vep ... exited {generate.TIMED_OUT}:\n")
+
+    monkeypatch.setattr(generate, "run_command", failing)
+    with pytest.raises(generate.StepFailed):
+        generate.rollout_jobs(tmp_path / "t", tmp_path / "d", tmp_path / "w", ["ACGTAC"], NEW, {})

@@ -1,6 +1,6 @@
 """The known GPU costs removed from the engine, each checked against the code as it was (the
-`masked_*` / `per_item_*` references in support/published.py) on the same inputs, for identical
-values, and for what it removes:
+`masked_*` / `per_item_*` references in support/engine_as_it_was.py) on the same inputs, for
+identical values, and for what it removes (host reads counted on the CPU: support/host_reads.py):
 
 - no attention mask on a batch of equal-length sequences (SDPA can then take its fused causal
   kernel); windows bucketed by length so that batches are equal-length wherever they can be;
@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support import engine_as_it_was as as_it_was
 from support.files import random_dna
+from support.host_reads import HostReads
 
-from carbon_vep.benchmark import published
-from carbon_vep.benchmark.host_reads import HostReads
 from carbon_vep.model.engine import Engine
 
 
@@ -49,7 +49,7 @@ def test_equal_lengths_go_without_a_mask_and_give_identical_states(loaded, monke
     )
     hidden, _ = engine.hidden_states(batch)
     assert masks == [None]
-    assert torch.equal(hidden, published.masked_hidden_states(engine, batch))
+    assert torch.equal(hidden, as_it_was.masked_hidden_states(engine, batch))
     engine.hidden_states([batch[0], batch[1][:-3]])  # mixed lengths: padded, with a mask
     assert masks[-1] is not None and masks[-1].sum() == 2 * 21 - 3
 
@@ -86,7 +86,7 @@ def test_one_transfer_per_batch_gives_identical_sums(loaded, kind, normalization
     engine = engine_for(loaded, batch_size=4)
     seqs = windows(6, 96, 40) + ["ACGTNNACGTAC" * 8]  # an <oov> token and non-ACGT bases
     ours = engine.sequence_scores(seqs, kind, normalization)
-    before = published.per_item_sequence_scores(engine, seqs, kind, normalization)
+    before = as_it_was.per_item_sequence_scores(engine, seqs, kind, normalization)
     assert [(s.total, s.count) for s in ours] == before
 
 
@@ -96,7 +96,7 @@ def test_window_groups_read_back_once_with_identical_sums(loaded, kind):
     ref = random_dna(120, 50)
     alts = [snv(ref, 61), snv(ref, 61)[:61] + "T" + ref[62:], snv(ref, 63)]
     ref_score, alt_scores = engine.window_group_scores(ref, alts, kind, "full_vocab")
-    before_ref, before_alts = published.per_item_window_group(engine, ref, alts, kind, "full_vocab")
+    before_ref, before_alts = as_it_was.per_item_window_group(engine, ref, alts, kind, "full_vocab")
     assert (ref_score.total, ref_score.count) == before_ref
     assert [(s.total, s.count) for s in alt_scores] == before_alts
 
@@ -124,7 +124,7 @@ def test_host_reads_do_not_grow_with_the_items_of_a_batch(loaded, monkeypatch):
     assert counts[1, "bp"] == counts[8, "bp"] <= 1
     assert len(copies) == 4  # one per batch
     with HostReads() as reads:
-        published.per_item_sequence_scores(engine, seqs, "token", "full_vocab")
+        as_it_was.per_item_sequence_scores(engine, seqs, "token", "full_vocab")
     assert reads.total >= 8 + counts[8, "token"]  # the loop as it was: a read per item at least
     ref = seqs[0]
     with HostReads() as reads:
@@ -160,8 +160,8 @@ def test_upcast_output_layer_computes_the_head_in_float32(bf16_loaded):
 
 def test_upcast_output_layer_reaches_generation_and_the_probe(demo_model_dir):
     from carbon_vep.config.stages import ModelSettings
-    from carbon_vep.model.engine import verify_output_layer
     from carbon_vep.model.loading import Float32OutputLayer, load_model
+    from carbon_vep.model.probe import verify_output_layer
 
     spec = ModelSettings(
         str(demo_model_dir), trust_remote_code=True, dtype="bfloat16", upcast_output_layer=True

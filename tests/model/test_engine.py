@@ -20,7 +20,8 @@ from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import RecipeSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.genome.windows import reverse_complement
-from carbon_vep.model.engine import Engine, verify_output_layer
+from carbon_vep.model.engine import Engine
+from carbon_vep.model.probe import verify_output_layer
 from carbon_vep.scoring.shard import score_shard
 
 KMERS = ["".join(p) for p in itertools.product("ACGT", repeat=6)]

@@ -1,4 +1,4 @@
-"""The start-up probe of every model job (model.engine.verify_output_layer): our body + k-mer
+"""The start-up probe of every model job (model.probe.verify_output_layer): our body + k-mer
 rows against the model's own logits, judged at the precision the heads run in.
 
 On a GPU the model's head and ours are two bf16 matrix products of different shapes, whose
@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from carbon_vep.config.stages import ModelSettings
-from carbon_vep.model.engine import Engine, probe_tolerance, verify_output_layer
+from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import load_model
+from carbon_vep.model.probe import probe_tolerance, verify_output_layer
 
 
 class MovedLogits:

@@ -1,7 +1,7 @@
 """The scan's loop without the GPU waiting on the host, checked against the loop as it was:
 
 - one copy of a batch's per-base values to the host instead of two per tile, with the device
-  one batch ahead: identical values (support/published.py's per-tile reference);
+  one batch ahead: identical values (support/engine_as_it_was.py's per-tile reference);
 - a batch's rows built and written on a worker thread while the device computes the next:
   byte-identical chunk files; a writer that fails, or a scan that fails, leaves no file.
 """
@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 import pytest
+from support import engine_as_it_was as as_it_was
+from support.host_reads import HostReads
 
-from carbon_vep.benchmark import published
-from carbon_vep.benchmark.host_reads import HostReads
 from carbon_vep.config.stages import TileSettings
 from carbon_vep.model.engine import Engine
 from carbon_vep.progress import Progress
@@ -47,7 +47,7 @@ def _batches(engine, reference, cut, log=True):
 def test_one_copy_per_batch_gives_the_values_of_per_tile_copies(engine, reference, log):
     cut = _cut(reference)
     ours = [values for batch in _batches(engine, reference, cut, log) for values in _scored(batch)]
-    before = published.per_tile_scan_values(engine, reference, cut, log=log)
+    before = as_it_was.per_tile_scan_values(engine, reference, cut, log=log)
     assert len(ours) == len(before) == len(cut) > 3 * 2  # several batches of 3 tiles
     for got, expected in zip(ours, before, strict=True):
         assert np.array_equal(got, expected)
@@ -89,13 +89,14 @@ def _chunk(engine, reference, path, overlap):
 
 
 def test_the_chunk_file_is_the_one_the_loop_as_it_was_wrote(engine, reference, tmp_path):
-    """Per-tile copies, rows written before the next batch starts (support/published.py) against
-    one copy per batch, the device one batch ahead, rows written on a thread: the same bytes."""
+    """Per-tile copies, rows written before the next batch starts (support/engine_as_it_was.py)
+    against one copy per batch, the device one batch ahead, rows written on a thread: the same
+    bytes."""
     _chunk(engine, reference, tmp_path / "now.parquet", overlap=True)
     pieces = [Piece("chr17", 1_000, 3_000, 0, reference.lengths["chr17"])]
     cut = [(p.chrom, t) for p in pieces for t in p.tiles(TILES)]
     writer = BaseWriter(tmp_path / "before.parquet")
-    assert published.per_tile_scan_chunk(engine, reference, cut, writer) == 2_000
+    assert as_it_was.per_tile_scan_chunk(engine, reference, cut, writer) == 2_000
     writer.close()
     assert (tmp_path / "now.parquet").read_bytes() == (tmp_path / "before.parquet").read_bytes()
 

@@ -1,20 +1,27 @@
 """Benchmark: a scan's calibration (PHRED and context means) on CPU, against a direct sort.
 
-A synthetic genome (random ACGT, numpy seed 3) and a per-base scan dataset on it (random float16
-log-marginals from a Dirichlet(1), written by the scan's own writer) at two sizes; for each size,
-every step in a fresh process that reports its peak RSS:
+A synthetic genome (random ACGT, numpy seed 3) and one scan chunk on it (random float16
+log-marginals from a Dirichlet(1), written by the scan's own writer, benchmark/synthetic.py; its
+plan from `carbon-vep plan-scan`) at two sizes; for each size, the product's jobs as the workflow
+runs them, each a `carbon-vep` process timed whole (start-up included) with its peak RSS:
 
-1. count: what the calibration adds to a merge job: the SNVs of the Parquet file (3 a base), each
-   with its printed score's key and its context cell, counted (`CalibrationCounts`);
-2. calibrate: the counts into the rank scales and the context means (`Calibration.build`, write);
-3. TSV: the tabix TSV written from the Parquet file with `phred` (`write_tsv`), and the same TSV
-   without it (score only, as before calibration existed): seconds, and bytes per SNV of each;
-4. direct: the reference approach: every score of the genome in one array, sorted, each SNV's
-   rank by binary search (its memory grows with the genome; ours does not).
+1. merge: `carbon-vep merge-scan`, the chunk into the file's Parquet AND its SNVs (3 a base)
+   counted for the calibration (each with its printed score's key and its context cell): the
+   calibration's counting has no job of its own, so this step is the whole merge job, and what
+   it measures is an upper bound on what the counting adds;
+2. calibrate: `carbon-vep calibrate-scan`, the counts into the rank scales and context means;
+3. TSV: `carbon-vep write-scan-tsv`, the tabix TSV with `phred`: seconds, bytes per SNV.
+
+Beside them, the reference approaches, in fresh processes too (`harness.run_step`); they are
+functions of this module because no job gives them:
+
+4. TSV without phred: the same TSV as written before calibration existed (score only);
+5. direct: every score of the genome in one array, sorted, each SNV's rank by binary search
+   (its memory grows with the genome; ours does not).
 
 It prints SNVs/s per core of each step, peak memory per job at both sizes, the bytes the PHRED
 column adds, and the projection for hg38's 9.3e9 SNVs on one 16-core node (arithmetic from the
-measured rates: jobs run one per core, in parallel).
+measured rates of the larger size, start-up included: jobs run one per core, in parallel).
 
 Usage: python -m carbon_vep.benchmark.calibrate [--bases 1000000 4000000] [--json FILE]
        [--workdir DIR]
@@ -23,75 +30,75 @@ Usage: python -m carbon_vep.benchmark.calibrate [--bases 1000000 4000000] [--jso
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
-from carbon_vep.benchmark.harness import run_step, write_json
+from carbon_vep.benchmark.harness import run_command, run_step, write_json
 from carbon_vep.benchmark.synthetic import write_synthetic_scan
 from carbon_vep.markdown import table as markdown_table
+from carbon_vep.scan import RAW_TABLE
 
 HG38_SNVS = 9.3e9
 CORES = 16
-DECIMALS = 2
+DECIMALS = 2  # merge-scan's default --tsv-decimals
+CHUNK = "chunk_00000.parquet"
 
 
-# ---- the steps (each run in its own process) ------------------------------------------------
-def _reference(folder: Path):
-    from carbon_vep.genome.reference import open_reference
-
-    return open_reference(folder / "genome.fa")
-
-
-def step_count(folder: str) -> dict:
-    import pyarrow.parquet as pq
-
-    from carbon_vep.scan.calibrate import CalibrationCounts, counts_meta
-    from carbon_vep.scan.outputs import count_snvs
-
-    folder = Path(folder)
-    counts, parquet = CalibrationCounts(), pq.ParquetFile(folder / "positions.parquet")
-    with _reference(folder) as reference:
-        for group in range(parquet.num_row_groups):  # what merge-scan adds, row group by group
-            bases = pl.from_arrow(parquet.read_row_group(group))
-            count_snvs(counts, bases, reference, DECIMALS, None)
-    counts.write(folder / "counts.parquet", counts_meta({"model": "bench"}, DECIMALS, None))
-    return {"snvs": int(counts.neutral_n.sum()), "cells_x_scores": counts.counts().height}
+# ---- the product's jobs -----------------------------------------------------------------------
+def job(*argv: str | Path) -> dict:
+    """A `carbon-vep` job in a fresh process: wall seconds ("s", start-up included), peak RSS."""
+    return run_command([sys.executable, "-m", "carbon_vep.cli", *argv]).as_dict()
 
 
-def step_calibrate(folder: str) -> dict:
-    from carbon_vep.scan.calibrate import Calibration, read_counts
-
-    folder = Path(folder)
-    counts, neutral, meta = read_counts([folder / "counts.parquet"])
-    calibration = Calibration.build(counts, neutral, meta, 100)
-    calibration.write(folder / "calibration")
-    return {"distinct_scores": len(calibration.raw.keys)}
-
-
-def step_tsv(folder: str) -> dict:
-    from carbon_vep.scan.calibrate import Calibration
-    from carbon_vep.scan.outputs import write_tsv
-
-    folder = Path(folder)
-    calibration = Calibration.read(folder / "calibration")
-    with _reference(folder) as reference:
-        stats = write_tsv(
-            folder / "positions.parquet",
-            ["chrS"],
-            folder / "with_phred.tsv.gz",
-            {"model": "bench"},
-            calibration,
-            reference,
-        )
-    return {"tsv_bytes": stats["tsv_bytes"]}
+def make_scan(folder: Path, bases: int, rng: np.random.Generator | None = None) -> np.ndarray:
+    """A random genome of `bases` bases (one contig, chrS) as a scan's chunk job leaves it:
+    genome.fa, plan.json (plan-scan: one chunk, one output file) and the chunk's per-base rows;
+    returns the bases."""
+    rng = rng or np.random.default_rng(3)
+    seq = write_synthetic_scan(folder / "genome.fa", folder / CHUNK, bases, rng)
+    genome = ("--reference", folder / "genome.fa", "--regions", "all")
+    job("plan-scan", *genome, "--out", folder / "plan.json")
+    return seq
 
 
+def _file_job(folder: Path) -> tuple:
+    """The options of a job on the scan's one output file (chrS)."""
+    plan, genome = folder / "plan.json", folder / "genome.fa"
+    return ("--plan", plan, "--file", "chrS", "--reference", genome, "--provenance", "model=bench")
+
+
+def merge_job(folder: str | Path) -> dict:
+    """merge-scan: the chunk into positions.parquet and its SNVs' counts, counts.parquet."""
+    f = Path(folder)
+    outputs = ("--out-parquet", f / "positions.parquet", "--out-counts", f / "counts.parquet")
+    return job("merge-scan", *_file_job(f), "--chunks", f / CHUNK, *outputs)
+
+
+def calibrate_job(folder: str | Path) -> dict:
+    """calibrate-scan: the counts into the calibration folder."""
+    f = Path(folder)
+    return job("calibrate-scan", "--counts", f / "counts.parquet", "--out", f / "calibration")
+
+
+def tsv_job(f: Path) -> dict:
+    """write-scan-tsv: the file's tabix TSV with phred, with_phred.tsv.gz."""
+    inputs = ("--parquet", f / "positions.parquet", "--calibration", f / "calibration")
+    measured = job("write-scan-tsv", *_file_job(f), *inputs, "--out-tsv", f / "with_phred.tsv.gz")
+    return measured | {"tsv_bytes": _bytes(f / "with_phred.tsv.gz")}
+
+
+def _bytes(tsv: Path) -> int:
+    return tsv.stat().st_size + Path(f"{tsv}.tbi").stat().st_size
+
+
+# ---- the reference approaches (no job gives them: functions run in a fresh process) -----------
 def step_tsv_without_phred(folder: str) -> dict:
     """The TSV as the merge wrote it before calibration: chrom, pos, ref, alt, score."""
-    import pyarrow.parquet as pq
     import pysam
     from pysam.libcbgzf import BGZFile
 
@@ -111,7 +118,7 @@ def step_tsv_without_phred(folder: str) -> dict:
     pysam.tabix_index(
         str(out), force=True, seq_col=0, start_col=1, end_col=1, meta_char="#", zerobased=False
     )
-    return {"tsv_bytes": out.stat().st_size + Path(f"{out}.tbi").stat().st_size}
+    return {"tsv_bytes": _bytes(out)}
 
 
 def step_direct(folder: str) -> dict:
@@ -127,63 +134,55 @@ def step_direct(folder: str) -> dict:
     return {"snvs": len(keys), "max_phred": float(phred.max())}
 
 
-def step_make(folder: str, bases: str) -> dict:
-    make_scan(Path(folder), int(bases))
-    return {}
+def measured(name: str, folder: Path) -> dict:
+    """One step, ours (a job) or a reference, in a fresh process: seconds, peak RSS, numbers."""
+    if name in JOBS:
+        return JOBS[name](folder)
+    return run_step(REFERENCES[name], folder).as_dict()
 
 
-STEPS = {
-    "count": step_count,
-    "calibrate": step_calibrate,
-    "tsv": step_tsv,
-    "tsv_without_phred": step_tsv_without_phred,
-    "direct": step_direct,
+JOBS = {"merge": merge_job, "calibrate": calibrate_job, "tsv": tsv_job}
+REFERENCES = {"tsv_without_phred": step_tsv_without_phred, "direct": step_direct}
+LABELS = {
+    "merge": "merge (merge-scan: Parquet + the counts)",
+    "calibrate": "calibrate (calibrate-scan)",
+    "tsv": "TSV with phred (write-scan-tsv)",
+    "tsv_without_phred": "TSV without phred (reference)",
+    "direct": "direct sort (reference)",
 }
 
 
 # ---- the driver -----------------------------------------------------------------------------
-def make_scan(folder: Path, bases: int) -> None:
-    """A random genome of `bases` bases (one contig) and its per-base scan dataset."""
-    rng = np.random.default_rng(3)
-    write_synthetic_scan(folder / "genome.fa", folder / "positions.parquet", bases, rng)
-
-
-def measured_step(name: str, folder: Path, *extra: str) -> dict:
-    """One step in a fresh process (its peak RSS its own): seconds, peak RSS and its numbers."""
-    return run_step(STEPS.get(name, step_make), folder, *extra).as_dict()
-
-
 def bench(work: Path, sizes: list[int]) -> dict:
     results = {}
     for bases in sizes:
         folder = work / f"scan_{bases}"
-        measured_step("make", folder, str(bases))
-        steps = {name: measured_step(name, folder) for name in STEPS}
+        make_scan(folder, bases)
+        steps = {name: measured(name, folder) for name in LABELS}
         snvs = 3 * bases
         results[bases] = {
             "snvs": snvs,
             **{f"{name}_s": round(s["s"], 2) for name, s in steps.items()},
             **{f"{name}_snvs_per_s": round(snvs / s["s"]) for name, s in steps.items()},
             **{f"{name}_peak_rss_mb": round(s["peak_rss_mb"]) for name, s in steps.items()},
-            "cells_x_scores": steps["count"]["cells_x_scores"],
-            "distinct_scores": steps["calibrate"]["distinct_scores"],
+            # what the jobs wrote: the counts' (cell, printed score) rows, the scale's scores
+            "cells_x_scores": pq.ParquetFile(folder / "counts.parquet").metadata.num_rows,
+            "distinct_scores": pq.ParquetFile(folder / "calibration" / RAW_TABLE).metadata.num_rows,
             "tsv_bytes_per_snv_with_phred": round(steps["tsv"]["tsv_bytes"] / snvs, 3),
             "tsv_bytes_per_snv_score_only": round(
                 steps["tsv_without_phred"]["tsv_bytes"] / snvs, 3
             ),
         }
-    largest = results[max(sizes)]
-    # the calibration's own work per SNV: counting (in the merge) and the PHRED column's share
-    # of the TSV pass; the combine step is a few seconds, whatever the genome
-    per_snv = (
-        largest["count_s"] / largest["snvs"]
-        + max(largest["tsv_s"] - largest["tsv_without_phred_s"], 0) / largest["snvs"]
-    )
-    tsv_pass = largest["tsv_s"] / largest["snvs"]
+    r = results[max(sizes)]
+    # per SNV at the larger size: the merge job whole (it counts; its own merge work is in it
+    # too, so this bounds the counting from above) and the PHRED column's share of the TSV job;
+    # the calibrate job is a few seconds whatever the genome (one job, added once)
+    merge, tsv, calibrate = r["merge_s"] / r["snvs"], r["tsv_s"] / r["snvs"], r["calibrate_s"]
+    phred = max(r["tsv_s"] - r["tsv_without_phred_s"], 0) / r["snvs"]
     results["hg38_projection_16_cores_h"] = {
-        "calibration_work": round(HG38_SNVS * per_snv / CORES / 3600, 2),
-        "calibration_and_tsv_pass": round(
-            HG38_SNVS * (largest["count_s"] / largest["snvs"] + tsv_pass) / CORES / 3600, 2
+        "merge_and_phred_column": round(HG38_SNVS * (merge + phred) / CORES / 3600, 2),
+        "merge_calibrate_tsv_jobs": round(
+            (HG38_SNVS * (merge + tsv) / CORES + calibrate) / 3600, 2
         ),
         "direct_sort_memory_gb": round(HG38_SNVS * 8 * 2 / 1e9),  # keys + sorted copy, int64
     }
@@ -205,8 +204,8 @@ def main(argv: list[str] | None = None) -> None:
             f"counts, {r['distinct_scores']:,} distinct scores)"
         )
         rows = [
-            [name, r[f"{name}_s"], f"{r[f'{name}_snvs_per_s']:,}", f"{r[f'{name}_peak_rss_mb']:,}"]
-            for name in STEPS
+            [label, r[f"{name}_s"], f"{r[f'{name}_snvs_per_s']:,}", f"{r[f'{name}_peak_rss_mb']:,}"]
+            for name, label in LABELS.items()
         ]
         print(markdown_table(["step", "s", "SNVs/s (1 core)", "peak RSS MB"], rows))
         print(
@@ -214,11 +213,11 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['tsv_bytes_per_snv_score_only']} score only"
         )
     small, large = results[min(args.bases)], results[max(args.bases)]
-    for name in ("count", "calibrate", "tsv", "direct"):
+    for name in ("merge", "calibrate", "tsv", "direct"):
         ratio = large[f"{name}_peak_rss_mb"] / small[f"{name}_peak_rss_mb"]
         print(f"peak RSS {name}: x{ratio:.2f} for x{max(args.bases) // min(args.bases)} bases")
     print(
-        "hg38 projection (16 cores, arithmetic from the measured rates):",
+        "hg38 projection (16 cores, arithmetic from the measured rates, the merge job whole):",
         results["hg38_projection_16_cores_h"],
     )
     write_json(args.json, results, indent=1)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, write_json
+from carbon_vep.benchmark.harness import PROJECT_ROOT, job_env, run_command, write_json
 from carbon_vep.benchmark.synthetic import write_fasta
 
 ROOT = PROJECT_ROOT
@@ -87,7 +87,7 @@ def run(work: Path, label: str, contigs: dict[str, str], model: Path, **settings
         "2",
         "results/scans/g/demo/summary.json",
     ]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = job_env()
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     done = run_command(command, env=env, cwd=ROOT, check=False)
     if done.returncode:

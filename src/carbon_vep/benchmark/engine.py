@@ -13,11 +13,10 @@ full logits), and the scan against one window per base (no official script scans
 reference is the per-base approach restated). Their peak memory is measured once per approach
 in a fresh spawned process: its peak RSS above its RSS with the model loaded.
 
-CPU (always): the demo model, a 2-layer body with Carbon's full 155,776-entry vocabulary, so the
-output layer weighs what Carbon's does. GPU (when CUDA is available): random-weight bf16 models
-with the Carbon-500M and Carbon-3B shapes, tokens/s and the fraction of the bf16 matmul peak;
-the product's jobs against the official scripts on a GPU are in `make gpu-check` (its product
-step).
+On the CPU: the demo model, a 2-layer body with Carbon's full 155,776-entry vocabulary, so the
+output layer weighs what Carbon's does. On a GPU the figures come from `make gpu-check`: its
+product step runs the product's jobs with Carbon's shapes in bf16 beside the official scripts'
+approach, per rule tokens/s and the share of the measured bf16 matmul peak.
 
 Usage: python -m carbon_vep.benchmark.engine [--reps 2] [--quick] [--json out.json]
 """
@@ -27,13 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -42,17 +39,14 @@ import torch
 from carbon_vep.benchmark import published
 from carbon_vep.benchmark.harness import (
     PROJECT_ROOT,
-    bf16_peak_tflops,
-    device_peak_gb,
+    job_env,
     median_interleaved,
     peak_rss_above_start_mb,
     run_command,
     score_agreement,
-    timed,
     write_json,
 )
 from carbon_vep.benchmark.synthetic import write_vcf
-from carbon_vep.config.gpus import CARBON_SHAPES
 from carbon_vep.config.stages import ModelSettings, TileSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.markdown import table as markdown_table
@@ -214,7 +208,7 @@ def recipe_rows(reps: int, quick: bool) -> tuple[list[Row], list[dict]]:
     """Each recipe workload: ours and the official way, alternating, `reps` times each; the
     median seconds, the largest peak, and how far the answers agree."""
     model_dir = build_demo_model(PROJECT_ROOT / "resources/demo_model")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = job_env()
     rows, agreements = [], []
     with open_reference(FASTA) as ref, tempfile.TemporaryDirectory() as tmp:
         for index, workload in enumerate(recipe_workloads(ref, quick)):
@@ -253,77 +247,6 @@ def cpu_rows(reps: int, quick: bool) -> list[Row]:
                     Row(workload.name, approach, workload.n_variants, workload.bp, secs, memory)
                 )
     return rows
-
-
-# ---- GPU -------------------------------------------------------------------------------------
-
-
-def model_rows(
-    device: torch.device,
-    shapes: dict[str, dict],
-    n_windows: int = 32,
-    tokens: int = 1366,
-    peak_n: int = 8192,
-) -> list[dict]:
-    """Centered windows (1,366 tokens) through random bf16 models of the given shapes.
-
-    FLOPs counted: 2 x (body parameters + output rows used) per token; attention's own
-    FLOPs (~4% at 1,366 tokens for the 3B shape) are left out, so the fraction is a floor.
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from carbon_vep.model.tokens import DnaVocab
-
-    peak = bf16_peak_tflops(device, peak_n, 20)
-    results = []
-    for name, shape in shapes.items():
-        config = LlamaConfig(
-            vocab_size=155_776, max_position_embeddings=32_768, tie_word_embeddings=True, **shape
-        )
-        model = LlamaForCausalLM(config).to(device, torch.bfloat16).eval()
-        vocab = DnaVocab(
-            k=6,
-            prefix_id=151_669,
-            prefix_token="<dna>",
-            kmer_ids=torch.arange(151_672, 151_672 + 4096).numpy(),
-            oov_id=151_671,
-            pad_id=0,
-            vocab_size=155_776,
-        )
-        engine = Engine(model, vocab, device, batch_size=8)
-        ids = [torch.randint(151_672, 151_672 + 4096, (tokens,)).numpy() for _ in range(n_windows)]
-        n_body = sum(p.numel() for n_, p in model.named_parameters() if "embed" not in n_)
-        for normalization in ("full_vocab", "dna_block"):
-            published.token_log_likelihoods(engine, ids[:8], normalization)  # warm-up
-            run = partial(published.token_log_likelihoods, engine, ids, normalization)
-            seconds = statistics.median(timed(run, device)[0] for _ in range(3))
-            n_tokens = n_windows * tokens
-            head_rows = 155_776 if normalization == "full_vocab" else 4096
-            flops = n_tokens * 2 * (n_body + head_rows * shape["hidden_size"])
-            allocated = device_peak_gb(device)
-            results.append(
-                {
-                    "model": name,
-                    "normalization": normalization,
-                    "tokens_per_s": n_tokens / seconds,
-                    "bp_per_s": 6 * n_tokens / seconds,
-                    "windows_per_s": n_windows / seconds,
-                    "fraction_of_bf16_peak": flops / seconds / 1e12 / peak,
-                    "bf16_peak_tflops": peak,
-                    "peak_allocated_gb": allocated,
-                }
-            )
-        del model, engine
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return results
-
-
-def gpu_rows() -> list[dict]:
-    # the sizes this benchmark has always compared (Carbon-8B would add a 16 GB model)
-    return model_rows(
-        torch.device("cuda"), {k: CARBON_SHAPES[k] for k in ("Carbon-3B", "Carbon-500M")}
-    )
 
 
 # ---- report ----------------------------------------------------------------------------------
@@ -382,11 +305,7 @@ def main(argv: list[str] | None = None) -> None:
         "agreement": agreements,
     }
     if torch.cuda.is_available():
-        payload["gpu"] = gpu_rows()
-        for r in payload["gpu"]:
-            print(json.dumps(r))
-    else:
-        print("\nNo CUDA device: GPU rows not measured.")
+        print("\nOn a GPU, the product's jobs are measured by `make gpu-check` (its product step).")
     write_json(args.json, payload)
 
 

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from carbon_vep.benchmark.harness import StepFailed, run_command, write_json
+from carbon_vep.benchmark.harness import TIMED_OUT, StepFailed, job_env, run_command, write_json
 from carbon_vep.benchmark.synthetic import random_acgt
 from carbon_vep.benchmark.vllm import HEAD96, OURS_EXE, VLLM_EXE, job_times, task_command
 from carbon_vep.config.stages import DEFAULT_SPECULATIVE_TOKENS
@@ -85,11 +85,15 @@ def rollout_jobs(
     speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS,
     ours: str = "carbon-vep",
     vllm: Path | None = None,
+    time_limit_s: float | None = None,
 ) -> dict:
     """The jobs of the module docstring on these checkpoints (`ours`, `vllm`: the carbon-vep
     launchers of each environment, resolved on env's PATH; vLLM's jobs are skipped, with the
-    reason, without one) and what they give side by side."""
+    reason, without one) and what they give side by side. Within `time_limit_s` (the GPU
+    check's budget): a job still running at the limit is stopped, it and the jobs after it
+    are listed under `stopped`, and the figures of those that ran stand."""
     work.mkdir(parents=True, exist_ok=True)
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     tables = {
         "one": recovery_table(work / "prompts_one.tsv", prompts[:1], new_tokens),
         "all": recovery_table(work / "prompts_all.tsv", prompts, new_tokens),
@@ -102,7 +106,12 @@ def rollout_jobs(
         skipped = f"no {vllm}: run `make setup-vllm` for the vLLM jobs" if vllm else "no vLLM here"
     jobs, predictions, k = {}, {}, speculative_tokens
     static_failed: dict[str, str] = {}
+    stopped: dict[str, str] = {}
     for key in keys:
+        left = None if deadline is None else deadline - time.monotonic()
+        if stopped or (left is not None and left <= 0):
+            stopped[key] = "not started: the time limit was reached"
+            continue
         label, model, which, drafted, engine, cache = JOBS[key]
         out = work / f"{key}.parquet"
         records = work / "records" / key
@@ -120,8 +129,14 @@ def rollout_jobs(
             *(("--decode-cache", cache) if cache != "dynamic" else ()),
         )
         try:
-            measured = run_command(argv, env=dict(env, **{RECORDS_ENV: str(records)}))
+            measured = run_command(
+                argv, env=dict(env, **{RECORDS_ENV: str(records)}), timeout_s=left
+            )
         except StepFailed as failure:
+            if f"exited {TIMED_OUT}:" in str(failure) and left is not None:
+                stopped[key] = f"stopped at the time limit ({left:.0f} s left when it started)"
+                print(f"[bench-generate] {label}: {stopped[key]}", file=sys.stderr)
+                continue
             if key not in STATIC_TWINS:
                 raise
             # the compiled path's first runs on a GPU: its failure keeps the other jobs' figures
@@ -144,6 +159,7 @@ def rollout_jobs(
         "speculative_tokens": speculative_tokens,
         **result,
         "static_failed": static_failed,
+        "stopped": stopped,
         "vllm_skipped": skipped,
     }
 
@@ -188,13 +204,12 @@ def compare(jobs: dict[str, dict], predictions: dict[str, list], speculative_tok
     model's, against nothing; a static-cache job against ours dynamic on the same prompts); the
     speed-up measured with the draft, the one projected from the measured step-cost ratio
     (arithmetic), and each static-cache job against its dynamic twin (`static_cache`)."""
+    unknown = ("compared_with", "identical", "differing_prompts", "first_difference_token")
     for key, job in jobs.items():
-        if key == "draft":  # another model: nothing to be identical to
-            job |= dict.fromkeys(
-                ("compared_with", "identical", "differing_prompts", "first_difference_token")
-            )
-            continue
         same = "ours" if key == "ours_batched" or len(predictions[key]) == 1 else "ours_batched"
+        if key == "draft" or same not in predictions:  # another model, or its twin never ran
+            job |= dict.fromkeys(unknown)
+            continue
         theirs = predictions[same]
         ours = predictions[key][: len(theirs)]
         job["compared_with"] = same
@@ -202,21 +217,27 @@ def compare(jobs: dict[str, dict], predictions: dict[str, list], speculative_tok
         job["identical"] = not pairs
         job["differing_prompts"] = len(pairs)
         job["first_difference_token"] = first_difference(*pairs[0], K) if pairs else None
-    plain, alone, drafted = jobs["ours"], jobs["draft"], jobs["ours_drafted"]
-    ratio = plain["tokens_per_s"] / alone["tokens_per_s"]
+    plain, alone, drafted = (jobs.get(k, {}) for k in ("ours", "draft", "ours_drafted"))
+    ratio = _ratio(plain.get("tokens_per_s"), alone.get("tokens_per_s"))
     return {
         "jobs": list(jobs.values()),
-        "drafted_identical": drafted["identical"],
-        "drafted_first_difference_token": drafted["first_difference_token"],
-        "batched_first_identical": jobs["ours_batched"]["identical"],
-        "acceptance_rate": drafted["acceptance_rate"],
-        "speedup_measured": drafted["tokens_per_s"] / plain["tokens_per_s"],
+        "drafted_identical": drafted.get("identical"),
+        "drafted_first_difference_token": drafted.get("first_difference_token"),
+        "batched_first_identical": jobs.get("ours_batched", {}).get("identical"),
+        "acceptance_rate": drafted.get("acceptance_rate"),
+        "speedup_measured": _ratio(drafted.get("tokens_per_s"), plain.get("tokens_per_s")),
         "draft_cost_ratio": ratio,
         "projected_speedup": {
             f"{a:.1f}": projected_speedup(a, speculative_tokens, ratio) for a in ASSUMED_ACCEPTANCE
-        },
+        }
+        if ratio
+        else {},
         "static_cache": static_cache(jobs),
     }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
 
 
 STATIC_TWINS = {"ours_static": "ours", "ours_batched_static": "ours_batched"}
@@ -227,9 +248,6 @@ def static_cache(jobs: dict[str, dict]) -> dict[str, dict]:
     the speed-up over the rollouts (one-off costs in: on CUDA the compile and the CUDA-graph
     capture) and at the steady step (the median decode step, one-off costs out)."""
 
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return a / b if a and b else None
-
     out = {}
     for key, twin in STATIC_TWINS.items():
         if key in jobs and twin in jobs:
@@ -237,8 +255,8 @@ def static_cache(jobs: dict[str, dict]) -> dict[str, dict]:
             out[key] = {
                 "compared_with": twin,
                 "identical": job["identical"],
-                "speedup_rollouts": ratio(job["tokens_per_s"], plain["tokens_per_s"]),
-                "speedup_steady": ratio(job["steady_tokens_per_s"], plain["steady_tokens_per_s"]),
+                "speedup_rollouts": _ratio(job["tokens_per_s"], plain["tokens_per_s"]),
+                "speedup_steady": _ratio(job["steady_tokens_per_s"], plain["steady_tokens_per_s"]),
             }
     return out
 
@@ -319,10 +337,11 @@ def markdown(result: dict) -> str:
         "",
         markdown_table(header, rows),
         "",
-        f"Measured speed-up with the draft: {result['speedup_measured']:.2f}x at acceptance "
-        f"{_figure(result['acceptance_rate'], '.2f')}; draft step / target step (batch-1 jobs): "
-        f"{result['draft_cost_ratio']:.2f}; projected at higher acceptance (arithmetic): "
-        f"{projected}.",
+        f"Measured speed-up with the draft: {_figure(result['speedup_measured'], '.2f')}x at "
+        f"acceptance {_figure(result['acceptance_rate'], '.2f')}; draft step / target step "
+        "(batch-1 jobs): "
+        f"{_figure(result['draft_cost_ratio'], '.2f')}; projected at higher acceptance "
+        f"(arithmetic): {projected or '–'}.",
     ]
     for key, twin in (result.get("static_cache") or {}).items():
         same = "identical" if twin["identical"] else "not identical"
@@ -335,6 +354,8 @@ def markdown(result: dict) -> str:
     for key, failure in (result.get("static_failed") or {}).items():
         last = failure.strip().splitlines()[-1] if failure.strip() else "no message"
         lines += ["", f"Static KV cache (`{key}`) failed: {last}"]
+    for key, why in (result.get("stopped") or {}).items():
+        lines += ["", f"`{key}`: {why}."]
     if result["vllm_skipped"]:
         lines += ["", f"vLLM skipped: {result['vllm_skipped']}."]
     return "\n".join(lines)
@@ -365,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM jobs")
     args = parser.parse_args(argv)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = job_env()
     with tempfile.TemporaryDirectory(prefix="bench_generate_") as tmp:
         target, draft = engine_models(Path(tmp))
         result = rollout_jobs(

@@ -7,8 +7,8 @@
   `ru_maxrss`: the process and the descendants it waited for), forked from a small launcher —
   a child forked from the large driver would start with the driver's high-water mark;
 - peak RSS above the start of a call in this process (`peak_rss_above_start_mb`, Linux VmHWM
-  reset through /proc/self/clear_refs), the device's peak allocated memory and its measured
-  bf16 matmul peak (what a model's FLOP rate is compared with);
+  reset through /proc/self/clear_refs), and the device's measured bf16 matmul peak (what a
+  model's FLOP rate is compared with; the jobs record their own device memory);
 - two approaches side by side (`Pair`: how many times faster, how many times less memory), and
   how far their variant scores agree (`score_agreement`);
 - what a run writes: its JSON (`write_json`) and Markdown tables for docs/benchmarks.md
@@ -17,7 +17,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -86,23 +89,65 @@ def run_command(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     check: bool = True,
+    timeout_s: float | None = None,
 ) -> Measured:
     """Run `argv` to the end: its wall time and the peak RSS of it and the descendants it waited
-    for (the kernel's `ru_maxrss`, taken by a small launcher, so any command can be measured)."""
+    for (the kernel's `ru_maxrss`, taken by a small launcher, so any command can be measured).
+    Past `timeout_s` the command and everything it started are stopped (`stop_group`) and it
+    counts as exit 124, as coreutils' `timeout` has it (on a lent GPU a hung job would
+    otherwise hold the device for the rest of the call)."""
     with tempfile.TemporaryDirectory() as tmp:
         peak_file = Path(tmp) / "peak_kb"
         launcher = [sys.executable, "-c", _LAUNCHER, str(peak_file), *map(str, argv)]
         began = time.perf_counter()
-        done = subprocess.run(launcher, env=env, cwd=cwd, capture_output=True, text=True)
+        process = subprocess.Popen(
+            launcher,
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # one process group: stopped together on a timeout
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+            returncode = process.returncode
+        except subprocess.TimeoutExpired:
+            stop_group(process)
+            stdout, stderr = process.communicate()
+            stderr += f"\ntimed out after {timeout_s:.0f} s"
+            returncode = TIMED_OUT
         seconds = time.perf_counter() - began
         peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else 0.0
-    if check and done.returncode:
-        raise StepFailed(
-            f"{' '.join(map(str, argv))[:200]} exited {done.returncode}:\n{done.stderr[-3000:]}"
-        )
-    return Measured(
-        seconds, peak, stdout=done.stdout, stderr=done.stderr, returncode=done.returncode
-    )
+    if check and returncode:
+        raise StepFailed(f"{' '.join(map(str, argv))[:200]} exited {returncode}:\n{stderr[-3000:]}")
+    return Measured(seconds, peak, stdout=stdout, stderr=stderr, returncode=returncode)
+
+
+TIMED_OUT = 124  # a command stopped at its time limit (coreutils' `timeout` code)
+
+
+def stop_group(process: subprocess.Popen, grace_s: float = 20) -> None:
+    """A process started with `start_new_session` and everything it started (one process
+    group) stopped: SIGTERM (Snakemake, say, stops its jobs), then, after its exit or
+    `grace_s`, SIGKILL for whatever of the group is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+
+
+def job_env(inherit_path: bool = True, **extra: str) -> dict[str, str]:
+    """The environment a `carbon-vep` job runs in here: offline (no job reaches the Hub), no
+    tokenizer threads, the package of this checkout first on PYTHONPATH (a lent GPU's Python
+    runs it from src/, uninstalled), then this process's PYTHONPATH unless `inherit_path` is
+    False (a job of another environment, whose packages it must not shadow); `extra` on top."""
+    paths = (str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH") if inherit_path else None)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return env | {"PYTHONPATH": os.pathsep.join(p for p in paths if p)} | extra
 
 
 def run_step(
@@ -178,22 +223,6 @@ def peak_rss_above_start_mb(run: Callable[[], Any]) -> float:
     before = _status_kb("VmRSS")
     run()
     return (_status_kb("VmHWM") - before) / 1024
-
-
-def reset_device_peak(device: Any) -> None:
-    if getattr(device, "type", "cpu") == "cuda":
-        import torch
-
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def device_peak_gb(device: Any) -> float | None:
-    """Peak memory the device's allocator handed out since the last reset (None on a CPU)."""
-    if getattr(device, "type", "cpu") != "cuda":
-        return None
-    import torch
-
-    return torch.cuda.max_memory_allocated(device) / 1e9
 
 
 def bf16_peak_tflops(device: Any, n: int, iters: int) -> float:

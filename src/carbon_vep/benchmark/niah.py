@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
-from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, write_json
+from carbon_vep.benchmark.harness import PROJECT_ROOT, job_env, run_command, write_json
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.job_record import RECORDS_ENV
 
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     # both sides on the same two threads, offline
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="2")
+    env = job_env(OMP_NUM_THREADS="2")
     runs: dict[str, list[tuple]] = {"ours": [], "official": []}
     with tempfile.TemporaryDirectory() as tmp:
         model, cell = build(Path(tmp), args.ctx, args.rows)

@@ -6,14 +6,17 @@
    a quarter of it), and again with small tiles (6,000 bp, min_context 3,000) so that the large
    chunk holds several batches of tiles: bases/s, the share of wall time outside the model's
    forward passes (body and DNA output layer), peak memory per job.
-2. Merge: the chunks into the contig's Parquet file (and the calibration's counts), then the
-   tabix TSV with each SNV's PHRED: bytes per SNV of each, the hg38 projection (9.3e9 SNVs),
-   and the precision check of the TSV's rounded scores (Spearman correlation with the full
-   scores, and the share of SNV pairs whose order changes).
-3. Annotate: a generated 1 Mbp contig with a synthetic per-base scan dataset (random float16
-   log-marginals, the real writer, and its calibration) and a 1,000,000-SNV panel on it (TSV,
-   numpy seed 11): ingest (start-up) and the lookup (score, PHRED, calibrated score) timed
-   apart; variants/s of the lookup.
+2. Merge: the product's jobs on the one-chunk scan at 2, 3 and 4 decimals, each a fresh
+   process like the scan's: `carbon-vep merge-scan` (the chunks into the contig's Parquet file
+   and the calibration's counts), `calibrate-scan`, `write-scan-tsv` (the tabix TSV with each
+   SNV's PHRED): their wall seconds (start-up included: the merge's own `merge_s` is only in its
+   log, so the job's wall time stands for it) and peak RSS, bytes per SNV of what they wrote,
+   the hg38 projection (9.3e9 SNVs), and the precision check of the TSV's rounded scores
+   (Spearman correlation with the full scores, and the share of SNV pairs whose order changes).
+3. Annotate: a generated 1 Mbp contig with a synthetic scan chunk (random float16
+   log-marginals, the real writer), merged and calibrated by the same jobs, and a
+   1,000,000-SNV panel on it (TSV, numpy seed 11): ingest (start-up) and the lookup (score,
+   PHRED, calibrated score) timed apart in this process; variants/s of the lookup.
 
 Usage: python -m carbon_vep.benchmark.scan [--json results/bench_scan.json] [--workdir DIR]
        python -m carbon_vep.benchmark.scan --shape 512,8   (scan only, a larger random-weight model)
@@ -38,7 +41,7 @@ TILE_BP, MIN_CONTEXT = 49_146, 24_000
 HG38_SNVS = 9.3e9
 
 
-def _run(*argv: str) -> tuple[float, float]:
+def _run(*argv: str | Path) -> tuple[float, float]:
     """A carbon-vep command in a fresh process: (wall seconds, peak RSS MB)."""
     measured = run_command([sys.executable, "-m", "carbon_vep.cli", *argv])
     return measured.seconds, measured.peak_rss_mb
@@ -116,73 +119,60 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
 
 
 def merge(work: Path, chunks: list[str]) -> dict:
-    """Merge, calibrate and write the TSV at 2, 3 and 4 decimals: bytes per SNV, and how much of
-    the ranking survives the rounding."""
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.calibrate import Calibration, counts_meta, read_counts
-    from carbon_vep.scan.outputs import merge_group, write_tsv
+    """The product's jobs on the one-chunk scan at 2, 3 and 4 decimals: merge-scan (Parquet and
+    the calibration's counts), calibrate-scan, write-scan-tsv, each a fresh process (wall
+    seconds with start-up, peak RSS); bytes per SNV of what they wrote, and how much of the
+    ranking survives the TSV's rounding."""
     from carbon_vep.scan.snvs import snv_rows
 
+    plan = Path(chunks[0]).parent / "plan.json"
+    name = json.loads(plan.read_text())["files"][0]["name"]
+    file_job = ("--plan", plan, "--file", name, "--reference", LAMBDA, "--provenance", "model=demo")
     out = {}
     rng = np.random.default_rng(5)
-    with open_reference(LAMBDA) as reference:
-        for decimals in (2, 3, 4):
-            folder = work / f"merged_{decimals}"
-            parquet = folder / "positions/NC_001416.1.parquet"
-            counts, tsv = folder / "calibration/counts.parquet", folder / "snvs/NC_001416.1.tsv.gz"
-            meta = counts_meta({"model": "demo"}, decimals, None)
-            stats = merge_group(chunks, ["NC_001416.1"], parquet, counts, meta, reference, None)
-            calibration = Calibration.build(*read_counts([counts])[:2], meta, 100)
-            written = write_tsv(
-                parquet, ["NC_001416.1"], tsv, {"model": "demo"}, calibration, reference
-            )
-            snvs = stats["snvs"]
-            bases = pl.read_parquet(parquet)
-            x = snv_rows(bases)["score"].to_numpy().astype(np.float64)
-            y = pl.read_csv(tsv, separator="\t", comment_prefix="#", has_header=False)[:, 4]
-            y = y.to_numpy()
-            a, b = rng.integers(0, len(x), (2, 500_000))
-            keep = x[a] != x[b]
-            reversed_ = (np.sign(x[a] - x[b]) * np.sign(y[a] - y[b]) < 0) & keep
-            tied = (y[a] == y[b]) & keep
-            spearman = pl.DataFrame({"x": x, "y": y}).select(pl.corr("x", "y", method="spearman"))
-            out[f"decimals_{decimals}"] = {
-                "tsv_bytes_per_snv": round(written["tsv_bytes"] / snvs, 3),
-                "hg38_tsv_gb": round(written["tsv_bytes"] / snvs * HG38_SNVS / 1e9, 1),
-                "spearman_vs_stored": round(spearman.item(), 6),
-                "pairs_reversed": float(reversed_.mean()),
-                "pairs_tied_by_rounding": round(float(tied.mean()), 4),
-            }
+    for decimals in (2, 3, 4):
+        folder = work / f"merged_{decimals}"
+        parquet, tsv = folder / f"positions/{name}.parquet", folder / f"snvs/{name}.tsv.gz"
+        counts, calibration = folder / "calibration/counts.parquet", folder / "calibration"
+        merged = ("--chunks", *chunks, "--tsv-decimals", str(decimals))
+        merged += ("--out-parquet", parquet, "--out-counts", counts)
+        jobs = {"merge-scan": _run("merge-scan", *file_job, *merged)}
+        jobs["calibrate-scan"] = _run("calibrate-scan", "--counts", counts, "--out", calibration)
+        written = ("--parquet", parquet, "--calibration", calibration, "--out-tsv", tsv)
+        jobs["write-scan-tsv"] = _run("write-scan-tsv", *file_job, *written)
+        bases = pl.read_parquet(parquet)
+        snvs, tsv_bytes = 3 * bases.height, tsv.stat().st_size + Path(f"{tsv}.tbi").stat().st_size
+        x = snv_rows(bases)["score"].to_numpy().astype(np.float64)
+        y = pl.read_csv(tsv, separator="\t", comment_prefix="#", has_header=False)[:, 4]
+        y = y.to_numpy()
+        a, b = rng.integers(0, len(x), (2, 500_000))
+        keep = x[a] != x[b]
+        reversed_ = (np.sign(x[a] - x[b]) * np.sign(y[a] - y[b]) < 0) & keep
+        tied = (y[a] == y[b]) & keep
+        spearman = pl.DataFrame({"x": x, "y": y}).select(pl.corr("x", "y", method="spearman"))
+        out[f"decimals_{decimals}"] = {
+            "tsv_bytes_per_snv": round(tsv_bytes / snvs, 3),
+            "hg38_tsv_gb": round(tsv_bytes / snvs * HG38_SNVS / 1e9, 1),
+            "spearman_vs_stored": round(spearman.item(), 6),
+            "pairs_reversed": float(reversed_.mean()),
+            "pairs_tied_by_rounding": round(float(tied.mean()), 4),
+            "jobs_s_peak_rss_mb": {job: [round(s, 2), round(mb)] for job, (s, mb) in jobs.items()},
+        }
+    parquet_bytes = parquet.stat().st_size
     out |= {
         "snvs": snvs,
         "score_range": [round(float(x.min()), 4), round(float(x.max()), 4)],
         "score_sd": round(float(x.std()), 5),
-        "parquet_bytes": stats["parquet_bytes"],
-        "parquet_bytes_per_snv": round(stats["parquet_bytes"] / snvs, 3),
-        "hg38_parquet_gb": round(stats["parquet_bytes"] / snvs * HG38_SNVS / 1e9, 1),
-        "merge_s": stats["merge_s"],
+        "parquet_bytes": parquet_bytes,
+        "parquet_bytes_per_snv": round(parquet_bytes / snvs, 3),
+        "hg38_parquet_gb": round(parquet_bytes / snvs * HG38_SNVS / 1e9, 1),
+        "merge_job_s": round(jobs["merge-scan"][0], 2),  # the whole process, start-up included
     }
     return out
 
 
-def calibrate(scan_dir: Path, fasta: Path) -> None:
-    """The synthetic scan's calibration (annotate adds its PHRED and calibrated score)."""
-    from carbon_vep.genome.reference import open_reference
-    from carbon_vep.scan.calibrate import Calibration, CalibrationCounts, counts_meta
-    from carbon_vep.scan.snvs import snv_rows, with_cells
-
-    counts = CalibrationCounts()
-    bases = pl.read_parquet(scan_dir / "positions/chrS.parquet")
-    with open_reference(fasta) as reference:
-        snvs = with_cells(snv_rows(bases), reference, 2, None)
-    counts.add(snvs["cell"].to_numpy(), snvs["key"].to_numpy(), snvs["neutral"].to_numpy())
-    meta = counts_meta({}, 2, None)
-    Calibration.build(counts.counts(), counts.neutral(), meta, 100).write(scan_dir / "calibration")
-
-
 def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
-    from carbon_vep.atomic import write_json
-    from carbon_vep.benchmark.synthetic import write_synthetic_scan
+    from carbon_vep.benchmark.calibrate import calibrate_job, make_scan, merge_job
     from carbon_vep.config.stages import LabelSettings, PanelSettings
     from carbon_vep.genome.reference import open_reference
     from carbon_vep.scan.outputs import SCAN_RECORD, scan_record
@@ -190,28 +180,26 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
     from carbon_vep.variants.ingest import ingest_panel
 
     rng = np.random.default_rng(11)
-    fasta = work / "annotate/genome.fa"
-    scan_dir = work / "annotate/scan"
-    seq = write_synthetic_scan(fasta, scan_dir / "positions/chrS.parquet", contig_bp, rng)
-    plan = {  # the record of a scan of chrS alone (what annotate reads)
-        "reference": str(fasta),
-        "group_bp": contig_bp,
-        "files": [{"name": "chrS", "contigs": ["chrS"]}],
-        "contigs": {"chrS": {"file": "chrS", "length": contig_bp, "scored_bp": contig_bp}},
-    }
-    write_json(scan_record(plan, {"build": "synthetic"}), scan_dir / SCAN_RECORD)
-    calibrate(scan_dir, fasta)
+    folder, scan_dir = work / "annotate", work / "annotate/scan"
+    seq = make_scan(folder, contig_bp, rng)  # the genome, its plan and one chunk
+    merge_job(folder)  # the product's jobs make the scan annotate reads: Parquet, calibration
+    calibrate_job(folder)
+    (scan_dir / "positions").mkdir(parents=True)
+    (folder / "positions.parquet").rename(scan_dir / "positions/chrS.parquet")
+    (folder / "calibration").rename(scan_dir / "calibration")
+    plan = json.loads((folder / "plan.json").read_text())
+    write_json(scan_dir / SCAN_RECORD, scan_record(plan, {"build": "synthetic"}))
     pos = np.sort(rng.choice(3 * contig_bp, variants, replace=False))
     base = pos // 3
     ref = seq[base]
     alts = np.array([[a for a in "ACGT" if a != r] for r in "ACGT"])
     alt = alts[np.searchsorted(np.array(list("ACGT")), ref), pos % 3]
-    panel = work / "annotate/panel.tsv"
+    panel = folder / "panel.tsv"
     pl.DataFrame({"chrom": "chrS", "pos": base + 1, "ref": ref, "alt": alt}).write_csv(
         panel, separator="\t"
     )
     settings = PanelSettings(build="synthetic", format="auto")
-    with open_reference(fasta) as reference:
+    with open_reference(folder / "genome.fa") as reference:
         ingest_s, (checked, _) = timed(
             lambda: ingest_panel(panel, reference, settings, LabelSettings())
         )

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from carbon_vep.benchmark.calibrate import calibrate_job, merge_job
 from carbon_vep.benchmark.calibrate import make_scan as make_positions
-from carbon_vep.benchmark.calibrate import step_calibrate, step_count
 from carbon_vep.benchmark.harness import HG38_BASES, run_command, run_step, write_json
 from carbon_vep.markdown import table as markdown_table
 
@@ -69,8 +69,8 @@ def make_scan(folder: Path, bases: int) -> None:
     import shutil
 
     make_positions(folder, bases)
-    step_count(str(folder))
-    step_calibrate(str(folder))
+    merge_job(folder)
+    calibrate_job(folder)
     scan = folder / "scan"
     (scan / "positions").mkdir(parents=True)
     shutil.move(folder / "positions.parquet", scan / "positions" / "chrS.parquet")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ import polars as pl
 from carbon_vep.benchmark.harness import (
     PROJECT_ROOT,
     Pair,
+    job_env,
     run_command,
     write_json,
 )
@@ -101,7 +101,7 @@ def job_times(out: Path) -> dict:
 def run_task(exe: Path, engine: str, task: str, inputs: Path, model: Path, out: Path, *extra: str):
     """The task's job in float32, offline, measured (`extra`: more flags of the command)."""
     argv = task_command([str(exe)], engine, task, inputs, model, out, "--dtype", "float32", *extra)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = job_env()
     return run_command(argv, env=env)
 
 

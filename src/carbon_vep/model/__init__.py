@@ -2,9 +2,9 @@
 adapter (`tokens`), forward passes and the quantities the recipes need without full-vocabulary
 logits (`engine`; on a GPU, window groups many a forward pass: `window_groups`), the
 out-of-memory backoff and batches by tokens (`batching`), clocks on the device's timeline
-(`timing`), a job's model checked, loaded and probed (`job`) and counted (`job_record`: load
-time, tokens, peak memory, one record a job), and the tiny demo model (`demo`, with its
-tokenizer shipped as remote code in `assets/`).
+(`timing`), the output layer's start-up probe (`probe`), a job's model checked, loaded and
+probed (`job`) and counted (`job_record`: load time, tokens, peak memory, one record a job),
+and the tiny demo model (`demo`, with its tokenizer shipped as remote code in `assets/`).
 
 May import: `sources`, `config`, `genome` and the shared modules. The only sub-package (with
 `scan.tiles`, `scoring.shard` and `suite`) that imports torch.

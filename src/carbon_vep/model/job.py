@@ -44,7 +44,8 @@ def load_job_model(model: ModelSettings, job: str | None, yarn=None, long_contex
 
 def engine_for(loaded: Any, model: ModelSettings):
     """The scoring engine on a loaded model, its output layer verified on a probe."""
-    from carbon_vep.model.engine import Engine, verify_output_layer
+    from carbon_vep.model.engine import Engine
+    from carbon_vep.model.probe import verify_output_layer
 
     engine = Engine(
         loaded.model,

@@ -17,9 +17,9 @@ give comes from the product's own jobs.
    size; float32; Carbon-500M's shape), its answers compared with the product's (`reruns`);
    `rollouts`: long rollouts as recovery jobs on the product's checkpoints (alone, batched,
    drafted);
-2. in this process, only what no job gives: `ablations` (one function before and after),
-   `vllm` (whole jobs per engine, on a model saved here), `host_memory` (a fresh process's
-   load), `known_answer` (a model trained here).
+2. what no product job gives: `vllm` (a NIAH job on each engine, on a model saved here),
+   `host_memory` (a fresh process's load), `known_answer` (a model trained in this process,
+   scored by the product's jobs).
 
 Random-weight models with Carbon's exact shapes (no download), a locally built tokenizer of
 Carbon's layout, a synthetic genome. Writes `gpu_check.json`, `gpu_check.md` (a section for
@@ -28,8 +28,7 @@ short keeps what it measured).
 
 One module a step or role: `product` (the product's jobs through Snakemake; `product_setup` its
 checkpoints, inputs and config; `product_reference` the official approach beside it),
-`reruns`, `rollouts`, `ablations`, `generation` (vLLM), `host_memory`, `known_answer`, `device`
-(budget, the GPU at hand sized from itself, host synchronisations), `workload` (the in-process
-steps' models and inputs), `report` (the JSON and Markdown), `run` (the steps in order); `kit`
-builds the device kit.
+`reruns`, `rollouts`, `generation` (vLLM), `host_memory`, `known_answer`, `device` (budget, the
+GPU at hand sized from itself), `workload` (the random-weight models and the inputs built here),
+`report` (the JSON and Markdown), `run` (the steps in order); `kit` builds the device kit.
 """

@@ -1,17 +1,13 @@
-"""Clocks and counters of the GPU check: the time budget, the device as the arithmetic sizes it,
-host synchronisations (the product's jobs count their own tokens and FLOPs: model.job_record)."""
+"""The GPU check's clock and its device: the time budget, the GPU at hand as the arithmetic sizes
+it (the product's jobs count their own tokens and FLOPs: model.job_record)."""
 
 from __future__ import annotations
 
 import sys
 import time
-import warnings
-from collections.abc import Callable
-from typing import Any
 
 import torch
 
-from carbon_vep.benchmark.host_reads import HostReads
 from carbon_vep.config.gpus import (
     GpuClass,
     device_gpu_class,
@@ -50,21 +46,3 @@ def device_class(device: torch.device, peak_tflops: float) -> tuple[str, GpuClas
     props = torch.cuda.get_device_properties(device)
     label = gpu_class_named(props.name) or props.name
     return label, device_gpu_class(props.total_memory, peak_tflops)
-
-
-def host_syncs(run: Callable[[], Any], device: torch.device) -> tuple[int, str]:
-    """Host synchronisations during `run`: CUDA's sync debug mode on a GPU; on a CPU (nothing
-    waits there), the operations that would wait (benchmark/host_reads.py)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                run()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        return sum("synchroniz" in str(w.message) for w in caught), "CUDA sync debug mode"
-    with HostReads() as reads:
-        run()
-    return reads.total, "host reads counted on CPU"

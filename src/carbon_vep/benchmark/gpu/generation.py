@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from carbon_vep.benchmark.gpu.workload import (
     random_model,
     save_checkpoint,
 )
-from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command
+from carbon_vep.benchmark.harness import PROJECT_ROOT, job_env, run_command
 from carbon_vep.benchmark.vllm import compare_niah, job_times, task_command
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
@@ -85,17 +84,9 @@ def score_command(
 
 
 def _job_env(engine: str) -> dict[str, str]:
-    source = str(PROJECT_ROOT / "src")  # a GPU node's python may run the package from here
     # vLLM's environment has its own transformers: this process's path (a device kit's newer
     # one, say) must not shadow it
-    path = os.environ.get("PYTHONPATH") if engine != "vllm" else None
-    return dict(
-        os.environ,
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        VLLM_CPU_OMP_THREADS_BIND="nobind",
-        PYTHONPATH=f"{source}:{path}" if path else source,
-    )
+    return job_env(engine != "vllm", VLLM_CPU_OMP_THREADS_BIND="nobind")
 
 
 def run_engine(

@@ -1,68 +1,70 @@
-"""The GPU check's known_answer step: the AUROC of a model trained here (benchmark.known_answer:
-the right answer is known) in float32, bf16 and bf16 with the output layer upcast, scored in this
-process (the model is trained in it; how far bf16 moves the product's own answers is the
-`precision` rerun's, benchmark/gpu/reruns.py)."""
+"""The GPU check's known_answer step: the AUROC of a model whose right answer is known
+(benchmark.known_answer: a tiny Llama trained on a genome with planted motifs) in float32, bf16
+and bf16 with the output layer upcast, for the centered and nexttoken recipes. Only the training
+is in this process (the model is made here, and saved to disk); each (precision, recipe) is
+scored by the product's own jobs, `carbon-vep score` then `carbon-vep metrics`, each a process
+of its own, and the AUROC is read from the metrics JSON they write. How far bf16 moves the
+product's own answers is the `precision` rerun's (benchmark/gpu/reruns.py)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import torch
 
 from carbon_vep.benchmark import known_answer
-from carbon_vep.benchmark.gpu.workload import NO_BOOTSTRAP
-from carbon_vep.config.recipes import RECIPES
-from carbon_vep.config.stages import (
-    LabelSettings,
-    ModelSettings,
-    PanelSettings,
-    RecipeSettings,
-)
-from carbon_vep.evaluate.metrics import vep_metrics
-from carbon_vep.genome.reference import open_reference
-from carbon_vep.genome.windows import unique_variants
-from carbon_vep.model.engine import Engine
-from carbon_vep.model.loading import load_model
-from carbon_vep.scoring.merge import merge_scores
-from carbon_vep.scoring.shard import score_shard
-from carbon_vep.variants.ingest import ingest_panel
+from carbon_vep.benchmark.harness import job_env, run_command
+
+PRECISIONS = {  # the report's name: (--dtype, the output layer upcast)
+    "float32": ("float32", False),
+    "bf16": ("bfloat16", False),
+    "bf16 + upcast_output_layer": ("bfloat16", True),
+}
 
 
 def known_answer_aurocs(device: torch.device, work: Path, steps: int) -> list[dict]:
-    """AUROC of the trained motif model (support/known_answer.py) in float32, bf16 and bf16
-    with upcast_output_layer, through the package's loading and scoring path."""
+    """Per precision and recipe: the AUROC and rows of the product's jobs on the trained motif
+    model (an `error`, the job's last stderr line, and a NaN AUROC where a job failed)."""
     work.mkdir(parents=True, exist_ok=True)
     world = known_answer.build_world(work, steps=steps, device=str(device))
     panel = known_answer.write_panel(world)
-    labels = LabelSettings(label_column="label")
-    rows: list[dict] = []
-    configs = {
-        "float32": ("float32", False),
-        "bf16": ("bfloat16", False),
-        "bf16 + upcast_output_layer": ("bfloat16", True),
-    }
-    for label, (dtype, upcast) in configs.items():
-        spec = ModelSettings(
-            str(world["model"]),
-            dtype=dtype,
-            device=str(device),
-            trust_remote_code=True,
-            upcast_output_layer=upcast,
-        )
-        loaded = load_model(spec)
-        engine = Engine(
-            loaded.model, loaded.vocab, loaded.device, batch_size=8, upcast_output_layer=upcast
-        )
-        with open_reference(world["fasta"]) as reference:
-            checked, _ = ingest_panel(panel, reference, PanelSettings(build="synthetic"))
-            for recipe in ("centered", "nexttoken"):
-                windows = RECIPES[recipe].add_windows(
-                    unique_variants(checked), reference.lengths, known_answer.WINDOW_BP[recipe]
-                )
-                scores = score_shard(windows, reference, engine, RecipeSettings(recipe))
-                merged = merge_scores(checked, [scores])
-                auroc = vep_metrics(merged, labels, NO_BOOTSTRAP)["metrics"]["auroc"]
-                rows.append(
-                    {"recipe": recipe, "precision": label, "auroc": auroc, "n": merged.height}
-                )
+    env = job_env()
+    cli = [sys.executable, "-m", "carbon_vep.cli"]  # a GPU node's python may have no carbon-vep
+    rows = []
+    for precision, (dtype, upcast) in PRECISIONS.items():
+        for recipe in ("centered", "nexttoken"):
+            out = work / "jobs" / f"{recipe}_{dtype}{'_upcast' if upcast else ''}"
+            score = [*cli, "score", "--model", world["model"], "--trust-remote-code"]
+            score += ["--reference", world["fasta"], "--panel", panel, "--build", "synthetic"]
+            score += ["--label-column", "label", "--recipe", recipe]
+            score += ["--window-bp", known_answer.WINDOW_BP[recipe], "--dtype", dtype]
+            score += ["--device", device, f"--{'' if upcast else 'no-'}upcast-output-layer"]
+            score += ["--out", out / "scores.parquet"]
+            metrics = [*cli, "metrics", "--merged", out / "scores.parquet"]
+            metrics += ["--label-column", "label", "--bootstrap", "0", "--task", "known_answer"]
+            metrics += ["--model-key", precision, "--out", out / "metrics.json"]
+            row = {"recipe": recipe, "precision": precision}
+            rows.append(row | _jobs([score, metrics], env, out / "metrics.json"))
     return rows
+
+
+def _jobs(argvs: list[list], env: dict[str, str], metrics: Path) -> dict:
+    """The jobs run in turn, the first to fail stopping them: the AUROC and rows the metrics
+    job wrote, and the score job's wall time and peak RSS."""
+    runs = []
+    for argv in argvs:
+        done = run_command([str(a) for a in argv], env=env, check=False)
+        if done.returncode:
+            lines = done.stderr.strip().splitlines()
+            error = lines[-1][:300] if lines else f"exit {done.returncode}"
+            return {"auroc": float("nan"), "n": 0, "error": error}
+        runs.append(done)
+    result = json.loads(metrics.read_text())
+    return {
+        "auroc": result["metrics"]["auroc"],
+        "n": result["n_rows"],
+        "wall_s": round(runs[0].seconds, 2),
+        "peak_rss_mb": round(runs[0].peak_rss_mb, 1),
+    }

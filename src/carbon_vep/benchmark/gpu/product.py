@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ import polars as pl
 import torch
 import yaml
 
+from carbon_vep.benchmark import harness
 from carbon_vep.benchmark.gpu.product_reference import compare_with_official, markdown_rows
 from carbon_vep.benchmark.gpu.product_setup import (
     DRAFT,
@@ -53,7 +53,7 @@ from carbon_vep.benchmark.gpu.product_setup import (
     write_config,
     write_inputs,
 )
-from carbon_vep.benchmark.harness import HG38_BASES, PROJECT_ROOT
+from carbon_vep.benchmark.harness import HG38_BASES, PROJECT_ROOT, TIMED_OUT, stop_group
 from carbon_vep.config.gpus import attention_flops, body_flops
 from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.markdown import table as markdown_table
@@ -144,8 +144,8 @@ def run_workflow(
         try:
             code = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _stop(process)
-            code = 124
+            stop_group(process)
+            code = TIMED_OUT
     lines = log.read_text(errors="replace").splitlines()
     return {
         "returncode": code,
@@ -165,32 +165,13 @@ def job_env(folder: Path, sizes: ProductSizes) -> dict[str, str]:
         f'#!/bin/sh\nexec {sys.executable} -m carbon_vep.cli "$@"\n', encoding="utf-8"
     )
     (shim / "carbon-vep").chmod(0o755)
-    env = dict(
-        os.environ,
+    env = harness.job_env(
         PATH=f"{shim}{os.pathsep}{os.environ.get('PATH', '')}",
-        PYTHONPATH=os.pathsep.join(
-            p for p in (str(PROJECT_ROOT / "src"), os.environ.get("PYTHONPATH")) if p
-        ),
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
         **{RECORDS_ENV: str(folder / "jobs")},
     )
     if sizes.threads:
         env |= {"OMP_NUM_THREADS": str(sizes.threads), "MKL_NUM_THREADS": str(sizes.threads)}
     return env
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Snakemake and its jobs (one process group) stopped: SIGTERM, then SIGKILL."""
-    for sig, grace in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-            process.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            return
 
 
 def _jobs_done(lines: list[str]) -> str:

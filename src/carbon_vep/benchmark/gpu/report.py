@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import platform
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -51,10 +50,10 @@ def environment(device: torch.device, smoke: bool, peak: float, peak_n: int) -> 
 
 def markdown(report: dict) -> str:
     """The run as a section for docs/benchmarks.md: the product's own jobs and their reruns,
-    then each step that ran in this process."""
+    then each other step that ran."""
     parts = [_environment_part(report), product.markdown_part(report.get("product"))]
     parts += [reruns.markdown_part(r) for r in report["reruns"].values()]
-    parts += [_ablations_part(report), _known_answer_part(report)]
+    parts.append(_known_answer_part(report))
     parts.append(_generation_part(report))
     parts.append(_rollouts_part(report))
     parts.append(_host_memory_part(report))
@@ -75,29 +74,6 @@ def _environment_part(report: dict) -> str:
         f"**{env['bf16_peak_tflops']:,.1f} TFLOP/s** ({env['peak_matmul_n']:,}³ matmuls, same "
         "process): what each rule's share of the peak is of."
     )
-
-
-def _ablations_part(report: dict) -> str:
-    if not report["ablations"]:
-        return ""
-    intro = (
-        "The GPU costs removed, before and after on the same inputs (before = the loop as it "
-        "was, benchmark/published.py):"
-    )
-    fixed = ("model", "change", "items", "before_s", "after_s", "speedup")
-    rows = [
-        [
-            r["model"],
-            r["change"],
-            f"{r['before_s']:.3f}",
-            f"{r['after_s']:.3f}",
-            f"{r['speedup']:.2f}x",
-            "; ".join(f"{k}: {_note(k, v)}" for k, v in r.items() if k not in fixed),
-        ]
-        for r in report["ablations"]
-    ]
-    header = ["model", "change", "before s", "after s", "speed-up", "notes"]
-    return intro + "\n\n" + markdown_table(header, rows)
 
 
 def _host_memory_part(report: dict) -> str:
@@ -130,10 +106,14 @@ def _known_answer_part(report: dict) -> str:
     if not report["known_answer"]:
         return ""
     intro = (
-        "Known answer (benchmark/known_answer.py: a tiny Llama trained on a genome with a "
-        "planted motif; 30 motif-breaking vs 30 background SNVs):"
+        "Known answer (benchmark/known_answer.py: a tiny Llama trained here on a genome with a "
+        "planted motif; 30 motif-breaking vs 30 background SNVs), scored by `carbon-vep score` "
+        "and `carbon-vep metrics` jobs:"
     )
-    rows = [[r["recipe"], r["precision"], f"{r['auroc']:.3f}"] for r in report["known_answer"]]
+    rows = [
+        [r["recipe"], r["precision"], r.get("error") or f"{r['auroc']:.3f}"]
+        for r in report["known_answer"]
+    ]
     return intro + "\n\n" + markdown_table(["recipe", "precision", "AUROC"], rows)
 
 
@@ -213,12 +193,6 @@ def _rollouts_part(report: dict) -> str:
         "time); random weights on both, so the acceptance is that of two unrelated models."
     )
     return intro + "\n\n" + rollouts.markdown(result)
-
-
-def _note(key: str, value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.1%}" if "idle" in key else f"{value:.3g}"
-    return str(value)
 
 
 def write_report(report: dict, out: Path, budget: Budget) -> None:

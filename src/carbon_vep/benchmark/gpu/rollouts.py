@@ -14,10 +14,17 @@ from carbon_vep.benchmark.gpu.workload import Sizes
 
 
 def rollouts(
-    target: Path, draft: Path, work: Path, sizes: Sizes, env: dict[str, str], device_type: str
+    target: Path,
+    draft: Path,
+    work: Path,
+    sizes: Sizes,
+    env: dict[str, str],
+    device_type: str,
+    time_limit_s: float | None = None,
 ) -> dict:
     """The jobs on `device_type` (cuda: bfloat16, as the checkpoints are; cpu: float32), in
-    `env` (product.job_env: `carbon-vep` on PATH, offline), their files under `work`."""
+    `env` (product.job_env: `carbon-vep` on PATH, offline), their files under `work`, within
+    `time_limit_s` (a job running at the limit is stopped, the rest not started)."""
     prompts = generate.random_prompts(sizes.rollout_batch, sizes.rollout_prompt_tokens)
     return generate.rollout_jobs(
         target,
@@ -28,6 +35,7 @@ def rollouts(
         env,
         device=device_type,
         dtype="bfloat16" if device_type == "cuda" else "float32",
+        time_limit_s=time_limit_s,
     )
 
 

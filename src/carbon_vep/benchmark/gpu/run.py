@@ -10,12 +10,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from carbon_vep.benchmark import known_answer
-from carbon_vep.benchmark.gpu.ablations import ablations
 from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
 from carbon_vep.benchmark.gpu.host_memory import host_memory
@@ -25,26 +23,18 @@ from carbon_vep.benchmark.gpu.product_setup import DRAFT, SMOKE_PRODUCT, TARGET,
 from carbon_vep.benchmark.gpu.report import environment, write_report
 from carbon_vep.benchmark.gpu.reruns import RERUNS, rerun
 from carbon_vep.benchmark.gpu.rollouts import rollouts
-from carbon_vep.benchmark.gpu.workload import (
-    SMOKE,
-    TOY_SHAPES,
-    Inputs,
-    Model,
-    Sizes,
-    make_inputs,
-    with_model,
-)
+from carbon_vep.benchmark.gpu.workload import SMOKE, TOY_SHAPES, Model, Sizes, with_model
 from carbon_vep.benchmark.harness import bf16_peak_tflops
 from carbon_vep.config.gpus import CARBON_SHAPES
-from carbon_vep.genome.reference import open_reference
 from carbon_vep.model.demo import make_tokenizer
 from carbon_vep.model.tokens import dna_vocab
 
 # The steps in the order they run, most valuable first: a run cut short by its budget still
 # answers the questions that matter, and `--steps` lets a second run take what a first skipped.
 # The product's jobs give every figure they can (the product step, its reruns, the rollouts as
-# recovery jobs); the steps in this process measure what no job gives: one function before and
-# after (ablations), a fresh process's load (host_memory), a model trained here (known_answer).
+# recovery jobs, the known-answer model's scores); the rest measure what no job gives: our
+# engine's NIAH job beside vLLM's on a model saved here (vllm), a fresh process's load
+# (host_memory); the known-answer model is trained in this process, then scored by jobs.
 STEPS = {
     "product": "the product's own jobs: Snakemake with a GPU config, every model rule, bf16, "
     "beside the official scripts' approach",
@@ -52,15 +42,14 @@ STEPS = {
     "batch_budgets": RERUNS["batch_budgets"],
     "precision": RERUNS["precision"],
     "rollouts": "Carbon-3B rollouts as recovery jobs: alone, batched, with a Carbon-500M draft",
-    "ablations": "Carbon-3B GPU costs removed, before and after (one function each)",
     "vllm": "the generation tasks on vLLM against our engine",
     "host_memory": "a model job's peak host memory loading each Carbon shape, against its mem_mb",
     "known_answer": "known-answer AUROC in float32, bf16 and bf16 + upcast",
     "carbon_500m": RERUNS["carbon_500m"],
 }
-IN_PROCESS_STEPS = ["ablations", "vllm"]  # on the --model shape, built here
 PRODUCT_TIMEOUT_S = {"cuda": 360.0, "cpu": 1800.0}  # the workflow's own limit (its jobs stopped)
 RERUN_TIMEOUT_S = {"cuda": 150.0, "cpu": 900.0}
+ROLLOUTS_TIMEOUT_S = {"cuda": 240.0, "cpu": 1800.0}  # all the rollout jobs (the rest stopped)
 
 
 def parse_steps(text: str) -> list[str]:
@@ -106,7 +95,7 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         "--model",
         choices=list(CARBON_SHAPES),
         default="Carbon-3B",
-        help="the shape the in-process steps (ablations, vllm) run on (default Carbon-3B)",
+        help="the shape of the model the vllm step saves and scores (default Carbon-3B)",
     )
     parser.add_argument(
         "--product-timeout-s",
@@ -194,8 +183,9 @@ class Run:
             if step == "rollouts":
                 checkpoints = folder / TARGET, folder / DRAFT
                 work = self.work / "rollouts"
+                limit = self.limit(ROLLOUTS_TIMEOUT_S)
                 self.report["rollouts"] = rollouts(
-                    *checkpoints, work, self.sizes, env, self.device.type
+                    *checkpoints, work, self.sizes, env, self.device.type, limit
                 )
             else:
                 limit = self.limit(RERUN_TIMEOUT_S, 0.5)
@@ -210,29 +200,21 @@ class Run:
         (self.out / "profiles.txt").write_text(text + "\n")
         print(text, file=sys.stderr)
 
-    def in_process(self, model: Model, inputs: Inputs, reference: Any) -> None:
-        """The steps measured in this process on the --model shape, in the order of STEPS."""
-        if self.wants("ablations", 90):
-            self.report["ablations"] += ablations(model, reference, inputs, self.work, self.device)
-            self.save()
-        if "vllm" in self.steps:
-            self.vllm(model)
-
-    def vllm(self, model: Model) -> None:
+    def vllm(self, tokenizer, vocab, name: str) -> None:
+        """The vllm step on a random-weight model of the shape `name` (--model), built here and
+        freed after (generation saves it for both engines' jobs)."""
         if self.vllm_python is None and self.no_vllm_reason:
             self.budget.skipped.append(f"vllm: {self.no_vllm_reason}")
             return
         if self.budget.allows(f"vllm: {STEPS['vllm']}", 60):
-            self.report["generation"] += generation(
-                model,
-                self.work,
-                self.device,
-                self.report["environment"]["smoke"],
-                self.vllm_python,
-                self.budget,
-                self.peak,
-            )
-            self.save()
+            with_model(tokenizer, vocab, self.device, name, self.shapes, self._generation)
+
+    def _generation(self, model: Model) -> None:
+        smoke = self.report["environment"]["smoke"]
+        self.report["generation"] += generation(
+            model, self.work, self.device, smoke, self.vllm_python, self.budget, self.peak
+        )
+        self.save()
 
 
 def _run(
@@ -246,7 +228,6 @@ def _run(
         "environment": environment(device, args.smoke, peak, peak_n),
         "product": None,
         "reruns": {},
-        "ablations": [],
         "known_answer": [],
         "generation": [],
         "rollouts": {},
@@ -282,23 +263,14 @@ def _run(
         if run.wants("product", 120):
             run.product(tokenizer, vocab, args.smoke)
         run.on_the_product(["profiles", "batch_budgets", "precision", "rollouts"], args.smoke)
-        if any(s in args.steps for s in IN_PROCESS_STEPS) and budget.allows(args.model, 40):
-            inputs = make_inputs(work, sizes)
-            with open_reference(inputs.fasta) as reference:
-                with_model(
-                    tokenizer,
-                    vocab,
-                    device,
-                    args.model,
-                    shapes,
-                    lambda model: run.in_process(model, inputs, reference),
-                )
+        if "vllm" in args.steps:
+            run.vllm(tokenizer, vocab, args.model)
         if run.wants("host_memory", 30):
             report["host_memory"] = host_memory(
                 tokenizer, vocab, device, shapes, work, budget, args.smoke
             )
             run.save()
-        if run.wants("known_answer", 30):
+        if run.wants("known_answer", 90):  # 12 jobs (score, then metrics), each loading torch
             report["known_answer"] = known_answer_aurocs(
                 device, work / "known_answer", sizes.known_answer_steps
             )
