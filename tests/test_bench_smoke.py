@@ -26,3 +26,14 @@ def test_bench_calibrate_runs_the_scan_jobs_beside_the_references(tmp_path):
         assert (folder / "with_phred.tsv.gz.tbi").exists()
     projection = results["hg38_projection_16_cores_h"]
     assert 0 < projection["merge_and_phred_column"] < projection["merge_calibrate_tsv_jobs"]
+
+
+def test_bench_scan_annotates_through_the_workflows_two_jobs(tmp_path):
+    """check-panel then annotate --checked on a scan the scan jobs made: every SNV scored, the
+    lookup's seconds read from the annotate job's own log."""
+    from carbon_vep.benchmark.scan import annotate
+
+    result = annotate(tmp_path, variants=2_000, contig_bp=5_000)
+    assert result["statuses"] == {"scored": 2_000}
+    assert 0 <= result["lookup_s"] < result["annotate_job_s"]  # the log's 2 decimals
+    assert set(result["peak_rss_mb"]) == {"check-panel", "annotate"}
