@@ -1,13 +1,15 @@
-"""Window groups batched (model.window_groups) against one group at a time
-(Engine.window_group_scores): the same totals and counts to float rounding, for groups of mixed
+"""Window groups batched (model.window_groups) against one group at a time (the code it replaced,
+support/engine_as_it_was.py): the same totals and counts to float rounding, for groups of mixed
 shapes (other split tokens, other numbers of alleles, other window lengths) cut into several
-batches, under both likelihood kinds and both normalisers; and a group that runs out of memory
-alone is scored None while the others keep their values."""
+batches, under both likelihood kinds and both normalisers; a group's score the same whatever the
+batch it shares (float64 sums); and a group that runs out of memory alone is scored None while
+the others keep their values."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from support.engine_as_it_was import one_window_group
 from support.files import random_dna
 
 from carbon_vep.model.engine import Engine
@@ -48,10 +50,29 @@ def test_batched_groups_equal_one_group_at_a_time(loaded, kind, normalization, b
     assert len(shapes) >= 4  # the batches really mix shapes
     batched = window_groups_scores(engine, groups, kind, normalization)
     for (ref, alts), (ref_score, alt_scores) in zip(groups, batched, strict=True):
-        alone_ref, alone_alts = engine.window_group_scores(ref, alts, kind, normalization)
+        alone_ref, alone_alts = one_window_group(engine, ref, alts, kind, normalization)
         for ours, alone in zip([ref_score, *alt_scores], [alone_ref, *alone_alts], strict=True):
             assert ours.count == alone.count
             assert ours.total == pytest.approx(alone.total, abs=1e-4, rel=1e-6)
+
+
+@pytest.mark.parametrize(("kind", "normalization"), [("token", "full_vocab"), ("bp", "dna_block")])
+def test_a_groups_score_does_not_depend_on_the_batch_it_shares(loaded, kind, normalization):
+    """Each group's terms are computed row by row and summed in float64: one group a batch and
+    every group in one batch give the same means (a float32 sum moved them by ~1e-6)."""
+    groups = groups_of_mixed_shapes()
+    scores = {
+        size: window_groups_scores(
+            Engine(loaded.model, loaded.vocab, loaded.device, batch_size=size),
+            groups,
+            kind,
+            normalization,
+        )
+        for size in (1, 16)
+    }
+    for one, every in zip(scores[1], scores[16], strict=True):
+        for a, b in zip([one[0], *one[1]], [every[0], *every[1]], strict=True):
+            assert a.count == b.count and a.mean == pytest.approx(b.mean, abs=1e-9, rel=0)
 
 
 def test_a_group_out_of_memory_alone_is_none_and_the_others_are_scored(loaded, monkeypatch):

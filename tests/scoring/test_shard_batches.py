@@ -11,6 +11,8 @@ import polars as pl
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import RecipeSettings
 from carbon_vep.model.engine import Engine
+from carbon_vep.model.window_groups import window_groups_scores
+from carbon_vep.scoring import shard as shard_module
 from carbon_vep.scoring.shard import score_shard
 
 
@@ -49,18 +51,17 @@ def test_right_end_contexts_once_each_and_batched_to_the_token_budget(loaded, re
     assert np.allclose(scored["score"].to_numpy(), one_by_one["score"].to_numpy(), atol=1e-5)
 
 
-def test_centered_reference_windows_once_each_with_their_alternates(loaded, reference):
+def test_centered_reference_windows_once_each_with_their_alternates(loaded, reference, monkeypatch):
     frame = _snvs(reference, [5_000, 6_000])
     shard = RECIPES["centered"].add_windows(frame, reference.lengths, 240)
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=8)
     groups: list[tuple[str, int]] = []
-    window_group_scores = engine.window_group_scores
 
-    def spy(ref, alts, kind, normalization):
-        groups.append((ref, len(alts)))
-        return window_group_scores(ref, alts, kind, normalization)
+    def spy(engine, batch, kind, normalization):
+        groups.extend((ref, len(alts)) for ref, alts in batch)
+        return window_groups_scores(engine, batch, kind, normalization)
 
-    engine.window_group_scores = spy
+    monkeypatch.setattr(shard_module, "window_groups_scores", spy)
     score_shard(shard, reference, engine, RecipeSettings("centered"))
     windows = {
         reference.fetch("chr17", s, e) for s, e in shard.select("window_start", "window_end").rows()

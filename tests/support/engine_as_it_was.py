@@ -1,8 +1,11 @@
 """The engine's loops as they were before the GPU costs were removed, kept as references for
 the tests that prove the changes left every value alone (tests/model/test_device_costs.py,
-tests/scan/test_scan_overlap.py): an attention mask on every batch, a host read (`float`, `int`,
-`.cpu()`) and a blocking host-to-device copy per item, the scan's per-tile copies with its rows
-written before the next batch starts. No product code runs them."""
+tests/scan/test_scan_overlap.py, tests/model/test_window_groups.py): an attention mask on every
+batch, a host read (`float`, `int`, `.cpu()`) and a blocking host-to-device copy per item, the
+scan's per-tile copies with its rows written before the next batch starts, and one window group
+at a time (its prefix once, the reference's suffix off a copy of its cache, the alternates' off
+the cache repeated; sums in float32), which the batched groups of model.window_groups replaced
+on every device. No product code runs them."""
 
 from __future__ import annotations
 
@@ -77,7 +80,7 @@ def per_item_sequence_scores(
 def per_item_window_group(
     engine: Any, ref: str, alts: list[str], kind: str, normalization: str
 ) -> tuple[tuple[float, int], list[tuple[float, int]]]:
-    """`Engine.window_group_scores` with a host read per allele: (total, count) each."""
+    """`one_window_group` with a host read per allele: (total, count) each."""
     ref_ids = engine.vocab.encode(ref)
     alt_ids = np.stack([engine.vocab.encode(a) for a in alts])
     ref_codes = base_codes(ref, engine.k)
@@ -106,6 +109,46 @@ def per_item_window_group(
         own = _per_item_terms(engine, rows, alt_ids[row, split:], codes, kind, normalization)
         alt_scores.append((shared[0] + own[0], shared[1] + own[1]))
     return ref_score, alt_scores
+
+
+@torch.inference_mode()
+def one_window_group(
+    engine: Any, ref: str, alts: list[str], kind: str, normalization: str
+) -> tuple[Any, list[Any]]:
+    """A reference window and its alternates scored alone, sharing the common prefix: the
+    prefix up to the first token where an alternate differs once, its KV cache feeding the
+    reference's suffix (a copy) and every alternate's (repeated); one copy back per group."""
+    from carbon_vep.model.engine import SequenceScore
+
+    ref_ids = engine.vocab.encode(ref)
+    alt_ids = np.stack([engine.vocab.encode(a) for a in alts])
+    ref_codes = base_codes(ref, engine.k)
+    differs = (alt_ids != ref_ids[None, :]).any(axis=0)
+    split = int(np.argmax(differs)) if differs.any() else len(ref_ids) - 1
+    prefix, cache = engine.forward(
+        ref_ids[None, :split], cache=DynamicCache(config=engine.model.config)
+    )
+    prefix = prefix[0]
+    terms = [  # targets 1..split-1 are predicted inside the prefix: the same for every allele
+        engine._target_terms(
+            prefix[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
+        )
+    ]
+    ref_suffix, _ = engine.forward(ref_ids[None, split:], cache=copy.deepcopy(cache))
+    rows = torch.cat([prefix[-1:], ref_suffix[0, :-1]])
+    terms.append(
+        engine._target_terms(rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization)
+    )
+    cache.batch_repeat_interleave(len(alts))
+    alt_suffix, _ = engine.forward(alt_ids[:, split:], cache=cache)
+    for row, alt in enumerate(alts):
+        rows = torch.cat([prefix[-1:], alt_suffix[row, :-1]])
+        codes = base_codes(alt, engine.k)[split - 1 :]
+        terms.append(engine._target_terms(rows, alt_ids[row, split:], codes, kind, normalization))
+    totals = engine.to_host(torch.stack([total for total, _ in terms]))
+    (shared, shared_n), *own = ((float(t), n) for t, (_, n) in zip(totals, terms, strict=True))
+    scores = [SequenceScore(shared + total, shared_n + n) for total, n in own]
+    return scores[0], scores[1:]
 
 
 @torch.inference_mode()

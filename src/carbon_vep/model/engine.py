@@ -8,7 +8,7 @@ A batch of sequences of one length goes to the model without an attention mask (
 scaled-dot-product attention can take its fused causal kernel); mixed lengths are right-padded
 with a mask. Results do not depend on the batch size. Reference/alternate windows that differ
 only from one token on share the prefix's forward pass through the KV cache
-(`window_group_scores`).
+(model.window_groups, many groups a forward pass).
 
 The host waits for the device once per batch, not once per item: index arrays go to the
 device without a host synchronisation (`to_device`), per-item sums stay on the device and come
@@ -19,7 +19,6 @@ evaluation's `--upcast_lm_head` does to reduce bf16 rounding of the logits).
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from carbon_vep.model.batching import release_memory, run_sorted
+from carbon_vep.model.batching import run_sorted
 from carbon_vep.model.tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
@@ -382,58 +381,6 @@ class Engine:
         return self.run_batched(range(len(sequences)), work, [len(e) for e in encoded])
 
     @torch.inference_mode()
-    def window_group_scores(
-        self, ref: str, alts: Sequence[str], kind: str, normalization: str
-    ) -> tuple[SequenceScore | None, list[SequenceScore | None]]:
-        """Score a reference window and its alternates, sharing the common prefix.
-
-        The prefix up to the first token where an alternate differs runs once; its KV cache
-        feeds the reference suffix and every alternate suffix. Targets predicted from inside
-        the shared prefix use the prefix's hidden states (identical under causal attention).
-        """
-        try:
-            return self._window_group(ref, alts, kind, normalization)
-        except torch.OutOfMemoryError:
-            release_memory(self.device)
-            return None, [None] * len(alts)
-
-    def _window_group(self, ref, alts, kind, normalization):
-        ref_ids = self.vocab.encode(ref)
-        alt_ids = np.stack([self.vocab.encode(a) for a in alts])
-        ref_codes = base_codes(ref, self.k)
-        differs = (alt_ids != ref_ids[None, :]).any(axis=0)
-        split = int(np.argmax(differs)) if differs.any() else len(ref_ids) - 1
-        prefix_hidden, cache = self.forward(ref_ids[None, :split], cache=new_cache(self.model))
-        prefix_hidden = prefix_hidden[0]
-        # targets 1..split-1 are predicted inside the prefix: identical for all alleles
-        terms = [
-            self._target_terms(
-                prefix_hidden[:-1], ref_ids[1:split], ref_codes[: split - 1], kind, normalization
-            )
-        ]
-        ref_suffix, _ = self.forward(ref_ids[None, split:], cache=copy.deepcopy(cache))
-        rows = torch.cat([prefix_hidden[-1:], ref_suffix[0, :-1]])
-        terms.append(
-            self._target_terms(rows, ref_ids[split:], ref_codes[split - 1 :], kind, normalization)
-        )
-        cache.batch_repeat_interleave(len(alts))
-        alt_suffix, _ = self.forward(alt_ids[:, split:], cache=cache)
-        for row, alt in enumerate(alts):
-            rows = torch.cat([prefix_hidden[-1:], alt_suffix[row, :-1]])
-            terms.append(
-                self._target_terms(
-                    rows,
-                    alt_ids[row, split:],
-                    base_codes(alt, self.k)[split - 1 :],
-                    kind,
-                    normalization,
-                )
-            )
-        totals = self.to_host(torch.stack([total for total, _ in terms]))  # one copy per group
-        shared, *own = (SequenceScore(float(t), n) for t, (_, n) in zip(totals, terms, strict=True))
-        return _add(shared, own[0]), [_add(shared, score) for score in own[1:]]
-
-    @torch.inference_mode()
     def next_base_log_probs(
         self, sequences: Sequence[np.ndarray], normalization: str
     ) -> list[np.ndarray | None]:
@@ -460,10 +407,6 @@ class Engine:
             logits = self.logits(last, self.out_weight[ids], bias)
             columns.append(torch.logsumexp(logits, dim=-1) - log_z)
         return torch.stack(columns, dim=1)
-
-
-def _add(a: SequenceScore, b: SequenceScore) -> SequenceScore:
-    return SequenceScore(a.total + b.total, a.count + b.count)
 
 
 def new_cache(model: Any) -> Any:

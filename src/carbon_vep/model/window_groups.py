@@ -1,15 +1,18 @@
-"""Many window groups a forward pass: the centered and FNS recipes' prefix sharing, batched.
+"""Many window groups a forward pass: the centered and FNS recipes' prefix sharing, on every
+device.
 
 A window group is a reference window and its alternates, which differ from one token on (the
-variant's); the tokens before it are the group's shared prefix. `Engine.window_group_scores`
-runs one group at a time (prefix, then every allele's suffix off the prefix's KV cache). Here
-groups of one shape (window tokens, the split token, the number of alleles) go through the
-model together: their prefixes in one forward pass, the cache repeated for every allele, every
-allele's suffix in a second; the per-target terms of the whole batch are computed in one go and
-summed per sequence on the device, and the batch's sums come back in one copy. Fewer, larger
-kernels and one host wait a batch instead of one a group: the values are those of the group at
-a time path to float rounding (tested), the tokens the same 37% fewer than scoring every window
-whole.
+variant's); the tokens before it are the group's shared prefix. Groups of one shape (window
+tokens, the split token, the number of alleles) go through the model together: their prefixes in
+one forward pass, the cache repeated for every allele, every allele's suffix in a second; the
+per-target terms of the whole batch are computed in one go and summed per sequence on the device
+in float64, and the batch's sums come back in one copy. Fewer, larger kernels and one host wait
+a batch instead of one a group; the tokens the same 37% fewer than scoring every window whole.
+
+The sums in float64 make a group's score independent of the batch it shares (the terms are
+computed row by row; tests/model/test_window_groups.py); one group at a time, summed in float32,
+was within 1.2e-6 of them on the demo model. Every device runs this path, so every CPU test and
+workflow run exercises what a GPU job runs (docs/gpu.md, the prefix-sharing section).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from carbon_vep.model.batching import run_sorted
 from carbon_vep.model.engine import Engine, SequenceScore, new_cache
 from carbon_vep.model.tokens import base_codes
 
@@ -50,15 +54,20 @@ def window_groups_scores(
     engine: Engine, groups: Sequence[tuple[str, Sequence[str]]], kind: str, normalization: str
 ) -> list[GroupScores]:
     """(reference score, alternate scores) of every group, in order; batched as the engine's
-    batch size / token budget allows (a group's tokens: its alleles x its window), halved on
-    OOM, a group failing alone scored None."""
+    token budget allows (a group's tokens: its alleles x its window; without a budget,
+    batch_size windows), halved on OOM, a group failing alone scored None."""
     encoded = [encode_group(engine, ref, alts) for ref, alts in groups]
 
     def work(batch: Sequence[EncodedGroup]) -> list[GroupScores]:
         return _batch_scores(engine, batch, kind, normalization)
 
-    sizes = [g.ids.size for g in encoded]
-    results = engine.run_batched(encoded, work, sizes, unit="window groups")
+    sizes = [g.ids.size for g in encoded]  # a group's tokens: its alleles x its window
+    # batch_size counts windows (ModelSettings): without a token budget a batch holds the
+    # tokens of batch_size of the longest windows, so a group of 4 alleles counts 4
+    widest = max((g.ids.shape[1] for g in encoded), default=1)
+    budget = engine.batch_tokens or engine.batch_size * widest
+    device = engine.device
+    results = run_sorted(encoded, work, engine.batch_size, sizes, device, "window groups", budget)
     return [
         result if result is not None else (None, [None] * (len(alts)))
         for result, (_, alts) in zip(results, groups, strict=True)
@@ -139,6 +148,6 @@ class _Segments:
         values, kept = engine.term_values(rows, ids, codes, kind, normalization)
         per_target = codes.shape[1] if kind == "bp" else 1  # bp terms: k a target
         owner = np.repeat(segment, per_target)[kept]
-        totals = torch.zeros(n, dtype=values.dtype, device=values.device)
-        totals.index_add_(0, engine.to_device(owner.astype(np.int64)), values)
+        totals = torch.zeros(n, dtype=torch.float64, device=values.device)
+        totals.index_add_(0, engine.to_device(owner.astype(np.int64)), values.double())
         return totals, np.bincount(owner, minlength=n).tolist()

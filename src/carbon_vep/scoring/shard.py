@@ -30,7 +30,6 @@ from carbon_vep.model.batching import FAILED_ALONE
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.tokens import BASES, non_acgt_count
 from carbon_vep.model.window_groups import window_groups_scores
-from carbon_vep.progress import Progress
 from carbon_vep.scan.tiles import scan_tiles, snv_scores
 from carbon_vep.scan.tiling import tiles_for_positions
 
@@ -71,7 +70,7 @@ def _group_scores(
     norm = recipe.resolved_normalization
     means: dict[str, float | None] = {}
     if recipe.share_prefix:
-        scored = _shared_prefix_scores(engine, list(groups.items()), kind, norm)
+        scored = window_groups_scores(engine, list(groups.items()), kind, norm)
         for (ref, alts), (ref_score, alt_scores) in zip(groups.items(), scored, strict=True):
             for seq, score in zip([ref, *alts], [ref_score, *alt_scores], strict=True):
                 means[seq] = None if score is None else score.mean
@@ -79,23 +78,6 @@ def _group_scores(
     sequences = list(dict.fromkeys([s for ref, alts in groups.items() for s in (ref, *alts)]))
     scores = engine.sequence_scores(sequences, kind, norm)
     return {s: None if sc is None else sc.mean for s, sc in zip(sequences, scores, strict=True)}
-
-
-def _shared_prefix_scores(engine: Engine, groups: list, kind: str, norm: str) -> list:
-    """Each window group with its prefix run once: on a GPU many groups a forward pass
-    (model.window_groups: the device is not left waiting on the host between groups); on a
-    CPU, where the host does the work itself, one group at a time (batched groups measured
-    slower on 2 cores: larger intermediate tensors, nothing to overlap). Equal to float
-    rounding (tests/model/test_window_groups.py)."""
-    if engine.device.type == "cuda":
-        return window_groups_scores(engine, groups, kind, norm)
-    progress = Progress(len(groups), "reference windows", "scoring")
-    scored = []
-    for ref, alts in groups:
-        scored.append(engine.window_group_scores(ref, alts, kind, norm))
-        progress.update(1)
-    progress.close()
-    return scored
 
 
 def _window_views(row: dict, window: str, rc_average: bool) -> list[tuple[str, int, str, str]]:
