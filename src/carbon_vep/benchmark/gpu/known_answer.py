@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -24,9 +25,13 @@ PRECISIONS = {  # the report's name: (--dtype, the output layer upcast)
 }
 
 
-def known_answer_aurocs(device: torch.device, work: Path, steps: int) -> list[dict]:
+def known_answer_aurocs(
+    device: torch.device, work: Path, steps: int, time_limit_s: float | None = None
+) -> list[dict]:
     """Per precision and recipe: the AUROC and rows of the product's jobs on the trained motif
-    model (an `error`, the job's last stderr line, and a NaN AUROC where a job failed)."""
+    model (an `error`, the job's last stderr line, and a NaN AUROC where a job failed), the
+    jobs within `time_limit_s` of the call (one at the limit stopped, the rest not started)."""
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     work.mkdir(parents=True, exist_ok=True)
     world = known_answer.build_world(work, steps=steps, device=str(device))
     panel = known_answer.write_panel(world)
@@ -46,16 +51,19 @@ def known_answer_aurocs(device: torch.device, work: Path, steps: int) -> list[di
             metrics += ["--label-column", "label", "--bootstrap", "0", "--task", "known_answer"]
             metrics += ["--model-key", precision, "--out", out / "metrics.json"]
             row = {"recipe": recipe, "precision": precision}
-            rows.append(row | _jobs([score, metrics], env, out / "metrics.json"))
+            rows.append(row | _jobs([score, metrics], env, out / "metrics.json", deadline))
     return rows
 
 
-def _jobs(argvs: list[list], env: dict[str, str], metrics: Path) -> dict:
+def _jobs(argvs: list[list], env: dict[str, str], metrics: Path, deadline: float | None) -> dict:
     """The jobs run in turn, the first to fail stopping them: the AUROC and rows the metrics
     job wrote, and the score job's wall time and peak RSS."""
     runs = []
     for argv in argvs:
-        done = run_command([str(a) for a in argv], env=env, check=False)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return {"auroc": float("nan"), "n": 0, "error": "not run: the time limit was reached"}
+        done = run_command([str(a) for a in argv], env=env, check=False, timeout_s=left)
         if done.returncode:
             lines = done.stderr.strip().splitlines()
             error = lines[-1][:300] if lines else f"exit {done.returncode}"
