@@ -30,7 +30,6 @@ Usage: python -m carbon_vep.benchmark.calibrate [--bases 1000000 4000000] [--jso
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
@@ -38,7 +37,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from carbon_vep.benchmark.harness import run_command, run_step, write_json
+from carbon_vep.benchmark.harness import carbon_vep_job, run_step, write_json
 from carbon_vep.benchmark.synthetic import write_synthetic_scan
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.scan import RAW_TABLE
@@ -52,7 +51,7 @@ CHUNK = "chunk_00000.parquet"
 # ---- the product's jobs -----------------------------------------------------------------------
 def job(*argv: str | Path) -> dict:
     """A `carbon-vep` job in a fresh process: wall seconds ("s", start-up included), peak RSS."""
-    return run_command([sys.executable, "-m", "carbon_vep.cli", *argv]).as_dict()
+    return carbon_vep_job(*argv).as_dict()
 
 
 def make_scan(folder: Path, bases: int, rng: np.random.Generator | None = None) -> np.ndarray:

@@ -38,6 +38,7 @@ import torch
 
 from carbon_vep.benchmark import published
 from carbon_vep.benchmark.harness import (
+    CARBON_VEP,
     PROJECT_ROOT,
     job_env,
     median_interleaved,
@@ -184,7 +185,7 @@ def _ours(workload: RecipeWorkload, model_dir: Path, panel: Path, out: Path, env
     """`carbon-vep score` as a user runs it: its seconds after the load (its job record) and
     its whole process's peak RSS."""
     records = out.parent / f"records_{out.stem}"
-    argv = [sys.executable, "-m", "carbon_vep.cli", "score", "--model", str(model_dir)]
+    argv = [*CARBON_VEP, "score", "--model", str(model_dir)]
     argv += ["--trust-remote-code", "--reference", str(FASTA), "--panel", str(panel)]
     argv += ["--build", "hg19", "--recipe", workload.recipe]
     argv += ["--window-bp", str(workload.window_bp), "--out", str(out)]

@@ -140,6 +140,17 @@ def stop_group(process: subprocess.Popen, grace_s: float = 20) -> None:
             process.wait(timeout=grace_s)
 
 
+# the product's command line as this Python runs it (a lent GPU's Python may have no console
+# script `carbon-vep`; the package runs from this checkout's src/, job_env)
+CARBON_VEP = (sys.executable, "-m", "carbon_vep.cli")
+
+
+def carbon_vep_job(*args: Any, **options: Any) -> Measured:
+    """A `carbon-vep` command (`args`, as strings) in a fresh process, as a workflow job runs
+    it; `options` as run_command's (env, check, timeout_s)."""
+    return run_command([*CARBON_VEP, *map(str, args)], **options)
+
+
 def job_env(inherit_path: bool = True, **extra: str) -> dict[str, str]:
     """The environment a `carbon-vep` job runs in here: offline (no job reaches the Hub), no
     tokenizer threads, the package of this checkout first on PYTHONPATH (a lent GPU's Python

@@ -30,14 +30,13 @@ import argparse
 import json
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, write_json
+from carbon_vep.benchmark.harness import PROJECT_ROOT, carbon_vep_job, write_json
 
 LAMBDA = PROJECT_ROOT / "resources/genome/lambda_phage.fa"
 TILE_BP, MIN_CONTEXT = 49_146, 24_000
@@ -48,7 +47,7 @@ LOOKUP_LOG = re.compile(r"annotated \d+ rows in ([\d.]+) s \(lookup")
 
 def _run(*argv: str | Path) -> tuple[float, float]:
     """A carbon-vep command in a fresh process: (wall seconds, peak RSS MB)."""
-    measured = run_command([sys.executable, "-m", "carbon_vep.cli", *argv])
+    measured = carbon_vep_job(*argv)
     return measured.seconds, measured.peak_rss_mb
 
 
@@ -205,10 +204,7 @@ def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) 
         "check-panel", "--panel", panel, "--reference", folder / "genome.fa",
         "--build", "synthetic", "--out", checked, "--summary", folder / "summary.json",
     )  # fmt: skip
-    job = run_command(
-        [sys.executable, "-m", "carbon_vep.cli", "annotate", "--scan", scan_dir,
-         "--checked", checked, "--out", out]
-    )  # fmt: skip
+    job = carbon_vep_job("annotate", "--scan", scan_dir, "--checked", checked, "--out", out)
     lookup_s = float(LOOKUP_LOG.search(job.stderr).group(1))
     counts = dict(pl.read_parquet(out).group_by("status").len().iter_rows())
     return {

@@ -9,14 +9,13 @@ product's own answers is the `precision` rerun's (benchmark/gpu/reruns.py)."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from carbon_vep.benchmark import known_answer
-from carbon_vep.benchmark.harness import job_env, run_command
+from carbon_vep.benchmark.harness import CARBON_VEP, job_env, run_command
 
 PRECISIONS = {  # the report's name: (--dtype, the output layer upcast)
     "float32": ("float32", False),
@@ -36,7 +35,7 @@ def known_answer_aurocs(
     world = known_answer.build_world(work, steps=steps, device=str(device))
     panel = known_answer.write_panel(world)
     env = job_env()
-    cli = [sys.executable, "-m", "carbon_vep.cli"]  # a GPU node's python may have no carbon-vep
+    cli = list(CARBON_VEP)
     rows = []
     for precision, (dtype, upcast) in PRECISIONS.items():
         for recipe in ("centered", "nexttoken"):
