@@ -183,7 +183,7 @@ def test_the_time_limit_stops_a_job_and_skips_the_rest_keeping_what_ran(tmp_path
         key = next(p for p in map(str, argv) if p.endswith(".parquet")).split("/")[-1][:-8]
         started.append((key, timeout_s))
         if key == "draft":
-            raise generate.StepFailed(f"carbon-vep ... exited {generate.TIMED_OUT}:\ntimed out")
+            raise generate.StepFailed("carbon-vep ... timed out", generate.TIMED_OUT)
         write_job(tmp_path / "w", key, [a], 0.8)  # what the job writes, read back by rollout_jobs
         return Measured(1.0, 100.0)
 
@@ -210,7 +210,7 @@ def test_the_time_limit_stops_a_job_and_skips_the_rest_keeping_what_ran(tmp_path
 def test_without_a_limit_a_failing_job_still_fails_the_bench(tmp_path, monkeypatch):
     def failing(argv, env=None, timeout_s=None, **_):
         assert timeout_s is None
-        raise generate.StepFailed(f"carbon-vep ... exited {generate.TIMED_OUT}:\n")
+        raise generate.StepFailed("carbon-vep ... timed out", generate.TIMED_OUT)
 
     monkeypatch.setattr(generate, "run_command", failing)
     with pytest.raises(generate.StepFailed):

@@ -19,13 +19,13 @@ def test_jobs_past_the_limit_are_stopped_or_not_started(tmp_path, monkeypatch):
     monkeypatch.setattr(step.known_answer, "write_panel", lambda w: tmp_path / "panel.tsv")
     limits = []
 
-    def first_job_hangs(argv, env=None, check=True, timeout_s=None):
+    def first_job_hangs(*args, env=None, check=True, timeout_s=None):
         limits.append(timeout_s)
         # the harness's answer for a command stopped at its limit (exit 124); the clock is gone
         monkeypatch.setattr(step.time, "monotonic", lambda: math.inf)
         return Measured(timeout_s, 10.0, stderr="timed out after 60 s", returncode=124)
 
-    monkeypatch.setattr(step, "run_command", first_job_hangs)
+    monkeypatch.setattr(step, "carbon_vep_job", first_job_hangs)
     rows = step.known_answer_aurocs(torch.device("cpu"), tmp_path, 1, time_limit_s=60)
     assert len(limits) == 1 and 0 < limits[0] <= 60  # one job started, with what was left
     assert rows[0]["error"] == "timed out after 60 s" and math.isnan(rows[0]["auroc"])

@@ -48,8 +48,9 @@ def test_a_command_within_its_limit_is_measured_as_before():
 
 
 def test_a_timed_out_command_fails_the_check():
-    with pytest.raises(StepFailed, match="exited 124"):
+    with pytest.raises(StepFailed, match="exited 124") as failed:
         run_command(["sleep", "30"], timeout_s=0.5)
+    assert failed.value.returncode == TIMED_OUT  # what a caller tells a timeout by
 
 
 @pytest.mark.slow  # processes that allocate and a fresh Python's imports

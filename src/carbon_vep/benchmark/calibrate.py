@@ -30,6 +30,7 @@ Usage: python -m carbon_vep.benchmark.calibrate [--bases 1000000 4000000] [--jso
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 
@@ -46,6 +47,7 @@ HG38_SNVS = 9.3e9
 CORES = 16
 DECIMALS = 2  # merge-scan's default --tsv-decimals
 CHUNK = "chunk_00000.parquet"
+MODEL = "bench"  # the model the synthetic scores stand for, in the jobs' provenance
 
 
 # ---- the product's jobs -----------------------------------------------------------------------
@@ -65,10 +67,30 @@ def make_scan(folder: Path, bases: int, rng: np.random.Generator | None = None) 
     return seq
 
 
+def scan_folder(folder: Path, bases: int, rng: np.random.Generator | None = None) -> np.ndarray:
+    """A scan folder as the workflow leaves it, made by the product's jobs: `folder`/scan with
+    positions/chrS.parquet, calibration/ (merge-scan, calibrate-scan on make_scan's chunk) and
+    scan.json (the scan's record from its plan, scan.outputs.scan_record); returns the bases."""
+    from carbon_vep.scan.outputs import SCAN_RECORD, scan_record
+
+    seq = make_scan(folder, bases, rng)
+    merge_job(folder)
+    calibrate_job(folder)
+    scan = folder / "scan"
+    (scan / "positions").mkdir(parents=True)
+    (folder / "positions.parquet").rename(scan / "positions/chrS.parquet")
+    (folder / "calibration").rename(scan / "calibration")
+    plan = json.loads((folder / "plan.json").read_text())
+    provenance = {"build": "synthetic", "scan": "bench", "model": MODEL}  # the jobs' model
+    (scan / SCAN_RECORD).write_text(json.dumps(scan_record(plan, provenance)))
+    return seq
+
+
 def _file_job(folder: Path) -> tuple:
     """The options of a job on the scan's one output file (chrS)."""
     plan, genome = folder / "plan.json", folder / "genome.fa"
-    return ("--plan", plan, "--file", "chrS", "--reference", genome, "--provenance", "model=bench")
+    provenance = ("--provenance", f"model={MODEL}")
+    return ("--plan", plan, "--file", "chrS", "--reference", genome, *provenance)
 
 
 def merge_job(folder: str | Path) -> dict:

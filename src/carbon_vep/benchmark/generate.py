@@ -133,7 +133,7 @@ def rollout_jobs(
                 argv, env=dict(env, **{RECORDS_ENV: str(records)}), timeout_s=left
             )
         except StepFailed as failure:
-            if f"exited {TIMED_OUT}:" in str(failure) and left is not None:
+            if failure.returncode == TIMED_OUT and left is not None:
                 stopped[key] = f"stopped at the time limit ({left:.0f} s left when it started)"
                 print(f"[bench-generate] {label}: {stopped[key]}", file=sys.stderr)
                 continue

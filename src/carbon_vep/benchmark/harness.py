@@ -63,7 +63,12 @@ class Measured:
 
 
 class StepFailed(RuntimeError):
-    """A measured command exited non-zero; the message ends with its stderr."""
+    """A measured command exited non-zero (`returncode`; None: a step that printed no result);
+    the message ends with its stderr."""
+
+    def __init__(self, message: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
 
 
 # A small launcher between the driver and the measured command: a child forked from a large
@@ -120,7 +125,8 @@ def run_command(
         seconds = time.perf_counter() - began
         peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else 0.0
     if check and returncode:
-        raise StepFailed(f"{' '.join(map(str, argv))[:200]} exited {returncode}:\n{stderr[-3000:]}")
+        command = " ".join(map(str, argv))[:200]
+        raise StepFailed(f"{command} exited {returncode}:\n{stderr[-3000:]}", returncode)
     return Measured(seconds, peak, stdout=stdout, stderr=stderr, returncode=returncode)
 
 

@@ -178,19 +178,11 @@ def merge(work: Path, chunks: list[str]) -> dict:
 def annotate(work: Path, variants: int = 1_000_000, contig_bp: int = 1_000_000) -> dict:
     """The workflow's two jobs on a synthetic scan: `carbon-vep check-panel` (ingest), then
     `carbon-vep annotate --checked` (the lookup, whose own seconds its log gives)."""
-    from carbon_vep.benchmark.calibrate import calibrate_job, make_scan, merge_job
-    from carbon_vep.scan.outputs import SCAN_RECORD, scan_record
+    from carbon_vep.benchmark.calibrate import scan_folder
 
     rng = np.random.default_rng(11)
     folder, scan_dir = work / "annotate", work / "annotate/scan"
-    seq = make_scan(folder, contig_bp, rng)  # the genome, its plan and one chunk
-    merge_job(folder)  # the product's jobs make the scan annotate reads: Parquet, calibration
-    calibrate_job(folder)
-    (scan_dir / "positions").mkdir(parents=True)
-    (folder / "positions.parquet").rename(scan_dir / "positions/chrS.parquet")
-    (folder / "calibration").rename(scan_dir / "calibration")
-    plan = json.loads((folder / "plan.json").read_text())
-    write_json(scan_dir / SCAN_RECORD, scan_record(plan, {"build": "synthetic"}))
+    seq = scan_folder(folder, contig_bp, rng)  # the product's jobs make the scan it reads
     pos = np.sort(rng.choice(3 * contig_bp, variants, replace=False))
     base = pos // 3
     ref = seq[base]

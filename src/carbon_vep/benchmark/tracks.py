@@ -22,15 +22,13 @@ Usage: python -m carbon_vep.benchmark.tracks [--bases 1000000 4000000] [--json F
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from carbon_vep.benchmark.calibrate import calibrate_job, merge_job
-from carbon_vep.benchmark.calibrate import make_scan as make_positions
+from carbon_vep.benchmark.calibrate import scan_folder
 from carbon_vep.benchmark.harness import HG38_BASES, run_command, run_step, write_json
 from carbon_vep.markdown import table as markdown_table
 
@@ -62,30 +60,6 @@ def step_whole(folder: str) -> dict:
 
 
 OURS_EXE = Path(sys.executable).parent / "carbon-vep"  # the workflow's export_tracks job
-
-
-def make_scan(folder: Path, bases: int) -> None:
-    """A scan folder as the workflow leaves it: positions/, calibration/, scan.json."""
-    import shutil
-
-    make_positions(folder, bases)
-    merge_job(folder)
-    calibrate_job(folder)
-    scan = folder / "scan"
-    (scan / "positions").mkdir(parents=True)
-    shutil.move(folder / "positions.parquet", scan / "positions" / "chrS.parquet")
-    shutil.move(folder / "calibration", scan / "calibration")
-    record = {
-        "layout": 2,
-        "build": "synthetic",
-        "scan": "bench",
-        "model": "synthetic",
-        "reference": str(folder / "genome.fa"),
-        "group_bp": 10_000_000,
-        "files": [{"name": "chrS", "contigs": ["chrS"]}],
-        "contigs": {"chrS": {"file": "chrS", "length": bases, "scored_bp": bases}},
-    }
-    (scan / "scan.json").write_text(json.dumps(record))
 
 
 def measured_ours(folder: Path) -> dict:
@@ -146,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for bases in args.bases:
             folder = Path(tmp) / str(bases)
-            make_scan(folder, bases)
+            scan_folder(folder, bases)
             ours, whole = measured_ours(folder), measured_whole(folder)
             same_values(folder, bases)
             parquet = (folder / "scan/positions/chrS.parquet").stat().st_size

@@ -280,12 +280,14 @@ class Engine:
         work: Callable[[Sequence[T]], list],
         lengths: Sequence[int] | None = None,
         unit: str = "windows",
+        batch_tokens: int | None = None,
     ) -> list:
         """`work` over batches of equal (else sorted) token lengths, results in input order; an
         OOM halves the batch and an item that fails alone gets `None` (batching.py); progress
-        logged in `unit`s."""
+        logged in `unit`s. `batch_tokens`: a token budget in place of the engine's."""
         sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
-        return run_sorted(items, work, self.batch_size, sizes, self.device, unit, self.batch_tokens)
+        budget = self.batch_tokens if batch_tokens is None else batch_tokens
+        return run_sorted(items, work, self.batch_size, sizes, self.device, unit, budget)
 
     # ---- per-target values ---------------------------------------------------------------
     def token_log_probs(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from carbon_vep.model.batching import run_sorted
 from carbon_vep.model.engine import Engine, SequenceScore, new_cache
 from carbon_vep.model.tokens import base_codes
 
@@ -66,8 +65,7 @@ def window_groups_scores(
     # tokens of batch_size of the longest windows, so a group of 4 alleles counts 4
     widest = max((g.ids.shape[1] for g in encoded), default=1)
     budget = engine.batch_tokens or engine.batch_size * widest
-    device = engine.device
-    results = run_sorted(encoded, work, engine.batch_size, sizes, device, "window groups", budget)
+    results = engine.run_batched(encoded, work, sizes, "window groups", budget)
     return [
         result if result is not None else (None, [None] * (len(alts)))
         for result, (_, alts) in zip(results, groups, strict=True)

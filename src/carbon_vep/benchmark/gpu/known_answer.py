@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from carbon_vep.benchmark import known_answer
-from carbon_vep.benchmark.harness import CARBON_VEP, job_env, run_command
+from carbon_vep.benchmark.harness import carbon_vep_job, job_env
 
 PRECISIONS = {  # the report's name: (--dtype, the output layer upcast)
     "float32": ("float32", False),
@@ -35,18 +35,17 @@ def known_answer_aurocs(
     world = known_answer.build_world(work, steps=steps, device=str(device))
     panel = known_answer.write_panel(world)
     env = job_env()
-    cli = list(CARBON_VEP)
     rows = []
     for precision, (dtype, upcast) in PRECISIONS.items():
         for recipe in ("centered", "nexttoken"):
             out = work / "jobs" / f"{recipe}_{dtype}{'_upcast' if upcast else ''}"
-            score = [*cli, "score", "--model", world["model"], "--trust-remote-code"]
+            score = ["score", "--model", world["model"], "--trust-remote-code"]
             score += ["--reference", world["fasta"], "--panel", panel, "--build", "synthetic"]
             score += ["--label-column", "label", "--recipe", recipe]
             score += ["--window-bp", known_answer.WINDOW_BP[recipe], "--dtype", dtype]
             score += ["--device", device, f"--{'' if upcast else 'no-'}upcast-output-layer"]
             score += ["--out", out / "scores.parquet"]
-            metrics = [*cli, "metrics", "--merged", out / "scores.parquet"]
+            metrics = ["metrics", "--merged", out / "scores.parquet"]
             metrics += ["--label-column", "label", "--bootstrap", "0", "--task", "known_answer"]
             metrics += ["--model-key", precision, "--out", out / "metrics.json"]
             row = {"recipe": recipe, "precision": precision}
@@ -55,14 +54,14 @@ def known_answer_aurocs(
 
 
 def _jobs(argvs: list[list], env: dict[str, str], metrics: Path, deadline: float | None) -> dict:
-    """The jobs run in turn, the first to fail stopping them: the AUROC and rows the metrics
-    job wrote, and the score job's wall time and peak RSS."""
+    """The `carbon-vep` jobs (their arguments) run in turn, the first to fail stopping them:
+    the AUROC and rows the metrics job wrote, and the score job's wall time and peak RSS."""
     runs = []
     for argv in argvs:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             return {"auroc": float("nan"), "n": 0, "error": "not run: the time limit was reached"}
-        done = run_command([str(a) for a in argv], env=env, check=False, timeout_s=left)
+        done = carbon_vep_job(*argv, env=env, check=False, timeout_s=left)
         if done.returncode:
             lines = done.stderr.strip().splitlines()
             error = lines[-1][:300] if lines else f"exit {done.returncode}"
