@@ -50,3 +50,21 @@ def test_a_failed_job_fails_the_step_with_its_log(tmp_path):
     records = product.job_records(folder / "jobs")
     [rule] = product.rule_table(records, TOY_SHAPES["Carbon-3B"], peak=1.0)
     assert rule["rule"] == "score_niah" and rule["jobs"] == rule["failed"] == 1
+
+
+def test_the_official_niah_cells_run_shortest_context_first(tmp_path):
+    """By name 128k sorts before 64k; the official approach must reach the 64k cell first, so a
+    comparison cut short by its time still has it (the H200 run of 2026-11-28 lost both)."""
+    import polars as pl
+
+    from carbon_vep.benchmark.gpu.product_reference import _context
+
+    cells = []
+    for name, tokens in (("niah_neardup_d2_128k", 131_072), ("niah_neardup_d2_64k", 65_536)):
+        cells.append(tmp_path / f"{name}.parquet")
+        pl.DataFrame({"context_length_tokens": [tokens, tokens]}).write_parquet(cells[-1])
+    assert sorted(cells) == cells  # the names alone would put 128k first
+    assert [c.stem for c in sorted(cells, key=_context)] == [
+        "niah_neardup_d2_64k",
+        "niah_neardup_d2_128k",
+    ]

@@ -120,3 +120,13 @@ def test_a_model_whose_attention_skips_the_registry_loads_with_sdpa(demo_model_d
     assert load_model(spec, attention=lower_right).model.config._attn_implementation == lower_right
     monkeypatch.setattr(LlamaForCausalLM, "_supports_attention_backend", False)
     assert load_model(spec, attention=lower_right).model.config._attn_implementation == "sdpa"
+
+
+def test_without_cudnn_leaves_the_other_kernels_and_restores_cudnn():
+    flags = torch.backends.cuda
+    before = flags.cudnn_sdp_enabled()
+    with attention.without_cudnn():
+        assert not flags.cudnn_sdp_enabled()
+        assert flags.flash_sdp_enabled() and flags.mem_efficient_sdp_enabled()
+        assert flags.math_sdp_enabled()
+    assert flags.cudnn_sdp_enabled() == before

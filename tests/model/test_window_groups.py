@@ -92,3 +92,21 @@ def test_a_group_out_of_memory_alone_is_none_and_the_others_are_scored(loaded, m
     for i in (0, 1, 3):
         ref_score, alt_scores = scored[i]
         assert ref_score is not None and all(a is not None for a in alt_scores)
+
+
+def test_every_pass_of_the_groups_runs_without_cudnn_attention(loaded, monkeypatch):
+    """The groups' passes come in many shapes, and cuDNN's attention builds a plan for each new
+    one (model.attention.without_cudnn): each forward pass of the groups sees cuDNN's kernel
+    switched off, and the switch is back as it was afterwards."""
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=3)
+    forward, seen = engine.forward, []
+
+    def forward_noting_cudnn(ids, mask=None, cache=None):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return forward(ids, mask, cache)
+
+    monkeypatch.setattr(engine, "forward", forward_noting_cudnn)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    window_groups_scores(engine, groups_of_mixed_shapes(), "token", "full_vocab")
+    assert len(seen) >= 8 and not any(seen)  # prefix and suffix passes of several batches
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -13,6 +13,10 @@ The sums in float64 make a group's score independent of the batch it shares (the
 computed row by row; tests/model/test_window_groups.py); one group at a time, summed in float32,
 was within 1.2e-6 of them on the demo model. Every device runs this path, so every CPU test and
 workflow run exercises what a GPU job runs (docs/gpu.md, the prefix-sharing section).
+
+The groups' passes have many shapes (each group's split token, alleles and window set the
+shape, the budget how many share a pass), so they run without cuDNN's attention, whose plan is
+built again for every new shape (model.attention.without_cudnn).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from carbon_vep.model.attention import without_cudnn
 from carbon_vep.model.engine import Engine, SequenceScore, new_cache
 from carbon_vep.model.tokens import base_codes
 
@@ -65,7 +70,8 @@ def window_groups_scores(
     # tokens of batch_size of the longest windows, so a group of 4 alleles counts 4
     widest = max((g.ids.shape[1] for g in encoded), default=1)
     budget = engine.batch_tokens or engine.batch_size * widest
-    results = engine.run_batched(encoded, work, sizes, "window groups", budget)
+    with without_cudnn():
+        results = engine.run_batched(encoded, work, sizes, "window groups", budget)
     return [
         result if result is not None else (None, [None] * (len(alts)))
         for result, (_, alts) in zip(results, groups, strict=True)

@@ -30,14 +30,15 @@ def compare_with_official(
 ) -> list[dict[str, Any]]:
     """Each path's comparison (an `error` in place of the figures where a side failed), all of
     them within `timeout_s`: the two recipes, then every Genomic-NIAH cell the product scored
-    (its native context, then the YaRN ones, with the YaRN settings the product's job had)."""
+    (its native context, then the YaRN ones, with the YaRN settings the product's job had),
+    shortest context first within each, so a run cut short still has the cheaper cells."""
     deadline = time.monotonic() + timeout_s
     outdir = Path(config["outdir"])
     model = config["models"][TARGET]
     # (what the path is, the output folder under suite/niah for a NIAH cell, the task's flags)
     runs = [(task, None, _panel_args(config["datasets"][task])) for task in PANEL_TASKS]
     for entry, settings in config.get("niah", {}).items():
-        for cell in sorted((outdir / "niah" / entry / "cells").glob("*.parquet")):
+        for cell in sorted((outdir / "niah" / entry / "cells").glob("*.parquet"), key=_context):
             where = f"{entry}/{cell.stem}"
             runs.append((f"niah {where}", where, _niah_args(cell, settings)))
     rows = []
@@ -50,6 +51,12 @@ def compare_with_official(
         left = max(1.0, deadline - time.monotonic())
         rows.append(_compare(path, niah_cell, argv + args, where, outdir, records, env, left))
     return rows
+
+
+def _context(cell: Path) -> tuple[int, str]:
+    """A cell's declared context (tokens), then its name: the order its reference runs in."""
+    tokens = pl.read_parquet(cell, columns=["context_length_tokens"])["context_length_tokens"]
+    return int(tokens.max()), cell.name
 
 
 def _panel_args(dataset: dict[str, Any]) -> list[str]:
