@@ -294,6 +294,28 @@ def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):
         gpu_check.main(["--smoke", "--out", str(tmp_path), "--steps", "niah,warp_drive"])
 
 
+def test_rollouts_run_without_the_product_on_its_checkpoints(gpu_check, tmp_path, monkeypatch):
+    """A second device call can take the rollouts alone: they need the product's models, not
+    its workflow, so the call builds the two checkpoints and runs the rollouts on them (the
+    jobs themselves are tested on the rehearsal's run above)."""
+    seen, real = {}, gpu_check.rollouts
+
+    def rollouts(target, draft, work, sizes, env, device_type, limit):
+        files = ("config.json", "tokenizer_config.json")
+        saved = [(m / f).is_file() for m in (target, draft) for f in files]
+        seen.update(target=target, draft=draft, env=env, device=device_type, saved=saved)
+        return real(target, draft, work, sizes, env, device_type, 1e-3)  # no job starts
+
+    monkeypatch.setattr(gpu_check, "rollouts", rollouts)
+    flags = ["--smoke", "--device", "cpu", "--out", str(tmp_path), "--budget-s", "3600"]
+    report = gpu_check.main([*flags, "--steps", "rollouts,precision"])
+    assert report["product"] is None and report["rollouts"]["target"] == "carbon3b"
+    assert report["skipped"] == ["precision: runs on the product step, which did not pass"]
+    assert seen["saved"] == [True] * 4  # both models with their tokenizers, while they ran
+    assert seen["target"].name == "carbon3b" and seen["draft"].name == "carbon500m"
+    assert seen["device"] == "cpu" and seen["env"]["PATH"].startswith(str(seen["target"].parent))
+
+
 def test_the_generation_tasks_on_vllm_give_our_engines_answers(smoke):
     """Phase 6 on the CPU (float32, a head-96 model): a NIAH cell through both engines' jobs."""
     if not HAS_VLLM:

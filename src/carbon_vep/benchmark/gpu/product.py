@@ -44,12 +44,11 @@ import yaml
 from carbon_vep.benchmark import harness
 from carbon_vep.benchmark.gpu.product_reference import compare_with_official, markdown_rows
 from carbon_vep.benchmark.gpu.product_setup import (
-    DRAFT,
     PROFILE,
     SMOKE_PRODUCT,
     TARGET,
     ProductSizes,
-    checkpoint,
+    checkpoints,
     profile_config,
     write_config,
     write_inputs,
@@ -90,10 +89,7 @@ def product(
     folder = work / "product"
     folder.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    models = {
-        TARGET: checkpoint(tokenizer, vocab, device, "Carbon-3B", shapes, folder / TARGET, sizes),
-        DRAFT: checkpoint(tokenizer, vocab, device, "Carbon-500M", shapes, folder / DRAFT, sizes),
-    }
+    models = checkpoints(tokenizer, vocab, device, shapes, folder, sizes)
     prepared = time.perf_counter()
     config = write_config(folder, models, write_inputs(folder / "inputs", sizes), device, sizes)
     env = job_env(folder, sizes)

@@ -31,13 +31,15 @@ class ProductSizes:
     leave most of a 10-minute device call to the rest of the check); smoke: a CPU's seconds."""
 
     positions: int = 32_768  # Carbon's native positions
-    sites: int = 12  # SNV sites, 3 variants each, labels alternating
+    # 72 variants a dataset and a 1.6 Mbp scan: on the H200 (2026-11-28) 36 and 800 kbp were
+    # ~3 s of scoring a side, where a job's first-pass costs weigh as much as its rate
+    sites: int = 24  # SNV sites, 3 variants each, labels alternating
     centered_bp: int = 8192
     nexttoken_bp: int = 24_000
-    shard_size: int = 18  # 36 variants a dataset: 2 shards, 2 score_shard jobs
+    shard_size: int = 36  # 72 variants a dataset: 2 shards, 2 score_shard jobs
     tile_bp: int = 49_146
     min_context: int = 24_000
-    scan_bp: int = 800_000  # scored bases: 32 tiles, two of the profile's batches
+    scan_bp: int = 1_600_000  # scored bases: 64 tiles, four of the profile's batches
     prompts: int = 8
     prompt_bp: int = 6144
     new_tokens: int = 40
@@ -86,6 +88,17 @@ def checkpoint(
         sizes.positions,
     )
     return folder
+
+
+def checkpoints(
+    tokenizer, vocab, device, shapes: dict, folder: Path, sizes: ProductSizes
+) -> dict[str, Path]:
+    """The run's two checkpoints under `folder`: the target (Carbon-3B's shape) and the
+    recovery draft (Carbon-500M's), by their config keys."""
+    return {
+        key: checkpoint(tokenizer, vocab, device, name, shapes, folder / key, sizes)
+        for key, name in ((TARGET, "Carbon-3B"), (DRAFT, "Carbon-500M"))
+    }
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,13 @@ from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
 from carbon_vep.benchmark.gpu.host_memory import host_memory
 from carbon_vep.benchmark.gpu.known_answer import known_answer_aurocs
 from carbon_vep.benchmark.gpu.product import job_env, product
-from carbon_vep.benchmark.gpu.product_setup import DRAFT, SMOKE_PRODUCT, TARGET, ProductSizes
+from carbon_vep.benchmark.gpu.product_setup import (
+    DRAFT,
+    SMOKE_PRODUCT,
+    TARGET,
+    ProductSizes,
+    checkpoints,
+)
 from carbon_vep.benchmark.gpu.report import environment, write_report
 from carbon_vep.benchmark.gpu.reruns import RERUNS, rerun
 from carbon_vep.benchmark.gpu.rollouts import rollouts
@@ -148,6 +154,7 @@ class Run:
     vllm_python: str | None = None
     no_vllm_reason: str | None = None
     product_timeout_s: float | None = None
+    checkpoints_alone: bool = False  # the product's checkpoints built without its workflow
 
     def save(self) -> None:
         write_report(self.report, self.out, self.budget)
@@ -181,27 +188,35 @@ class Run:
         shutil.copy(self.work / "product/snakemake.log", self.out / "product_snakemake.log")
         self.save()
 
+    def build_checkpoints(self, tokenizer, vocab, smoke: bool) -> None:
+        """The product step's checkpoints without its workflow, for a call that runs the
+        rollouts without the product (a second device call: they need its models only)."""
+        sizes = SMOKE_PRODUCT if smoke else ProductSizes()
+        checkpoints(tokenizer, vocab, self.device, self.shapes, self.work / "product", sizes)
+        self.checkpoints_alone = True
+
     def on_the_product(self, steps: list[str], smoke: bool) -> None:
         """Steps that run the product's jobs again on its checkpoints and inputs: its workflow
         with one change a step (benchmark/gpu/reruns.py), the rollouts as recovery jobs
-        (rollouts.py); only after a product run whose jobs all succeeded."""
+        (rollouts.py); only after a product run whose jobs all succeeded (the rollouts also on
+        checkpoints built without the product: `build_checkpoints`)."""
         done = self.report.get("product")
-        if not done or done["failed"]:
-            for step in (s for s in steps if s in self.steps):
-                self.budget.skipped.append(f"{step}: runs on the product step, which did not pass")
-            return
+        passed = bool(done) and not done["failed"]
         sizes = SMOKE_PRODUCT if smoke else ProductSizes()
         folder = self.work / "product"
-        env = job_env(folder, sizes)
-        for step in steps:
+        env = job_env(folder, sizes) if passed or self.checkpoints_alone else {}
+        for step in (s for s in steps if s in self.steps):
+            if not (passed or (step == "rollouts" and self.checkpoints_alone)):
+                self.budget.skipped.append(f"{step}: runs on the product step, which did not pass")
+                continue
             if not self.wants(step, 90 if step == "rollouts" else 60):
                 continue
             if step == "rollouts":
-                checkpoints = folder / TARGET, folder / DRAFT
+                models = folder / TARGET, folder / DRAFT
                 work = self.work / "rollouts"
                 limit = self.limit(ROLLOUTS_TIMEOUT_S)
                 self.report["rollouts"] = rollouts(
-                    *checkpoints, work, self.sizes, env, self.device.type, limit
+                    *models, work, self.sizes, env, self.device.type, limit
                 )
             else:
                 limit = self.limit(RERUN_TIMEOUT_S, 0.5)
@@ -278,6 +293,8 @@ def _run(
         )
         if run.wants("product", 120):
             run.product(tokenizer, vocab, args.smoke)
+        elif "product" not in args.steps and "rollouts" in args.steps:
+            run.build_checkpoints(tokenizer, vocab, args.smoke)
         run.on_the_product(["profiles", "batch_budgets", "precision", "rollouts"], args.smoke)
         if "vllm" in args.steps:
             run.vllm(tokenizer, vocab, args.model)
