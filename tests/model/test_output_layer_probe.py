@@ -116,3 +116,25 @@ def test_tolerance_is_two_steps_of_the_coarsest_precision():
     )
     # the H200's measured case: 3.57e-3 of the largest logit, one bf16 step at 2-4
     assert float(bf16.max()) > 3.57e-3 * 4.375
+
+
+def test_the_probe_runs_without_cudnn_attention(bf16):
+    """Its shape is its own: a cuDNN plan built for it would be built for nothing (both its
+    passes see cuDNN's kernel off, and the switch is back afterwards)."""
+    seen = []
+
+    def noting(logits: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return logits
+
+    engine = Engine(MovedLogits(bf16.model, noting), bf16.vocab, bf16.device, batch_size=1)
+    hidden_states = engine.hidden_states
+
+    def body(batch):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return hidden_states(batch)
+
+    engine.hidden_states = body
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    verify_output_layer(engine, bf16.vocab.encode("ACGTAC" * 8))
+    assert seen == [False, False] and torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -110,3 +110,32 @@ def test_every_pass_of_the_groups_runs_without_cudnn_attention(loaded, monkeypat
     window_groups_scores(engine, groups_of_mixed_shapes(), "token", "full_vocab")
     assert len(seen) >= 8 and not any(seen)  # prefix and suffix passes of several batches
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+def test_the_pass_shape_count_follows_the_groups_own_passes(loaded, monkeypatch):
+    """scripts/count_pass_shapes.py predicts the groups' passes without a model (docs/gpu.md
+    reads its counts): its (rows, query, key) shapes are the forward passes the groups really
+    run, in order, at a token budget that cuts several batches."""
+    import importlib.util
+
+    from carbon_vep.benchmark.harness import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "count_pass_shapes", PROJECT_ROOT / "scripts/count_pass_shapes.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    groups = dict(groups_of_mixed_shapes())
+    budget = 600
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, 8, batch_tokens=budget)
+    forward, ran = engine.forward, []
+
+    def forward_noting_shapes(ids, mask=None, cache=None):
+        seen = 0 if cache is None else cache.get_seq_length()
+        ran.append((len(ids), ids.shape[1], seen + ids.shape[1]))
+        return forward(ids, mask, cache)
+
+    monkeypatch.setattr(engine, "forward", forward_noting_shapes)
+    window_groups_scores(engine, list(groups.items()), "token", "full_vocab")
+    predicted = [shape[1:] for shape in script.pass_shapes(engine, groups, budget)]
+    assert len(ran) >= 6 and ran == predicted

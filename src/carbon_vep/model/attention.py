@@ -13,8 +13,9 @@ one query, the queries being the last keys) this bias; every other case (padding
 token, a prompt without a cache) is transformers' own `sdpa`, mask and kernel alike.
 
 `without_cudnn` keeps SDPA off its cuDNN kernel for passes whose shapes change from batch to
-batch (the window groups): cuDNN builds an execution plan for every new shape, ~0.36 s of host
-time each on the H200 (docs/gpu.md, the prefix-sharing section).
+batch (the window groups) or come once (the start-up probe): cuDNN builds an execution plan for
+every new shape, ~0.5 s of host time each on the H200 (docs/gpu.md, the prefix-sharing
+section).
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ def without_cudnn() -> Any:
     """A context in which scaled-dot-product attention chooses among flash, memory-efficient
     and the plain kernel but not cuDNN's. A cuDNN plan is built for each new (batch, query,
     key) shape and cached; passes of one fixed shape (the scan's tiles) pay it once, but
-    window groups of many shapes paid it on nearly every forward pass: in the H200 check's
-    profile of a centered job (2026-11-28), 4 passes of 4 shapes spent 1.43 s of host time in
-    cuDNN attention against 81 ms of its kernels. The CPU has no cuDNN kernel: no change there."""
+    window groups make new shapes batch after batch: in the H200 check's profile of a centered
+    job (2026-11-28), 4 passes of 3 shapes (the probe's, a prefix, a suffix) spent 1.43 s of
+    host time in cuDNN attention against 81 ms of its kernels. The CPU has no cuDNN kernel: no
+    change there."""
     return sdpa_kernel(
         [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     )

@@ -1,7 +1,10 @@
 """The start-up probe of every model job: our body plus the k-mer rows of the output layer
 must reproduce the model's own logits on a few tokens, at the precision the heads run in,
 before any variant is scored (a head we do not apply, such as a scaled or soft-capped one, or a
-`get_decoder` that is not the body, would otherwise give wrong scores silently)."""
+`get_decoder` that is not the body, would otherwise give wrong scores silently).
+
+Its passes run without cuDNN's attention (model.attention.without_cudnn): their shape is the
+probe's own, so a cuDNN plan built for it (~0.4 s on an H200) would serve nothing after."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from carbon_vep.model.attention import without_cudnn
 from carbon_vep.model.engine import Engine
 
 # A rounding step's share of a value: each side of the probe rounds its logits once to the
@@ -33,7 +37,7 @@ def verify_output_layer(engine: Engine, ids: np.ndarray, atol: float = 1e-3) -> 
     run in (probe_tolerance): one bf16 rounding step from two matrix products of different
     shapes passes; a scaled head, a bias or softcap we do not apply, or a `get_decoder` that
     is not the body does not."""
-    with torch.inference_mode():
+    with torch.inference_mode(), without_cudnn():
         batch = torch.as_tensor(ids[None, :], device=engine.device)
         logits = engine.model(input_ids=batch).logits
         reference = logits[0, :, engine.vocab.kmer_ids].float()
