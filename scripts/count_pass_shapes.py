@@ -1,7 +1,8 @@
 """How many forward passes the centered recipe's window groups make, and how many of them have a
 shape the job has not seen before (each new shape costs a cuDNN attention plan on a GPU; docs/
-gpu.md, the prefix-sharing section). No model runs: the groups are encoded and batched by the
-package's own code (`encode_group`, `run_sorted`) at a GPU profile's token budget.
+gpu.md, the prefix-sharing section). No model runs: the panel is cut into jobs, its window
+groups built, encoded and batched by the package's own code (`assign_shards`, `add_windows`,
+`plan_window_groups`, `encode_group`, `run_sorted`) at a GPU profile's token budget.
 
     .venv/bin/python scripts/count_pass_shapes.py [--batch-tokens 131072]
 
@@ -18,35 +19,21 @@ import types
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pysam
 
 from carbon_vep.benchmark.gpu import product_setup
-from carbon_vep.benchmark.synthetic import random_acgt
-from carbon_vep.genome.windows import centered_window
+from carbon_vep.benchmark.synthetic import random_acgt, write_fasta
+from carbon_vep.genome.reference import open_reference
+from carbon_vep.genome.windows import add_windows, assign_shards, centered_window
 from carbon_vep.model.batching import run_sorted
 from carbon_vep.model.demo import make_tokenizer
 from carbon_vep.model.tokens import dna_vocab
 from carbon_vep.model.window_groups import encode_group
+from carbon_vep.scoring.shard import plan_window_groups
 
 WINDOW_BP = 8192  # the centered recipe's window (config/suite.yaml)
 K = 6
-
-
-def window_groups(contig: str, variants: list[tuple[int, str, str]]) -> dict[str, list[str]]:
-    """Reference window -> its distinct alternate windows, as scoring.shard.score_windows
-    builds them (variants in the contig's last partial 6-mer left out)."""
-    groups: dict[str, list[str]] = {}
-    for pos, _, alt in variants:
-        window = centered_window(pos, len(contig), WINDOW_BP)
-        seq = contig[window.start : window.end]
-        usable, i = len(seq) - len(seq) % K, window.variant_index
-        if i >= usable:
-            continue
-        ref_seq, alt_seq = seq[:usable], (seq[:i] + alt + seq[i + 1 :])[:usable]
-        alts = groups.setdefault(ref_seq, [])
-        if alt_seq not in alts:
-            alts.append(alt_seq)
-    return groups
 
 
 def pass_shapes(engine, groups: dict[str, list[str]], batch_tokens: int) -> list[tuple]:
@@ -67,34 +54,44 @@ def pass_shapes(engine, groups: dict[str, list[str]], batch_tokens: int) -> list
     return passes
 
 
-def report(name: str, engine, groups: dict[str, list[str]], jobs: int, batch_tokens: int) -> None:
-    items = list(groups.items())
-    per_job = -(-len(items) // jobs)
+def report(name: str, engine, fasta: Path, variants: pl.DataFrame, shard_size: int, budget: int):
+    """The panel cut into score_shard jobs as make-shards cuts it (whole sites, by key), each
+    job's window groups as score_windows builds them, and their passes."""
+    shards = assign_shards(variants, shard_size)
     passes = new = 0
-    for j in range(jobs):
-        shapes = pass_shapes(engine, dict(items[j * per_job : (j + 1) * per_job]), batch_tokens)
-        passes, new = passes + len(shapes), new + len(set(shapes))
-    print(f"{name}: {len(groups)} groups in {jobs} job(s): {passes} passes, {new} new shapes")
+    with open_reference(fasta) as reference:
+        for _, shard in shards.group_by("shard", maintain_order=True):
+            shard = add_windows(shard, reference.lengths, centered_window, WINDOW_BP)
+            _, groups = plan_window_groups(shard, reference, K, rc_average=False)
+            shapes = pass_shapes(engine, groups, budget)
+            passes, new = passes + len(shapes), new + len(set(shapes))
+    jobs = shards["shard"].n_unique()
+    print(f"{name}, {variants.height} variants in {jobs} job(s): {passes} passes, {new} new shapes")
 
 
-def product_panel(sites: int, folder: Path) -> tuple[str, list[tuple[int, str, str]]]:
-    sizes = product_setup.ProductSizes(sites=sites)
+def product_panel(sites: int, folder: Path) -> tuple[Path, pl.DataFrame, int]:
+    # 3 variants a site in two shards, as the product step cuts its panel
+    sizes = product_setup.ProductSizes(sites=sites, shard_size=sites * 3 // 2)
     inputs = product_setup.write_inputs(folder, sizes)
-    contig = pysam.FastaFile(str(inputs.genome)).fetch("panel")
     records = pysam.VariantFile(str(inputs.panel))
-    return contig, [(r.pos, r.ref, alt) for r in records for alt in r.alts]
+    rows = [(r.chrom, r.pos, r.ref, alt) for r in records for alt in r.alts]
+    return inputs.genome, _variants(rows), sizes.shard_size
 
 
-def random_panel(sites: int, seed: int = 1) -> tuple[str, list[tuple[int, str, str]]]:
+def random_panel(sites: int, folder: Path, seed: int = 1) -> tuple[Path, pl.DataFrame]:
     rng = random.Random(seed)
     contig = random_acgt(2_000_000, np.random.default_rng(seed))
-    variants = []
+    rows = []
     for _ in range(sites):
         pos = rng.randrange(WINDOW_BP, len(contig) - WINDOW_BP)
         ref = contig[pos - 1]
         for alt in rng.sample([b for b in "ACGT" if b != ref], rng.choice([1, 2, 3, 3])):
-            variants.append((pos, ref, alt))
-    return contig, variants
+            rows.append(("random", pos, ref, alt))
+    return write_fasta(folder / "random.fa", {"random": contig}), _variants(rows)
+
+
+def _variants(rows: list[tuple[str, int, str, str]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=["ref_chrom", "pos", "ref", "alt"], orient="row")
 
 
 def main() -> None:
@@ -104,14 +101,12 @@ def main() -> None:
     engine = types.SimpleNamespace(vocab=dna_vocab(make_tokenizer()), k=K)
     with tempfile.TemporaryDirectory() as tmp:
         for sites in (12, 24):
-            contig, variants = product_panel(sites, Path(tmp) / str(sites))
-            name = f"product panel, {len(variants)} variants"
-            report(name, engine, window_groups(contig, variants), 2, args.batch_tokens)
-    contig, variants = random_panel(184)
-    groups = window_groups(contig, variants)
-    for jobs in (1, 2):
-        name = f"random panel, {len(variants)} variants"
-        report(name, engine, groups, jobs, args.batch_tokens)
+            fasta, variants, shard_size = product_panel(sites, Path(tmp) / str(sites))
+            report("product panel", engine, fasta, variants, shard_size, args.batch_tokens)
+        fasta, variants = random_panel(184, Path(tmp))
+        for jobs in (1, 2):
+            shard_size = -(-variants.height // jobs)
+            report("random panel", engine, fasta, variants, shard_size, args.batch_tokens)
 
 
 if __name__ == "__main__":

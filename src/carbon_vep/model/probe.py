@@ -4,7 +4,7 @@ before any variant is scored (a head we do not apply, such as a scaled or soft-c
 `get_decoder` that is not the body, would otherwise give wrong scores silently).
 
 Its passes run without cuDNN's attention (model.attention.without_cudnn): their shape is the
-probe's own, so a cuDNN plan built for it (~0.4 s on an H200) would serve nothing after."""
+probe's own, so a cuDNN plan built for it (~0.5 s on an H200) would serve nothing after."""
 
 from __future__ import annotations
 

@@ -97,17 +97,18 @@ def _window_views(row: dict, window: str, rc_average: bool) -> list[tuple[str, i
     return views
 
 
-def score_windows(
-    shard: pl.DataFrame, reference: Reference, engine: Engine, recipe: RecipeSettings
-) -> list[dict[str, Any]]:
-    _check_windows(shard, engine, recipe)
-    k = engine.k
+def plan_window_groups(
+    shard: pl.DataFrame, reference: Reference, k: int, rc_average: bool
+) -> tuple[list[tuple], dict[str, list[str]]]:
+    """Each variant's plan (key, its (ref, alt) window pairs or None, the reason, bp, non-ACGT
+    bases) and the window groups to score: reference window -> its distinct alternates (a
+    window trimmed to whole k-mers; identical windows once)."""
     plans, groups = [], {}
     for row in shard.iter_rows(named=True):
         key = tuple(row[c] for c in VARIANT_KEY)
         window = reference.fetch(row["ref_chrom"], row["window_start"], row["window_end"])
         usable = len(window) - len(window) % k
-        views = _window_views(row, window, recipe.rc_average)
+        views = _window_views(row, window, rc_average)
         if any(i >= usable for _, i, _, _ in views):
             reason = f"variant falls in the last {len(window) % k} bp trimmed to whole {k}-mers"
             plans.append((key, None, reason, len(window), non_acgt_count(window)))
@@ -120,6 +121,14 @@ def score_windows(
                 groups[ref_seq].append(alt_seq)
             pairs.append((ref_seq, alt_seq))
         plans.append((key, pairs, "", usable, non_acgt_count(window[:usable])))
+    return plans, groups
+
+
+def score_windows(
+    shard: pl.DataFrame, reference: Reference, engine: Engine, recipe: RecipeSettings
+) -> list[dict[str, Any]]:
+    _check_windows(shard, engine, recipe)
+    plans, groups = plan_window_groups(shard, reference, engine.k, recipe.rc_average)
     means = _group_scores(groups, engine, recipe)
     rows = []
     for key, pairs, reason, bp, non_acgt in plans:

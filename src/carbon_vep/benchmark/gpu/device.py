@@ -26,12 +26,14 @@ class Budget:
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
+    def left(self) -> float:
+        return self.seconds - self.elapsed()
+
     def allows(self, step: str, needs_s: float) -> bool:
-        if self.seconds - self.elapsed() >= needs_s:
+        left = self.left()
+        if left >= needs_s:
             return True
-        self.skipped.append(
-            f"{step} (needs ~{needs_s:.0f} s, {self.seconds - self.elapsed():.0f} s left)"
-        )
+        self.skipped.append(f"{step} (needs ~{needs_s:.0f} s, {left:.0f} s left)")
         print(f"[gpu-check] skipped, time budget: {step}", file=sys.stderr)
         return False
 

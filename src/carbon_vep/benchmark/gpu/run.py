@@ -165,12 +165,11 @@ class Run:
     def limit(self, default: dict[str, float], share: float = 1.0) -> float:
         """A workflow's limit: the asked (or default) seconds, within what the budget has left."""
         asked = share * (self.product_timeout_s or 0) or default[self.device.type]
-        return min(asked, max(60.0, self.budget.seconds - self.budget.elapsed() - 30))
+        return min(asked, max(60.0, self.budget.left() - 30))
 
     def official_limit(self) -> float:
         """The official approach's seconds: its allowance, within what the budget has left."""
-        left = self.budget.seconds - self.budget.elapsed() - 30
-        return min(OFFICIAL_TIMEOUT_S[self.device.type], max(30.0, left))
+        return min(OFFICIAL_TIMEOUT_S[self.device.type], max(30.0, self.budget.left() - 30))
 
     def product(self, tokenizer, vocab, smoke: bool) -> None:
         limit = self.limit(PRODUCT_TIMEOUT_S)
@@ -304,7 +303,7 @@ def _run(
             )
             run.save()
         if run.wants("known_answer", 90):  # 12 jobs (score, then metrics), each loading torch
-            left = budget.seconds - budget.elapsed() - 10  # the report still to write
+            left = budget.left() - 10  # the report still to write
             report["known_answer"] = known_answer_aurocs(
                 device, work / "known_answer", sizes.known_answer_steps, left
             )
