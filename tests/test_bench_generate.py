@@ -133,7 +133,7 @@ def test_the_gpu_steps_rollouts_as_jobs_on_toy_checkpoints(tmp_path):
     )
     jobs = {j["run"]: j for j in result["jobs"]}
     assert list(jobs) == [*generate.OURS_JOBS]
-    assert list(jobs)[:4] == ["ours", "draft", "ours_drafted", "ours_batched"]
+    assert list(jobs)[:2] == ["ours", "ours_static"]  # the static cache before the draft
     assert result["dtype"] == "float32" and result["vllm_skipped"] == "no vLLM here"
     new = SMOKE.rollout_new_tokens
     for key, job in jobs.items():
@@ -177,12 +177,12 @@ def test_the_time_limit_stops_a_job_and_skips_the_rest_keeping_what_ran(tmp_path
     """The GPU check's budget: the job running at the limit is stopped (the harness's exit 124),
     the jobs after it are not started, and the jobs before it keep their figures."""
     a = "ACGTAC" * NEW
-    started = []
+    started, stopped_at = [], generate.OURS_JOBS[1]
 
     def fake_run_command(argv, env=None, timeout_s=None, **_):
         key = next(p for p in map(str, argv) if p.endswith(".parquet")).split("/")[-1][:-8]
         started.append((key, timeout_s))
-        if key == "draft":
+        if key == stopped_at:
             raise generate.StepFailed("carbon-vep ... timed out", generate.TIMED_OUT)
         write_job(tmp_path / "w", key, [a], 0.8)  # what the job writes, read back by rollout_jobs
         return Measured(1.0, 100.0)
@@ -192,17 +192,17 @@ def test_the_time_limit_stops_a_job_and_skips_the_rest_keeping_what_ran(tmp_path
     result = generate.rollout_jobs(
         tmp_path / "t", tmp_path / "d", tmp_path / "w", prompts, NEW, {}, time_limit_s=600
     )
-    assert [key for key, _ in started] == ["ours", "draft"]
+    assert [key for key, _ in started] == ["ours", stopped_at]
     assert all(0 < limit <= 600 for _, limit in started)
     assert [j["run"] for j in result["jobs"]] == ["ours"]
-    assert result["stopped"]["draft"].startswith("stopped at the time limit")
-    later = [k for k in generate.OURS_JOBS if k not in ("ours", "draft")]
+    assert result["stopped"][stopped_at].startswith("stopped at the time limit")
+    later = generate.OURS_JOBS[2:]
     assert all(result["stopped"][k] == "not started: the time limit was reached" for k in later)
     assert result["speedup_measured"] is None and result["draft_cost_ratio"] is None
     assert result["projected_speedup"] == {} and result["drafted_identical"] is None
     text = markdown(result)
     assert (
-        "`draft`: stopped at the time limit" in text
+        f"`{stopped_at}`: stopped at the time limit" in text
         and "Measured speed-up with the draft: –x" in text
     )
 

@@ -139,3 +139,51 @@ def test_the_pass_shape_count_follows_the_groups_own_passes(loaded, monkeypatch)
     window_groups_scores(engine, list(groups.items()), "token", "full_vocab")
     predicted = [shape[1:] for shape in script.pass_shapes(engine, groups, budget)]
     assert len(ran) >= 6 and ran == predicted
+
+
+def test_a_jobs_suffix_passes_take_the_lower_right_bias_with_the_same_scores(
+    demo_model_dir, loaded, monkeypatch
+):
+    """A job's engine (model.job.load_engine) attends with the lower-right causal bias, so the
+    groups' suffix passes, the queries being the last keys of the prefixes' cache, reach
+    PyTorch's flash kernel on a GPU instead of a materialised mask: every suffix pass gets the
+    bias in every layer, the prefix passes (no cache) never do, and the scores are transformers'
+    sdpa's (on the CPU the bias is materialised into the same mask: identical)."""
+    from torch.nn.attention.bias import CausalBias
+    from transformers import AttentionInterface
+
+    from carbon_vep.config.stages import ModelSettings
+    from carbon_vep.model import attention
+    from carbon_vep.model.job import load_engine
+
+    engine = load_engine(
+        ModelSettings(str(demo_model_dir), trust_remote_code=True, batch_size=3), None
+    )
+    assert engine.model.config._attn_implementation == attention.LOWER_RIGHT_SDPA
+    biased, passes = [], []
+
+    def counting(module, query, key, value, mask, **kwargs):
+        biased.append(isinstance(mask, CausalBias))
+        return attention.chunk_attention(module, query, key, value, mask, **kwargs)
+
+    forward = engine.forward
+
+    def forward_noting_suffix(ids, mask=None, cache=None):
+        passes.append(cache is not None and cache.get_seq_length() > 0 and ids.shape[1] > 1)
+        return forward(ids, mask, cache)
+
+    AttentionInterface.register(attention.LOWER_RIGHT_SDPA, counting)
+    monkeypatch.setattr(engine, "forward", forward_noting_suffix)
+    try:
+        groups = groups_of_mixed_shapes()
+        ours = window_groups_scores(engine, groups, "token", "full_vocab")
+    finally:
+        attention.register()
+    layers = engine.model.config.num_hidden_layers
+    assert sum(passes) >= 4 and biased == [p for p in passes for _ in range(layers)]
+    plain = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=3)
+    assert loaded.model.config._attn_implementation == "sdpa"
+    theirs = window_groups_scores(plain, groups, "token", "full_vocab")
+    for (r1, a1), (r2, a2) in zip(ours, theirs, strict=True):
+        for x, y in zip([r1, *a1], [r2, *a2], strict=True):
+            assert x.count == y.count and x.total == pytest.approx(y.total, abs=1e-6, rel=0)

@@ -34,6 +34,7 @@ from typing import Any
 import polars as pl
 
 from carbon_vep import atomic
+from carbon_vep.rss import status_kb
 
 # the project checkout: the benchmarks read its resources/ (demo genome, lambda phage)
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -225,21 +226,14 @@ def median_interleaved(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _status_kb(field_name: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field_name):
-            return int(line.split()[1])
-    return 0
-
-
 def peak_rss_above_start_mb(run: Callable[[], Any]) -> float:
     """Peak RSS during `run` above the RSS at its start (VmHWM reset first). Call it in a fresh
     process: memory an earlier run freed but the allocator kept would be reused without raising
     RSS, and the peak would read too low."""
     Path("/proc/self/clear_refs").write_text("5")
-    before = _status_kb("VmRSS")
+    before = status_kb("VmRSS") or 0
     run()
-    return (_status_kb("VmHWM") - before) / 1024
+    return ((status_kb("VmHWM") or 0) - before) / 1024
 
 
 def bf16_peak_tflops(device: Any, n: int, iters: int) -> float:

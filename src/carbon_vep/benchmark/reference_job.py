@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 import warnings
 from pathlib import Path
@@ -33,6 +32,7 @@ from carbon_vep.atomic import write_json, write_parquet
 from carbon_vep.benchmark import published
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.model.tokens import dna_vocab
+from carbon_vep.rss import peak_rss_bytes
 from carbon_vep.suite.niah_cells import read_cell
 from carbon_vep.suite.niah_published import three_pass_row
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": answers.height,
         "load_s": round(loaded - began, 3),
         "score_s": round(done - loaded, 3),
-        "host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "host_peak_rss_bytes": peak_rss_bytes(),
         "device": args.device,
         "dtype": args.dtype,
         "yarn": yarn,

@@ -27,16 +27,24 @@ def require_model_here(model: ModelSettings) -> None:
     check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
 
 
-def load_job_model(model: ModelSettings, job: str | None, yarn=None, long_context: bool = False):
+def load_job_model(
+    model: ModelSettings,
+    job: str | None,
+    yarn=None,
+    long_context: bool = False,
+    attention: str | None = None,
+):
     """The model checked offline first, on a device that is really there (`yarn`: a
     model.loading.Yarn to apply at load; `long_context`: FlashAttention-2 where it can run, else
-    SDPA with a prompt's later chunks under a lower-right causal bias, model.attention)."""
+    SDPA with a prompt's later chunks under a lower-right causal bias, model.attention;
+    otherwise `attention`, transformers' attention implementation, None its default)."""
     require_model_here(model)
     from carbon_vep.model.loading import load_model, long_context_attention, resolve_device
 
     record = job_record.started_loading()
     device = resolve_device(model.device, job=job)
-    attention = long_context_attention(device, model.dtype) if long_context else None
+    if long_context:
+        attention = long_context_attention(device, model.dtype)
     loaded = load_model(model, yarn, attention)
     job_record.loaded(record, loaded.model, loaded.device, model.dtype)
     return loaded
@@ -60,5 +68,12 @@ def engine_for(loaded: Any, model: ModelSettings):
 
 
 def load_engine(model: ModelSettings, job: str | None, yarn=None):
-    """The scoring engine of a job (`load_job_model`, then `engine_for`)."""
-    return engine_for(load_job_model(model, job, yarn), model)
+    """The scoring engine of a job (`load_job_model`, then `engine_for`), its attention SDPA
+    with the lower-right causal bias (model.attention): the window groups' suffix passes, whose
+    queries are the last keys of a cache, then reach PyTorch's flash kernel, where
+    transformers' `sdpa` hands the memory-efficient one a materialised mask and every key and
+    value head repeated (the H200 profile of 2026-11-28: 22% of a centered job's device time;
+    docs/gpu.md). Every other pass (no cache, one query, padding) is transformers' `sdpa`."""
+    from carbon_vep.model.attention import LOWER_RIGHT_SDPA
+
+    return engine_for(load_job_model(model, job, yarn, attention=LOWER_RIGHT_SDPA), model)

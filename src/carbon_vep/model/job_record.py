@@ -4,7 +4,8 @@ through model.job, which starts the count; the CLI ends it (`job_record`), loggi
 where the environment names a folder (CARBON_VEP_JOB_RECORDS, as the GPU check and benchmarks
 set it for the jobs Snakemake runs), writing the record there as JSON, one file a job. Where
 CARBON_VEP_JOB_PROFILE names a folder, the job's work after the load runs under torch's
-profiler and its table (the ten costliest operators) lands there: the GPU check's profiles are
+profiler and its tables (the ten costliest operators; on a GPU by device time, then by the
+host's own time) land there: the GPU check's profiles are
 those of the product's own jobs. A command that loads no model writes nothing. No torch is
 imported here before a model is.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import socket
 import sys
 import time
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from carbon_vep.atomic import write_json
+from carbon_vep.rss import peak_rss_bytes
 
 log = logging.getLogger("carbon_vep")
 RECORDS_ENV = "CARBON_VEP_JOB_RECORDS"
@@ -69,7 +70,7 @@ class JobRecord:
                 "after_load_s": round(after_load, 3),  # the job's work, what benchmarks time
                 "process_s": _process_age_s(),  # from the process's start (imports too)
                 "tokens_per_s": round(self.tokens / after_load, 1) if after_load > 0 else None,
-                "host_peak_rss_bytes": _peak_rss_bytes(),
+                "host_peak_rss_bytes": peak_rss_bytes(),
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
             }
@@ -179,10 +180,14 @@ class _JobProfiler:
         if cuda:
             sys.modules["torch"].cuda.synchronize()
         profiler.__exit__(None, None, None)
-        table = profiler.key_averages().table(
-            sort_by="device_time_total" if cuda else "cpu_time_total",
-            row_limit=10,
-            max_name_column_width=60,
+        averages = profiler.key_averages()
+        # on a GPU, the operators the device spends longest in, then those the host does (a
+        # host-bound job's costs sit in the second: launches, plans, syncs)
+        orders = ["device_time_total", "self_cpu_time_total"] if cuda else ["cpu_time_total"]
+        table = "\n".join(
+            f"sorted by {order}:\n"
+            + averages.table(sort_by=order, row_limit=10, max_name_column_width=60)
+            for order in orders
         )
         folder = Path(os.environ[PROFILE_ENV])
         folder.mkdir(parents=True, exist_ok=True)
@@ -208,10 +213,6 @@ def _process_age_s() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return round(uptime - started / os.sysconf("SC_CLK_TCK"), 2)
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
 
 
 def _device_peaks(device: str | None) -> dict[str, int]:

@@ -5,7 +5,8 @@ loads its model, against the `mem_mb` the model rules ask the scheduler for
 Per Carbon shape: a random-weight checkpoint in bf16 is written to disk (safetensors, with the
 run's tokenizer), and a fresh Python process loads it the way every model job does
 (`model.loading.load_model`: from_pretrained on the host, then `.to(device)`). That process
-reports its peak resident set (`ru_maxrss`: the interpreter, torch, CUDA's host side, the mapped
+reports its peak resident set (carbon_vep.rss: its own `VmHWM`, not `ru_maxrss`, which carries
+the GPU check's own peak into a child; the interpreter, torch, CUDA's host side, the mapped
 file pages and the tensors built from them), its resident set once the model is on the device,
 and the load's seconds.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +26,7 @@ import torch
 from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.gpu.workload import BF16, random_model
 from carbon_vep.config.gpus import host_memory_mb, weight_bytes
+from carbon_vep.rss import peak_rss_bytes, status_kb
 
 SMOKE_MODELS = ("Carbon-500M",)
 
@@ -87,16 +88,8 @@ def _load_in_fresh_process(folder: Path, device: torch.device) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _rss_gb() -> float:
-    with open("/proc/self/statm") as statm:
-        pages = int(statm.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 1e9
-
-
 def _measure_load(folder: str, device: str) -> dict:
     """In the fresh process: import, load as a job does, and the host memory it took."""
-    import resource
-
     from carbon_vep.config.stages import ModelSettings
     from carbon_vep.model.loading import load_model
 
@@ -108,8 +101,8 @@ def _measure_load(folder: str, device: str) -> dict:
     gc.collect()
     return {
         "load_s": time.monotonic() - started,
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
-        "rss_after_gb": _rss_gb(),
+        "peak_rss_gb": peak_rss_bytes() / 1e9,
+        "rss_after_gb": (status_kb("VmRSS") or 0) * 1024 / 1e9,
     }
 
 

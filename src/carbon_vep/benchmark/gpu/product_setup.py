@@ -31,12 +31,13 @@ class ProductSizes:
     leave most of a 10-minute device call to the rest of the check); smoke: a CPU's seconds."""
 
     positions: int = 32_768  # Carbon's native positions
-    # 72 variants a dataset and a 1.6 Mbp scan: on the H200 (2026-11-28) 36 and 800 kbp were
-    # ~3 s of scoring a side, where a job's first-pass costs weigh as much as its rate
-    sites: int = 24  # SNV sites, 3 variants each, labels alternating
+    # 144 variants a dataset in 2 jobs, and a 1.6 Mbp scan: on the H200 (2026-11-28) 36 and
+    # then 72 variants were ~3 s of scoring a side, where a job's first-pass costs weigh as
+    # much as its rate; twice the variants a job, not twice the jobs, moves the ratio to the rate
+    sites: int = 48  # SNV sites, 3 variants each, labels alternating
     centered_bp: int = 8192
     nexttoken_bp: int = 24_000
-    shard_size: int = 36  # 72 variants a dataset: 2 shards, 2 score_shard jobs
+    shard_size: int = 72  # 144 variants a dataset: 2 shards, 2 score_shard jobs
     tile_bp: int = 49_146
     min_context: int = 24_000
     scan_bp: int = 1_600_000  # scored bases: 64 tiles, four of the profile's batches
