@@ -188,7 +188,14 @@ def test_the_product_runs_every_model_rule_through_snakemake(smoke):
         niah = official[f"niah {cell}"]
         assert niah["official"]["rows"] == niah["agreement"]["rows"] == rows
         assert niah["agreement"]["max_abs_ll_difference"] < 0.05
+        # where each side's seconds went: ours one prefill off which all else runs, theirs
+        # generate and the two whole-prompt likelihood passes
+        assert set(niah["ours"]["phases"]) == {"prefill", "generate", "likelihood"}
+        assert set(niah["official"]["phases"]) == {"generate", "likelihood"}
+        assert all(s > 0 for side in ("ours", "official") for s in niah[side]["phases"].values())
+        assert sum(niah["ours"]["phases"].values()) <= niah["ours"]["seconds"]
     section = (out / "gpu_check.md").read_text()
+    assert "phases s, ours / official" in section
     assert "The product on the device" in section and "| score_niah | 3 | 0 |" in section
 
 
@@ -250,14 +257,17 @@ def test_host_memory_of_a_fresh_process_loading_a_checkpoint(smoke):
 
 
 def test_rollouts_alone_batched_and_drafted(smoke):
-    """The rollouts step: recovery jobs on the product step's checkpoints, ours at batch 1, the
-    draft alone, ours with the draft (its acceptance read from the job's metrics, its
-    predictions the target's), ours batched; each read from the job's own files."""
+    """The rollouts step: recovery jobs on the product step's checkpoints, ours at batch 1 and
+    on the static KV cache, ours batched and batched on the static cache, then the draft alone
+    and ours with the draft (its acceptance read from the job's metrics, its predictions the
+    target's); each read from the job's own files."""
     _, report = smoke
     result = report["rollouts"]
     jobs = {j["run"]: j for j in result["jobs"]}
-    assert list(jobs)[:4] == ["ours", "draft", "ours_drafted", "ours_batched"]
-    assert list(jobs)[4:] == ["ours_static", "ours_batched_static"]  # the static KV cache
+    assert list(jobs) == [
+        *("ours", "ours_static", "ours_batched", "ours_batched_static"),
+        *("draft", "ours_drafted"),  # last: under a time limit the static cache runs first
+    ]
     assert result["vllm_skipped"] and result["dtype"] == "float32"
     assert result["drafted_identical"] is True and result["batched_first_identical"] is True
     drafted = jobs["ours_drafted"]["speculative"]

@@ -92,3 +92,23 @@ def test_attention_pairs_count_the_cache_a_pass_attends_to(demo_model_dir, tmp_p
     assert record["tokens"] == 6 and record["attention_pairs"] == 21
     [table] = (tmp_path / "profiles").glob("score-z-*.txt")
     assert "aten::" in table.read_text()  # the job's own profile, its operators named
+
+
+def test_phases_add_up_in_the_record_of_the_command_running(demo_model_dir, tmp_path, monkeypatch):
+    """`add_phase` sums a named phase's seconds into the running command's record (what the GPU
+    check reads NIAH's prefill, generation and likelihood from); outside a command it is a
+    no-op, and a record without phases has an empty map."""
+    from carbon_vep.model.job_record import add_phase
+
+    add_phase("prefill", 5.0)  # no command: nothing to add to, nothing raised
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "jobs"))
+    spec = ModelSettings(str(demo_model_dir), trust_remote_code=True)
+    with job_record("score-niah", "a.parquet"):
+        load_job_model(spec, None)
+        add_phase("prefill", 0.25)
+        add_phase("generate", 0.5)
+        add_phase("prefill", 0.125)
+    with job_record("score-shard", "b.parquet"):
+        load_job_model(spec, None)
+    niah, shard = records(tmp_path / "jobs")
+    assert niah["phases"] == {"prefill": 0.375, "generate": 0.5} and shard["phases"] == {}

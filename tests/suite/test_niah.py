@@ -501,3 +501,28 @@ def test_a_model_without_a_6mer_block_is_named(
     assert _score(cell_path, demo_model_dir, tmp_path / "o") == 2
     assert f"{demo_model_dir}: not a 6-mer DNA tokenizer: no contiguous block" in caplog.text
     assert not (tmp_path / "o/rows.parquet").exists()
+
+
+def test_a_niah_job_holds_no_copy_of_the_kmer_rows(loaded, cell):
+    """The output layer's k-mer rows (25 MB for Carbon-3B) are copied only for the paths that
+    use them: after the start-up probe and a NIAH batch the engine holds none (on the H200 they
+    were the whole of NIAH's GPU peak above the official script's), and a path that does use
+    them keeps one copy."""
+    from carbon_vep.model.probe import verify_output_layer
+
+    engine = _engine(loaded)
+    verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
+    score_rows(cell.head(2), NiahScorer(engine, loaded.tokenizer), 2)
+    rows_shape = (4**engine.k, engine.out_weight.shape[1])
+
+    def copies_held() -> int:
+        held = [v for value in vars(engine).values() for v in (value, *_items(value))]
+        return sum(isinstance(v, torch.Tensor) and tuple(v.shape) == rows_shape for v in held)
+
+    assert copies_held() == 0
+    engine.sequence_scores(["ACGTAC" * 4], "token", "dna_block")
+    assert copies_held() == 1 and engine.dna_weight is engine.dna_weight  # kept, one copy
+
+
+def _items(value) -> tuple:
+    return tuple(value) if isinstance(value, tuple) else ()

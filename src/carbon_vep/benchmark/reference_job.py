@@ -125,7 +125,9 @@ def score_panel(args, model, tokenizer) -> pl.DataFrame:
     return frame.with_columns(score=pl.Series(scores, dtype=pl.Float64))
 
 
-def score_cell(args, model, tokenizer) -> pl.DataFrame:
+def score_cell(args, model, tokenizer, phases: dict[str, float]) -> pl.DataFrame:
+    """The cell's rows the official way; `phases` gains their generation's and likelihood
+    passes' seconds."""
     vocab = dna_vocab(tokenizer)
     cell = read_cell(args.cell, vocab.k)  # the negative value cut from its sequence
     rows = []
@@ -139,6 +141,7 @@ def score_cell(args, model, tokenizer) -> pl.DataFrame:
                 row["value"],
                 row["negative_value"],
                 row["value_len_bp"],
+                phases,
             )
             rows.append(
                 {
@@ -175,8 +178,11 @@ def main(argv: list[str] | None = None) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     loaded = time.perf_counter()
-    score = score_cell if args.task == "niah" else score_panel
-    answers = score(args, model, tokenizer)
+    phases: dict[str, float] = {}
+    if args.task == "niah":
+        answers = score_cell(args, model, tokenizer, phases)
+    else:
+        answers = score_panel(args, model, tokenizer)
     if cuda:
         torch.cuda.synchronize()
     done = time.perf_counter()
@@ -190,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         "device": args.device,
         "dtype": args.dtype,
         "yarn": yarn,
+        "phases": {name: round(seconds, 3) for name, seconds in phases.items()},
     }
     if cuda:
         record["gpu_peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated())

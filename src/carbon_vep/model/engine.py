@@ -19,6 +19,7 @@ evaluation's `--upcast_lm_head` does to reduce bf16 rounding of the logits).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -76,15 +77,35 @@ class Engine:
         self.out_bias = getattr(head, "bias", None)
         self.upcast_output_layer = upcast_output_layer
         self.head_dtype = torch.float32 if upcast_output_layer else self.out_weight.dtype
-        kmer_ids = torch.as_tensor(vocab.kmer_ids, device=device)
-        self.dna_weight = self.out_weight[kmer_ids].to(self.head_dtype)  # [4**k, H]
-        self.dna_bias = None if self.out_bias is None else self.out_bias[kmer_ids]
         self.acgt_ids = {
             b: torch.as_tensor(ids, dtype=torch.long, device=device)
             for b, ids in vocab.acgt_string_ids.items()
         }
         self.k = vocab.k
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model
+
+    # ---- the output layer's k-mer rows ---------------------------------------------------
+    def kmer_rows(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A copy of the output layer's 4**k k-mer rows [4**k, H], in the head's dtype, and
+        their bias (None without one): 25 MB for Carbon-3B in bf16."""
+        kmer_ids = torch.as_tensor(self.vocab.kmer_ids, device=self.device)
+        bias = None if self.out_bias is None else self.out_bias[kmer_ids]
+        return self.out_weight[kmer_ids].to(self.head_dtype), bias
+
+    @functools.cached_property
+    def _dna_head(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # built by the first path that needs it and kept; a path that never does (Genomic-NIAH,
+        # the start-up probe, which takes its own copy) holds none: the 25 MB were the whole of
+        # NIAH's GPU peak above the official script's on the H200 (2026-11-28)
+        return self.kmer_rows()
+
+    @property
+    def dna_weight(self) -> torch.Tensor:
+        return self._dna_head[0]
+
+    @property
+    def dna_bias(self) -> torch.Tensor | None:
+        return self._dna_head[1]
 
     # ---- moving data: no host synchronisation inside a batch ----------------------------
     def to_device(self, values: Any) -> torch.Tensor:

@@ -32,17 +32,19 @@ def load_job_model(
     job: str | None,
     yarn=None,
     long_context: bool = False,
-    attention: str | None = None,
+    lower_right: bool = False,
 ):
     """The model checked offline first, on a device that is really there (`yarn`: a
     model.loading.Yarn to apply at load; `long_context`: FlashAttention-2 where it can run, else
     SDPA with a prompt's later chunks under a lower-right causal bias, model.attention;
-    otherwise `attention`, transformers' attention implementation, None its default)."""
+    `lower_right`: that SDPA; neither: transformers' default attention)."""
     require_model_here(model)
+    from carbon_vep.model.attention import LOWER_RIGHT_SDPA
     from carbon_vep.model.loading import load_model, long_context_attention, resolve_device
 
     record = job_record.started_loading()
     device = resolve_device(model.device, job=job)
+    attention = LOWER_RIGHT_SDPA if lower_right else None
     if long_context:
         attention = long_context_attention(device, model.dtype)
     loaded = load_model(model, yarn, attention)
@@ -74,6 +76,4 @@ def load_engine(model: ModelSettings, job: str | None, yarn=None):
     transformers' `sdpa` hands the memory-efficient one a materialised mask and every key and
     value head repeated (the H200 profile of 2026-11-28: 22% of a centered job's device time;
     docs/gpu.md). Every other pass (no cache, one query, padding) is transformers' `sdpa`."""
-    from carbon_vep.model.attention import LOWER_RIGHT_SDPA
-
-    return engine_for(load_job_model(model, job, yarn, attention=LOWER_RIGHT_SDPA), model)
+    return engine_for(load_job_model(model, job, yarn, lower_right=True), model)

@@ -43,6 +43,9 @@ class JobRecord:
     # query-key pairs a layer's attention computes, causal: what attention FLOPs scale with
     attention_pairs: float = 0.0
     forward_calls: int = 0
+    # seconds of named parts of the work (add_phase: Genomic-NIAH's prefill, generation and
+    # likelihood passes), on the device's timeline
+    phases: dict[str, float] = field(default_factory=dict)
 
     def count(self, module: Any, args: tuple, kwargs: dict) -> None:
         """A forward pre-hook on the model's body: the size of what it is given and of the
@@ -112,6 +115,14 @@ def started_loading() -> JobRecord | None:
         return None
     _RUNNING.record = JobRecord(_RUNNING.name, _RUNNING.out)
     return _RUNNING.record
+
+
+def add_phase(name: str, seconds: float) -> None:
+    """Add `seconds` to the phase `name` of the command's record (nothing outside a command or
+    before its model loads)."""
+    record = _RUNNING.record
+    if record is not None:
+        record.phases[name] = round(record.phases.get(name, 0.0) + seconds, 6)
 
 
 def loaded(record: JobRecord | None, model: Any, device: Any, dtype: str) -> None:

@@ -42,7 +42,7 @@ def verify_output_layer(engine: Engine, ids: np.ndarray, atol: float = 1e-3) -> 
         logits = engine.model(input_ids=batch).logits
         reference = logits[0, :, engine.vocab.kmer_ids].float()
         hidden, _ = engine.hidden_states([ids])
-        ours = engine.logits(hidden[0], engine.dna_weight, engine.dna_bias)
+        ours = engine.logits(hidden[0], *engine.kmer_rows())  # a copy: none kept
     dtypes = (logits.dtype, engine.out_weight.dtype, engine.head_dtype)
     allowed = probe_tolerance(reference, *dtypes, atol=atol)
     excess = ((ours - reference).abs() - allowed).flatten()

@@ -25,6 +25,10 @@ greedy tokens, every special id suppressed, logits restricted to the 6-mer block
 dna_config.json (none without one), prediction = `tokenizer.decode` of the new ids with special
 tokens kept, cut to value_len_bp characters; the likelihoods are mean full-vocabulary token
 log-probabilities of the value's tokens.
+
+Each batch adds its phases' seconds, on the device's timeline, to the job's record
+(`model.job_record.add_phase`): the prefill, the generation, the two likelihood passes; the
+GPU check sets them beside the official script's (benchmark/gpu/product_reference.py).
 """
 
 from __future__ import annotations
@@ -38,11 +42,15 @@ import polars as pl
 import torch
 
 from carbon_vep.columns import Status
+from carbon_vep.model import job_record
 from carbon_vep.model.batching import FAILED_ALONE, in_batches, scatter
 from carbon_vep.model.engine import Engine, new_cache
+from carbon_vep.model.timing import DeviceClock
 from carbon_vep.model.tokens import dna_block_ids, suppressed_token_ids
 from carbon_vep.progress import Progress
 from carbon_vep.suite.niah_cells import ROW_COLUMNS, base_accuracy
+
+PHASES = ("prefill", "generate", "likelihood")  # a batch's parts, in order (job_record phases)
 
 
 @dataclass(frozen=True)
@@ -128,9 +136,13 @@ class NiahScorer:
         ids = np.stack([vocab.encode(p) for p in prompts])
         value_ids = np.stack([vocab.encode(v)[1:] for v in values])
         negative_ids = np.stack([vocab.encode(v)[1:] for v in negatives])
+        clock = DeviceClock(self.engine.device)
+        marks = [clock.mark()]
         cache = new_cache(self.engine.model)
         last = self.prefill(ids, cache)
+        marks.append(clock.mark())
         generated = self.generate(last, cache, value_ids.shape[1])
+        marks.append(clock.mark())
         ll = torch.stack(
             [
                 self.value_log_likelihoods(last, cache, continuation, ids.shape[1])
@@ -138,7 +150,10 @@ class NiahScorer:
             ],
             dim=1,
         )
+        marks.append(clock.mark())
         ll_host = self.engine.to_host(ll)  # the batch's one wait for the device
+        for phase, start, end in zip(PHASES, marks, marks[1:], strict=False):
+            job_record.add_phase(phase, clock.seconds(start, end))
         new_ids = generated.cpu().tolist()
         return [
             RowResult(

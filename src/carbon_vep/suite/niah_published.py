@@ -25,6 +25,7 @@ checks our encoding; the block is read from dna_config.json here, not by the ada
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,17 +154,26 @@ def three_pass_row(
     value: str,
     negative: str,
     value_bp: int | None = None,
+    phases: dict[str, float] | None = None,
 ) -> RowResult:
     """One row the official way: `generate`, then the positive and the negative sequence's
-    likelihood passes (module docstring). `value_bp`: the row's value_len_bp (len(value))."""
+    likelihood passes (module docstring). `value_bp`: the row's value_len_bp (len(value));
+    `phases` gains the seconds of the generation and of the two likelihood passes (each ends
+    reading its result back, so the host's clock is the device's)."""
     prefix = vocab.prefix_token
     if tokenizer.pad_token is None:  # the script's `tokenizer.pad_token = tokenizer.eos_token`
         tokenizer.pad_token = tokenizer.eos_token
+    began = time.perf_counter()
     pred = generate_value(model, tokenizer, prefix, prompt, value_bp or len(value))
+    generated = time.perf_counter()
     target, neg = (
         value_log_likelihood(model, tokenizer, prefix, prompt, prompt + continuation)
         for continuation in (value, negative)
     )
+    if phases is not None:
+        done = time.perf_counter()
+        for name, seconds in (("generate", generated - began), ("likelihood", done - generated)):
+            phases[name] = phases.get(name, 0.0) + seconds
     return RowResult(pred=pred, target_ll=target, negative_ll=neg)
 
 

@@ -4,8 +4,10 @@ after the model's load. Per path (centered, right-end, each Genomic-NIAH cell: t
 context, and past it with the YaRN settings the product's job had):
 ours ÷ official in seconds and in GPU peak memory, and how far the answers agree (Spearman and
 the largest difference of the scores; NIAH: the same predictions, the likelihoods' largest
-difference). Ours is read from the product's job records and merged outputs, so what is
-compared is what ships."""
+difference), and for NIAH where each side's seconds went (ours: the prefill, the generation,
+the two short likelihood passes off the cache; the official: `generate`, then two likelihood
+passes over the whole prompt). Ours is read from the product's job records and merged outputs,
+so what is compared is what ships."""
 
 from __future__ import annotations
 
@@ -111,10 +113,15 @@ def _ours(path: str, niah_cell: str | None, records: list[dict]) -> dict[str, An
     )
     jobs = [r for r in records if r["command"] == command and folder in (r.get("out") or "")]
     peaks = [r["gpu_peak_allocated_bytes"] for r in jobs if "gpu_peak_allocated_bytes" in r]
+    phases: dict[str, float] = {}
+    for job in jobs:
+        for name, seconds in job.get("phases", {}).items():
+            phases[name] = round(phases.get(name, 0.0) + seconds, 3)
     return {
         "jobs": len(jobs),
         "seconds": round(sum(r["after_load_s"] for r in jobs), 3),
         "gpu_peak_allocated_bytes": max(peaks) if peaks else None,
+        "phases": phases,
     }
 
 
@@ -140,11 +147,11 @@ def _niah_agreement(outdir: Path, cell: str, theirs: pl.DataFrame) -> dict[str, 
 def markdown_rows(comparisons: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The comparison's table for the report: header and rows."""
     header = ["path", "ours s (jobs)", "official s", "official ÷ ours", "GPU peak ours ÷ official"]
-    header += ["agreement"]
+    header += ["agreement", "phases s, ours / official"]
     rows = []
     for row in comparisons:
         if "error" in row:
-            rows.append([row["path"], "—", "—", "—", "—", row["error"][:200]])
+            rows.append([row["path"], "—", "—", "—", "—", row["error"][:200], "—"])
             continue
         ours, official, agree = row["ours"], row["official"], row["agreement"]
         ratio = row.get("ours_over_official_peak")
@@ -156,9 +163,21 @@ def markdown_rows(comparisons: list[dict[str, Any]]) -> tuple[list[str], list[li
                 f"{row['official_over_ours_s']:.2f}x" if "official_over_ours_s" in row else "—",
                 f"{ratio:.2f}" if ratio else "—",
                 ", ".join(f"{k} {_short(v)}" for k, v in agree.items()),
+                _phases(ours.get("phases"), official.get("phases")),
             ]
         )
     return header, rows
+
+
+def _phases(ours: dict[str, float] | None, official: dict[str, float] | None) -> str:
+    """Where each side's seconds went (Genomic-NIAH: prefill, generation, likelihood passes)."""
+    if not ours and not official:
+        return "—"
+    sides = [
+        ", ".join(f"{k} {v:.2f}" for k, v in (side or {}).items()) or "—"
+        for side in (ours, official)
+    ]
+    return " / ".join(sides)
 
 
 def _short(value: Any) -> str:
