@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -152,7 +153,7 @@ class NiahScorer:
         )
         marks.append(clock.mark())
         ll_host = self.engine.to_host(ll)  # the batch's one wait for the device
-        for phase, start, end in zip(PHASES, marks, marks[1:], strict=False):
+        for phase, (start, end) in zip(PHASES, pairwise(marks), strict=True):
             job_record.add_phase(phase, clock.seconds(start, end))
         new_ids = generated.cpu().tolist()
         return [
