@@ -13,6 +13,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tarfile
 import venv
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def test_the_rehearsal_python_sees_only_the_image_and_the_kit(rehearsal, smoke):
             "gpu_run.log",
             "product_snakemake.log",
             "profiles.txt",
+            "profile_traces.tar",
         ]
     )  # at most 8 files come back from the device
 
@@ -228,6 +230,10 @@ def test_the_reruns_change_one_thing_and_compare_the_answers(smoke):
         assert outputs["scan scan"]["rows"] == SMOKE_PRODUCT.scan_bp
     profiles = (out / "profiles.txt").read_text()
     assert "score-shard" in profiles and "scan-chunk" in profiles and "aten::" in profiles
+    with tarfile.open(out / "profile_traces.tar") as bundle:  # the same jobs' whole traces
+        names = sorted(bundle.getnames())
+    assert [n.split("-")[:2] for n in names] == [["scan", "chunk"], ["score", "shard"]]
+    assert all(n.endswith(".trace.json.gz") for n in names)
     section = (out / "gpu_check.md").read_text()
     assert "Rerun `precision`" in section and "float32 (the reference)" in section
 
@@ -365,7 +371,7 @@ def test_report_files(smoke):
         "hg38 (2.9e+09 ACGT bases) at that rate",
         "Rerun `batch_budgets`",
         "Rerun `carbon_500m`",
-        "Profiler top-10 tables in profiles.txt",
+        "Profiler top-10 tables and device timelines in profiles.txt",
         "Known answer",
     ):
         assert needed in text, needed

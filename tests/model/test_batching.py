@@ -137,3 +137,81 @@ def test_run_sorted_returns_results_in_input_order_from_buckets():
 
     assert run_sorted(items, work, 2, lengths=items) == [x * 10 for x in items]
     assert [b for b in seen if len(set(b)) > 1] == [[5, 7]]  # only leftovers mix: 5, 7 and 9
+
+
+def test_each_batch_runs_in_the_context_its_shape_count_chooses():
+    """in_batches plans its batches before the first: a batch's context is told how many
+    batches of its shape (items, longest tokens) the plan holds; the last, partial batch of a
+    run is a shape of its own."""
+    from contextlib import contextmanager
+
+    from carbon_vep.model.batching import planned_shapes
+
+    tokens = [10] * 9 + [30]
+    assert planned_shapes(0, len(tokens), 8, tokens, 40) == {(4, 10): 2, (1, 10): 1, (1, 30): 1}
+    entered: list[int] = []
+    inside: list[int] = []
+
+    @contextmanager
+    def context(passes):
+        entered.append(passes)
+        yield
+        inside.append(passes)  # the work ran inside it
+
+    def work(batch):
+        return list(batch)
+
+    out = list(in_batches(tokens, work, 8, tokens=tokens, batch_tokens=40, shape_context=context))
+    assert [len(index) for index, _ in out] == [4, 4, 1, 1]
+    assert entered == inside == [2, 2, 1, 1]
+
+
+def test_the_shape_plan_is_made_again_when_the_limits_halve():
+    """After running out of memory the batches that follow are counted afresh at the halved
+    limits (4 batches of 2 left, not the first plan's shapes, which no longer come)."""
+    from contextlib import nullcontext
+
+    tokens = [10] * 8
+    calls: list[int] = []
+    told: list[int] = []
+
+    def context(passes):
+        told.append(passes)
+        return nullcontext()
+
+    out = list(
+        in_batches(
+            tokens, _oom_above(2, calls), 8, tokens=tokens, batch_tokens=80, shape_context=context
+        )
+    )
+    assert [len(index) for index, _ in out] == [2, 2, 2, 2]
+    # one batch of 8 planned; halved to 4 (2 batches of 4 planned), then to 2: the four
+    # batches of 2 the plan of the items left holds
+    assert told == [1, 2, 4, 4, 4, 4]
+
+
+def test_cudnn_attention_only_for_a_shape_the_job_runs_often(model_dir):
+    """The right-end contexts through Engine.run_batched: the shape of 4 full batches keeps
+    SDPA's own choice (cuDNN's attention allowed, its plan paid back), the last, partial batch
+    runs without it (model.attention.for_planned_passes); the answers are those of one context
+    a batch."""
+    from carbon_vep.model.attention import CUDNN_PLAN_PASSES
+
+    assert CUDNN_PLAN_PASSES == 4
+    loaded = load_model(ModelSettings(str(model_dir), trust_remote_code=True))
+    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=2)
+    cudnn_allowed: list[bool] = []
+    engine.body.register_forward_pre_hook(
+        lambda *_: cudnn_allowed.append(torch.backends.cuda.cudnn_sdp_enabled())
+    )
+    contexts = [loaded.vocab.encode("ACGTTG" * (10 + i % 3) + "ACGTTG" * 5) for i in range(9)]
+    equal = [loaded.vocab.encode("ACGTTG" * 20)] * 9
+    got = engine.next_base_log_probs(equal, "dna_block")
+    assert cudnn_allowed == [True] * 4 + [False]  # 4 batches of 2, then 1 alone
+    cudnn_allowed.clear()
+    engine.next_base_log_probs(contexts, "dna_block")  # 3 lengths, 3 each: no shape 4 times
+    assert cudnn_allowed and not any(cudnn_allowed)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # restored after the run
+    one = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=1)
+    for a, b in zip(got, one.next_base_log_probs(equal, "dna_block"), strict=True):
+        assert abs(a - b).max() < 1e-5

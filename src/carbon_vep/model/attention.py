@@ -15,11 +15,13 @@ token, a prompt without a cache) is transformers' own `sdpa`, mask and kernel al
 `without_cudnn` keeps SDPA off its cuDNN kernel for passes whose shapes change from batch to
 batch (the window groups) or come once (the start-up probe): cuDNN builds an execution plan for
 every new shape, ~0.5 s of host time each on the H200 (docs/gpu.md, the prefix-sharing
-section).
+section). `for_planned_passes` applies the same rule to batches cut by model.batching: cuDNN
+only for a shape the job will run at least `CUDNN_PLAN_PASSES` times.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -27,6 +29,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import CausalBias, causal_lower_right
 
 LOWER_RIGHT_SDPA = "sdpa_lower_right"
+# Passes of one shape from which cuDNN's attention plan pays (arithmetic, not measured): a plan
+# cost 0.36-0.5 s of host time on the H200 (docs/gpu.md); a right-end batch at the profiles'
+# budget (32 contexts of 4,001 tokens, Carbon-3B) computes ~9.4e13 FLOP of attention, ~0.27 s
+# at ~350 TFLOP/s (PyTorch's flash kernel on Hopper, others' figures) and ~0.18 s if cuDNN's
+# kernel runs it 1.5x faster: ~0.09 s saved a pass, 4-6 passes to pay a plan.
+CUDNN_PLAN_PASSES = 4
 
 
 def register() -> str:
@@ -50,6 +58,14 @@ def without_cudnn() -> Any:
     return sdpa_kernel(
         [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     )
+
+
+def for_planned_passes(passes: int) -> AbstractContextManager:
+    """The attention context of a batch whose shape the job's plan holds `passes` times
+    (model.batching.in_batches' shape_context): SDPA's own choice, cuDNN included, from
+    CUDNN_PLAN_PASSES on; below it (the last, partial batch of a run; the single batch of a
+    small job) `without_cudnn`, so no plan is built for a shape that cannot pay it back."""
+    return nullcontext() if passes >= CUDNN_PLAN_PASSES else without_cudnn()
 
 
 def chunk_mask(

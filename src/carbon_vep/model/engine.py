@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from carbon_vep.model import lse_kernel
+from carbon_vep.model.attention import for_planned_passes
 from carbon_vep.model.batching import run_sorted
 from carbon_vep.model.tokens import DnaVocab, base_codes
 
@@ -176,9 +178,12 @@ class Engine:
         """log Σ_v exp(logit_v) over the whole vocabulary, chunked; hidden [N, H] -> [N].
 
         On a CPU in cache-sized tiles (`_full_logsumexp_tiles`); on a GPU in vocabulary chunks
-        of all the rows at once (few, large kernels)."""
+        of all the rows at once (few, large kernels), each chunk's logits reduced in one read
+        where Triton is (`_full_logsumexp_fused`, model.lse_kernel)."""
         if hidden.device.type == "cpu":
             return self._full_logsumexp_tiles(hidden)
+        if self.out_bias is None and lse_kernel.available(hidden.device):
+            return self._full_logsumexp_fused(hidden)
         total = torch.full((hidden.shape[0],), -torch.inf, device=hidden.device)
         vocab_rows = self.out_weight.shape[0]
         for lo in range(0, vocab_rows, self.vocab_chunk):
@@ -187,6 +192,21 @@ class Engine:
             chunk = self.logits(hidden, self.out_weight[lo:hi], bias)
             total = torch.logaddexp(total, torch.logsumexp(chunk, dim=-1))
         return total
+
+    def _full_logsumexp_fused(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The GPU's full-vocabulary log-sum-exp: each vocabulary chunk's logits (the product
+        in the head's dtype, as `logits` makes it) reduced to each row's (maximum, sum of
+        exponentials) in one read by model.lse_kernel, the chunks' pairs combined at the end:
+        two kernels a chunk where the cast and torch's log-sum-exp took seven."""
+        rows = hidden.to(self.head_dtype)
+        vocab_rows = self.out_weight.shape[0]
+        starts = range(0, vocab_rows, self.vocab_chunk)
+        maxes = torch.empty(rows.shape[0], len(starts), device=rows.device)
+        sums = torch.empty_like(maxes)
+        for j, lo in enumerate(starts):
+            weight = self.out_weight[lo : lo + self.vocab_chunk].to(self.head_dtype)
+            lse_kernel.max_and_sumexp(rows @ weight.T, maxes[:, j], sums[:, j])
+        return lse_kernel.combine(maxes, sums)
 
     def _full_logsumexp_tiles(self, hidden: torch.Tensor) -> torch.Tensor:
         """The CPU's full-vocabulary log-sum-exp, in tiles of `cpu_tile` (rows x vocabulary
@@ -305,10 +325,14 @@ class Engine:
     ) -> list:
         """`work` over batches of equal (else sorted) token lengths, results in input order; an
         OOM halves the batch and an item that fails alone gets `None` (batching.py); progress
-        logged in `unit`s. `batch_tokens`: a token budget in place of the engine's."""
+        logged in `unit`s. `batch_tokens`: a token budget in place of the engine's. A batch
+        whose shape the plan holds fewer than CUDNN_PLAN_PASSES times runs without cuDNN's
+        attention (model.attention.for_planned_passes)."""
         sizes = list(lengths) if lengths is not None else [len(x) for x in items]  # type: ignore[arg-type]
         budget = self.batch_tokens if batch_tokens is None else batch_tokens
-        return run_sorted(items, work, self.batch_size, sizes, self.device, unit, budget)
+        return run_sorted(
+            items, work, self.batch_size, sizes, self.device, unit, budget, for_planned_passes
+        )
 
     # ---- per-target values ---------------------------------------------------------------
     def token_log_probs(self, rows: torch.Tensor, targets: torch.Tensor, normalization: str):

@@ -4,10 +4,9 @@ through model.job, which starts the count; the CLI ends it (`job_record`), loggi
 where the environment names a folder (CARBON_VEP_JOB_RECORDS, as the GPU check and benchmarks
 set it for the jobs Snakemake runs), writing the record there as JSON, one file a job. Where
 CARBON_VEP_JOB_PROFILE names a folder, the job's work after the load runs under torch's
-profiler and its tables (the ten costliest operators; on a GPU by device time, then by the
-host's own time) land there: the GPU check's profiles are
-those of the product's own jobs. A command that loads no model writes nothing. No torch is
-imported here before a model is.
+profiler (model.job_profile: its tables, the device's timeline, the trace) and lands there:
+the GPU check's profiles are those of the product's own jobs. A command that loads no model
+writes nothing. No torch is imported here before a model is.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from carbon_vep.atomic import write_json
+from carbon_vep.model.job_profile import JobProfiler
 from carbon_vep.rss import peak_rss_bytes
 
 log = logging.getLogger("carbon_vep")
@@ -144,7 +144,8 @@ def loaded(record: JobRecord | None, model: Any, device: Any, dtype: str) -> Non
 def finish(record: JobRecord, succeeded: bool) -> dict[str, Any]:
     """The job's line in its log, its JSON record where RECORDS_ENV names a folder, its
     profiler table where PROFILE_ENV does."""
-    _PROFILER.stop(record.command)
+    if os.environ.get(PROFILE_ENV):
+        _PROFILER.stop(record.command, Path(os.environ[PROFILE_ENV]))
     summary = record.summary(succeeded)
     peak = summary.get("gpu_peak_reserved_bytes")
     log.info(
@@ -167,45 +168,7 @@ def finish(record: JobRecord, succeeded: bool) -> dict[str, Any]:
     return summary
 
 
-class _JobProfiler:
-    """torch's profiler around a job's work after its load (PROFILE_ENV)."""
-
-    def __init__(self) -> None:
-        self.profiler: Any = None
-        self.device = "cpu"
-
-    def start(self, device: str) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU]
-        if device.startswith("cuda"):
-            activities.append(ProfilerActivity.CUDA)
-        self.profiler, self.device = profile(activities=activities), device
-        self.profiler.__enter__()
-
-    def stop(self, command: str) -> None:
-        if self.profiler is None:
-            return
-        profiler, self.profiler = self.profiler, None
-        cuda = self.device.startswith("cuda")
-        if cuda:
-            sys.modules["torch"].cuda.synchronize()
-        profiler.__exit__(None, None, None)
-        averages = profiler.key_averages()
-        # on a GPU, the operators the device spends longest in, then those the host does (a
-        # host-bound job's costs sit in the second: launches, plans, syncs)
-        orders = ["device_time_total", "self_cpu_time_total"] if cuda else ["cpu_time_total"]
-        table = "\n".join(
-            f"sorted by {order}:\n"
-            + averages.table(sort_by=order, row_limit=10, max_name_column_width=60)
-            for order in orders
-        )
-        folder = Path(os.environ[PROFILE_ENV])
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{command}-{socket.gethostname()}-{os.getpid()}.txt").write_text(table)
-
-
-_PROFILER = _JobProfiler()
+_PROFILER = JobProfiler()
 
 
 def _cached_tokens(cache: Any) -> int:

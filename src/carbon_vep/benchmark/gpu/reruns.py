@@ -10,7 +10,8 @@ each job through `carbon-vep` as before, read from the jobs' records and the mer
   difference that makes to an answer in bf16 (batching may round differently, never move a
   result).
 - `profiles`: the centered recipe and the scan under torch's profiler (model.job_record's
-  PROFILE_ENV), the ten costliest operators of each job.
+  PROFILE_ENV), the ten costliest operators of each job, the device's timeline and the whole
+  trace (model.job_profile).
 - `carbon_500m`: the recipes and the scan with Carbon-500M's shape as the scored model.
 
 Every rerun scores each dataset as one shard (the product: two), so its answers are also those
@@ -83,6 +84,7 @@ def rerun(
         result["profiles"] = {
             p.stem: p.read_text() for p in sorted((folder / "profiles").glob("*.txt"))
         }
+        result["traces"] = [str(p) for p in sorted((folder / "profiles").glob("*.trace.json.gz"))]
     return result
 
 
@@ -206,7 +208,10 @@ def markdown_part(result: dict[str, Any]) -> str:
         parts.append(markdown_table(header, rows))
     if result.get("profiles"):
         names = ", ".join(f"`{name}`" for name in result["profiles"])
-        parts.append(f"Profiler top-10 tables in profiles.txt: {names}.")
+        parts.append(
+            f"Profiler top-10 tables and device timelines in profiles.txt: {names}; their "
+            "whole traces (Chrome's format) in profile_traces.tar."
+        )
     if done.get("tail"):
         parts.append("Snakemake's tail:\n\n```\n" + done["tail"] + "\n```")
     return "\n\n".join(parts)

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import shutil
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
@@ -222,13 +223,19 @@ class Run:
                 result = rerun(step, folder, env, limit, self.shapes, self.peak, sizes)
                 self.report["reruns"][step] = result
                 if step == "profiles":
-                    self.write_profiles(result.get("profiles", {}))
+                    self.write_profiles(result.get("profiles", {}), result.get("traces", []))
             self.save()
 
-    def write_profiles(self, tables: dict[str, str]) -> None:
+    def write_profiles(self, tables: dict[str, str], traces: list[str]) -> None:
+        """profiles.txt, and the jobs' traces as one file (at most 8 come back from the lent
+        machine)."""
         text = "\n\n".join(f"{job}\n{table}" for job, table in tables.items())
         (self.out / "profiles.txt").write_text(text + "\n")
         print(text, file=sys.stderr)
+        if traces:
+            with tarfile.open(self.out / "profile_traces.tar", "w") as bundle:
+                for trace in traces:
+                    bundle.add(trace, arcname=Path(trace).name)
 
     def vllm(self, tokenizer, vocab, name: str) -> None:
         """The vllm step on a random-weight model of the shape `name` (--model), built here and
