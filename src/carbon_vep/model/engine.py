@@ -178,34 +178,28 @@ class Engine:
         """log Σ_v exp(logit_v) over the whole vocabulary, chunked; hidden [N, H] -> [N].
 
         On a CPU in cache-sized tiles (`_full_logsumexp_tiles`); on a GPU in vocabulary chunks
-        of all the rows at once (few, large kernels), each chunk's logits reduced in one read
-        where Triton is (`_full_logsumexp_fused`, model.lse_kernel)."""
+        of all the rows at once (`_full_logsumexp_chunks`: few, large kernels)."""
         if hidden.device.type == "cpu":
             return self._full_logsumexp_tiles(hidden)
-        if self.out_bias is None and lse_kernel.available(hidden.device):
-            return self._full_logsumexp_fused(hidden)
-        total = torch.full((hidden.shape[0],), -torch.inf, device=hidden.device)
-        vocab_rows = self.out_weight.shape[0]
-        for lo in range(0, vocab_rows, self.vocab_chunk):
-            hi = min(lo + self.vocab_chunk, vocab_rows)
-            bias = None if self.out_bias is None else self.out_bias[lo:hi]
-            chunk = self.logits(hidden, self.out_weight[lo:hi], bias)
-            total = torch.logaddexp(total, torch.logsumexp(chunk, dim=-1))
-        return total
+        return self._full_logsumexp_chunks(hidden)
 
-    def _full_logsumexp_fused(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The GPU's full-vocabulary log-sum-exp: each vocabulary chunk's logits (the product
-        in the head's dtype, as `logits` makes it) reduced to each row's (maximum, sum of
-        exponentials) in one read by model.lse_kernel, the chunks' pairs combined at the end:
-        two kernels a chunk where the cast and torch's log-sum-exp took seven."""
+    def _full_logsumexp_chunks(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The GPU's full-vocabulary log-sum-exp: each vocabulary chunk's logits (as `logits`
+        makes them: the product in the head's dtype, a bias added in float32) reduced to each
+        row's (maximum, sum of exponentials) by model.lse_kernel (where Triton runs, in one
+        read: two kernels a chunk where a cast and torch's log-sum-exp took seven), the chunks'
+        pairs combined at the end."""
         rows = hidden.to(self.head_dtype)
         vocab_rows = self.out_weight.shape[0]
         starts = range(0, vocab_rows, self.vocab_chunk)
         maxes = torch.empty(rows.shape[0], len(starts), device=rows.device)
         sums = torch.empty_like(maxes)
         for j, lo in enumerate(starts):
-            weight = self.out_weight[lo : lo + self.vocab_chunk].to(self.head_dtype)
-            lse_kernel.max_and_sumexp(rows @ weight.T, maxes[:, j], sums[:, j])
+            hi = min(lo + self.vocab_chunk, vocab_rows)
+            chunk = rows @ self.out_weight[lo:hi].to(self.head_dtype).T
+            if self.out_bias is not None:
+                chunk = chunk.float() + self.out_bias[lo:hi].float()
+            lse_kernel.max_and_sumexp(chunk, maxes[:, j], sums[:, j])
         return lse_kernel.combine(maxes, sums)
 
     def _full_logsumexp_tiles(self, hidden: torch.Tensor) -> torch.Tensor:

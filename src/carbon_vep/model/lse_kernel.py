@@ -38,7 +38,7 @@ def available(device: torch.device) -> bool:
     """Whether the kernel runs for tensors on `device`: Triton importable, and under the
     interpreter any device, else a CUDA device of compute capability 8.0 or later on which the
     kernel has reproduced torch's reduction (`_verified`, once a device)."""
-    if importlib.util.find_spec("triton") is None:
+    if not _triton_installed():
         return False
     if os.environ.get(INTERPRET_ENV) == "1":
         return True
@@ -46,6 +46,12 @@ def available(device: torch.device) -> bool:
         return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _verified(torch.device("cuda", index))
+
+
+@functools.cache
+def _triton_installed() -> bool:
+    # once a process: `available` is asked for every vocabulary chunk
+    return importlib.util.find_spec("triton") is not None
 
 
 @functools.cache
@@ -76,9 +82,10 @@ def max_and_sumexp(logits: torch.Tensor, maxes: torch.Tensor, sums: torch.Tensor
     into `maxes` and `sums` ([N] float32 views, e.g. a column of [N, chunks]), with the kernel
     where `available`, else in torch operations."""
     if not available(logits.device):
-        top = logits.float().amax(dim=1)
+        values = logits.float()
+        top = values.amax(dim=1)
         maxes.copy_(top)
-        sums.copy_((logits.float() - top[:, None]).exp().sum(dim=1))
+        sums.copy_((values - top[:, None]).exp().sum(dim=1))
         return
     _launch(logits, maxes, sums)
 
