@@ -130,3 +130,93 @@ def test_without_cudnn_leaves_the_other_kernels_and_restores_cudnn():
         assert flags.flash_sdp_enabled() and flags.mem_efficient_sdp_enabled()
         assert flags.math_sdp_enabled()
     assert flags.cudnn_sdp_enabled() == before
+
+
+# ---- runs of tokens in one pass under a branch mask ----------------------------------------
+def _after_prompt(model, prompt, runs, implementation):
+    """Each run's hidden states after the prompt: all runs in one pass under `branch_mask`
+    (the cache cropped back after it), and each run alone on its own copy of the prompt's
+    cache."""
+    model.set_attn_implementation(implementation)
+    try:
+        with torch.inference_mode():
+            cache = DynamicCache(config=CONFIG)
+            model.model(input_ids=prompt, cache=cache, use_cache=True)
+            cached = cache.get_seq_length()
+            mask, positions = attention.branch_mask(cached, [r.shape[1] for r in runs], "cpu")
+            together = model.model(
+                input_ids=torch.cat(runs, dim=1),
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            )[0]
+            cache.crop(-sum(r.shape[1] for r in runs))
+            left = cache.get_seq_length()
+            alone = []
+            for run in runs:
+                own = DynamicCache(config=CONFIG)
+                model.model(input_ids=prompt, cache=own, use_cache=True)
+                alone.append(model.model(input_ids=run, cache=own, use_cache=True)[0])
+    finally:
+        model.set_attn_implementation("sdpa")
+    return together, torch.cat(alone, dim=1), (cached, left)
+
+
+@pytest.mark.parametrize("implementation", [LOWER_RIGHT_SDPA, "sdpa"])
+def test_runs_under_a_branch_mask_equal_each_run_alone(model, implementation):
+    """A first token and two 3-token runs (Genomic-NIAH's first decode step with both value
+    continuations): each run's states are those of the run fed alone after the prompt, under
+    the jobs' attention (grouped heads packed into the query rows) and transformers' sdpa;
+    the crop leaves the prompt's cache as it was."""
+    gen = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, 64, (2, 50), generator=gen)
+    runs = [torch.randint(0, 64, (2, n), generator=gen) for n in (1, 3, 3)]
+    together, alone, (cached, left) = _after_prompt(model, prompt, runs, implementation)
+    assert torch.allclose(together, alone, atol=1e-5)
+    assert cached == left == 50
+
+
+def test_the_branch_mask_hides_other_runs_and_continues_positions():
+    mask, positions = attention.branch_mask(2, [1, 2, 2], "cpu")
+    assert positions.tolist() == [[2, 2, 3, 2, 3]]
+    assert mask.shape == (1, 1, 5, 7)
+    assert mask[0, 0].int().tolist() == [
+        [1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 1, 0, 0, 0],
+        [1, 1, 0, 1, 1, 0, 0],
+        [1, 1, 0, 0, 0, 1, 0],
+        [1, 1, 0, 0, 0, 1, 1],
+    ]
+
+
+def test_packed_heads_equal_repeated_keys_and_values():
+    """Query heads packed under their key head ([B, 8, q, d] as [B, 2, 4q, d]) give what
+    SDPA gives on keys and values repeated per query head (transformers' repeat_kv)."""
+    gen = torch.Generator().manual_seed(4)
+    query = torch.randn(2, 8, 5, 16, generator=gen)
+    key, value = (torch.randn(2, 2, 40, 16, generator=gen) for _ in range(2))
+    mask = torch.rand(2, 1, 5, 40, generator=gen) > 0.3
+    mask[..., 0] = True  # every query sees a key
+    module = torch.nn.Module()
+    module.num_key_value_groups = 4
+    assert attention._packs(module, query, mask, 0.0)
+    packed, _ = attention.chunk_attention(module, query, key, value, mask, scaling=0.25)
+    repeated = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key.repeat_interleave(4, dim=1),
+        value.repeat_interleave(4, dim=1),
+        attn_mask=mask,
+        scale=0.25,
+    )
+    assert torch.allclose(packed, repeated.transpose(1, 2), atol=1e-6)
+    # a long query (a padded prefill) and one query token keep transformers' own path
+    assert not attention._packs(module, torch.zeros(1, 8, 65, 16), mask, 0.0)
+    assert not attention._packs(module, torch.zeros(1, 8, 1, 16), mask, 0.0)
+
+
+def test_only_the_jobs_attention_takes_branch_masks(model):
+    model.set_attn_implementation(LOWER_RIGHT_SDPA)
+    assert attention.takes_branch_masks(model)
+    model.set_attn_implementation("sdpa")
+    assert not attention.takes_branch_masks(model)

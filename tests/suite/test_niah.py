@@ -81,6 +81,37 @@ def test_one_prefill_equals_the_published_three_passes(
         assert mine["ll_correct"] == (ref.target_ll > ref.negative_ll)
 
 
+def _states_and_rows(loaded, row: dict, implementation: str):
+    """The hidden states each greedy token of `row` is chosen from [n, H], and both
+    continuations' rows [2, 1, n, H], under `implementation`."""
+    scorer = NiahScorer(_engine(loaded, 1), loaded.tokenizer, prefill_chunk=64)
+    states, rows = [], []
+    next_token, likelihoods = scorer.next_token, scorer.mean_log_likelihoods
+    scorer.next_token = lambda h: states.append(h) or next_token(h)
+    scorer.mean_log_likelihoods = lambda r, v: rows.append(r) or likelihoods(r, v)
+    loaded.model.set_attn_implementation(
+        register() if implementation == LOWER_RIGHT_SDPA else "sdpa"
+    )
+    try:
+        scorer.score_batch([row["prompt"]], [row["value"]], [row["negative_value"]])
+    finally:
+        loaded.model.set_attn_implementation("sdpa")
+    return torch.cat(states), rows[0]
+
+
+def test_the_branch_pass_leaves_the_states_of_a_pass_a_token(loaded, cell):
+    """Under the jobs' attention the first decode step's pass carries both continuations
+    (model.attention.branch_mask): every hidden state a greedy token is chosen from, and both
+    continuations' rows, equal those of a pass a token and a pass a continuation (sdpa), so
+    the crop after that pass leaves the prompt and the first token at their positions."""
+    row = cell.row(0, named=True)
+    seen = {name: _states_and_rows(loaded, row, name) for name in (LOWER_RIGHT_SDPA, "sdpa")}
+    (states, rows), (one_states, one_rows) = seen[LOWER_RIGHT_SDPA], seen["sdpa"]
+    assert states.shape[0] == row["value_len_bp"] // 6 and rows.shape[:3] == (2, 1, 4)
+    assert torch.allclose(states, one_states, atol=1e-5)
+    assert torch.allclose(rows, one_rows, atol=1e-5)
+
+
 def test_the_published_passes_call_the_model_as_the_official_script(loaded, cell, monkeypatch):
     """genome_niah_eval.py's calls: `generate` greedy for value_len_bp // 6 new tokens with its
     two logits processors (special ids, then the 6-mer block), and each likelihood pass through

@@ -17,10 +17,20 @@ batch (the window groups) or come once (the start-up probe): cuDNN builds an exe
 every new shape, ~0.5 s of host time each on the H200 (docs/gpu.md, the prefix-sharing
 section). `for_planned_passes` applies the same rule to batches cut by model.batching: cuDNN
 only for a shape the job will run at least `CUDNN_PLAN_PASSES` times.
+
+`branch_mask` lets one pass carry several short runs of tokens after a cache, each seeing the
+cache and its own earlier tokens only (Genomic-NIAH's first decode step and both value
+continuations, suite.niah). Under `LOWER_RIGHT_SDPA` such a mask, with few queries, runs with
+the grouped query heads packed into the query rows (`PACKED_QUERIES`): the keys and values are
+read as cached, never repeated per query head, which transformers' sdpa does for any mask on
+CUDA (a transient copy of a layer's keys and values times the group: Carbon-3B has 8 query
+heads a key head, 4 key heads of 96, so 1.6 GB a layer at 128k tokens, against the 7 MB of the
+packed mask for 7 queries).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -35,6 +45,9 @@ LOWER_RIGHT_SDPA = "sdpa_lower_right"
 # at ~350 TFLOP/s (PyTorch's flash kernel on Hopper, others' figures) and ~0.18 s if cuDNN's
 # kernel runs it 1.5x faster: ~0.09 s saved a pass, 4-6 passes to pay a plan.
 CUDNN_PLAN_PASSES = 4
+# Query tokens of a pass up to which a boolean mask runs with the grouped heads packed into the
+# query rows (the mask repeated per head of a group: groups x queries x keys booleans).
+PACKED_QUERIES = 64
 
 
 def register() -> str:
@@ -66,6 +79,29 @@ def for_planned_passes(passes: int) -> AbstractContextManager:
     CUDNN_PLAN_PASSES on; below it (the last, partial batch of a run; the single batch of a
     small job) `without_cudnn`, so no plan is built for a shape that cannot pay it back."""
     return nullcontext() if passes >= CUDNN_PLAN_PASSES else without_cudnn()
+
+
+def takes_branch_masks(model: Any) -> bool:
+    """Whether `model` runs a `branch_mask` pass without copying its keys and values: its
+    attention is `LOWER_RIGHT_SDPA` (FlashAttention-2 takes no such mask; transformers' sdpa
+    and eager repeat the keys and values per query head)."""
+    return getattr(model.config, "_attn_implementation", None) == LOWER_RIGHT_SDPA
+
+
+def branch_mask(
+    cached: int, branches: Sequence[int], device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention mask [1, 1, q, cached + q] (True: attend) and positions [1, q] of runs of
+    `branches` tokens fed in one pass after a cache of `cached` tokens, q = sum(branches): each
+    token sees the whole cache and the tokens before it in its own run, none of another run,
+    and each run's positions continue the cache's as if it were alone."""
+    lengths = torch.as_tensor(list(branches))
+    run = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    step = torch.cat([torch.arange(int(n)) for n in lengths])
+    own = (run[:, None] == run[None, :]) & (step[:, None] >= step[None, :])
+    seen = torch.ones(len(run), cached, dtype=torch.bool, device=device)
+    mask = torch.cat([seen, own.to(device, non_blocking=True)], dim=1)
+    return mask[None, None], (cached + step)[None].to(device, non_blocking=True)
 
 
 def chunk_mask(
@@ -119,6 +155,8 @@ def chunk_attention(
     """Scaled-dot-product attention under the lower-right bias ([B, heads, q, d] in, [B, q,
     heads, d] out, as transformers' attention functions); any other mask: transformers' sdpa."""
     if not isinstance(attention_mask, CausalBias):
+        if _packs(module, query, attention_mask, dropout):
+            return _packed_attention(module, query, key, value, attention_mask, scaling)
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(
@@ -141,6 +179,38 @@ def chunk_attention(
         enable_gqa=groups > 1,
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def _packs(module: Any, query: torch.Tensor, mask: Any, dropout: float) -> bool:
+    """A boolean mask over a few queries of a grouped-query layer (a `branch_mask` pass)."""
+    return (
+        isinstance(mask, torch.Tensor)
+        and mask.dtype == torch.bool
+        and mask.dim() == 4
+        and getattr(module, "num_key_value_groups", 1) > 1
+        and 1 < query.shape[2] <= PACKED_QUERIES
+        and dropout == 0.0
+    )
+
+
+def _packed_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor,
+    scaling: float | None,
+) -> tuple[torch.Tensor, None]:
+    """Attention with each key head's query heads as extra query rows ([B, heads, q, d] ->
+    [B, key heads, group x q, d]; transformers' repeat_kv gives key head j the query heads
+    j*group .. j*group + group - 1), the mask's rows repeated per head of a group."""
+    batch, heads, queries, _ = query.shape
+    groups = module.num_key_value_groups
+    packed = query.reshape(batch, heads // groups, groups * queries, query.shape[-1])
+    out = torch.nn.functional.scaled_dot_product_attention(
+        packed, key, value, attn_mask=mask.repeat(1, 1, groups, 1), scale=scaling
+    )
+    return out.reshape(batch, heads, queries, -1).transpose(1, 2).contiguous(), None
 
 
 def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:

@@ -138,10 +138,14 @@ class Engine:
             )
 
     # ---- forward -------------------------------------------------------------------------
-    def forward(self, ids: Any, mask: Any = None, cache: Any = None):
+    def forward(self, ids: Any, mask: Any = None, cache: Any = None, positions: Any = None):
+        """The body on `ids` ([B, L]; `mask`: a 2D padding mask or a prepared 4D one,
+        `positions`: [1 or B, L] position ids, default the cache's length on): the last hidden
+        states and the cache."""
         out = self.body(
             input_ids=self.to_device(ids),
             attention_mask=None if mask is None else self.to_device(mask),
+            **({} if positions is None else {"position_ids": positions}),
             cache=cache,  # transformers >= 5.24 (`past_key_values` goes in 5.40)
             use_cache=cache is not None,
         )

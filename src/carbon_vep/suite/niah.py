@@ -7,10 +7,17 @@ one token length is prefilled once (`prefill_chunk` tokens at a time when set, s
 activations of a 128k-token prompt never exist at once; nothing of a chunk is kept once its
 keys and values are in the cache but the last position's hidden state); that hidden state gives
 the first generated token and the first value token's log-probability of both continuations.
-Greedy generation then feeds one token at a time through the cache; the cache is cropped back
-to the prompt and each continuation's value tokens but the last go through it, the positive
-then the negative, the cache cropped back between them: the prompt's keys and values exist
-once, never repeated per continuation. The output layer is applied only where a value is read:
+The first decode step's pass then also carries each continuation's value tokens but the last
+(the positive and the negative value), as separate runs under a branch mask
+(model.attention.branch_mask: each run sees the prompt's cache and its own earlier tokens,
+positions as if alone); the cache is cropped back to the prompt and the first token, and greedy
+generation feeds one token at a time. With a value of n tokens, n - 1 passes follow the prefill
+instead of n + 1: the value is 4 tokens in the published cells, and these passes are small and
+bound by the host's per-layer work on a GPU (docs/gpu.md). Where the attention cannot take such
+a mask without copying the keys and values (FlashAttention-2, transformers' sdpa on CUDA;
+`takes_branch_masks`), each continuation has its own pass after the generation, the cache
+cropped back to the prompt between them. Either way the prompt's keys and values exist once,
+never repeated per continuation, and the output layer is applied only where a value is read:
 never to prompt positions.
 
 Memory, against the official script (huggingface/carbon `evaluation/genome_niah_eval.py`, one
@@ -27,8 +34,10 @@ tokens kept, cut to value_len_bp characters; the likelihoods are mean full-vocab
 log-probabilities of the value's tokens.
 
 Each batch adds its phases' seconds, on the device's timeline, to the job's record
-(`model.job_record.add_phase`): the prefill, the generation, the two likelihood passes; the
-GPU check sets them beside the official script's (benchmark/gpu/product_reference.py).
+(`model.job_record.add_phase`): the prefill, the generation (with the continuations' tokens
+where they share its first pass), the likelihoods (the continuations' own passes where they
+do not, and the output layer); the GPU check sets them beside the official script's
+(benchmark/gpu/product_reference.py).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import torch
 
 from carbon_vep.columns import Status
 from carbon_vep.model import job_record
+from carbon_vep.model.attention import branch_mask, takes_branch_masks
 from carbon_vep.model.batching import FAILED_ALONE, in_batches, scatter
 from carbon_vep.model.engine import Engine, new_cache
 from carbon_vep.model.timing import DeviceClock
@@ -102,18 +112,22 @@ class NiahScorer:
 
     def generate(self, last: torch.Tensor, cache: Any, new_tokens: int) -> torch.Tensor:
         """Greedy `new_tokens` ids [B, n] after the prefilled prompts (the cache grows)."""
-        chosen = [self.next_token(last)]
-        for _ in range(new_tokens - 1):
+        return self.decode([self.next_token(last)], cache, new_tokens)
+
+    def decode(self, chosen: list[torch.Tensor], cache: Any, new_tokens: int) -> torch.Tensor:
+        """Greedy ids [B, new_tokens] continuing `chosen` (ids [B] each; the cache holds all
+        but the last), one pass a token."""
+        while len(chosen) < new_tokens:
             hidden, _ = self.engine.forward(chosen[-1][:, None], cache=cache)
             chosen.append(self.next_token(hidden[:, -1]))
         return torch.stack(chosen, dim=1)
 
-    def value_log_likelihoods(
+    def continuation_rows(
         self, last: torch.Tensor, cache: Any, values: np.ndarray, prompt_len: int
     ) -> torch.Tensor:
-        """Mean log p(value token | prompt, earlier value tokens) over the vocabulary of one
-        continuation a prompt, values [B, n]: [B]. The cache is cropped back to the prompt
-        first (the generated tokens, or the other continuation's), never copied per row."""
+        """The hidden states predicting each of a continuation's tokens (values [B, n]):
+        [B, n, H]. The cache is cropped back to the prompt first (the generated tokens, or the
+        other continuation's), never copied per row."""
         extra = cache.get_seq_length() - prompt_len  # a shape, no device sync
         if extra:
             cache.crop(-extra)  # transformers 5.24: a negative count removes that many tokens
@@ -121,36 +135,64 @@ class NiahScorer:
         if values.shape[1] > 1:
             hidden, _ = self.engine.forward(values[:, :-1], cache=cache)
             rows = torch.cat([rows, hidden], dim=1)
+        return rows
+
+    def generate_branched(
+        self, last: torch.Tensor, cache: Any, values: np.ndarray, negatives: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy ids [B, n] and both continuations' rows [2, B, n, H] (n = values' tokens >
+        1) with the continuations in the first decode step's pass: the first generated token
+        and each continuation's tokens but the last, as three runs under
+        model.attention.branch_mask (none sees another), so 3 passes follow the prefill where
+        `generate` and two `continuation_rows` take n + 1. The cache is cropped back to the
+        prompt and the first token after that pass."""
+        cached, n = cache.get_seq_length(), values.shape[1]
+        first = self.next_token(last)
+        runs = (first[:, None], *(self.engine.to_device(v[:, :-1]) for v in (values, negatives)))
+        mask, positions = branch_mask(cached, [1, n - 1, n - 1], self.engine.device)
+        hidden, _ = self.engine.forward(torch.cat(runs, dim=1), mask, cache, positions)
+        cache.crop(-2 * (n - 1))
+        generated = self.decode([first, self.next_token(hidden[:, 0])], cache, n)
+        rows = [torch.cat([last[:, None], hidden[:, lo : lo + n - 1]], dim=1) for lo in (1, n)]
+        return generated, torch.stack(rows)
+
+    def mean_log_likelihoods(self, rows: torch.Tensor, values: np.ndarray) -> torch.Tensor:
+        """Mean full-vocabulary log p(token) of each continuation (rows [C, B, n, H], values
+        [C, B, n]): [B, C], in one pass of the output layer."""
         flat = rows.reshape(-1, rows.shape[-1])
         terms = self.engine.token_log_probs(
             flat, self.engine.to_device(values.reshape(-1)), "full_vocab"
         )
-        return terms.reshape(values.shape).mean(dim=1)
+        return terms.reshape(values.shape).mean(dim=2).T
 
     @torch.inference_mode()
     def score_batch(
         self, prompts: Sequence[str], values: Sequence[str], negatives: Sequence[str]
     ) -> list[RowResult]:
-        """Rows whose prompts have one token length: one prefill, then generation, then the
-        positive and the negative value's likelihoods off the prompt's one cache."""
+        """Rows whose prompts have one token length: one prefill, then generation and the
+        positive and the negative value's rows off the prompt's one cache (in the first
+        decode step's pass where the attention takes a branch mask), then both likelihoods."""
         vocab = self.engine.vocab
         ids = np.stack([vocab.encode(p) for p in prompts])
-        value_ids = np.stack([vocab.encode(v)[1:] for v in values])
-        negative_ids = np.stack([vocab.encode(v)[1:] for v in negatives])
+        continuations = np.stack(
+            [np.stack([vocab.encode(v)[1:] for v in side]) for side in (values, negatives)]
+        )
+        n = continuations.shape[2]
         clock = DeviceClock(self.engine.device)
         marks = [clock.mark()]
         cache = new_cache(self.engine.model)
         last = self.prefill(ids, cache)
         marks.append(clock.mark())
-        generated = self.generate(last, cache, value_ids.shape[1])
-        marks.append(clock.mark())
-        ll = torch.stack(
-            [
-                self.value_log_likelihoods(last, cache, continuation, ids.shape[1])
-                for continuation in (value_ids, negative_ids)
-            ],
-            dim=1,
-        )
+        if n > 1 and takes_branch_masks(self.engine.model):
+            generated, rows = self.generate_branched(last, cache, *continuations)
+            marks.append(clock.mark())
+        else:
+            generated = self.generate(last, cache, n)
+            marks.append(clock.mark())
+            rows = torch.stack(
+                [self.continuation_rows(last, cache, c, ids.shape[1]) for c in continuations]
+            )
+        ll = self.mean_log_likelihoods(rows, continuations)
         marks.append(clock.mark())
         ll_host = self.engine.to_host(ll)  # the batch's one wait for the device
         for phase, (start, end) in zip(PHASES, pairwise(marks), strict=True):
