@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support.cluster import ROOT, uninterrupted_run  # noqa: F401  (a session fixture)
+from support.cluster import ROOT, ci_run, uninterrupted_run  # noqa: F401  (session fixtures)
 from support.files import random_dna, write_fasta
 from support.once import built_once
 
@@ -20,10 +20,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the network
 FILE_SECONDS = {  # each file's test time in a full run (docs/testing.md), longest first
     "test_gpu_check_smoke.py": 510,  # the product's workflow, its reruns, jobs (2026-11-28)
     "workflow/test_workflow.py": 398,
-    "workflow/test_invariance.py": 289,
     "scan/test_scan_genome.py": 240,
+    "workflow/test_invariance.py": 145,  # one run; the other is test_workflow.py's (ci_run)
     "suite/test_vllm.py": 130,
-    "test_bench_generate.py": 125,
+    "test_bench_generate.py": 95,  # its GPU-step rollouts test now asserted on the smoke
     "sources/test_hub.py": 83,
     "workflow/test_slurm.py": 79,
     "report/test_tracks.py": 61,

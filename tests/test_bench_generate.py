@@ -2,25 +2,20 @@
 check's `rollouts` step run. How a job's files are read (its times, record, metrics and
 predictions: identical or not to ours alone, the draft's acceptance), the table, and the
 projection's arithmetic, and the static-cache jobs against their dynamic twins, on files
-written here; then the jobs themselves on the CPU: the GPU step's call on toy product
-checkpoints (ours' six jobs, two on the static KV cache), and `make bench-generate`'s own run at
-toy sizes with vLLM's two jobs beside them where `.venv-vllm` is installed (CI installs it). No
-timing is asserted."""
+written here; then `make bench-generate`'s own run at toy sizes with vLLM's two jobs beside them
+where `.venv-vllm` is installed (CI installs it). The GPU step's call on toy product checkpoints
+(ours' six jobs, two on the static KV cache) is asserted on the GPU check's rehearsal, which
+runs it (tests/test_gpu_check_smoke.py). No timing is asserted."""
 
 import json
-import os
 
 import polars as pl
 import pytest
-import torch
 
 from carbon_vep.benchmark import generate
-from carbon_vep.benchmark.gpu.rollouts import markdown, rollouts
-from carbon_vep.benchmark.gpu.workload import BF16, SMOKE, TOY_SHAPES, random_model, save_checkpoint
-from carbon_vep.benchmark.harness import PROJECT_ROOT, Measured
-from carbon_vep.benchmark.known_answer import make_tokenizer
+from carbon_vep.benchmark.gpu.rollouts import markdown
+from carbon_vep.benchmark.harness import Measured
 from carbon_vep.benchmark.vllm import VLLM_EXE, times_path
-from carbon_vep.model.tokens import dna_vocab
 
 NEW = 8
 
@@ -110,51 +105,6 @@ def test_projected_speedup_arithmetic():
     assert generate.first_difference("ACGTACTTTTTT", "ACGTACTTTTTA", 6) == 1
     assert generate.first_difference("ACGTAC", "ACGTAC", 6) is None
     assert generate.first_difference(None, "ACGTAC", 6) == 0
-
-
-def job_env() -> dict[str, str]:
-    bin_dir = str(PROJECT_ROOT / ".venv/bin")
-    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-    return dict(os.environ, PATH=path, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-
-
-@pytest.mark.slow
-def test_the_gpu_steps_rollouts_as_jobs_on_toy_checkpoints(tmp_path):
-    """rollouts() as the GPU check calls it, on the CPU: bf16 toy checkpoints saved as the
-    product step saves them, the jobs in float32."""
-    tokenizer = make_tokenizer(tmp_path)
-    vocab, cpu = dna_vocab(tokenizer), torch.device("cpu")
-    folders = {}
-    for name in ("Carbon-3B", "Carbon-500M"):
-        model = random_model(name, TOY_SHAPES[name], tokenizer, vocab, cpu, BF16, 512)
-        folders[name] = save_checkpoint(model, tmp_path / name)
-    result = rollouts(
-        folders["Carbon-3B"], folders["Carbon-500M"], tmp_path / "w", SMOKE, job_env(), "cpu"
-    )
-    jobs = {j["run"]: j for j in result["jobs"]}
-    assert list(jobs) == [*generate.OURS_JOBS]
-    assert list(jobs)[:2] == ["ours", "ours_static"]  # the static cache before the draft
-    assert result["dtype"] == "float32" and result["vllm_skipped"] == "no vLLM here"
-    new = SMOKE.rollout_new_tokens
-    for key, job in jobs.items():
-        prompts = 2 if "batched" in key else 1
-        assert job["rows"] == prompts and job["output_tokens"] == prompts * new
-        assert job["batch_size"] == prompts and job["load_s"] > 0 and job["peak_rss_mb"] > 0
-        assert job["tokens_per_s"] > 0 and job["peak_gpu_gb"] is None
-        assert job["decode_cache"] == ("static" if key.endswith("static") else "dynamic")
-        drafted = key == "ours_drafted"  # assisted generation: no step clock
-        assert (job["steady_tokens_per_s"] is None) == drafted
-    # float32 greedy: the draft is lossless, the batch and the static cache change nothing
-    assert result["drafted_identical"] and result["batched_first_identical"]
-    assert set(result["static_cache"]) == {"ours_static", "ours_batched_static"}
-    assert result["static_failed"] == {}
-    assert all(twin["identical"] for twin in result["static_cache"].values())
-    assert jobs["ours_batched_static"]["compared_with"] == "ours_batched"
-    speculative = jobs["ours_drafted"]["speculative"]
-    assert speculative["new_tokens"] == new and speculative["speculative_tokens"] == 5
-    assert speculative["draft_calls"] > 0 and speculative["target_calls"] <= new
-    assert 0 <= result["acceptance_rate"] <= 1 and result["draft_cost_ratio"] > 0
-    assert "ours with the draft" in markdown(result)
 
 
 @pytest.mark.slow

@@ -267,7 +267,7 @@ def test_rollouts_alone_batched_and_drafted(smoke):
     on the static KV cache, ours batched and batched on the static cache, then the draft alone
     and ours with the draft (its acceptance read from the job's metrics, its predictions the
     target's); each read from the job's own files."""
-    _, report = smoke
+    out, report = smoke
     result = report["rollouts"]
     jobs = {j["run"]: j for j in result["jobs"]}
     assert list(jobs) == [
@@ -281,9 +281,24 @@ def test_rollouts_alone_batched_and_drafted(smoke):
     assert drafted["draft_calls"] > 0 and drafted["target_calls"] <= 24
     assert jobs["ours_batched"]["batch_size"] == 2 and jobs["ours_batched"]["output_tokens"] == 48
     assert all(j["tokens_per_s"] > 0 and j["load_s"] > 0 for j in jobs.values())
+    for key, job in jobs.items():
+        prompts = 2 if "batched" in key else 1
+        assert job["rows"] == prompts and job["output_tokens"] == prompts * 24
+        assert job["batch_size"] == prompts and job["peak_rss_mb"] > 0
+        assert job["peak_gpu_gb"] is None
+        assert job["decode_cache"] == ("static" if key.endswith("static") else "dynamic")
+        # assisted generation has no step clock
+        assert (job["steady_tokens_per_s"] is None) == (key == "ours_drafted")
+    # float32 greedy: the static cache changes nothing, alone or batched
+    assert set(result["static_cache"]) == {"ours_static", "ours_batched_static"}
+    assert result["static_failed"] == {}
+    assert all(twin["identical"] for twin in result["static_cache"].values())
+    assert jobs["ours_batched_static"]["compared_with"] == "ours_batched"
+    assert drafted["speculative_tokens"] == 5 and result["draft_cost_ratio"] > 0
     assert result["projected_speedup"]["0.9"] == pytest.approx(
         generate.projected_speedup(0.9, 5, result["draft_cost_ratio"])
     )
+    assert "| ours with the draft |" in (out / "gpu_check.md").read_text()
 
 
 def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):

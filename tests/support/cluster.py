@@ -1,6 +1,7 @@
 """Helpers shared by the tests that run the real Snakefile (workflow, ingest, profiles, resume,
-real SLURM, Hub cache): a one-dataset demo config with short windows, and snakemake run from
-the repository root in a subprocess, awaited at once or started in the background."""
+real SLURM, Hub cache, invariance): a one-dataset demo config with short windows, config/ci.yaml
+as the workflow tests run it, snakemake run from the repository root in a subprocess, awaited
+at once or started in the background, and two runs built once a session."""
 
 from __future__ import annotations
 
@@ -39,6 +40,24 @@ def absolute_demo_paths(node):
     if isinstance(node, str) and node.startswith("resources/demo/"):
         return str(ROOT / node)
     return node
+
+
+def ci_config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
+    """config/ci.yaml (the demo with short windows, gated on baselines/demo.yaml), the model
+    at `model_dir`, 28 variants a shard; with `panel` instead of the demo panel."""
+    config = absolute_demo_paths(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
+    # two shards a dataset (the metrics must not depend on it; each shard is a model job, and
+    # a model job's start, torch and transformers imported, is most of its time here)
+    config["shard_size"] = 28
+    config["models"]["demo"]["path"] = str(model_dir)
+    for ds in config["datasets"].values():
+        if panel != DEMO / "demo_panel.vcf":
+            ds.update(panel=str(panel))
+        if panel.suffix != ".vcf":
+            ds.update(format="auto", info_fields=[])
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def demo_config(workdir: Path, model: str | Path, **model_keys) -> Path:
@@ -177,6 +196,28 @@ def uninterrupted_run(tmp_path_factory, demo_model_dir) -> Path:
         assert result.returncode == 0, result.stderr[-3000:]
 
     return built_once(tmp_path_factory, "uninterrupted", score)
+
+
+@pytest.fixture(scope="session")
+def ci_run(tmp_path_factory) -> Path:
+    """config/ci.yaml (`ci_config`) run through the Snakefile with `--cores 2`, the demo model
+    built by the workflow in the run's folder (resources/demo_model): read by
+    tests/workflow/test_workflow.py, and the first of tests/workflow/test_invariance.py's two
+    runs. Once a session (support/once.py); what snakemake printed is in `ci_run_log`. Tests
+    that change a run copy it (`copy_run`)."""
+
+    def score(workdir: Path) -> None:
+        config = ci_config(workdir, workdir / "resources/demo_model")
+        result = run_snakemake(workdir, config, "--cores", "2", timeout=900)
+        ci_run_log(workdir).write_text(result.stdout + result.stderr)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    return built_once(tmp_path_factory, "ci_run", score)
+
+
+def ci_run_log(run: Path) -> Path:
+    """What snakemake printed for `ci_run` (beside its folder, outside the run)."""
+    return run.with_name(f"{run.name}.log")
 
 
 def copy_run(src: Path, dest: Path) -> Path:

@@ -1,21 +1,23 @@
 """No answer moves with how the work is cut (issue 53 §7): config/ci.yaml run twice through the
-real Snakefile, once as shipped and once with other shard boundaries, other scan jobs and other
-batches, gives the same merged outputs and metrics.
+real Snakefile, cut two ways (other shard boundaries, other scan jobs and other batches), gives
+the same merged outputs and metrics.
 
-- run `as_shipped`: config/ci.yaml as it is: `shard_size: 100` (one shard a dataset of the
-  56-row demo panel), the default `chunk_bp` (one scan_chunk job for the 2 kbp region),
-  `batch_size: 8` windows a forward pass, Genomic-NIAH `rows_per_job: 5` (two score_niah jobs
-  a cell);
-- run `recut`: `shard_size: 28` (two shards a dataset), `chunk_bp: 1000` (two scan_chunk jobs,
+- run `as_shipped`: the workflow tests' run of config/ci.yaml (support/cluster.py's `ci_run`,
+  once a session): `shard_size: 28` (two shards a dataset of the 56-row demo panel), the
+  default `chunk_bp` (one scan_chunk job for the 2 kbp region), `batch_size: 8` windows a
+  forward pass, Genomic-NIAH `rows_per_job: 5` (two score_niah jobs a cell); the demo model
+  built by the workflow in its folder;
+- run `recut`: `shard_size: 100` (one shard a dataset), `chunk_bp: 1000` (two scan_chunk jobs,
   as the GPU profiles cut a genome at 30 or 150 Mbp), a token budget `batch_tokens: 300`
   instead of the 8 windows (it replaces batch_size: 7 centered windows of ~41 tokens a pass,
   2 next-token contexts or scan tiles of ~101 tokens, one 512-token NIAH prompt), and
   `rows_per_job: 10` (one score_niah job a cell).
 
-Both score with the same demo model directory (`demo_model_dir`), so the provenance names the
-same files. The scan's chunks tile from the target's start, not each chunk's (scan/tiling.py
-`tile_segment`'s anchor): before, the second job's 1,000 bases got other windows and scores
-moved by up to 0.79 (log_cond), PHRED by up to 17.
+Both score with the same demo model directory (the one `as_shipped` built; `recut` does not
+build it again), so the provenance names the same files. The scan's chunks tile from the
+target's start, not each chunk's (scan/tiling.py `tile_segment`'s anchor): before, the second
+job's 1,000 bases got other windows and scores moved by up to 0.79 (log_cond), PHRED by up to
+17.
 
 Compared: every dataset's merged `scores.parquet`, the scan's merged positions Parquet and its
 per-SNV TSV, the suite tasks' and the NIAH cells' merged `predictions.parquet`, the results
@@ -53,7 +55,7 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from support.cluster import ROOT, absolute_demo_paths, run_snakemake
+from support.cluster import ci_run_log, run_snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -62,34 +64,33 @@ DATASETS = ("demo_centered", "demo_nexttoken", "demo_scan_lookup")
 TASKS = ("demo_cag_expansion", "demo_recovery", "demo_synonymous_codon")
 NIAH_CELLS = ("niah_512", "niah_neardup_d2_512")
 IGNORED_KEYS = {"config_sha256"}  # provenance: the hash of the config, which differs
-RECUT = {"shard_size": 28, "chunk_bp": 1000, "batch_tokens": 300, "rows_per_job": 10}
+RECUT = {"shard_size": 100, "chunk_bp": 1000, "batch_tokens": 300, "rows_per_job": 10}
 
 
-def _config(workdir: Path, model_dir: Path, recut: bool) -> Path:
-    config = absolute_demo_paths(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
-    config["models"]["demo"].update(path=str(model_dir), build_demo=False)
-    if recut:
-        config["shard_size"] = RECUT["shard_size"]
-        config["chunk_bp"] = RECUT["chunk_bp"]
-        config["batch_tokens"] = RECUT["batch_tokens"]
-        config["niah"]["demo_niah"]["rows_per_job"] = RECUT["rows_per_job"]
+def _recut_config(workdir: Path, shipped: Path) -> Path:
+    """The shipped run's config, cut as RECUT, its model the shipped run's (not built again)."""
+    config = yaml.safe_load((shipped / "config.yaml").read_text())
+    config["models"]["demo"].update(build_demo=False)
+    config["shard_size"] = RECUT["shard_size"]
+    config["chunk_bp"] = RECUT["chunk_bp"]
+    config["batch_tokens"] = RECUT["batch_tokens"]
+    config["niah"]["demo_niah"]["rows_per_job"] = RECUT["rows_per_job"]
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, demo_model_dir) -> dict[str, tuple[Path, str]]:
+def runs(tmp_path_factory, ci_run) -> dict[str, tuple[Path, str]]:
     """Both runs' working directories and what snakemake printed (each ends with the baseline
     gate of config/ci.yaml, so each also passed baselines/demo.yaml)."""
-    done = {}
-    for name in ("as_shipped", "recut"):
-        workdir = tmp_path_factory.mktemp(name)
-        config = _config(workdir, demo_model_dir, recut=name == "recut")
-        result = run_snakemake(workdir, config, "--cores", "2", timeout=900)
-        assert result.returncode == 0, result.stderr[-3000:]
-        done[name] = (workdir, result.stdout + result.stderr)
-    return done
+    workdir = tmp_path_factory.mktemp("recut")
+    result = run_snakemake(workdir, _recut_config(workdir, ci_run), "--cores", "2", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {
+        "as_shipped": (ci_run, ci_run_log(ci_run).read_text()),
+        "recut": (workdir, result.stdout + result.stderr),
+    }
 
 
 def _pair(runs, relative: str) -> tuple[Path, Path]:
@@ -102,12 +103,12 @@ def test_shards_scan_jobs_niah_parts_and_batches_really_differ(runs):
         counts = [
             len(list(p.glob("shard_*.parquet"))) for p in _pair(runs, f"results/{dataset}/shards")
         ]
-        assert counts == [1, 2], dataset
+        assert counts == [2, 1], dataset
         scored = [
             len(list(p.glob("shard_*.parquet")))
             for p in _pair(runs, f"results/{dataset}/demo/shard_scores")
         ]
-        assert scored == [1, 2], dataset
+        assert scored == [2, 1], dataset
     chunks = _pair(runs, "results/scans/demo_scan/demo/chunks")
     assert [len(list(p.glob("chunk_*.json"))) for p in chunks] == [1, 2]
     for cell in NIAH_CELLS:

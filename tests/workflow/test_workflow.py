@@ -11,7 +11,8 @@ import polars as pl
 import pysam
 import pytest
 import yaml
-from support.cluster import absolute_demo_paths, run_snakemake, workflow_env
+from support.cluster import ci_config as _config
+from support.cluster import run_snakemake, workflow_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "resources/demo"
@@ -19,34 +20,16 @@ PANEL_ROWS = 56  # 44 VCF records, multi-allelic ones split into one row per ALT
 pytestmark = pytest.mark.workflow
 
 
-def _config(workdir: Path, model_dir: Path, panel: Path = DEMO / "demo_panel.vcf") -> Path:
-    """config/ci.yaml (the demo with short windows, gated on baselines/demo.yaml), the model
-    built in `workdir`, 28 variants a shard; with `panel` instead of the demo panel."""
-    config = absolute_demo_paths(yaml.safe_load((ROOT / "config/ci.yaml").read_text()))
-    # two shards a dataset (the metrics must not depend on it; each shard is a model job, and
-    # a model job's start, torch and transformers imported, is most of its time here)
-    config["shard_size"] = 28
-    config["models"]["demo"]["path"] = str(model_dir)
-    for ds in config["datasets"].values():
-        if panel != DEMO / "demo_panel.vcf":
-            ds.update(panel=str(panel))
-        if panel.suffix != ".vcf":
-            ds.update(format="auto", info_fields=[])
-    path = workdir / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def _snakemake(workdir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
     return run_snakemake(workdir, config, "--cores", "2", *extra, timeout=900)
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("wf")
-    result = _snakemake(workdir, _config(workdir, workdir / "resources/demo_model"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return workdir
+def demo_run(ci_run) -> Path:
+    """config/ci.yaml run once a session (support/cluster.py's `ci_run`, which
+    tests/workflow/test_invariance.py compares with a run cut otherwise); read, or copied to
+    be changed."""
+    return ci_run
 
 
 def test_dry_run_lists_every_stage(tmp_path):
