@@ -128,9 +128,11 @@ bench-generate: setup setup-vllm
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.generate --json results/bench_generate.json
 
 # Genomic-NIAH: one prefill per row against the published three passes, side by side on CPU
-# (a small Carbon-shaped model, 4,096-token rows): same outputs, wall time, peak RSS
+# (a small Carbon-shaped model, 4,096-token rows): same outputs, wall time, peak RSS; then the
+# small passes after the prefill, the branch pass against a pass per continuation (30 layers)
 bench-niah: setup
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.niah --json results/bench_niah.json
+	$(BIN)/python -m carbon_vep.benchmark.niah_passes --json results/bench_niah_passes.json
 
 # the generation tasks on vLLM against our engine, side by side on CPU (docs/gpu.md#vllm): the
 # same NIAH cell and recovery task through both, rows/s, peak memory, same answers

@@ -37,3 +37,15 @@ def test_bench_scan_annotates_through_the_workflows_two_jobs(tmp_path):
     assert result["statuses"] == {"scored": 2_000}
     assert 0 <= result["lookup_s"] < result["annotate_job_s"]  # the log's 2 decimals
     assert set(result["peak_rss_mb"]) == {"check-panel", "annotate"}
+
+
+def test_bench_niah_passes_times_both_ways_on_one_row():
+    """The branch pass and a pass per continuation on the same row, in one process: both ways
+    measured, the same prediction, the likelihoods within float rounding."""
+    from carbon_vep.benchmark import niah_passes
+
+    result = niah_passes.main(["--layers", "2", "--ctx", "512", "--reps", "1"])
+    assert set(result["median_ms"]) == set(niah_passes.WAYS)
+    assert all(ms > 0 for ms in result["median_ms"].values())
+    assert result["value_tokens"] == 4 and result["same_prediction"]
+    assert result["max_abs_ll_difference"] <= 1e-5
