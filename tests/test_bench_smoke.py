@@ -39,13 +39,16 @@ def test_bench_scan_annotates_through_the_workflows_two_jobs(tmp_path):
     assert set(result["peak_rss_mb"]) == {"check-panel", "annotate"}
 
 
-def test_bench_niah_passes_times_both_ways_on_one_row():
-    """The branch pass and a pass per continuation on the same row, in one process: both ways
-    measured, the same prediction, the likelihoods within float rounding."""
+def test_bench_niah_passes_times_the_three_ways_on_one_row():
+    """The branch pass on the cell's row and on the row with the value the model generates,
+    and a pass per token and continuation, in one process: each measured, its passes counted
+    (n - 1 = 3, 1, n + 1 = 5 for a 4-token value), the same prediction, the likelihoods within
+    float rounding."""
     from carbon_vep.benchmark import niah_passes
 
     result = niah_passes.main(["--layers", "2", "--ctx", "512", "--reps", "1"])
     assert set(result["median_ms"]) == set(niah_passes.WAYS)
     assert all(ms > 0 for ms in result["median_ms"].values())
     assert result["value_tokens"] == 4 and result["same_prediction"]
+    assert result["passes_after_prefill"] == {"branch": 3, "branch_retrieved": 1, "apart": 5}
     assert result["max_abs_ll_difference"] <= 1e-5

@@ -19,7 +19,7 @@ from carbon_vep.model.attention import LOWER_RIGHT_SDPA, register
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import Yarn, apply_yarn, load_model
 from carbon_vep.model.tokens import dna_block_ids
-from carbon_vep.suite.niah import NiahScorer, score_rows
+from carbon_vep.suite.niah import NiahScorer, greedy_prefix, score_rows
 from carbon_vep.suite.niah_build import CellSpec, write_cell
 from carbon_vep.suite.niah_cells import prompt_tokens, read_cell
 from carbon_vep.suite.niah_published import three_pass_cell_row
@@ -81,35 +81,67 @@ def test_one_prefill_equals_the_published_three_passes(
         assert mine["ll_correct"] == (ref.target_ll > ref.negative_ll)
 
 
-def _states_and_rows(loaded, row: dict, implementation: str):
-    """The hidden states each greedy token of `row` is chosen from [n, H], and both
-    continuations' rows [2, 1, n, H], under `implementation`."""
-    scorer = NiahScorer(_engine(loaded, 1), loaded.tokenizer, prefill_chunk=64)
-    states, rows = [], []
-    next_token, likelihoods = scorer.next_token, scorer.mean_log_likelihoods
+def _scored(loaded, row: dict, implementation: str) -> tuple:
+    """The row's answer under `implementation`, the hidden states its greedy tokens were
+    picked from [n, H], both continuations' rows [2, 1, n, H] and the body's passes after the
+    prefill (the prompt prefilled whole: one pass)."""
+    scorer = NiahScorer(_engine(loaded, 1), loaded.tokenizer)
+    states, rows, passes = [], [], []
+    forward, likelihoods = scorer.engine.forward, scorer.mean_log_likelihoods
+    next_token = scorer.next_token
+    scorer.engine.forward = lambda *a, **k: passes.append(1) or forward(*a, **k)
     scorer.next_token = lambda h: states.append(h) or next_token(h)
     scorer.mean_log_likelihoods = lambda r, v: rows.append(r) or likelihoods(r, v)
     loaded.model.set_attn_implementation(
         register() if implementation == LOWER_RIGHT_SDPA else "sdpa"
     )
     try:
-        scorer.score_batch([row["prompt"]], [row["value"]], [row["negative_value"]])
+        [answer] = scorer.score_batch([row["prompt"]], [row["value"]], [row["negative_value"]])
     finally:
         loaded.model.set_attn_implementation("sdpa")
-    return torch.cat(states), rows[0]
+    after_prefill = len(passes) - 1
+    if after_prefill < 5:  # the branch pass picked after each guessed token at once
+        kept = len(row["value"]) // 6 - after_prefill  # the guessed tokens kept
+        states[1] = states[1][:kept]
+    return answer, torch.cat(states), rows[0], after_prefill
 
 
-def test_the_branch_pass_leaves_the_states_of_a_pass_a_token(loaded, cell):
-    """Under the jobs' attention the first decode step's pass carries both continuations
-    (model.attention.branch_mask): every hidden state a greedy token is chosen from, and both
-    continuations' rows, equal those of a pass a token and a pass a continuation (sdpa), so
-    the crop after that pass leaves the prompt and the first token at their positions."""
+@pytest.mark.parametrize(("guessed_bp", "passes"), [(24, 1), (12, 2), (0, 3)])
+def test_the_branch_pass_keeps_the_guess_while_it_is_greedy(loaded, cell, guessed_bp, passes):
+    """Under the jobs' attention the first decode step's pass carries both continuations and
+    a guess at the generation (the first greedy token, then the value's tokens 2 and 3,
+    model.attention.branch_mask). A value whose first `guessed_bp` bases are the model's own
+    greedy output is kept that far: 1 pass after the prefill when the whole value is (a model
+    that retrieves the needle), 2 when half is, 3 when none is (a pass a token and a pass a
+    continuation: 5). Either way the prediction is the greedy one of a pass a token, and both
+    continuations' rows and likelihoods are those of a pass a continuation (1e-5)."""
     row = cell.row(0, named=True)
-    seen = {name: _states_and_rows(loaded, row, name) for name in (LOWER_RIGHT_SDPA, "sdpa")}
-    (states, rows), (one_states, one_rows) = seen[LOWER_RIGHT_SDPA], seen["sdpa"]
-    assert states.shape[0] == row["value_len_bp"] // 6 and rows.shape[:3] == (2, 1, 4)
+    greedy = _scored(loaded, row, "sdpa")[0].pred
+    value = greedy[:guessed_bp] + row["value"][guessed_bp:]
+    assert value != greedy or guessed_bp == 24
+    row = row | {"value": value}
+    (ours, states, rows, ours_passes), (one, one_states, one_rows, one_passes) = (
+        _scored(loaded, row, name) for name in (LOWER_RIGHT_SDPA, "sdpa")
+    )
+    assert (ours_passes, one_passes) == (passes, 5)
+    assert ours.pred == one.pred == greedy
+    # each greedy token picked from the state a pass a token gives it: the cache cropped back
+    # to the prompt and the kept tokens, at their positions
+    assert states.shape == one_states.shape == (4, 64)
     assert torch.allclose(states, one_states, atol=1e-5)
-    assert torch.allclose(rows, one_rows, atol=1e-5)
+    assert rows.shape[:3] == (2, 1, 4) and torch.allclose(rows, one_rows, atol=1e-5)
+    assert ours.target_ll == pytest.approx(one.target_ll, abs=1e-5)
+    assert ours.negative_ll == pytest.approx(one.negative_ll, abs=1e-5)
+
+
+def test_a_guess_is_kept_while_every_row_picked_it():
+    guess = torch.tensor([[7, 1, 2, 3], [8, 1, 2, 3]])
+    assert greedy_prefix(guess, torch.tensor([[1, 2, 3, 9], [1, 2, 3, 4]])) == 4
+    assert greedy_prefix(guess, torch.tensor([[1, 2, 9, 9], [1, 2, 3, 4]])) == 3
+    # one row's miss stops every row; a miss stops what follows, even where it agrees again
+    assert greedy_prefix(guess, torch.tensor([[1, 2, 3, 9], [1, 0, 3, 4]])) == 2
+    assert greedy_prefix(guess, torch.tensor([[9, 2, 3, 9], [9, 2, 3, 4]])) == 1
+    assert greedy_prefix(guess[:, :1], torch.tensor([[5], [6]])) == 1
 
 
 def test_the_published_passes_call_the_model_as_the_official_script(loaded, cell, monkeypatch):

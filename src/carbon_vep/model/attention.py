@@ -19,13 +19,13 @@ section). `for_planned_passes` applies the same rule to batches cut by model.bat
 only for a shape the job will run at least `CUDNN_PLAN_PASSES` times.
 
 `branch_mask` lets one pass carry several short runs of tokens after a cache, each seeing the
-cache and its own earlier tokens only (Genomic-NIAH's first decode step and both value
+cache and its own earlier tokens only (Genomic-NIAH's guess at the generation and both value
 continuations, suite.niah). Under `LOWER_RIGHT_SDPA` such a mask, with few queries, runs with
 the grouped query heads packed into the query rows (`PACKED_QUERIES`): the keys and values are
 read as cached, never repeated per query head, which transformers' sdpa does for any mask on
 CUDA (a transient copy of a layer's keys and values times the group: Carbon-3B has 8 query
-heads a key head, 4 key heads of 96, so 1.6 GB a layer at 128k tokens, against the 7 MB of the
-packed mask for 7 queries).
+heads a key head, 4 key heads of 96, so 1.6 GB a layer at 128k tokens, against the 9.4 MB of
+the packed mask for 9 queries).
 """
 
 from __future__ import annotations

@@ -8,15 +8,20 @@ activations of a 128k-token prompt never exist at once; nothing of a chunk is ke
 keys and values are in the cache but the last position's hidden state); that hidden state gives
 the first generated token and the first value token's log-probability of both continuations.
 The first decode step's pass then also carries each continuation's value tokens but the last
-(the positive and the negative value), as separate runs under a branch mask
-(model.attention.branch_mask: each run sees the prompt's cache and its own earlier tokens,
-positions as if alone); the cache is cropped back to the prompt and the first token, and greedy
-generation feeds one token at a time. With a value of n tokens, n - 1 passes follow the prefill
-instead of n + 1: the value is 4 tokens in the published cells, and these passes are small and
-bound by the host's per-layer work on a GPU (docs/gpu.md). Where the attention cannot take such
-a mask without copying the keys and values (FlashAttention-2, transformers' sdpa on CUDA;
-`takes_branch_masks`), each continuation has its own pass after the generation, the cache
-cropped back to the prompt between them. Either way the prompt's keys and values exist once,
+(the positive and the negative value) and a guess at the generation (the first greedy token,
+then the value's own later tokens: a model that retrieves the needle generates the value), as
+three runs under a branch mask (model.attention.branch_mask: each run sees the prompt's cache
+and its own earlier tokens, positions as if alone). The guess is checked as speculative
+decoding checks a draft: its tokens are kept while each is the greedy pick after the ones
+before it (`greedy_prefix`), the cache is cropped back to the prompt and the kept tokens, and
+greedy generation feeds one token at a time from there. With a value of n tokens, 1 pass
+follows the prefill when the model generates the value and n - 1 at most, instead of n + 1
+(the value is 4 tokens in the published cells): these passes are small and bound by the
+host's per-layer work on a GPU (docs/gpu.md), and the predictions are the greedy ones either
+way. Where the attention cannot take such a mask without copying the keys and values
+(FlashAttention-2, transformers' sdpa on CUDA; `takes_branch_masks`), greedy generation goes a
+token a pass and each continuation has its own pass after it, the cache cropped back to the
+prompt between them. Either way the prompt's keys and values exist once,
 never repeated per continuation, and the output layer is applied only where a value is read:
 never to prompt positions.
 
@@ -141,20 +146,31 @@ class NiahScorer:
         self, last: torch.Tensor, cache: Any, values: np.ndarray, negatives: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy ids [B, n] and both continuations' rows [2, B, n, H] (n = values' tokens >
-        1) with the continuations in the first decode step's pass: the first generated token
-        and each continuation's tokens but the last, as three runs under
-        model.attention.branch_mask (none sees another), so 3 passes follow the prefill where
-        `generate` and two `continuation_rows` take n + 1. The cache is cropped back to the
-        prompt and the first token after that pass."""
-        cached, n = cache.get_seq_length(), values.shape[1]
+        1), the continuations in the first decode step's pass: three runs of n - 1 tokens under
+        model.attention.branch_mask (none sees another), the positive's and the negative's
+        tokens but the last, and a guess at the generation: the first greedy token, then the
+        value's own tokens 2 .. n - 1 (a model that retrieves the needle generates the value).
+        The guess is checked as speculative decoding checks a draft: its tokens are kept while
+        each is the greedy pick after the ones before it, in every row of the batch; the first
+        always is. The cache is cropped back to the prompt and the kept tokens, and greedy
+        decoding goes on from the pick after them. After the prefill: 1 pass when the model
+        generates the value, n - 1 at most (where `generate` and two `continuation_rows` take
+        n + 1); the picks are greedy either way."""
+        cached, (batch, n) = cache.get_seq_length(), values.shape
         first = self.next_token(last)
-        runs = (first[:, None], *(self.engine.to_device(v[:, :-1]) for v in (values, negatives)))
-        mask, positions = branch_mask(cached, [1, n - 1, n - 1], self.engine.device)
+        guess = torch.cat([first[:, None], self.engine.to_device(values[:, 1:-1])], dim=1)
+        runs = (guess, *(self.engine.to_device(v[:, :-1]) for v in (values, negatives)))
+        mask, positions = branch_mask(cached, [n - 1] * 3, self.engine.device)
         hidden, _ = self.engine.forward(torch.cat(runs, dim=1), mask, cache, positions)
-        cache.crop(-2 * (n - 1))
-        generated = self.decode([first, self.next_token(hidden[:, 0])], cache, n)
-        rows = [torch.cat([last[:, None], hidden[:, lo : lo + n - 1]], dim=1) for lo in (1, n)]
-        return generated, torch.stack(rows)
+        picks = self.next_token(hidden[:, : n - 1].reshape(batch * (n - 1), -1))
+        picks = picks.reshape(batch, n - 1)  # the greedy token after each guessed one
+        kept = greedy_prefix(guess, picks)  # the host waits for the pass here
+        cache.crop(-(3 * (n - 1) - kept))
+        chosen = [*guess[:, :kept].unbind(dim=1), picks[:, kept - 1]]
+        generated = self.decode(chosen, cache, n)
+        starts = (n - 1, 2 * (n - 1))  # the positive's run, then the negative's
+        parts = [torch.cat([last[:, None], hidden[:, lo : lo + n - 1]], dim=1) for lo in starts]
+        return generated, torch.stack(parts)
 
     def mean_log_likelihoods(self, rows: torch.Tensor, values: np.ndarray) -> torch.Tensor:
         """Mean full-vocabulary log p(token) of each continuation (rows [C, B, n, H], values
@@ -206,6 +222,15 @@ class NiahScorer:
             )
             for row, value, pair in zip(new_ids, values, ll_host, strict=True)
         ]
+
+
+def greedy_prefix(guess: torch.Tensor, picks: torch.Tensor) -> int:
+    """How many leading tokens of `guess` [B, m] are greedy in every row, given `picks` [B, m],
+    the greedy token after each guessed one: the first always is (it is the first greedy
+    pick); each later one while it equals the pick after the one before it, and all before it
+    are kept."""
+    agree = (picks[:, :-1] == guess[:, 1:]).all(dim=0).int()
+    return 1 + int(torch.cumprod(agree, dim=0).sum())
 
 
 def rows_per_batch(row_tokens: int, prefill_chunk: int, batch_size: int, batch_tokens: int) -> int:
