@@ -196,7 +196,7 @@ def test_packed_heads_equal_repeated_keys_and_values():
     gen = torch.Generator().manual_seed(4)
     query = torch.randn(2, 8, 5, 16, generator=gen)
     key, value = (torch.randn(2, 2, 40, 16, generator=gen) for _ in range(2))
-    mask = torch.rand(2, 1, 5, 40, generator=gen) > 0.3
+    mask = torch.rand(1, 1, 5, 40, generator=gen) > 0.3
     mask[..., 0] = True  # every query sees a key
     module = torch.nn.Module()
     module.num_key_value_groups = 4
@@ -210,9 +210,10 @@ def test_packed_heads_equal_repeated_keys_and_values():
         scale=0.25,
     )
     assert torch.allclose(packed, repeated.transpose(1, 2), atol=1e-6)
-    # a long query (a padded prefill) and one query token keep transformers' own path
+    # a long query, one query token and a mask a row (padding) keep transformers' own path
     assert not attention._packs(module, torch.zeros(1, 8, 65, 16), mask, 0.0)
     assert not attention._packs(module, torch.zeros(1, 8, 1, 16), mask, 0.0)
+    assert not attention._packs(module, query, mask.expand(2, 1, 5, 40), 0.0)
 
 
 def test_only_the_jobs_attention_takes_branch_masks(model):

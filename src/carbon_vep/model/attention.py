@@ -182,11 +182,13 @@ def chunk_attention(
 
 
 def _packs(module: Any, query: torch.Tensor, mask: Any, dropout: float) -> bool:
-    """A boolean mask over a few queries of a grouped-query layer (a `branch_mask` pass)."""
+    """A boolean mask shared by the batch's rows over a few queries of a grouped-query layer
+    (a `branch_mask` pass; a padding mask, one a row, keeps transformers' sdpa)."""
     return (
         isinstance(mask, torch.Tensor)
         and mask.dtype == torch.bool
         and mask.dim() == 4
+        and mask.shape[:2] == (1, 1)
         and getattr(module, "num_key_value_groups", 1) > 1
         and 1 < query.shape[2] <= PACKED_QUERIES
         and dropout == 0.0
