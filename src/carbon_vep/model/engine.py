@@ -171,11 +171,14 @@ class Engine:
         hidden, _ = self.forward(ids, mask)
         return hidden, lengths
 
-    def logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
-        """hidden @ weight.T in the output layer's dtype (the model's, or float32 when upcast);
-        softmax maths always in float32."""
+    def head_product(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """hidden @ weight.T in the output layer's dtype (the model's, or float32 when upcast)."""
         dtype = self.head_dtype
-        logits = (hidden.to(dtype) @ weight.to(dtype).T).float()
+        return hidden.to(dtype) @ weight.to(dtype).T
+
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: Any) -> torch.Tensor:
+        """`head_product`, then softmax maths always in float32 (a bias added in float32)."""
+        logits = self.head_product(hidden, weight).float()
         return logits if bias is None else logits + bias.float()
 
     def full_logsumexp(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -200,9 +203,11 @@ class Engine:
         sums = torch.empty_like(maxes)
         for j, lo in enumerate(starts):
             hi = min(lo + self.vocab_chunk, vocab_rows)
-            chunk = rows @ self.out_weight[lo:hi].to(self.head_dtype).T
-            if self.out_bias is not None:
-                chunk = chunk.float() + self.out_bias[lo:hi].float()
+            weight = self.out_weight[lo:hi]
+            if self.out_bias is None:  # read by the kernel in the head's dtype, not cast
+                chunk = self.head_product(rows, weight)
+            else:
+                chunk = self.logits(rows, weight, self.out_bias[lo:hi])
             lse_kernel.max_and_sumexp(chunk, maxes[:, j], sums[:, j])
         return lse_kernel.combine(maxes, sums)
 

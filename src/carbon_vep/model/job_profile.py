@@ -13,9 +13,7 @@ No torch is imported here before the profiler starts.
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
 import socket
 import sys
 from collections import Counter
@@ -126,11 +124,8 @@ class JobProfiler:
         folder.mkdir(parents=True, exist_ok=True)
         stem = f"{command}-{socket.gethostname()}-{os.getpid()}"
         (folder / f"{stem}.txt").write_text("\n".join(parts) + "\n")
-        trace = folder / f"{stem}.trace.json"
-        profiler.export_chrome_trace(str(trace))
-        with open(trace, "rb") as raw, gzip.open(f"{trace}.gz", "wb") as packed:
-            shutil.copyfileobj(raw, packed)
-        trace.unlink()
+        # torch gzips a trace whose name ends in .gz
+        profiler.export_chrome_trace(str(folder / f"{stem}.trace.json.gz"))
 
 
 def events_timeline(events: Any, min_gap_us: float = GAP_US) -> dict[str, Any]:

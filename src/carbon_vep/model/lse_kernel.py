@@ -65,9 +65,7 @@ def _verified(device: torch.device) -> bool:
             logits = logits.to(torch.bfloat16)
             maxes, sums = torch.empty(3, device=device), torch.empty(3, device=device)
             _launch(logits, maxes, sums)
-            exact = logits.float()
-            top = exact.amax(dim=1)
-            expected = (exact - top[:, None]).exp().sum(dim=1)
+            top, expected = _torch_max_and_sumexp(logits)
             if not (torch.equal(maxes, top) and torch.allclose(sums, expected, rtol=1e-5)):
                 log.warning("the fused normaliser's kernel disagrees with torch: not used")
                 return False
@@ -82,12 +80,19 @@ def max_and_sumexp(logits: torch.Tensor, maxes: torch.Tensor, sums: torch.Tensor
     into `maxes` and `sums` ([N] float32 views, e.g. a column of [N, chunks]), with the kernel
     where `available`, else in torch operations."""
     if not available(logits.device):
-        values = logits.float()
-        top = values.amax(dim=1)
+        top, total = _torch_max_and_sumexp(logits)
         maxes.copy_(top)
-        sums.copy_((values - top[:, None]).exp().sum(dim=1))
+        sums.copy_(total)
         return
     _launch(logits, maxes, sums)
+
+
+def _torch_max_and_sumexp(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same reduction in torch's operations, in float32: where the kernel does not run,
+    and what it is checked against."""
+    values = logits.float()
+    top = values.amax(dim=1)
+    return top, (values - top[:, None]).exp().sum(dim=1)
 
 
 def _launch(logits: torch.Tensor, maxes: torch.Tensor, sums: torch.Tensor) -> None:
