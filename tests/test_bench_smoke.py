@@ -52,3 +52,17 @@ def test_bench_niah_passes_times_the_three_ways_on_one_row():
     assert result["value_tokens"] == 4 and result["same_prediction"]
     assert result["passes_after_prefill"] == {"branch": 3, "branch_retrieved": 1, "apart": 5}
     assert result["max_abs_ll_difference"] <= 1e-5
+
+
+def test_bench_last_layer_times_both_paths_both_ways():
+    """The NIAH prefill and the right-end contexts, the last layer at the positions read and
+    whole, in one process: each measured, the same hidden states, the FLOPs' prediction."""
+    from carbon_vep.benchmark import last_layer
+
+    result = last_layer.main(["--layers", "2", "--hidden", "64", "--ctx", "256", "--reps", "1"])
+    for name in ("niah_prefill", "right_end"):
+        r = result[name]
+        assert r["median_ms"]["ours"] > 0 and r["median_ms"]["whole"] > 0
+        assert r["max_abs_difference"] <= 1e-5
+        assert 1.5 < r["flops_predict"] < 2  # 2 layers: about half of one saved
+        assert 1.02 < r["flops_predict_carbon_3b"] < 1.05  # about 1/30

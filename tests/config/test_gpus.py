@@ -13,6 +13,7 @@ from carbon_vep.config.gpus import (
     bytes_per_token,
     host_memory_mb,
     memory_batch_tokens,
+    prefill_flops,
     profile_batch_tokens,
     weight_bytes,
 )
@@ -24,6 +25,29 @@ def test_shapes_have_carbons_parameter_counts():
     assert round(body_parameters(CARBON_SHAPES["Carbon-3B"]) / 1e9, 3) == 2.973
     assert round(body_parameters(CARBON_SHAPES["Carbon-500M"]) / 1e9, 3) == 0.352
     assert round(weight_bytes(CARBON_SHAPES["Carbon-3B"]) / 1e9, 2) == 6.90
+
+
+def test_prefill_flops_with_the_last_layer_kept_at_the_positions_read():
+    """A 1-layer toy counted by hand: q, o 2 x 4 x 4, k, v 2 x 4 x 2, MLP 3 x 4 x 8 parameters
+    (2 FLOPs each); 4 x 2 x 2 FLOPs a query-key pair (2 heads of 2); a causal 3-token pass has 6
+    pairs. Kept at the last token: k and v for 3 tokens, the rest for 1, its 3 pairs."""
+    toy = {
+        "hidden_size": 4,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 2,
+        "intermediate_size": 8,
+        "num_hidden_layers": 1,
+    }
+    per_token, kv, pair = 2 * (32 + 16 + 96), 2 * 16, 16
+    assert prefill_flops(toy, 3) == 3 * per_token + 6 * pair
+    assert prefill_flops(toy, 3, 1) == 3 * kv + (per_token - kv) + 3 * pair
+    assert prefill_flops(toy, 3, 0) == 3 * kv
+    assert prefill_flops(toy, 3, 3) == prefill_flops(toy, 3, 5) == prefill_flops(toy, 3)
+    two = toy | {"num_hidden_layers": 2}  # only the last layer is cut
+    assert prefill_flops(two, 3, 1) == prefill_flops(toy, 3) + prefill_flops(toy, 3, 1)
+    carbon = CARBON_SHAPES["Carbon-3B"]  # 30 layers: about a thirtieth saved
+    assert 1.03 < prefill_flops(carbon, 131_072) / prefill_flops(carbon, 131_072, 1) < 1.04
 
 
 def test_bytes_per_token_is_a_layer_and_the_kv_cache():

@@ -314,7 +314,7 @@ def test_window_with_n_is_scored_and_counted(loaded, tmp_path):
 def test_out_of_memory_marks_the_item_not_the_shard(loaded, reference, monkeypatch):
     engine = engine_for(loaded, batch_size=4)
     shard = shard_of(reference, snvs(reference, [6000, 6100]), "nexttoken", 60)
-    original = engine.hidden_states
+    original = engine.last_hidden_states  # what the right-end contexts run through
     poisoned = engine.vocab.encode(reference.fetch("chr17", 6099 - 60, 6099)).tolist()
 
     def flaky(batch):
@@ -322,7 +322,7 @@ def test_out_of_memory_marks_the_item_not_the_shard(loaded, reference, monkeypat
             raise torch.OutOfMemoryError("simulated")
         return original(batch)
 
-    monkeypatch.setattr(engine, "hidden_states", flaky)
+    monkeypatch.setattr(engine, "last_hidden_states", flaky)
     scores = score_shard(shard, reference, engine, RecipeSettings("nexttoken"))
     status = dict(zip(scores["pos"].to_list(), scores["score_status"].to_list(), strict=False))
     assert status == {6000: "scored", 6100: "failed"}

@@ -32,13 +32,13 @@ def test_right_end_contexts_once_each_and_batched_to_the_token_budget(loaded, re
         loaded.model, loaded.vocab, loaded.device, batch_size=1, batch_tokens=2 * tokens
     )
     batches: list[list[int]] = []
-    hidden_states = engine.hidden_states
+    last_hidden_states = engine.last_hidden_states
 
     def spy(batch):
         batches.append([len(ids) for ids in batch])
-        return hidden_states(batch)
+        return last_hidden_states(batch)
 
-    engine.hidden_states = spy
+    engine.last_hidden_states = spy
     scored = score_shard(shard, reference, engine, RecipeSettings("nexttoken"))
     assert batches == [[tokens, tokens], [tokens]]  # two a pass (the budget), none twice
     assert scored["score_status"].to_list() == ["scored"] * 9

@@ -120,8 +120,8 @@ def test_the_prompt_cache_is_held_once_and_no_chunk_outlives_its_pass(
     seen, kept = [], []
     forward, prefill = engine.forward, scorer.prefill
 
-    def watched(ids, mask=None, cache=None, positions=None):
-        out = forward(ids, mask, cache, positions)
+    def watched(ids, mask=None, cache=None, positions=None, keep_last=None):
+        out = forward(ids, mask, cache, positions, keep_last)
         seen.append((out[1].layers[0].keys.shape, _kv_bytes(out[1])))
         return out
 
@@ -142,7 +142,7 @@ def test_the_prompt_cache_is_held_once_and_no_chunk_outlives_its_pass(
     assert 1 <= after_prefill <= new_tokens - 1 if branched else after_prefill == new_tokens + 1
     assert all(shape[0] == 1 for shape, _ in seen)  # one row: never repeated per continuation
     assert max(size for _, size in seen) <= per_token * (prompt_tokens + held)
-    assert kept == [loaded.model.config.hidden_size * 4]  # [1, H] float32, a copy
+    assert kept == [loaded.model.config.hidden_size * 4]  # [1, H] float32: the last layer's one row
 
 
 def _kv_bytes_per_token(config) -> int:

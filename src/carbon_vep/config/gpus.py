@@ -104,6 +104,24 @@ def attention_flops(shape: dict[str, int]) -> int:
     return 4 * shape["num_attention_heads"] * shape["head_dim"] * shape["num_hidden_layers"]
 
 
+def prefill_flops(shape: dict[str, int], tokens: int, kept: int | None = None) -> int:
+    """Matmul FLOPs of a causal pass over `tokens` tokens (no cache): every layer's projections
+    and MLP a token, attention a query-key pair. `kept`: the last layer runs its keys and values
+    at every token and the rest at the last `kept` tokens only (model.last_layer)."""
+    h, kv, d = shape["hidden_size"], shape["num_key_value_heads"], shape["head_dim"]
+    layers = shape["num_hidden_layers"]
+    per_layer = body_flops(shape) // layers
+    pair = attention_flops(shape) // layers
+    pairs = tokens * (tokens + 1) // 2  # query i sees keys 0..i
+    whole = layers * (per_layer * tokens + pair * pairs)
+    if kept is None or kept >= tokens:
+        return whole
+    keys_values = 2 * 2 * h * kv * d  # k and v, a token
+    kept_pairs = pairs - (tokens - kept) * (tokens - kept + 1) // 2
+    last = keys_values * tokens + (per_layer - keys_values) * kept + pair * kept_pairs
+    return whole - (per_layer * tokens + pair * pairs) + last
+
+
 def output_flops(shape: dict[str, int], rows: int) -> int:
     """FLOPs a scored position spends in `rows` rows of the output layer."""
     return 2 * rows * shape["hidden_size"]

@@ -32,6 +32,7 @@ import torch
 from carbon_vep.model import lse_kernel
 from carbon_vep.model.attention import for_planned_passes
 from carbon_vep.model.batching import run_sorted
+from carbon_vep.model.last_layer import kept, reading_last
 from carbon_vep.model.tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
@@ -138,18 +139,29 @@ class Engine:
             )
 
     # ---- forward -------------------------------------------------------------------------
-    def forward(self, ids: Any, mask: Any = None, cache: Any = None, positions: Any = None):
+    def forward(
+        self,
+        ids: Any,
+        mask: Any = None,
+        cache: Any = None,
+        positions: Any = None,
+        keep_last: int | None = None,
+    ):
         """The body on `ids` ([B, L]; `mask`: a 2D padding mask or a prepared 4D one,
         `positions`: [1 or B, L] position ids, default the cache's length on): the last hidden
-        states and the cache."""
-        out = self.body(
-            input_ids=self.to_device(ids),
-            attention_mask=None if mask is None else self.to_device(mask),
-            **({} if positions is None else {"position_ids": positions}),
-            cache=cache,  # transformers >= 5.24 (`past_key_values` goes in 5.40)
-            use_cache=cache is not None,
-        )
-        return out[0], out.cache
+        states and the cache. `keep_last` n: only the last n positions' hidden states are
+        wanted ([B, n, H]; the last layer runs for them alone where it can,
+        model.last_layer), so they must be the positions read in every row (no right
+        padding before them)."""
+        with reading_last(self.body, keep_last):
+            out = self.body(
+                input_ids=self.to_device(ids),
+                attention_mask=None if mask is None else self.to_device(mask),
+                **({} if positions is None else {"position_ids": positions}),
+                cache=cache,  # transformers >= 5.24 (`past_key_values` goes in 5.40)
+                use_cache=cache is not None,
+            )
+        return kept(out[0], keep_last), out.cache
 
     @torch.inference_mode()
     def hidden_states(self, batch: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
@@ -170,6 +182,16 @@ class Engine:
             mask[row, : len(seq)] = 1
         hidden, _ = self.forward(ids, mask)
         return hidden, lengths
+
+    def last_hidden_states(self, batch: Sequence[np.ndarray]) -> torch.Tensor:
+        """The final hidden state at each id sequence's last token: [B, H]. Sequences of one
+        length run the last layer for that position alone (`forward`'s keep_last); mixed
+        lengths are padded (`hidden_states`) and read at each one's end."""
+        if len({len(ids) for ids in batch}) == 1:
+            hidden, _ = self.forward(np.stack(batch), keep_last=1)
+            return hidden[:, -1]
+        hidden, lengths = self.hidden_states(batch)
+        return torch.stack([hidden[row, n - 1] for row, n in enumerate(lengths)])
 
     def head_product(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """hidden @ weight.T in the output layer's dtype (the model's, or float32 when upcast)."""
@@ -437,8 +459,7 @@ class Engine:
         """log P(first base of the next token = b), b in ATCG order, after each sequence: [4]."""
 
         def work(batch: Sequence[np.ndarray]) -> list[np.ndarray]:
-            hidden, lengths = self.hidden_states(batch)
-            last = torch.stack([hidden[row, n - 1] for row, n in enumerate(lengths)])
+            last = self.last_hidden_states(batch)
             if normalization == "acgt_strings":
                 return list(self.to_host(self._acgt_string_first_base(last)))
             first = self.kmer_base_marginals(self.dna_log_probs(last, normalization))[:, 0]

@@ -94,15 +94,15 @@ class NiahScorer:
 
     # ---- the model passes --------------------------------------------------------------
     def prefill(self, ids: np.ndarray, cache: Any) -> torch.Tensor:
-        """Run the prompts [B, L] into `cache`; the last position's hidden state [B, H], a copy
-        (a view would keep the whole last chunk's hidden states alive). A chunk's output is
-        dropped before the next chunk runs."""
+        """Run the prompts [B, L] into `cache`; the last position's hidden state [B, H]. Only
+        that position is read, so the last layer runs for it alone (the chunks before the last:
+        for none), its keys and values for all (`Engine.forward`'s keep_last)."""
         step = self.prefill_chunk or ids.shape[1]
         starts = range(0, ids.shape[1], step)
         for lo in starts[:-1]:
-            self.engine.forward(ids[:, lo : lo + step], cache=cache)
-        hidden, _ = self.engine.forward(ids[:, starts[-1] :], cache=cache)
-        return hidden[:, -1].clone()
+            self.engine.forward(ids[:, lo : lo + step], cache=cache, keep_last=0)
+        hidden, _ = self.engine.forward(ids[:, starts[-1] :], cache=cache, keep_last=1)
+        return hidden[:, -1]
 
     def next_token(self, hidden: torch.Tensor) -> torch.Tensor:
         """The greedy token after each hidden state [B, H] -> [B], under the restriction."""
