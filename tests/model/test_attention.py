@@ -5,22 +5,15 @@ every other case (padding, one query token, no cache) is transformers' sdpa unch
 
 import pytest
 import torch
+from support.toy_llama import toy_config
 from torch.nn.attention.bias import CausalBias
-from transformers import AttentionInterface, DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import AttentionInterface, DynamicCache, LlamaForCausalLM
 
 from carbon_vep.model import attention
 from carbon_vep.model.attention import LOWER_RIGHT_SDPA, chunk_mask, register
 from carbon_vep.model.loading import long_context_attention
 
-CONFIG = LlamaConfig(
-    vocab_size=64,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=8,
-    num_key_value_heads=2,  # grouped-query, as Carbon
-    max_position_embeddings=1024,
-)
+CONFIG = toy_config()
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ a boolean mask, with YaRN; a layer it does not know runs whole."""
 import numpy as np
 import pytest
 import torch
+from support.toy_llama import toy_config
 from torch.nn.attention.bias import causal_lower_right
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaForCausalLM
 
 from carbon_vep.model import last_layer
 from carbon_vep.model.attention import LOWER_RIGHT_SDPA, branch_mask, register
@@ -18,17 +19,8 @@ from carbon_vep.model.last_layer import kept_mask, prunable, reading_last
 ATTENTIONS = ["sdpa", LOWER_RIGHT_SDPA]
 
 
-def config(**extra) -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=3,
-        num_attention_heads=8,
-        num_key_value_heads=2,  # grouped-query, as Carbon
-        max_position_embeddings=1024,
-        **extra,
-    )
+def config(**extra):
+    return toy_config(num_hidden_layers=3, **extra)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The language model: loading a checkpoint through transformers (`loading`), the one tokenizer
 adapter (`tokens`), forward passes and the quantities the recipes need without full-vocabulary
-logits (`engine`; window groups many a forward pass, prefixes shared: `window_groups`), the
+logits (`engine`; window groups many a forward pass, prefixes shared: `window_groups`; the
+last layer at the positions a pass reads: `last_layer`), the
 out-of-memory backoff and batches by tokens (`batching`), clocks on the device's timeline
 (`timing`), the output layer's start-up probe (`probe`), a job's model checked, loaded and
 probed (`job`) and counted (`job_record`: load time, tokens, peak memory, one record a job),
