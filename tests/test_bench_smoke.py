@@ -54,15 +54,24 @@ def test_bench_niah_passes_times_the_three_ways_on_one_row():
     assert result["max_abs_ll_difference"] <= 1e-5
 
 
-def test_bench_last_layer_times_both_paths_both_ways():
-    """The NIAH prefill and the right-end contexts, the last layer at the positions read and
-    whole, in one process: each measured, the same hidden states, the FLOPs' prediction."""
+def test_bench_last_layer_times_each_path_both_ways():
+    """The NIAH prefill, the right-end contexts and the scan's tiles, the last layer at the
+    positions read and whole, in one process: each measured, the same answers, the FLOPs'
+    prediction; the pruning switched off for the whole way and back on after it."""
     from carbon_vep.benchmark import last_layer
+    from carbon_vep.model import last_layer as model_last_layer
 
+    prunable = model_last_layer.prunable
     result = last_layer.main(["--layers", "2", "--hidden", "64", "--ctx", "256", "--reps", "1"])
-    for name in ("niah_prefill", "right_end"):
+    assert model_last_layer.prunable is prunable  # the switch restored
+    with last_layer.whole_last_layer():  # what the whole way runs under: no layer pruned
+        assert not model_last_layer.prunable(None)
+    assert result["kept"] == {"niah_prefill": 1, "right_end": 1, "scan": 65}  # 129-token tiles
+    for name in ("niah_prefill", "right_end", "scan"):
         r = result[name]
         assert r["median_ms"]["ours"] > 0 and r["median_ms"]["whole"] > 0
         assert r["max_abs_difference"] <= 1e-5
-        assert 1.5 < r["flops_predict"] < 2  # 2 layers: about half of one saved
-        assert 1.02 < r["flops_predict_carbon_3b"] < 1.05  # about 1/30
+    for name in ("niah_prefill", "right_end"):  # 2 layers: about half of one saved
+        assert 1.5 < result[name]["flops_predict"] < 2
+        assert 1.02 < result[name]["flops_predict_carbon_3b"] < 1.05  # about 1/30
+    assert 1.01 < result["scan"]["flops_predict_carbon_3b"] < 1.02  # half a tile: about 1/60

@@ -56,7 +56,8 @@ def test_one_copy_per_batch_gives_the_values_of_per_tile_copies(engine, referenc
 def _scored(batch):
     """Each tile's scored bases' values from a batch, [2, bases, 4] (ATCG order)."""
     for (_, tile, _), values in zip(batch.tiles, batch.values, strict=True):
-        yield values[:, tile.score_start - tile.start : tile.score_end - tile.start]
+        lo, hi = tile.score_start - tile.start - batch.first, tile.score_end - tile.start
+        yield values[:, lo : hi - batch.first]
 
 
 def test_host_reads_and_copies_do_not_grow_with_the_tiles_of_a_batch(
@@ -135,15 +136,15 @@ def test_a_failing_scan_stops_the_writer_before_the_file_is_gone(
     engine, reference, tmp_path, monkeypatch
 ):
     launched = []
-    hidden_states = engine.hidden_states
+    forward = engine.forward
 
-    def fail_third(batch):
-        launched.append(len(batch))
+    def fail_third(ids, *args, **kwargs):
+        launched.append(len(ids))
         if len(launched) == 3:
             raise RuntimeError("device lost")
-        return hidden_states(batch)
+        return forward(ids, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "hidden_states", fail_third)
+    monkeypatch.setattr(engine, "forward", fail_third)
     with pytest.raises(RuntimeError, match="device lost"):
         _chunk(engine, reference, tmp_path / "chunk.parquet", overlap=True)
     assert list(tmp_path.iterdir()) == []

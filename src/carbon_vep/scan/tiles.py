@@ -66,6 +66,7 @@ class TileBatch:
     log: bool
     marks: tuple[Any, ...]  # DeviceClock marks: launched, forward done, values done, copied
     on_device: Any = None  # the device tensor, kept alive until its copy has landed
+    first: int = 0  # the tile base the values start at (the bases before: context only)
 
     def bases(self) -> int:
         return sum(t.score_end - t.score_start for _, t, _ in self.tiles)
@@ -75,7 +76,9 @@ class TileBatch:
         out = []
         for (chrom, tile, seq), values in zip(self.tiles, self.values, strict=True):
             lo, hi = tile.score_start - tile.start, tile.score_end - tile.start
-            marginal, conditional = (v[lo:hi][:, _TO_ATCG] for v in values)
+            marginal, conditional = (
+                v[lo - self.first : hi - self.first][:, _TO_ATCG] for v in values
+            )
             out.append(
                 _base_frame(chrom, tile, seq, marginal, conditional, lo, hi, k, log=self.log)
             )
@@ -158,20 +161,25 @@ class _TileLauncher:
         seqs = [self.reference.fetch(chrom, t.start, t.end) for chrom, t in batch]
         ids = [engine.vocab.encode(s) for s in seqs]
         codes = engine.to_device(np.stack([base_codes(s, engine.k) for s in seqs]))
+        # the tokens whose bases no tile of the batch scores (its context): the last layer, the
+        # DNA rows and the per-base values skip them (model.last_layer; tiles of a batch have
+        # one length)
+        skip = min(t.score_start - t.start for _, t in batch) // engine.k
         began = clock.mark()
-        hidden, _ = engine.hidden_states(ids)
-        kmer_lps = [
-            engine.dna_log_probs(hidden[row, : len(seq) // engine.k], "dna_block")
-            for row, seq in enumerate(seqs)
-        ]
+        hidden, _ = engine.forward(np.stack(ids), keep_last=len(ids[0]) - skip)
+        # each row's positions but the last (it predicts past the tile)
+        kmer_lps = [engine.dna_log_probs(rows[:-1], "dna_block") for rows in hidden]
         forward = clock.mark()
-        values = torch.stack([_per_base(engine, lp, codes[row]) for row, lp in enumerate(kmer_lps)])
+        values = torch.stack(
+            [_per_base(engine, lp, codes[row, skip:]) for row, lp in enumerate(kmer_lps)]
+        )
         values = values if self.log else values.exp()
         done = clock.mark()
         host = engine.to_host_async(values)  # lands by `ready`
         tiles = [(chrom, t, seq) for (chrom, t), seq in zip(batch, seqs, strict=True)]
         marks = (began, forward, done, clock.mark())
-        return [TileBatch(tiles, host, self.log, marks, values)] * len(batch)  # one per batch
+        first = skip * engine.k
+        return [TileBatch(tiles, host, self.log, marks, values, first)] * len(batch)
 
     def ready(self, batch: TileBatch) -> TileBatch:
         began, forward, done, copied = batch.marks
