@@ -108,18 +108,17 @@ def prefill_flops(shape: dict[str, int], tokens: int, kept: int | None = None) -
     """Matmul FLOPs of a causal pass over `tokens` tokens (no cache): every layer's projections
     and MLP a token, attention a query-key pair. `kept`: the last layer runs its keys and values
     at every token and the rest at the last `kept` tokens only (model.last_layer)."""
-    h, kv, d = shape["hidden_size"], shape["num_key_value_heads"], shape["head_dim"]
-    layers = shape["num_hidden_layers"]
-    per_layer = body_flops(shape) // layers
-    pair = attention_flops(shape) // layers
-    pairs = tokens * (tokens + 1) // 2  # query i sees keys 0..i
-    whole = layers * (per_layer * tokens + pair * pairs)
+    whole = body_flops(shape) * tokens + attention_flops(shape) * tokens * (tokens + 1) // 2
     if kept is None or kept >= tokens:
-        return whole
-    keys_values = 2 * 2 * h * kv * d  # k and v, a token
-    kept_pairs = pairs - (tokens - kept) * (tokens - kept + 1) // 2
-    last = keys_values * tokens + (per_layer - keys_values) * kept + pair * kept_pairs
-    return whole - (per_layer * tokens + pair * pairs) + last
+        return whole  # query i sees keys 0..i
+    layers = shape["num_hidden_layers"]
+    keys_values = 2 * 2 * shape["hidden_size"] * shape["num_key_value_heads"] * shape["head_dim"]
+    skipped = tokens - kept  # the last layer's first queries: all but their keys and values go
+    return (
+        whole
+        - (body_flops(shape) // layers - keys_values) * skipped
+        - attention_flops(shape) // layers * skipped * (skipped + 1) // 2
+    )
 
 
 def output_flops(shape: dict[str, int], rows: int) -> int:

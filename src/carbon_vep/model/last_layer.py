@@ -4,13 +4,12 @@ A pass whose caller reads the hidden states of its last positions only (a prompt
 read at its last token; a chunk of it before the last, read nowhere; a right-end context, read
 at its end; a scan tile, read from its first scored base on) needs every layer's keys and
 values at every position: the cache holds them, and the last layer's queries attend to them.
-It does not need the last layer's queries, attention,
-output projection or MLP at the positions it never reads. transformers runs them at every
-position (its `logits_to_keep` slices after the body), and so does the official evaluation
-(`genome_niah_eval.py`'s `generate` and body passes). `reading_last` runs the last layer's
-keys and values over the whole pass and the rest over the kept positions only: for Carbon-3B
-(30 layers) about 1/30 of a long prompt's body and attention, 1/70 of a scan tile's
-(docs/performance.md).
+It does not need the last layer's queries, attention, output projection or MLP at the
+positions it never reads. transformers runs them at every position (its `logits_to_keep`
+slices after the body), and so does the official evaluation (`genome_niah_eval.py`'s
+`generate` and body passes). `reading_last` runs the last layer's keys and values over the
+whole pass and the rest over the kept positions only: for Carbon-3B (30 layers) about 1/30 of
+a long prompt's body and attention, 1/70 of a scan tile's (docs/performance.md).
 
 The kept positions are the pass's last `n` (n = 0: none, the keys and values only). They see
 the keys a full pass would show them: the last `n` rows of the pass's mask, which for a causal
