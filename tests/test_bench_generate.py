@@ -1,11 +1,12 @@
 """The rollouts as recovery jobs (benchmark/generate.py): what `make bench-generate` and the GPU
 check's `rollouts` step run. How a job's files are read (its times, record, metrics and
 predictions: identical or not to ours alone, the draft's acceptance), the table, and the
-projection's arithmetic, and the static-cache jobs against their dynamic twins, on files
-written here; then `make bench-generate`'s own run at toy sizes with vLLM's two jobs beside them
-where `.venv-vllm` is installed (CI installs it). The GPU step's call on toy product checkpoints
-(ours' six jobs, two on the static KV cache) is asserted on the GPU check's rehearsal, which
-runs it (tests/test_gpu_check_smoke.py). No timing is asserted."""
+projection's arithmetic, and the static-cache and captured jobs against their dynamic twins, on
+files written here; then `make bench-generate`'s own run at toy sizes with vLLM's two jobs beside
+them where `.venv-vllm` is installed (CI installs it). The GPU step's call on toy product
+checkpoints (ours' eight jobs: two with the captured loop, two on the static KV cache) is
+asserted on the GPU check's rehearsal, which runs it (tests/test_gpu_check_smoke.py). No timing
+is asserted."""
 
 import json
 
@@ -20,7 +21,9 @@ from carbon_vep.benchmark.vllm import VLLM_EXE, times_path
 NEW = 8
 
 
-def write_job(folder, key, predictions, score_s, speculative=None, gpu_bytes=None, steady=None):
+def write_job(
+    folder, key, predictions, score_s, speculative=None, gpu_bytes=None, steady=None, how=None
+):
     """The files a recovery job writes: predictions, metrics, times, its record."""
     out = folder / f"{key}.parquet"
     pl.DataFrame({"prediction": predictions}).write_parquet(out)
@@ -29,6 +32,7 @@ def write_job(folder, key, predictions, score_s, speculative=None, gpu_bytes=Non
     times = {"rows": len(predictions), "start_s": 2.0, "score_s": score_s, "engine": "x"}
     if steady:
         times["decode_steps"] = {"median_step_ms": 1.0, "steady_tokens_per_s": steady}
+        times["decode_steps"] |= {"captured": how} if how else {}
     times_path(out).write_text(json.dumps(times))
     records = folder / "records" / key
     records.mkdir(parents=True)
@@ -49,6 +53,7 @@ def test_a_job_is_read_from_its_files_and_compared_with_ours_alone(tmp_path):
         "ours_batched": ([a, b], 0.4, None, None, 50.0),
         "ours_static": ([a], 1.6, None, None, 36.0),  # a compile: slower over the rollouts
         "ours_batched_static": ([a, drafted], 0.2, None, None, 100.0),
+        "ours_captured": ([a], 1.0, None, None, 120.0, {"forward": "compiled", "step": "graph"}),
         "vllm": ([a, b[:-1] + "A"], 0.2),  # the second prompt's last token differs
     }
     jobs, predictions = {}, {}
@@ -76,6 +81,10 @@ def test_a_job_is_read_from_its_files_and_compared_with_ours_alone(tmp_path):
     assert twin["compared_with"] == "ours_batched" and twin["identical"] is False
     assert jobs["ours_batched_static"]["differing_prompts"] == 1
     assert twin["speedup_rollouts"] == pytest.approx(2.0) and twin["speedup_steady"] == 2.0
+    captured = static["ours_captured"]  # the captured loop: its steady speed-up, what ran
+    assert captured["compared_with"] == "ours" and captured["identical"]
+    assert captured["speedup_steady"] == pytest.approx(10.0)
+    assert captured["captured"] == {"forward": "compiled", "step": "graph"}
     assert jobs["ours"]["steady_tokens_per_s"] == 12.0 and jobs["draft"]["median_step_ms"] is None
     assert result["speedup_measured"] == pytest.approx(2.0)
     assert result["draft_cost_ratio"] == pytest.approx(0.25)
@@ -94,6 +103,11 @@ def test_a_job_is_read_from_its_files_and_compared_with_ours_alone(tmp_path):
     assert (
         "Static KV cache (`ours_static`) against `ours`: predictions identical; speed-up 0.50x "
         "over the rollouts, 3.00x at the steady step." in text
+    )
+    assert (
+        "Captured decode steps (`ours_captured`) against `ours`: predictions identical; "
+        "speed-up 0.80x over the rollouts, 10.00x at the steady step. Ran: forward compiled; "
+        "step graph." in text
     )
 
 

@@ -263,16 +263,17 @@ def test_host_memory_of_a_fresh_process_loading_a_checkpoint(smoke):
 
 
 def test_rollouts_alone_batched_and_drafted(smoke):
-    """The rollouts step: recovery jobs on the product step's checkpoints, ours at batch 1 and
-    on the static KV cache, ours batched and batched on the static cache, then the draft alone
+    """The rollouts step: recovery jobs on the product step's checkpoints, ours at batch 1,
+    with the captured loop and on the static KV cache, the same batched, then the draft alone
     and ours with the draft (its acceptance read from the job's metrics, its predictions the
     target's); each read from the job's own files."""
     out, report = smoke
     result = report["rollouts"]
     jobs = {j["run"]: j for j in result["jobs"]}
     assert list(jobs) == [
-        *("ours", "ours_static", "ours_batched", "ours_batched_static"),
-        *("draft", "ours_drafted"),  # last: under a time limit the static cache runs first
+        *("ours", "ours_captured", "ours_batched", "ours_batched_captured"),
+        *("ours_static", "ours_batched_static"),
+        *("draft", "ours_drafted"),  # last: under a time limit the decoding loops run first
     ]
     assert result["vllm_skipped"] and result["dtype"] == "float32"
     assert result["drafted_identical"] is True and result["batched_first_identical"] is True
@@ -286,14 +287,19 @@ def test_rollouts_alone_batched_and_drafted(smoke):
         assert job["rows"] == prompts and job["output_tokens"] == prompts * 24
         assert job["batch_size"] == prompts and job["peak_rss_mb"] > 0
         assert job["peak_gpu_gb"] is None
-        assert job["decode_cache"] == ("static" if key.endswith("static") else "dynamic")
+        assert job["decode_cache"] == generate.JOBS[key][5]
+        assert job["decode_cache"] in key or job["decode_cache"] == "dynamic"
         # assisted generation has no step clock
         assert (job["steady_tokens_per_s"] is None) == (key == "ours_drafted")
-    # float32 greedy: the static cache changes nothing, alone or batched
-    assert set(result["static_cache"]) == {"ours_static", "ours_batched_static"}
+    # float32 greedy: the static cache and the captured loop change nothing, alone or batched
+    assert set(result["static_cache"]) == set(generate.STATIC_TWINS)
     assert result["static_failed"] == {}
     assert all(twin["identical"] for twin in result["static_cache"].values())
     assert jobs["ours_batched_static"]["compared_with"] == "ours_batched"
+    assert jobs["ours_batched_captured"]["compared_with"] == "ours_batched"
+    for key in ("ours_captured", "ours_batched_captured"):  # on a CPU: eager, steps together
+        assert jobs[key]["captured"] == {"step": "eager on cpu (no CUDA graph)"}
+        assert result["static_cache"][key]["captured"] == jobs[key]["captured"]
     assert drafted["speculative_tokens"] == 5 and result["draft_cost_ratio"] > 0
     assert result["projected_speedup"]["0.9"] == pytest.approx(
         generate.projected_speedup(0.9, 5, result["draft_cost_ratio"])

@@ -12,7 +12,7 @@ from carbon_vep.model.batching import FAILED_ALONE, in_batches, run_sorted
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import load_model
 from carbon_vep.scan.tiles import scan_region
-from carbon_vep.suite.recovery import recover
+from carbon_vep.suite.rollouts import recover
 
 
 def _oom_above(limit: int, calls: list[int], poison: object = None):

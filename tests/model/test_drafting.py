@@ -19,7 +19,7 @@ from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.drafting import Draft, DraftMismatchError, check_draft, load_draft
 from carbon_vep.model.loading import LoadedModel, load_model
 from carbon_vep.model.vllm import engine_arguments, speculative_record
-from carbon_vep.suite.recovery import generate_continuations
+from carbon_vep.suite.rollouts import generate_continuations
 from carbon_vep.workflow.jobs import Jobs
 
 ROLLOUT = 48  # tokens: 288 bp

@@ -46,7 +46,7 @@ from carbon_vep.model.loading import load_model
 from carbon_vep.scoring.merge import merge_scores
 from carbon_vep.scoring.shard import score_shard
 from carbon_vep.suite.perturbation import score_pairs
-from carbon_vep.suite.recovery import recover
+from carbon_vep.suite.rollouts import recover
 from carbon_vep.variants.ingest import ingest_panel
 
 pytestmark = pytest.mark.slow  # a model is trained first (~25 s alone, more beside others)

@@ -14,15 +14,17 @@ from carbon_vep.model.loading import load_model
 from carbon_vep.model.tokens import BASES, suppressed_token_ids
 from carbon_vep.suite.recovery import (
     base_matches,
-    fns_conditional_choice,
-    fns_marginal_choice,
-    generate_continuations,
     prompt_bases,
-    recover,
     recovery_metrics,
     rollout_bp,
     row_accuracy,
     table_label_source,
+)
+from carbon_vep.suite.rollouts import (
+    fns_conditional_choice,
+    fns_marginal_choice,
+    generate_continuations,
+    recover,
 )
 
 

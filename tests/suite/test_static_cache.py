@@ -18,7 +18,7 @@ from carbon_vep.config.stages import ModelSettings, RecoverySettings
 from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.drafting import Draft
 from carbon_vep.model.loading import load_model
-from carbon_vep.suite.recovery import (
+from carbon_vep.suite.rollouts import (
     _generation_config,
     decode_cache_note,
     generate_continuations,

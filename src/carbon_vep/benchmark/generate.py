@@ -3,17 +3,19 @@
 `rollouts` step (benchmark/gpu/rollouts.py, on the product step's checkpoints).
 
 Each run is a whole `carbon-vep score-recovery` job in a fresh process, as users run it: ours at
-batch 1 (one prompt) and again on transformers' static KV cache (`--decode-cache static`: on
-CUDA the decode step compiled, CUDA graphs; docs/generation.md#static-kv-cache), ours batched
-(every prompt in one batch) and batched on the static cache, the draft alone at batch 1 (its
+batch 1 (one prompt), again with our captured loop (`--decode-cache captured`: on CUDA the
+forward compiled and the step replayed as a CUDA graph; docs/generation.md#captured-decode-steps)
+and on transformers' static KV cache (`--decode-cache static`: on CUDA its decode step compiled,
+CUDA graphs; docs/generation.md#static-kv-cache), ours batched (every prompt in one batch),
+batched captured and batched on the static cache, the draft alone at batch 1 (its
 step cost), ours with the draft (K proposals a step, transformers' assisted generation; one
 prompt); with a vLLM environment, vLLM and vLLM with the same draft
 (every prompt). Per job, read from what the job writes: the rollouts' seconds after the engine
 start (`--times`), hence output tokens/s and bp/s; ours without a draft, the steady rate at its
 median decode step (the `--times` JSON's `decode_steps`: one-off costs left out); its record
 (model.job_record: load, GPU peaks on CUDA); the draft's acceptance (the metrics JSON's
-`speculative`); its predictions, compared with ours alone (a static-cache job: with its dynamic
-twin). The launcher's wait4 gives wall time and peak RSS. Arithmetic beside it: the
+`speculative`); its predictions, compared with ours alone (a static-cache or captured job: with
+its dynamic twin). The launcher's wait4 gives wall time and peak RSS. Arithmetic beside it: the
 draft/target step-cost ratio (from the two batch-1 jobs) and the speed-up it projects at a
 higher acceptance.
 
@@ -46,15 +48,20 @@ NEW_TOKENS = 512
 K = 6  # bases a token (Carbon's 6-mers): prompts are drawn in bases, rates given in bp
 ASSUMED_ACCEPTANCE = (0.6, 0.8, 0.9)  # what the projection is drawn at (arithmetic)
 # key: (label, model "target"/"draft", prompts "one"/"all", drafted, engine, decode cache);
-# the static-cache jobs' predictions are compared with ours dynamic on the same prompts
+# the static-cache and captured jobs' predictions are compared with ours dynamic on the same
+# prompts
 STATIC = ("transformers", "static")
-# In the order they run: under a time limit (the GPU check) the static cache, issue 53's
-# decoding question, comes before the draft, whose acceptance between two random-weight
-# models says nothing (on the H200, 2026-11-28, the draft jobs used the whole allowance).
+CAPTURED = ("transformers", "captured")
+# In the order they run: under a time limit (the GPU check) the captured loop and the static
+# cache, issue 53's decoding question, come before the draft, whose acceptance between two
+# random-weight models says nothing (on the H200, 2026-11-28, the draft jobs used the whole
+# allowance); the captured loop first, the one built for that question.
 JOBS = {
     "ours": ("ours, batch 1", "target", "one", False, "transformers", "dynamic"),
-    "ours_static": ("ours, batch 1, static cache", "target", "one", False, *STATIC),
+    "ours_captured": ("ours, batch 1, captured steps", "target", "one", False, *CAPTURED),
     "ours_batched": ("ours, batched", "target", "all", False, "transformers", "dynamic"),
+    "ours_batched_captured": ("ours, batched, captured steps", "target", "all", False, *CAPTURED),
+    "ours_static": ("ours, batch 1, static cache", "target", "one", False, *STATIC),
     "ours_batched_static": ("ours, batched, static cache", "target", "all", False, *STATIC),
     "draft": ("draft alone, batch 1", "draft", "one", False, "transformers", "dynamic"),
     "ours_drafted": ("ours with the draft", "target", "one", True, "transformers", "dynamic"),
@@ -175,7 +182,7 @@ def read_job(
     times = job_times(out)
     metrics = json.loads(out.with_suffix(".json").read_text())
     speculative = metrics.get("speculative")
-    steps = times.get("decode_steps") or {}  # ours without a draft (suite.recovery.StepClock)
+    steps = times.get("decode_steps") or {}  # ours without a draft (suite.rollouts.StepClock)
     found = sorted(records.glob("*.json")) if records.is_dir() else []
     record = json.loads(found[0].read_text()) if found else {}
     scored = metrics.get("n_scored", times.get("rows", 0))
@@ -198,6 +205,7 @@ def read_job(
         "speculative": speculative,
         "median_step_ms": steps.get("median_step_ms"),
         "steady_tokens_per_s": steps.get("steady_tokens_per_s"),
+        "captured": steps.get("captured"),  # what the captured loop ran (compiled, captured)
     }
 
 
@@ -243,13 +251,19 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-STATIC_TWINS = {"ours_static": "ours", "ours_batched_static": "ours_batched"}
+STATIC_TWINS = {  # a static-cache or captured job: its dynamic twin
+    "ours_captured": "ours",
+    "ours_batched_captured": "ours_batched",
+    "ours_static": "ours",
+    "ours_batched_static": "ours_batched",
+}
 
 
 def static_cache(jobs: dict[str, dict]) -> dict[str, dict]:
-    """Each static-cache job that ran against its dynamic twin: identical predictions, and
-    the speed-up over the rollouts (one-off costs in: on CUDA the compile and the CUDA-graph
-    capture) and at the steady step (the median decode step, one-off costs out)."""
+    """Each static-cache or captured job that ran against its dynamic twin: identical
+    predictions, and the speed-up over the rollouts (one-off costs in: on CUDA the compile and
+    the CUDA-graph capture) and at the steady step (the median decode step, one-off costs
+    out; the captured loop's replayed steps, timed together), and what the captured loop ran."""
 
     out = {}
     for key, twin in STATIC_TWINS.items():
@@ -260,6 +274,7 @@ def static_cache(jobs: dict[str, dict]) -> dict[str, dict]:
                 "identical": job["identical"],
                 "speedup_rollouts": _ratio(job["tokens_per_s"], plain["tokens_per_s"]),
                 "speedup_steady": _ratio(job["steady_tokens_per_s"], plain["steady_tokens_per_s"]),
+                "captured": job.get("captured"),
             }
     return out
 
@@ -348,20 +363,26 @@ def markdown(result: dict) -> str:
     ]
     for key, twin in (result.get("static_cache") or {}).items():
         same = "identical" if twin["identical"] else "not identical"
+        how = twin.get("captured") or {}
+        ran = f" Ran: {'; '.join(f'{k} {v}' for k, v in how.items())}." if how else ""
         lines += [
             "",
-            f"Static KV cache (`{key}`) against `{twin['compared_with']}`: predictions {same}; "
+            f"{_loop(key)} (`{key}`) against `{twin['compared_with']}`: predictions {same}; "
             f"speed-up {_figure(twin['speedup_rollouts'], '.2f')}x over the rollouts, "
-            f"{_figure(twin['speedup_steady'], '.2f')}x at the steady step.",
+            f"{_figure(twin['speedup_steady'], '.2f')}x at the steady step.{ran}",
         ]
     for key, failure in (result.get("static_failed") or {}).items():
         last = failure.strip().splitlines()[-1] if failure.strip() else "no message"
-        lines += ["", f"Static KV cache (`{key}`) failed: {last}"]
+        lines += ["", f"{_loop(key)} (`{key}`) failed: {last}"]
     for key, why in (result.get("stopped") or {}).items():
         lines += ["", f"`{key}`: {why}."]
     if result["vllm_skipped"]:
         lines += ["", f"vLLM skipped: {result['vllm_skipped']}."]
     return "\n".join(lines)
+
+
+def _loop(key: str) -> str:
+    return "Captured decode steps" if JOBS[key][5] == "captured" else "Static KV cache"
 
 
 def engine_models(work: Path) -> tuple[Path, Path]:

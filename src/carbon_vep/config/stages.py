@@ -357,15 +357,17 @@ class RecoverySettings:
         help="put the `type` column's species tag (`<mammalian_species>`, ...) before the DNA "
         "prefix, as the published --use_species_tags; the tag must be one token of the model",
     )
-    decode_cache: Literal["dynamic", "static"] = setting(
+    decode_cache: Literal["dynamic", "static", "captured"] = setting(
         "dynamic",
-        help="KV cache of the rollouts on the transformers engine: dynamic (grows a step, eager "
-        "decoding) or static (transformers' StaticCache, sized once a job to its longest prompt "
-        "+ new tokens; on CUDA transformers then compiles the decode step with torch.compile, "
-        "mode reduce-overhead: CUDA graphs; on a CPU it runs uncompiled). Same predictions as "
-        "dynamic on the CPU (tested); its speed and its bf16 predictions on a GPU are not "
-        "measured yet, hence the default (docs/generation.md#static-kv-cache). vLLM jobs "
-        "ignore it",
+        help="KV cache and loop of the rollouts on the transformers engine: dynamic (grows a "
+        "step, transformers' eager decoding); static (transformers' StaticCache, sized once a "
+        "job to its longest prompt + new tokens; on CUDA transformers compiles the decode step, "
+        "torch.compile reduce-overhead); captured (the same cache, our own loop: the decoder's "
+        "choice inside a step that never waits for the host, on CUDA the forward compiled and "
+        "the step replayed as a CUDA graph; no draft). On a CPU static and captured run "
+        "uncompiled. Same predictions as dynamic on the CPU (tested); their speed and bf16 "
+        "predictions on a GPU are not measured yet, hence the default "
+        "(docs/generation.md#static-kv-cache). vLLM jobs ignore it",
     )
 
 

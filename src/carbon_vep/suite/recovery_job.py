@@ -21,7 +21,7 @@ log = logging.getLogger("carbon_vep")
 
 @dataclass
 class RolloutTimes(JobTimes):
-    """A recovery job's times, with its decode steps' (suite.recovery.StepClock.record) when
+    """A recovery job's times, with its decode steps' (suite.rollouts.StepClock.record) when
     timed: the `--times` JSON's `decode_steps`."""
 
     steps: dict | None = None
@@ -70,7 +70,7 @@ def recover_job(
     else:
         from carbon_vep.model.drafting import load_draft
         from carbon_vep.model.job import load_job_model
-        from carbon_vep.suite.recovery import StepClock, decode_cache_note, recover
+        from carbon_vep.suite.rollouts import StepClock, decode_cache_note, recover
 
         loaded = load_job_model(model, where)
         draft = load_draft(model, loaded)
@@ -80,6 +80,8 @@ def recover_job(
         clock = StepClock()
         predictions = recover(table, loaded, settings, *batches, draft, clock)
         speculative = draft.record() if draft else None
+        for part, how in clock.how.items():  # what the captured loop ran, compiled or not
+            log.info("captured decode: %s %s", part, how)
         if (steps := clock.record()) is not None:
             times.steps = {"decode_cache": settings.decode_cache, **steps}
     times.done(predictions.height)

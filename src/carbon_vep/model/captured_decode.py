@@ -1,0 +1,180 @@
+"""Greedy decoding with the decode step kept on the device: recovery's `decode_cache: captured`
+(docs/generation.md#captured-decode-steps).
+
+transformers' `generate`, even on its static cache with the step compiled, runs each step's
+input preparation, mask, logits processors, argmax and stop check in Python, and the stop
+check reads a flag back from the device (StopCheck): the host waits for every step, so a step
+costs the device's time and the host's one after the other. Our rollouts are forced to their
+full length (min = max new tokens), so nothing has to come back before a batch ends:
+
+- the cache is transformers' `StaticCache` (its write position is a device counter), sized once;
+- a step reads and writes device tensors only: the token fed and its position in, the
+  decoder's choice (`Choose`: the published suppression and argmax, or an FNS decoder) and the
+  output's next column out, all in place, so replaying the same step advances the rollout;
+- on CUDA the model's forward is compiled (inductor's fused kernels; one compile serves every
+  batch size) and the step is captured once per batch size as a CUDA graph, which the loop
+  replays: the host only queues replays and reads the new tokens once a batch. If the compile
+  fails the step is captured uncompiled, if the capture fails the steps run eagerly: the same
+  answers, and `how` says what ran. Elsewhere (a CPU) the same step runs eagerly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import StaticCache
+
+Choose = Callable[[torch.Tensor], torch.Tensor]  # float32 scores [rows, vocab] -> ids [rows]
+WARM_STEPS = 2  # eager steps on a side stream before a capture (CUDA's rule; kernels chosen)
+KEPT_BATCH_SIZES = 2  # steppers kept at once (a job's full batches and a remainder)
+
+
+class _Stepper:
+    """One batch size's cache, device state and step (captured once on CUDA)."""
+
+    def __init__(self, forward: Callable, config: Any, rows: int, slots: int, new: int, device):
+        self.forward, self.rows = forward, rows
+        self.cache = StaticCache(config=config, max_cache_len=slots)
+        self.token = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.position = torch.zeros(1, dtype=torch.long, device=device)
+        self.column = torch.zeros(1, dtype=torch.long, device=device)
+        self.out = torch.zeros((rows, new), dtype=torch.long, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.choose: Choose | None = None
+
+    def start(self, model: Any, ids: torch.Tensor, choose: Choose) -> None:
+        """The prompt's prefill (uncompiled: large matmuls) and the first new token."""
+        self.choose = choose
+        self.cache.reset()
+        length = ids.shape[1]
+        where = torch.arange(length, device=ids.device)
+        logits = model(input_ids=ids, cache=self.cache, cache_position=where, logits_to_keep=1)
+        first = choose(logits.logits[:, -1].float())
+        self.out[:, 0] = first
+        self.token[:, 0] = first
+        self.position.fill_(length)
+        self.column.fill_(1)
+
+    def step(self) -> None:
+        """One decode step on device state only (what a capture records)."""
+        logits = self.forward(input_ids=self.token, cache=self.cache, cache_position=self.position)
+        self.token.copy_(self.choose(logits.logits[:, -1].float()).unsqueeze(1))
+        self.out.index_copy_(1, self.column, self.token)
+        self.position.add_(1)
+        self.column.add_(1)
+
+    def warm(self, steps: int) -> None:
+        """Real steps on a side stream, as CUDA asks before a capture (kernels chosen, the
+        compile done)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(steps):
+                self.step()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def capture(self) -> None:
+        """The step recorded (not run) as a CUDA graph."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.step()
+        self.graph = graph
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.graph.replay() if self.graph is not None else self.step()
+
+
+class CapturedDecoder:
+    """Greedy rollouts of `new_tokens` tokens for batches of equal-length prompts, on a static
+    cache of `slots` positions (the longest prompt + new tokens − 1), each token picked by
+    `choose`. `accelerate` (default: on CUDA) compiles the forward and captures the step; a
+    `clock` (suite.rollouts.StepClock) gets each batch's replayed steps as one span."""
+
+    def __init__(
+        self,
+        model: Any,
+        slots: int,
+        new_tokens: int,
+        choose: Choose,
+        accelerate: bool | None = None,
+        clock: Any = None,
+    ) -> None:
+        self.model, self.slots, self.new_tokens, self.choose = model, slots, new_tokens, choose
+        self.accelerate = model.device.type == "cuda" if accelerate is None else accelerate
+        self.clock = clock
+        self.forward: Callable = model
+        self.how: dict[str, str] = {}  # what ran: "forward", "step" -> how, and why not
+        if self.accelerate:
+            self.forward = self._compiled()
+        else:
+            self.how["step"] = f"eager on {model.device.type} (no CUDA graph)"
+        self._steppers: OrderedDict[int, _Stepper] = OrderedDict()
+
+    def _compiled(self) -> Callable:
+        try:
+            forward = torch.compile(self.model, dynamic=None)
+        except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
+            self.how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
+            return self.model
+        self.how["forward"] = "compiled (torch.compile, inductor)"
+        return forward
+
+    def generate(self, ids: torch.Tensor) -> torch.Tensor:
+        """The new ids [rows, new_tokens] of prompts `ids` [rows, length] (one length)."""
+        stepper = self._stepper(ids.shape[0], ids.device)
+        stepper.start(self.model, ids, self.choose)
+        steps = self.new_tokens - 1  # the last new token is never fed back
+        if self.accelerate and stepper.graph is None and steps > 0:
+            steps -= self._capture(stepper, ids, min(WARM_STEPS, steps))
+        self._sync(ids.device)
+        began = time.perf_counter()
+        stepper.run(steps)
+        self._sync(ids.device)
+        if self.clock is not None and steps > 0:
+            self.clock.span(ids.shape[0], steps, time.perf_counter() - began)
+        return stepper.out.clone()
+
+    def _capture(self, stepper: _Stepper, ids: torch.Tensor, warm: int) -> int:
+        """`warm` real steps, then the step captured; the steps run. A compile that fails
+        restarts the batch on the model's own forward; a capture that fails leaves eager steps."""
+        try:
+            stepper.warm(warm)
+        except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
+            if self.forward is self.model:
+                raise
+            self.how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
+            self.forward = self.model
+            for each in self._steppers.values():
+                each.forward = self.model
+            stepper.start(self.model, ids, self.choose)  # a failed compile may have run a part
+            stepper.warm(warm)
+        try:
+            stepper.capture()
+        except Exception as error:  # noqa: BLE001 - eager steps give the same answers
+            self.how["step"] = f"eager (capture failed: {type(error).__name__}: {error})"[:300]
+            self.accelerate = False
+            return warm
+        self.how.setdefault("step", "captured as a CUDA graph, replayed")
+        return warm
+
+    def _stepper(self, rows: int, device: torch.device) -> _Stepper:
+        if rows in self._steppers:
+            self._steppers.move_to_end(rows)
+            return self._steppers[rows]
+        while len(self._steppers) >= KEPT_BATCH_SIZES:
+            self._steppers.popitem(last=False)
+        stepper = _Stepper(
+            self.forward, self.model.config, rows, self.slots, self.new_tokens, device
+        )
+        self._steppers[rows] = stepper
+        return stepper
+
+    @staticmethod
+    def _sync(device: torch.device) -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)

@@ -1,0 +1,302 @@
+"""Recovery's `decode_cache` captured: our own greedy loop on transformers' StaticCache
+(model.captured_decode) gives exactly the predictions of transformers' `generate` on the CPU
+(float32), for each decoder, alone and batched; its step reads nothing back from the device
+and copies nothing from the host (what a CUDA graph needs); a failed compile or capture leaves
+the same answers. The CUDA graph itself needs CUDA: the GPU check's `rollouts` step runs it
+(docs/generation.md#captured-decode-steps)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from support.host_reads import HostReads
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import StaticCache
+
+from carbon_vep.config.fields import from_args
+from carbon_vep.config.stages import ModelSettings, RecoverySettings
+from carbon_vep.model import captured_decode
+from carbon_vep.model.captured_decode import CapturedDecoder
+from carbon_vep.model.demo import build_demo_model
+from carbon_vep.model.drafting import Draft
+from carbon_vep.model.loading import load_model
+from carbon_vep.suite.rollouts import (
+    StepClock,
+    decode_cache_note,
+    generate_continuations,
+    static_cache_length,
+    step_choice,
+)
+
+BASES = "ACGT"
+NEW = 24  # tokens
+
+
+@pytest.fixture(scope="module")
+def loaded(demo_model_dir):
+    """The demo model made to depend on its context (as in test_static_cache: its own random
+    output layer, 4x sharper attention), its own load."""
+    loaded = load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
+    model = loaded.model
+    weights = torch.randn(model.lm_head.weight.shape, generator=torch.Generator().manual_seed(11))
+    model.lm_head.weight = torch.nn.Parameter(weights * 0.5, requires_grad=False)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(2)
+            layer.self_attn.k_proj.weight.mul_(2)
+    return loaded
+
+
+def _prompts(lengths, seed=5):
+    rng = np.random.default_rng(seed)
+    return ["".join(rng.choice(list(BASES), n)) for n in lengths]
+
+
+class Passes:
+    """The cache class and size of every forward call of `model`; `generate` refused."""
+
+    def __init__(self, model, monkeypatch):
+        self.calls: list[tuple[str, int | None, int]] = []
+        self.hook = model.register_forward_pre_hook(self.record, with_kwargs=True)
+        monkeypatch.setattr(model, "generate", self.refuse)
+
+    def record(self, _module, _args, kwargs):
+        cache = kwargs.get("cache")
+        size = cache.layers[0].max_cache_len if isinstance(cache, StaticCache) else None
+        self.calls.append((type(cache).__name__, size, kwargs["input_ids"].shape[1]))
+
+    @staticmethod
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the captured loop called transformers' generate")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.hook.remove()
+
+
+@pytest.mark.parametrize("decoder", ["token", "fns_marginal", "fns_conditional"])
+def test_captured_rollouts_equal_generates_alone_and_batched(loaded, decoder, monkeypatch):
+    """Prompts of four token lengths and a species-tag lead (as test_static_cache), at batch
+    3, batch 2 (batch sizes 2 and 1 in turn: the steppers change) and alone: every rollout
+    equals transformers' generate on the dynamic cache, and only our loop ran, on one static
+    cache size, one prefill a batch and new_tokens - 1 one-token steps."""
+    prompts = _prompts((300, 300, 120, 300, 36, 600, 300))
+    leads = [()] * 6 + [(loaded.tokenizer.eos_token_id,)]
+    dynamic = RecoverySettings(decoder=decoder, new_tokens=NEW, score_bp=NEW * 6)
+    captured = replace(dynamic, decode_cache="captured")
+    expected = generate_continuations(loaded, prompts, dynamic, 3, leads=leads)
+    with Passes(loaded.model, monkeypatch) as seen:
+        batched = generate_continuations(loaded, prompts, captured, 3, leads=leads)
+        pairs = generate_continuations(loaded, prompts, captured, 2, leads=leads)
+    with Passes(loaded.model, monkeypatch):
+        alone = [
+            generate_continuations(loaded, [p], captured, 1, leads=[lead])[0]
+            for p, lead in zip(prompts, leads, strict=True)
+        ]
+    assert batched == expected and pairs == expected and alone == expected
+    longest = 1 + 600 // 6  # prefix, 100 k-mers (the lead is on a shorter one)
+    assert {(kind, size) for kind, size, _ in seen.calls} == {
+        ("StaticCache", static_cache_length([longest], captured))
+    }
+    steps = [width for _, _, width in seen.calls if width == 1]
+    prefills = len(seen.calls) - len(steps)
+    assert prefills == 5 + 6 and len(steps) == prefills * (NEW - 1)  # lengths: 3, 1, 1, 1, 1
+    assert all(len(c) == NEW * 6 for c in expected if decoder != "token")
+
+
+def test_the_model_wants_to_stop_and_neither_loop_lets_it(loaded):
+    """An output layer that favours the end-of-sequence id: min_new_tokens and the published
+    suppression keep it out of generate's rollouts; the captured choice keeps it out too."""
+    eos = loaded.tokenizer.eos_token_id
+    head = loaded.model.lm_head.weight
+    kept = head[eos].clone()
+    prompts = _prompts((120, 120))
+    ids = torch.as_tensor(np.stack([loaded.vocab.encode(prompts[0], ())]))
+    dynamic = RecoverySettings(new_tokens=NEW, score_bp=NEW * 6)
+    try:
+        with torch.no_grad():
+            head[eos] = loaded.model.model.norm(loaded.model.model(ids).last_hidden_state)[0, -1]
+            head[eos] *= 1000
+        with torch.inference_mode():
+            assert loaded.model(ids).logits[0, -1].argmax() == eos  # unsuppressed: it would stop
+        expected = generate_continuations(loaded, prompts, dynamic, 2)
+        captured = replace(dynamic, decode_cache="captured")
+        assert generate_continuations(loaded, prompts, captured, 2) == expected
+    finally:
+        with torch.no_grad():
+            head[eos] = kept
+
+
+class FreshTensors(TorchDispatchMode):
+    """Tensors made from host data inside the traced code (`torch.tensor(...)`: `lift_fresh`),
+    which a CUDA graph would copy from the host once, at capture, and then never again."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func._schema.name in ("aten::lift_fresh", "aten::lift_fresh_copy")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("decoder", ["token", "fns_conditional"])
+def test_a_step_reads_nothing_back_and_makes_nothing_from_host_data(loaded, decoder):
+    """What a CUDA graph can replay: the step (the model's forward on the static cache, the
+    decoder's choice, the writes) makes the host wait for nothing and builds no tensor from
+    host data; and what it keeps is device state, so the same call advances the rollout."""
+    settings = RecoverySettings(decoder=decoder, new_tokens=8)
+    ids = torch.as_tensor([loaded.vocab.encode(p, ()) for p in _prompts((120, 120))])
+    decoder_ = CapturedDecoder(loaded.model, ids.shape[1] + 7, 8, step_choice(loaded, settings))
+    stepper = decoder_._stepper(2, ids.device)
+    with torch.inference_mode():
+        stepper.start(loaded.model, ids, decoder_.choose)
+        before = stepper.out.clone()
+        with HostReads() as reads, FreshTensors() as fresh:
+            stepper.step()
+            stepper.step()
+    assert reads.total == 0, reads.by_op
+    assert fresh.count == 0
+    assert int(stepper.position) == ids.shape[1] + 2 and int(stepper.column) == 3
+    assert torch.equal(stepper.out[:, :1], before[:, :1]) and not torch.equal(stepper.out, before)
+
+
+class FakeGraph:
+    """Stands for a captured step on the CPU: replaying it runs the step."""
+
+    def __init__(self, stepper):
+        self.replay = stepper.step
+
+
+def _accelerated(monkeypatch, forward=None, capture_fails=False, compile_=False):
+    """The CUDA path on the CPU: warm steps run in place of the side stream, the capture is a
+    FakeGraph (or fails), and the compiled forward is `forward` (default: the model's own), or
+    with `compile_` torch.compile's, as on CUDA."""
+    monkeypatch.setattr(captured_decode._Stepper, "warm", _warm)
+
+    def capture(stepper):
+        if capture_fails:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        stepper.graph = FakeGraph(stepper)
+
+    monkeypatch.setattr(captured_decode._Stepper, "capture", capture)
+    if not compile_:
+        monkeypatch.setattr(CapturedDecoder, "_compiled", lambda self: forward or self.model)
+
+
+def _warm(stepper, steps):
+    for _ in range(steps):
+        stepper.step()
+
+
+def _decode(loaded, prompts, settings, clock=None):
+    ids = torch.as_tensor([loaded.vocab.encode(p, ()) for p in prompts])
+    slots = static_cache_length([ids.shape[1]], settings)
+    decoder = CapturedDecoder(
+        loaded.model,
+        slots,
+        settings.new_tokens,
+        step_choice(loaded, settings),
+        accelerate=True,
+        clock=clock,
+    )
+    with torch.inference_mode():
+        first = decoder.generate(ids)
+        again = decoder.generate(ids)  # the stepper and its graph reused
+    return decoder, first, again
+
+
+def _expected(loaded, prompts, settings):
+    texts = generate_continuations(loaded, prompts, settings, len(prompts))
+    return texts
+
+
+def _texts(loaded, ids):
+    return [loaded.tokenizer.decode(row) for row in ids.tolist()]
+
+
+def test_the_captured_path_warms_captures_and_replays_with_the_same_answers(loaded, monkeypatch):
+    """With a (fake) graph: the first batch runs two warm steps then replays, the second only
+    replays; the clock gets the replayed steps only; the answers are generate's."""
+    _accelerated(monkeypatch)
+    settings = RecoverySettings(new_tokens=NEW, score_bp=NEW * 6)
+    prompts = _prompts((300, 300))
+    clock = StepClock()
+    decoder, first, again = _decode(loaded, prompts, settings, clock)
+    expected = _expected(loaded, prompts, settings)
+    assert _texts(loaded, first) == expected and _texts(loaded, again) == expected
+    assert decoder.how["step"] == "captured as a CUDA graph, replayed"
+    record = clock.record()
+    warm = captured_decode.WARM_STEPS
+    assert record["steps_timed_together"] == 2 * (NEW - 1) - warm
+
+
+def test_the_compiled_forward_traces_whole_and_gives_the_same_answers(loaded, monkeypatch):
+    """torch.compile's forward, as the CUDA path compiles it (inductor's CPU code here): the
+    model's decode step traces into one graph, no break (a break would put host Python between
+    the captured kernels), and the rollouts are generate's."""
+    from torch._dynamo.utils import counters
+
+    _accelerated(monkeypatch, compile_=True)
+    counters.clear()
+    settings = RecoverySettings(decoder="fns_conditional", new_tokens=8, score_bp=48)
+    prompts = _prompts((300, 300))
+    decoder, first, again = _decode(loaded, prompts, settings)
+    expected = _expected(loaded, prompts, settings)
+    assert _texts(loaded, first) == expected and _texts(loaded, again) == expected
+    assert decoder.how["forward"] == "compiled (torch.compile, inductor)"
+    assert dict(counters["graph_break"]) == {} and counters["stats"]["unique_graphs"] >= 1
+
+
+def test_a_failed_capture_leaves_eager_steps_and_the_same_answers(loaded, monkeypatch):
+    _accelerated(monkeypatch, capture_fails=True)
+    settings = RecoverySettings(decoder="fns_marginal", new_tokens=NEW, score_bp=NEW * 6)
+    prompts = _prompts((300, 300))
+    decoder, first, again = _decode(loaded, prompts, settings)
+    expected = _expected(loaded, prompts, settings)
+    assert _texts(loaded, first) == expected and _texts(loaded, again) == expected
+    assert decoder.how["step"].startswith("eager (capture failed: RuntimeError")
+    assert not decoder.accelerate
+
+
+def test_a_failed_compile_restarts_the_batch_on_the_models_forward(loaded, monkeypatch):
+    """A compiled forward that fails after running (the cache written, its counter moved, as a
+    graph break's first part would): the batch restarts from its prefill on the model's own
+    forward, and the answers are generate's (a loop that went on would be a token off)."""
+    calls = []
+
+    def failing(**kwargs):
+        calls.append(1)
+        loaded.model(**kwargs)
+        raise RuntimeError("inductor: lowering failed")
+
+    _accelerated(monkeypatch, forward=failing)
+    settings = RecoverySettings(new_tokens=NEW, score_bp=NEW * 6)
+    prompts = _prompts((300, 300))
+    decoder, first, again = _decode(loaded, prompts, settings)
+    expected = _expected(loaded, prompts, settings)
+    assert calls == [1]
+    assert _texts(loaded, first) == expected and _texts(loaded, again) == expected
+    assert decoder.how["forward"].startswith("uncompiled (RuntimeError: inductor")
+    assert decoder.how["step"] == "captured as a CUDA graph, replayed"
+
+
+def test_a_draft_is_refused_and_the_flag_and_log_line(loaded, tmp_path):
+    from carbon_vep.cli import build_parser
+
+    draft_dir = build_demo_model(tmp_path / "draft", num_layers=1, seed=7)
+    draft = Draft(load_model(ModelSettings(str(draft_dir), trust_remote_code=True)), tokens=3)
+    settings = RecoverySettings(new_tokens=4, decode_cache="captured")
+    with pytest.raises(ValueError, match="captured runs no draft model"):
+        generate_continuations(loaded, _prompts((36,)), settings, 1, draft=draft)
+    base = ["score-recovery", "--tasks-file", "t", "--model", "m", "--out", "o"]
+    base += ["--metrics", "j", "--task", "t", "--model-key", "m"]
+    args = build_parser().parse_args([*base, "--decode-cache", "captured"])
+    (parsed,) = from_args(args, RecoverySettings)
+    assert parsed == RecoverySettings(decode_cache="captured")
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert "eager steps on cpu" in decode_cache_note(parsed, cpu, drafted=False)
+    assert "captured as a CUDA graph" in decode_cache_note(parsed, cuda, drafted=False)
