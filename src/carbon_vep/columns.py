@@ -72,6 +72,7 @@ CHECK_STATUSES = (
     Status.REF_MISMATCH,
 )
 SCORING_STATUSES = (Status.SCORED, Status.CONTIG_END, Status.FAILED, Status.NOT_SCANNED)
+FAILED_ALONE = "out of memory even at batch size 1"  # the reason of a `failed` row
 OUTPUT_STATUSES = (*SCORING_STATUSES, *(s for s in CHECK_STATUSES if s is not Status.OK))
 
 

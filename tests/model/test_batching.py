@@ -7,8 +7,9 @@ import polars as pl
 import pytest
 import torch
 
+from carbon_vep.columns import FAILED_ALONE
 from carbon_vep.config.stages import ModelSettings, RecoverySettings, TileSettings
-from carbon_vep.model.batching import FAILED_ALONE, in_batches, run_sorted
+from carbon_vep.model.batching import in_batches, run_sorted
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.loading import load_model
 from carbon_vep.scan.tiles import scan_region

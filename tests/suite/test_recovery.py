@@ -1,6 +1,8 @@
 """Sequence recovery: the published prompt, accuracy, decoders, and generation through the model."""
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import polars as pl
@@ -456,3 +458,14 @@ def test_metrics_report_scored_bp_the_label_source_and_skip_untyped_rows():
     assert result["mean_scored_bp"] == 29.0 and result["label_source"] == "sequence_tail"
     assert "min(label length, prediction length)" in result["definitions"]["accuracy"]
     assert any("auto took the sequence tail" in w for w in result["warnings"])
+
+
+def test_the_recipe_loads_no_model_library():
+    """suite.recovery (prompts, labels, accuracy, metrics) imports neither torch nor
+    transformers: the rollouts that need them are suite.rollouts."""
+    code = (
+        "import sys, carbon_vep.suite.recovery; "
+        "print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

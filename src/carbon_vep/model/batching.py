@@ -27,7 +27,6 @@ import torch
 
 from carbon_vep.progress import Progress
 
-FAILED_ALONE = "out of memory even at batch size 1"  # the reason of a row that failed alone
 T = TypeVar("T")
 R = TypeVar("R")
 Shape = tuple[int, int]  # a batch's items and its longest item's tokens

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from carbon_vep import columns
-from carbon_vep.columns import VARIANT_KEY, Status
+from carbon_vep.columns import FAILED_ALONE, VARIANT_KEY, Status
 from carbon_vep.config.stages import RecipeSettings
 from carbon_vep.genome.reference import Reference
 from carbon_vep.genome.windows import (
@@ -26,7 +26,6 @@ from carbon_vep.genome.windows import (
     reverse_complement,
     substitute,
 )
-from carbon_vep.model.batching import FAILED_ALONE
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.tokens import BASES, non_acgt_count
 from carbon_vep.model.window_groups import window_groups_scores

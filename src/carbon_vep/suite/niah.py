@@ -56,10 +56,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from carbon_vep.columns import Status
+from carbon_vep.columns import FAILED_ALONE, Status
 from carbon_vep.model import job_record
 from carbon_vep.model.attention import branch_mask, takes_branch_masks
-from carbon_vep.model.batching import FAILED_ALONE, in_batches, scatter
+from carbon_vep.model.batching import in_batches, scatter
 from carbon_vep.model.engine import Engine, new_cache
 from carbon_vep.model.timing import DeviceClock
 from carbon_vep.model.tokens import dna_block_ids, suppressed_token_ids

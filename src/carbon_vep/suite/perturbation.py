@@ -13,11 +13,10 @@ from dataclasses import asdict
 
 import polars as pl
 
-from carbon_vep.columns import Status
+from carbon_vep.columns import FAILED_ALONE, Status
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, PerturbationSettings
 from carbon_vep.config.tasks import PERTURBATION
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
-from carbon_vep.model.batching import FAILED_ALONE
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.job import load_engine
 from carbon_vep.model.tokens import non_acgt_count

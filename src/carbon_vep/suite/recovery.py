@@ -25,12 +25,11 @@ from typing import Any
 
 import polars as pl
 
-from carbon_vep.columns import Status
+from carbon_vep.columns import FAILED_ALONE, Status
 from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
 from carbon_vep.config.tasks import SEQUENCE_RECOVERY
 from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
-from carbon_vep.model.batching import FAILED_ALONE
 from carbon_vep.model.tokens import non_acgt_count
 
 CHANCE_ACCURACY = 0.25
