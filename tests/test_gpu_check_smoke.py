@@ -273,7 +273,7 @@ def test_rollouts_alone_batched_and_drafted(smoke):
     assert list(jobs) == [
         *("ours", "ours_captured", "ours_batched", "ours_batched_captured"),
         *("ours_static", "ours_batched_static"),
-        *("draft", "ours_drafted"),  # last: under a time limit the decoding loops run first
+        *("draft", "ours_drafted_captured", "ours_drafted"),  # last: the loops run first
     ]
     assert result["vllm_skipped"] and result["dtype"] == "float32"
     assert result["drafted_identical"] is True and result["batched_first_identical"] is True
@@ -297,7 +297,10 @@ def test_rollouts_alone_batched_and_drafted(smoke):
     assert all(twin["identical"] for twin in result["static_cache"].values())
     assert jobs["ours_batched_static"]["compared_with"] == "ours_batched"
     assert jobs["ours_batched_captured"]["compared_with"] == "ours_batched"
-    for key in ("ours_captured", "ours_batched_captured"):  # on a CPU: eager, steps together
+    captured_draft = jobs["ours_drafted_captured"]["speculative"]  # our loop's counters
+    assert captured_draft["new_tokens"] == 24 and captured_draft["draft_calls"] > 0
+    assert 0 <= captured_draft["acceptance_rate"] <= 1
+    for key in ("ours_captured", "ours_batched_captured", "ours_drafted_captured"):
         assert jobs[key]["captured"] == {"step": "eager on cpu (no CUDA graph)"}
         assert result["static_cache"][key]["captured"] == jobs[key]["captured"]
     assert drafted["speculative_tokens"] == 5 and result["draft_cost_ratio"] > 0

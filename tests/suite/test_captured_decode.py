@@ -1,10 +1,13 @@
 """Recovery's `decode_cache` captured: our own greedy loop on transformers' StaticCache
-(model.captured_decode) gives exactly the predictions of transformers' `generate` on the CPU
-(float32), for each decoder, alone and batched; its step reads nothing back from the device
-and copies nothing from the host (what a CUDA graph needs); a failed compile or capture leaves
-the same answers. The CUDA graph itself needs CUDA: the GPU check's `rollouts` step runs it
+(model.captured_decode), and with a draft our speculative one (model.captured_drafting), give
+exactly the predictions of transformers' `generate` on the CPU (float32), for each decoder,
+alone and batched; a step or iteration reads nothing back from the device and copies nothing
+from the host (what a CUDA graph needs); a failed compile or capture leaves the same answers.
+The CUDA graph itself needs CUDA: the GPU check's `rollouts` step runs it
 (docs/generation.md#captured-decode-steps)."""
 
+import math
+import types
 from dataclasses import replace
 
 import numpy as np
@@ -18,6 +21,7 @@ from carbon_vep.config.fields import from_args
 from carbon_vep.config.stages import ModelSettings, RecoverySettings
 from carbon_vep.model import captured_decode
 from carbon_vep.model.captured_decode import CapturedDecoder
+from carbon_vep.model.captured_drafting import CapturedSpeculation
 from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.drafting import Draft
 from carbon_vep.model.loading import load_model
@@ -284,14 +288,9 @@ def test_a_failed_compile_restarts_the_batch_on_the_models_forward(loaded, monke
     assert decoder.how["step"] == "captured as a CUDA graph, replayed"
 
 
-def test_a_draft_is_refused_and_the_flag_and_log_line(loaded, tmp_path):
+def test_the_flag_and_the_log_line():
     from carbon_vep.cli import build_parser
 
-    draft_dir = build_demo_model(tmp_path / "draft", num_layers=1, seed=7)
-    draft = Draft(load_model(ModelSettings(str(draft_dir), trust_remote_code=True)), tokens=3)
-    settings = RecoverySettings(new_tokens=4, decode_cache="captured")
-    with pytest.raises(ValueError, match="captured runs no draft model"):
-        generate_continuations(loaded, _prompts((36,)), settings, 1, draft=draft)
     base = ["score-recovery", "--tasks-file", "t", "--model", "m", "--out", "o"]
     base += ["--metrics", "j", "--task", "t", "--model-key", "m"]
     args = build_parser().parse_args([*base, "--decode-cache", "captured"])
@@ -300,3 +299,133 @@ def test_a_draft_is_refused_and_the_flag_and_log_line(loaded, tmp_path):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert "eager steps on cpu" in decode_cache_note(parsed, cpu, drafted=False)
     assert "captured as a CUDA graph" in decode_cache_note(parsed, cuda, drafted=False)
+    assert "both models on static caches" in decode_cache_note(parsed, cuda, drafted=True)
+
+
+# ---- with a draft: model.captured_drafting ------------------------------------------------
+DRAFTED = 16  # tokens: four iterations or more a prompt at K = 3
+
+
+@pytest.fixture(scope="module")
+def random_draft(tmp_path_factory):
+    """A 1-layer draft of its own random weights: most proposals rejected."""
+    path = build_demo_model(tmp_path_factory.mktemp("draft"), num_layers=1, seed=7)
+    return load_model(ModelSettings(str(path), trust_remote_code=True))
+
+
+@pytest.mark.parametrize("decoder", ["token", "fns_conditional"])
+@pytest.mark.parametrize("draft_kind", ["random", "itself"])
+def test_captured_speculation_gives_the_targets_greedy_rollouts(
+    loaded, random_draft, decoder, draft_kind, monkeypatch
+):
+    """Speculative rollouts, K = 3, one prompt at a time, equal the target's plain greedy ones
+    (generate, dynamic cache): with a random draft (most proposals rejected: n = 0) and with
+    the target as its own draft (every proposal kept: n = K, the draft's extra step). The
+    draft's record counts what the loop kept; generate is never called."""
+    draft = Draft(random_draft if draft_kind == "random" else loaded, tokens=3)
+    prompts = _prompts((240, 120, 240))
+    leads = [(), (), (loaded.tokenizer.eos_token_id,)]
+    plain = RecoverySettings(decoder=decoder, new_tokens=DRAFTED, score_bp=DRAFTED * 6)
+    expected = generate_continuations(loaded, prompts, plain, 3, leads=leads)
+    captured = replace(plain, decode_cache="captured")
+    clock = StepClock()
+    with Passes(loaded.model, monkeypatch) as seen:
+        drafted = generate_continuations(
+            loaded, prompts, captured, 3, draft=draft, leads=leads, clock=clock
+        )
+    assert drafted == expected
+    widths = [width for _, _, width in seen.calls]  # the target's (and itself as the draft's)
+    verifications = widths.count(4)  # the last token and K proposals
+    drafts = 2 if draft_kind == "itself" else 1
+    assert len([w for w in widths if w > 4]) == 3 * drafts  # a prefill a prompt (and model)
+    assert widths.count(1) == (4 * verifications if draft_kind == "itself" else 0)  # K + 1
+    record = draft.record()
+    assert record["target_calls"] == 3 + verifications and record["new_tokens"] == 3 * DRAFTED
+    assert record["draft_calls"] == 3 * verifications  # proposals
+    if draft_kind == "itself":
+        assert record["acceptance_rate"] == 1.0
+        assert verifications == 3 * math.ceil((DRAFTED - 1) / 4)
+    else:
+        assert record["acceptance_rate"] < 0.5
+    steps = clock.record()
+    assert steps["steps_timed_together"] == 3 * (DRAFTED - 1)  # a token a step
+    assert clock.how == {"step": "eager on cpu (no CUDA graph)"}
+
+
+def test_a_speculative_iteration_reads_nothing_back(loaded, random_draft):
+    """An iteration (K + 1 draft steps, the verification, the acceptance, both caches moved
+    back) makes the host wait for nothing and builds no tensor from host data."""
+    settings = RecoverySettings(new_tokens=12)
+    ids = torch.as_tensor(np.stack([loaded.vocab.encode(_prompts((120,))[0], ())]))
+    loop = CapturedSpeculation(
+        loaded.model, random_draft.model, ids.shape[1] + 11, 12, 3, step_choice(loaded, settings)
+    )
+    with torch.inference_mode():
+        loop.start(ids)
+        with HostReads() as reads, FreshTensors() as fresh:
+            loop.iterate()
+            loop.iterate()
+    assert reads.total == 0, reads.by_op
+    assert fresh.count == 0
+    kept = int(loop.column) - 1
+    assert 2 <= kept <= 8 and int(loop.position) == ids.shape[1] + kept
+    for cache in loop.caches:  # both caches write next where the rollout stands
+        assert {int(layer.cumulative_length) for layer in cache.layers} == {ids.shape[1] + kept}
+
+
+def _speculating_on_cuda(monkeypatch, capture_fails=False, failing_forward=None):
+    """CapturedSpeculation's CUDA path on the CPU: warm iterations in place, a stand-in graph
+    (or a failed capture), the compiled forwards the models' own (or a failing target)."""
+
+    def record(loop):
+        if capture_fails:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        loop.graph = types.SimpleNamespace(replay=loop.iterate)
+
+    def warm(loop, iterations):
+        for _ in range(iterations):
+            loop.iterate()
+
+    monkeypatch.setattr(CapturedSpeculation, "_record", record)
+    monkeypatch.setattr(CapturedSpeculation, "_warm", warm)
+
+    def compiled(loop):
+        loop.how["forward"] = "compiled (torch.compile, inductor)"
+        return (failing_forward or loop.target, loop.draft)
+
+    monkeypatch.setattr(CapturedSpeculation, "_compiled", compiled)
+
+
+@pytest.mark.parametrize("case", ["captured", "capture fails", "compile fails"])
+def test_the_speculative_cuda_path_and_its_fallbacks(loaded, random_draft, monkeypatch, case):
+    """Warm iterations then replays; a failed capture (eager iterations); a compiled target
+    that fails after running its pass (the prompt restarts on the models' own forwards: an
+    iteration that went on would have written the cache twice). The same rollouts each time."""
+
+    def failing(**kwargs):
+        loaded.model(**kwargs)
+        raise RuntimeError("inductor: lowering failed")
+
+    _speculating_on_cuda(
+        monkeypatch,
+        capture_fails=case == "capture fails",
+        failing_forward=failing if case == "compile fails" else None,
+    )
+    settings = RecoverySettings(new_tokens=DRAFTED, score_bp=DRAFTED * 6)
+    prompts = _prompts((240, 120))
+    expected = generate_continuations(loaded, prompts, settings, 1)
+    ids = [torch.as_tensor(np.stack([loaded.vocab.encode(p, ())])) for p in prompts]
+    slots = static_cache_length([i.shape[1] for i in ids], settings)
+    choose = step_choice(loaded, settings)
+    loop = CapturedSpeculation(
+        loaded.model, random_draft.model, slots, DRAFTED, 3, choose, accelerate=True
+    )
+    with torch.inference_mode():
+        got = [_texts(loaded, loop.generate(one))[0] for one in ids]
+    assert got == expected
+    if case == "captured":
+        assert loop.how["step"] == "an iteration captured as a CUDA graph, replayed"
+    elif case == "capture fails":
+        assert loop.how["step"].startswith("eager (capture failed")
+    else:
+        assert loop.how["forward"].startswith("uncompiled (RuntimeError: inductor")

@@ -7,17 +7,17 @@ batch 1 (one prompt), again with our captured loop (`--decode-cache captured`: o
 forward compiled and the step replayed as a CUDA graph; docs/generation.md#captured-decode-steps)
 and on transformers' static KV cache (`--decode-cache static`: on CUDA its decode step compiled,
 CUDA graphs; docs/generation.md#static-kv-cache), ours batched (every prompt in one batch),
-batched captured and batched on the static cache, the draft alone at batch 1 (its
-step cost), ours with the draft (K proposals a step, transformers' assisted generation; one
-prompt); with a vLLM environment, vLLM and vLLM with the same draft
-(every prompt). Per job, read from what the job writes: the rollouts' seconds after the engine
-start (`--times`), hence output tokens/s and bp/s; ours without a draft, the steady rate at its
-median decode step (the `--times` JSON's `decode_steps`: one-off costs left out); its record
-(model.job_record: load, GPU peaks on CUDA); the draft's acceptance (the metrics JSON's
-`speculative`); its predictions, compared with ours alone (a static-cache or captured job: with
-its dynamic twin). The launcher's wait4 gives wall time and peak RSS. Arithmetic beside it: the
-draft/target step-cost ratio (from the two batch-1 jobs) and the speed-up it projects at a
-higher acceptance.
+batched captured and batched on the static cache, the draft alone at batch 1 (its step cost),
+ours with the draft (K proposals a step; one prompt) in our captured loop
+(model.captured_drafting) and in transformers' assisted generation; with a vLLM environment,
+vLLM and vLLM with the same draft (every prompt). Per job, read from what the job writes: the
+rollouts' seconds after the engine start (`--times`), hence output tokens/s and bp/s; ours
+without transformers' draft, the steady rate at its median decode step (the `--times` JSON's
+`decode_steps`: one-off costs left out); its record (model.job_record: load, GPU peaks on
+CUDA); the draft's acceptance (the metrics JSON's `speculative`); its predictions, compared
+with ours alone (a static-cache or captured job: with its dynamic twin). The launcher's wait4
+gives wall time and peak RSS. Arithmetic beside it: the draft/target step-cost ratio (from the
+two batch-1 jobs) and the speed-up it projects at a higher acceptance.
 
 The card's plain `model.generate` is not run: our batch-1 job is that call (greedy, one prompt,
 the model's KV cache), with the published recipe's special-token suppression, and no job runs
@@ -64,6 +64,7 @@ JOBS = {
     "ours_static": ("ours, batch 1, static cache", "target", "one", False, *STATIC),
     "ours_batched_static": ("ours, batched, static cache", "target", "all", False, *STATIC),
     "draft": ("draft alone, batch 1", "draft", "one", False, "transformers", "dynamic"),
+    "ours_drafted_captured": ("ours with the draft, captured", "target", "one", True, *CAPTURED),
     "ours_drafted": ("ours with the draft", "target", "one", True, "transformers", "dynamic"),
     "vllm": ("vLLM", "target", "all", False, "vllm", "dynamic"),
     "vllm_drafted": ("vLLM with the draft", "target", "all", True, "vllm", "dynamic"),
@@ -256,6 +257,7 @@ STATIC_TWINS = {  # a static-cache or captured job: its dynamic twin
     "ours_batched_captured": "ours_batched",
     "ours_static": "ours",
     "ours_batched_static": "ours_batched",
+    "ours_drafted_captured": "ours",
 }
 
 

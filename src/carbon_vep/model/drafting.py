@@ -8,7 +8,9 @@ argmax and keeps the proposal only where they agree, so the output is the target
 With recovery's `decode_cache` static the target verifies on transformers' static cache (its
 `StaticLayer` can be cropped back after a rejection); the draft always proposes on its own
 dynamic cache, uncompiled: transformers' AssistedCandidateGenerator clears the draft's
-`cache_implementation` and `compile_config` (generation/candidate_generator.py).
+`cache_implementation` and `compile_config` (generation/candidate_generator.py). With
+`decode_cache` captured both models run in our own loop instead (model.captured_drafting), and
+its counts replace the forward hooks' (`Draft.accepted`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Draft:
     tokens: int = DEFAULT_SPECULATIVE_TOKENS
     calls: dict[str, int] = field(default_factory=lambda: {"target": 0, "draft": 0})
     new_tokens: int = 0
+    accepted: int | None = None  # proposals kept, where the loop counts them (captured)
 
     def generate_kwargs(self) -> dict:
         """What `generate` takes for assisted decoding. transformers reads the proposal settings
@@ -104,10 +107,10 @@ class Draft:
 
     def record(self) -> dict:
         """Acceptance of what was generated so far. Each target call verifies one step's
-        proposals and adds one token of its own, so accepted = new tokens − target calls; each
-        draft call proposes one token."""
+        proposals and adds one token of its own, so accepted = new tokens − target calls
+        (unless the loop counted them: `accepted`); each draft call proposes one token."""
         target, proposed = self.calls["target"], self.calls["draft"]
-        accepted = max(0, self.new_tokens - target)
+        accepted = self.accepted if self.accepted is not None else max(0, self.new_tokens - target)
         return {
             "speculative_tokens": self.tokens,
             "new_tokens": self.new_tokens,

@@ -36,6 +36,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from carbon_vep.config.stages import RecoverySettings
 from carbon_vep.model.batching import in_batches, scatter
 from carbon_vep.model.captured_decode import CapturedDecoder, Choose
+from carbon_vep.model.captured_drafting import CapturedSpeculation
 from carbon_vep.model.drafting import Draft
 from carbon_vep.model.loading import LoadedModel
 from carbon_vep.model.tokens import suppressed_token_ids
@@ -211,7 +212,13 @@ def decode_cache_note(settings: RecoverySettings, device: torch.device, drafted:
             if device.type == "cuda"
             else f"eager steps on {device.type} (CUDA graphs need CUDA)"
         )
-        return f"decode cache: captured (our loop on transformers' StaticCache), {how}"
+        note = f"decode cache: captured (our loop on transformers' StaticCache), {how}"
+        if drafted:
+            note += (
+                "; with the draft, both models on static caches, an iteration (the draft's "
+                "proposals, the target's verification) one step (model.captured_drafting)"
+            )
+        return note
     how = (
         "the decode step compiled by transformers (torch.compile, reduce-overhead: CUDA graphs)"
         if device.type == "cuda"
@@ -245,14 +252,10 @@ def generate_continuations(
     draft's counters grow by what this call generated. With `decode_cache` static the cache is
     sized once for the call (`static_cache_length`), and a batch is planned at that many tokens
     a prompt, the cache it holds (the draft keeps its own dynamic cache); with `captured` the
-    same, decoded by our loop (model.captured_decode; no draft). A `clock` times the decode
-    steps (not with a draft: assisted generation calls the processors per proposal) and keeps
-    what the captured loop ran (`how`)."""
-    if draft and settings.decode_cache == "captured":
-        raise ValueError(
-            "decode_cache captured runs no draft model (transformers' assisted generation "
-            "decodes drafted rollouts): use decode_cache static or dynamic with a draft"
-        )
+    same, decoded by our loop (model.captured_decode; with a draft model.captured_drafting,
+    both models on static caches). A `clock` times the decode steps (not with transformers'
+    draft: assisted generation calls the processors per proposal) and keeps what the captured
+    loop ran (`how`)."""
     leads = leads or [()] * len(prompts)  # a lead changes the length: still grouped, no padding
     encoded = [loaded.vocab.encode(p, lead) for p, lead in zip(prompts, leads, strict=True)]
     static = settings.decode_cache in ("static", "captured") and bool(encoded)
@@ -260,15 +263,13 @@ def generate_continuations(
     config = _generation_config(loaded, settings, cache_length)
     captured = None
     if static and settings.decode_cache == "captured":
-        choose = step_choice(loaded, settings)
-        captured = CapturedDecoder(
-            loaded.model, cache_length, settings.new_tokens, choose, clock=clock
-        )
+        captured = _captured_loop(loaded, settings, cache_length, draft, clock)
+    assisted_by = None if captured else draft  # transformers' assisted generation
     processors = _processors(loaded, settings)
-    clock = None if draft else clock
-    if clock:
+    clock = None if assisted_by else clock
+    if clock and not captured:
         processors.append(clock)
-    assisted = draft.generate_kwargs() if draft else {}
+    assisted = assisted_by.generate_kwargs() if assisted_by else {}
     if draft:
         batch_size, batch_tokens = 1, 0
     by_length: dict[int, list[int]] = {}
@@ -296,7 +297,7 @@ def generate_continuations(
         return [loaded.tokenizer.decode(row) for row in new_ids]
 
     progress = Progress(len(prompts), "prompts", "sequence recovery")
-    hooks = draft.counting(loaded.model) if draft else []
+    hooks = assisted_by.counting(loaded.model) if assisted_by else []
     try:
         for length, members in sorted(by_length.items()):  # equal lengths: no padding in a batch
             tokens = [cache_length or length + settings.new_tokens] * len(members)
@@ -315,8 +316,41 @@ def generate_continuations(
             hook.remove()
         if captured and clock:
             clock.how = dict(captured.how)
+        if isinstance(captured, CapturedSpeculation):
+            _count_speculation(draft, captured)
     progress.close()
     return out
+
+
+def _captured_loop(
+    loaded: LoadedModel,
+    settings: RecoverySettings,
+    cache_length: int,
+    draft: Draft | None,
+    clock: StepClock | None,
+) -> CapturedDecoder | CapturedSpeculation:
+    """Our loop on static caches: plain, or speculative with `draft` (one prompt a call)."""
+    choose = step_choice(loaded, settings)
+    if draft is None:
+        return CapturedDecoder(loaded.model, cache_length, settings.new_tokens, choose, clock=clock)
+    return CapturedSpeculation(
+        loaded.model,
+        draft.loaded.model,
+        cache_length,
+        settings.new_tokens,
+        draft.tokens,
+        choose,
+        draft_choose=step_choice(draft.loaded, settings),
+        clock=clock,
+    )
+
+
+def _count_speculation(draft: Draft, loop: CapturedSpeculation) -> None:
+    """The draft's counters from the captured loop (whose replays no forward hook sees): a
+    target call a prompt and an iteration, a draft call a proposal, the proposals kept."""
+    draft.calls["target"] += loop.prompts + loop.iterations
+    draft.calls["draft"] += loop.proposed
+    draft.accepted = (draft.accepted or 0) + loop.accepted
 
 
 # ---- the task ----------------------------------------------------------------------------
