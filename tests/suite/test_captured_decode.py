@@ -13,11 +13,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from support.context_model import context_dependent
 from support.host_reads import HostReads
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import StaticCache
 
-from carbon_vep.config.fields import from_args
 from carbon_vep.config.stages import ModelSettings, RecoverySettings
 from carbon_vep.model import captured_decode
 from carbon_vep.model.captured_decode import CapturedDecoder
@@ -39,17 +39,8 @@ NEW = 24  # tokens
 
 @pytest.fixture(scope="module")
 def loaded(demo_model_dir):
-    """The demo model made to depend on its context (as in test_static_cache: its own random
-    output layer, 4x sharper attention), its own load."""
-    loaded = load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
-    model = loaded.model
-    weights = torch.randn(model.lm_head.weight.shape, generator=torch.Generator().manual_seed(11))
-    model.lm_head.weight = torch.nn.Parameter(weights * 0.5, requires_grad=False)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(2)
-            layer.self_attn.k_proj.weight.mul_(2)
-    return loaded
+    """The demo model made to depend on its context (support.context_model), its own load."""
+    return context_dependent(demo_model_dir)
 
 
 def _prompts(lengths, seed=5):
@@ -168,32 +159,29 @@ def test_a_step_reads_nothing_back_and_makes_nothing_from_host_data(loaded, deco
     assert torch.equal(stepper.out[:, :1], before[:, :1]) and not torch.equal(stepper.out, before)
 
 
-class FakeGraph:
-    """Stands for a captured step on the CPU: replaying it runs the step."""
+def _without_cuda(monkeypatch, capture_fails=False):
+    """The CUDA capture on the CPU: warm runs in place of the side stream, and a stand-in graph
+    whose replay runs the step (or a capture that fails)."""
 
-    def __init__(self, stepper):
-        self.replay = stepper.step
+    def warm(step, times):
+        for _ in range(times):
+            step()
+
+    def capture(step):
+        if capture_fails:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return types.SimpleNamespace(replay=step)
+
+    monkeypatch.setattr(captured_decode, "warm_on_a_side_stream", warm)
+    monkeypatch.setattr(captured_decode, "captured", capture)
 
 
 def _accelerated(monkeypatch, forward=None, capture_fails=False, compile_=False):
-    """The CUDA path on the CPU: warm steps run in place of the side stream, the capture is a
-    FakeGraph (or fails), and the compiled forward is `forward` (default: the model's own), or
-    with `compile_` torch.compile's, as on CUDA."""
-    monkeypatch.setattr(captured_decode._Stepper, "warm", _warm)
-
-    def capture(stepper):
-        if capture_fails:
-            raise RuntimeError("operation not permitted when stream is capturing")
-        stepper.graph = FakeGraph(stepper)
-
-    monkeypatch.setattr(captured_decode._Stepper, "capture", capture)
+    """The CUDA path on the CPU (_without_cuda), the compiled forward `forward` (default: the
+    model's own), or with `compile_` torch.compile's, as on CUDA."""
+    _without_cuda(monkeypatch, capture_fails)
     if not compile_:
         monkeypatch.setattr(CapturedDecoder, "_compiled", lambda self: forward or self.model)
-
-
-def _warm(stepper, steps):
-    for _ in range(steps):
-        stepper.step()
 
 
 def _decode(loaded, prompts, settings, clock=None):
@@ -288,18 +276,13 @@ def test_a_failed_compile_restarts_the_batch_on_the_models_forward(loaded, monke
     assert decoder.how["step"] == "captured as a CUDA graph, replayed"
 
 
-def test_the_flag_and_the_log_line():
-    from carbon_vep.cli import build_parser
-
-    base = ["score-recovery", "--tasks-file", "t", "--model", "m", "--out", "o"]
-    base += ["--metrics", "j", "--task", "t", "--model-key", "m"]
-    args = build_parser().parse_args([*base, "--decode-cache", "captured"])
-    (parsed,) = from_args(args, RecoverySettings)
-    assert parsed == RecoverySettings(decode_cache="captured")
+def test_the_log_line():
+    """What the job logs (the flag itself: test_static_cache's flag test)."""
+    captured = RecoverySettings(decode_cache="captured")
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert "eager steps on cpu" in decode_cache_note(parsed, cpu, drafted=False)
-    assert "captured as a CUDA graph" in decode_cache_note(parsed, cuda, drafted=False)
-    assert "both models on static caches" in decode_cache_note(parsed, cuda, drafted=True)
+    assert "eager steps on cpu" in decode_cache_note(captured, cpu, drafted=False)
+    assert "captured as a CUDA graph" in decode_cache_note(captured, cuda, drafted=False)
+    assert "both models on static caches" in decode_cache_note(captured, cuda, drafted=True)
 
 
 # ---- with a draft: model.captured_drafting ------------------------------------------------
@@ -374,20 +357,9 @@ def test_a_speculative_iteration_reads_nothing_back(loaded, random_draft):
 
 
 def _speculating_on_cuda(monkeypatch, capture_fails=False, failing_forward=None):
-    """CapturedSpeculation's CUDA path on the CPU: warm iterations in place, a stand-in graph
-    (or a failed capture), the compiled forwards the models' own (or a failing target)."""
-
-    def record(loop):
-        if capture_fails:
-            raise RuntimeError("operation not permitted when stream is capturing")
-        loop.graph = types.SimpleNamespace(replay=loop.iterate)
-
-    def warm(loop, iterations):
-        for _ in range(iterations):
-            loop.iterate()
-
-    monkeypatch.setattr(CapturedSpeculation, "_record", record)
-    monkeypatch.setattr(CapturedSpeculation, "_warm", warm)
+    """CapturedSpeculation's CUDA path on the CPU (_without_cuda), the compiled forwards the
+    models' own (or a failing target)."""
+    _without_cuda(monkeypatch, capture_fails)
 
     def compiled(loop):
         loop.how["forward"] = "compiled (torch.compile, inductor)"
@@ -399,8 +371,9 @@ def _speculating_on_cuda(monkeypatch, capture_fails=False, failing_forward=None)
 @pytest.mark.parametrize("case", ["captured", "capture fails", "compile fails"])
 def test_the_speculative_cuda_path_and_its_fallbacks(loaded, random_draft, monkeypatch, case):
     """Warm iterations then replays; a failed capture (eager iterations); a compiled target
-    that fails after running its pass (the prompt restarts on the models' own forwards: an
-    iteration that went on would have written the cache twice). The same rollouts each time."""
+    that fails after running its pass, its cache written and its position moved (the models'
+    own forwards go on: the next iteration sets both write positions anew). The same rollouts
+    each time."""
 
     def failing(**kwargs):
         loaded.model(**kwargs)

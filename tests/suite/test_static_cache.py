@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from support.context_model import context_dependent
 from transformers import DynamicCache, StaticCache
 
 from carbon_vep.config.fields import from_args
@@ -31,20 +32,8 @@ NEW = 24  # tokens: long enough for the cache to matter, short enough for two co
 
 @pytest.fixture(scope="module")
 def loaded(demo_model_dir):
-    """The demo model made to depend on its context: the demo's tied embeddings make its
-    greedy rollouts repeat the prompt's last k-mer, whatever the cache holds, so an equality
-    there would prove nothing. Here the output layer is its own random matrix and the attention
-    4x sharper (q and k scaled by 2). Its own load: a static call leaves transformers'
-    `_previous_max_cache_length` on the model, which the session's shared one should not carry."""
-    loaded = load_model(ModelSettings(str(demo_model_dir), trust_remote_code=True))
-    model = loaded.model
-    weights = torch.randn(model.lm_head.weight.shape, generator=torch.Generator().manual_seed(11))
-    model.lm_head.weight = torch.nn.Parameter(weights * 0.5, requires_grad=False)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(2)
-            layer.self_attn.k_proj.weight.mul_(2)
-    return loaded
+    """The demo model made to depend on its context (support.context_model), its own load."""
+    return context_dependent(demo_model_dir)
 
 
 def test_the_model_under_test_depends_on_its_context(loaded):
@@ -183,9 +172,10 @@ def test_the_dynamic_default_the_flag_and_the_log_line(loaded):
     assert seen.kinds == {DynamicCache.__name__}
     base = ["score-recovery", "--tasks-file", "t", "--model", "m", "--out", "o"]
     base += ["--metrics", "j", "--task", "t", "--model-key", "m"]
-    args = build_parser().parse_args([*base, "--decode-cache", "static"])
-    (settings,) = from_args(args, RecoverySettings)
-    assert settings == RecoverySettings(decode_cache="static")
+    for cache in ("static", "captured"):
+        args = build_parser().parse_args([*base, "--decode-cache", cache])
+        assert from_args(args, RecoverySettings) == (RecoverySettings(decode_cache=cache),)
+    settings = RecoverySettings(decode_cache="static")
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert "uncompiled on cpu" in decode_cache_note(settings, cpu, drafted=False)
     assert "CUDA graphs" in decode_cache_note(settings, cuda, drafted=False)

@@ -33,6 +33,54 @@ WARM_STEPS = 2  # eager steps on a side stream before a capture (CUDA's rule; ke
 KEPT_BATCH_SIZES = 2  # steppers kept at once (a job's full batches and a remainder)
 
 
+def warm_on_a_side_stream(step: Callable[[], None], times: int) -> None:
+    """`step` run for real `times` times on a side stream, as CUDA asks before a capture
+    (kernels chosen, a compile done)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def captured(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """`step` recorded (not run) as a CUDA graph, to be replayed."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def warmed_and_captured(
+    step: Callable[[], None],
+    warm: int,
+    how: dict[str, str],
+    uncompile: Callable[[], None] | None,
+    label: str,
+) -> torch.cuda.CUDAGraph | None:
+    """`warm` real runs of `step`, then `step` captured: the graph, or None where the capture
+    failed (eager steps give the same answers; `how["step"]` says why). A warm run that fails
+    while the forward is compiled calls `uncompile` (back to the model's own forward, and
+    whatever a failed compile's part of a step left undone set right) and warms again; without
+    `uncompile` (the forward is already the model's) it is an error."""
+    try:
+        warm_on_a_side_stream(step, warm)
+    except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
+        if uncompile is None:
+            raise
+        how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
+        uncompile()
+        warm_on_a_side_stream(step, warm)
+    try:
+        graph = captured(step)
+    except Exception as error:  # noqa: BLE001 - eager steps give the same answers
+        how["step"] = f"eager (capture failed: {type(error).__name__}: {error})"[:300]
+        return None
+    how.setdefault("step", label)
+    return graph
+
+
 class _Stepper:
     """One batch size's cache, device state and step (captured once on CUDA)."""
 
@@ -66,23 +114,6 @@ class _Stepper:
         self.out.index_copy_(1, self.column, self.token)
         self.position.add_(1)
         self.column.add_(1)
-
-    def warm(self, steps: int) -> None:
-        """Real steps on a side stream, as CUDA asks before a capture (kernels chosen, the
-        compile done)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(steps):
-                self.step()
-        torch.cuda.current_stream().wait_stream(side)
-
-    def capture(self) -> None:
-        """The step recorded (not run) as a CUDA graph."""
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.step()
-        self.graph = graph
 
     def run(self, steps: int) -> None:
         for _ in range(steps):
@@ -140,26 +171,21 @@ class CapturedDecoder:
         return stepper.out.clone()
 
     def _capture(self, stepper: _Stepper, ids: torch.Tensor, warm: int) -> int:
-        """`warm` real steps, then the step captured; the steps run. A compile that fails
-        restarts the batch on the model's own forward; a capture that fails leaves eager steps."""
-        try:
-            stepper.warm(warm)
-        except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
-            if self.forward is self.model:
-                raise
-            self.how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
+        """`warm` real steps, then the step captured (warmed_and_captured); the steps run."""
+
+        def uncompile() -> None:
             self.forward = self.model
             for each in self._steppers.values():
                 each.forward = self.model
-            stepper.start(self.model, ids, self.choose)  # a failed compile may have run a part
-            stepper.warm(warm)
-        try:
-            stepper.capture()
-        except Exception as error:  # noqa: BLE001 - eager steps give the same answers
-            self.how["step"] = f"eager (capture failed: {type(error).__name__}: {error})"[:300]
-            self.accelerate = False
-            return warm
-        self.how.setdefault("step", "captured as a CUDA graph, replayed")
+            stepper.start(self.model, ids, self.choose)
+
+        compiled = self.forward is not self.model
+        label = "captured as a CUDA graph, replayed"
+        graph = warmed_and_captured(
+            stepper.step, warm, self.how, uncompile if compiled else None, label
+        )
+        stepper.graph = graph
+        self.accelerate = graph is not None
         return warm
 
     def _stepper(self, rows: int, device: torch.device) -> _Stepper:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from transformers import StaticCache
 
-from carbon_vep.model.captured_decode import WARM_STEPS, Choose
+from carbon_vep.model.captured_decode import WARM_STEPS, Choose, warmed_and_captured
 
 
 class CapturedSpeculation:
@@ -150,7 +150,7 @@ class CapturedSpeculation:
         while done < self.new_tokens:
             run = math.ceil((self.new_tokens - done) / (self.k + 1))
             if self.accelerate and self.graph is None:
-                warm = self._capture(ids, run)
+                warm = self._capture(run)
                 run -= warm
                 self.iterations += warm
                 counted = done = int(self.column)
@@ -165,42 +165,18 @@ class CapturedSpeculation:
             self.clock.span(1, tokens, time.perf_counter() - began)
         return self.out[:, : self.new_tokens].clone()
 
-    def _capture(self, ids: torch.Tensor, run: int) -> int:
-        """Up to WARM_STEPS real iterations on a side stream, then one captured; the iterations
-        run. A compile that fails restarts the prompt on the models' own forwards (a failed
-        compile may have run a part of an iteration); a capture that fails leaves eager
-        iterations."""
+    def _capture(self, run: int) -> int:
+        """Up to WARM_STEPS real iterations, then one captured (warmed_and_captured); the
+        iterations run."""
         warm = min(WARM_STEPS, run)
-        try:
-            self._warm(warm)
-        except Exception as error:  # noqa: BLE001 - eager forwards give the same answers
-            if self.forwards == (self.target, self.draft):
-                raise
-            self.how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
+
+        def uncompile() -> None:  # no restart: an iteration sets both write positions anew
             self.forwards = (self.target, self.draft)
-            self.start(ids)
-            self._warm(warm)
-        try:
-            self._record()
-        except Exception as error:  # noqa: BLE001 - eager iterations give the same answers
-            self.how["step"] = f"eager (capture failed: {type(error).__name__}: {error})"[:300]
-            self.accelerate = False
-            return warm
-        self.how.setdefault("step", "an iteration captured as a CUDA graph, replayed")
+
+        compiled = self.forwards != (self.target, self.draft)
+        label = "an iteration captured as a CUDA graph, replayed"
+        self.graph = warmed_and_captured(
+            self.iterate, warm, self.how, uncompile if compiled else None, label
+        )
+        self.accelerate = self.graph is not None
         return warm
-
-    def _warm(self, iterations: int) -> None:
-        """Real iterations on a side stream, as CUDA asks before a capture."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(iterations):
-                self.iterate()
-        torch.cuda.current_stream().wait_stream(side)
-
-    def _record(self) -> None:
-        """The iteration recorded (not run) as a CUDA graph."""
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.iterate()
-        self.graph = graph
