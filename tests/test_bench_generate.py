@@ -124,11 +124,14 @@ def test_projected_speedup_arithmetic():
 @pytest.mark.slow
 @pytest.mark.skipif(not VLLM_EXE.exists(), reason="no .venv-vllm (make setup-vllm; CI has it)")
 def test_bench_generate_runs_vllms_jobs_beside_ours():
-    """`make bench-generate` at toy sizes with vLLM's two jobs: its greedy picks are ours,
+    """`make bench-generate` at toy sizes with vLLM's two jobs and the three of ours they are
+    compared with (the rest run on the GPU check's rehearsal): vLLM's greedy picks are ours,
     with the draft too, and its draft's counters are read."""
-    result = generate.main(["--prompt-tokens", "20", "--new-tokens", "12", "--prompts", "2"])
+    jobs = ["ours", "ours_batched", "ours_drafted", "vllm", "vllm_drafted"]
+    sizes = ["--prompt-tokens", "20", "--new-tokens", "12", "--prompts", "2"]
+    result = generate.main([*sizes, "--jobs", *reversed(jobs)])
     runs = [j["run"] for j in result["jobs"]]
-    assert runs == [*generate.JOBS] and result["vllm_skipped"] is None
+    assert runs == jobs and result["vllm_skipped"] is None
     vllm = {j["run"]: j for j in result["jobs"] if j["engine"] == "vllm"}
     for job in vllm.values():
         assert job["identical"] and job["compared_with"] == "ours_batched"

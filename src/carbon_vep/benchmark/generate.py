@@ -97,12 +97,14 @@ def rollout_jobs(
     ours: str = "carbon-vep",
     vllm: Path | None = None,
     time_limit_s: float | None = None,
+    only: list[str] | None = None,
 ) -> dict:
     """The jobs of the module docstring on these checkpoints (`ours`, `vllm`: the carbon-vep
     launchers of each environment, resolved on env's PATH; vLLM's jobs are skipped, with the
     reason, without one) and what they give side by side. Within `time_limit_s` (the GPU
     check's budget): a job still running at the limit is stopped, it and the jobs after it
-    are listed under `stopped`, and the figures of those that ran stand."""
+    are listed under `stopped`, and the figures of those that ran stand. `only`: these jobs
+    alone (in JOBS' order)."""
     work.mkdir(parents=True, exist_ok=True)
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     tables = {
@@ -115,6 +117,7 @@ def rollout_jobs(
         keys += ["vllm", "vllm_drafted"]
     else:
         skipped = f"no {vllm}: run `make setup-vllm` for the vLLM jobs" if vllm else "no vLLM here"
+    keys = [key for key in keys if only is None or key in only]
     jobs, predictions, k = {}, {}, speculative_tokens
     static_failed: dict[str, str] = {}
     stopped: dict[str, str] = {}
@@ -411,6 +414,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="carbon-vep of the vLLM environment (default: .venv-vllm's)",
     )
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM jobs")
+    parser.add_argument("--jobs", nargs="+", choices=list(JOBS), help="these jobs alone")
     args = parser.parse_args(argv)
     env = job_env()
     with tempfile.TemporaryDirectory(prefix="bench_generate_") as tmp:
@@ -425,6 +429,7 @@ def main(argv: list[str] | None = None) -> dict:
             speculative_tokens=args.speculative_tokens,
             ours=str(OURS_EXE),
             vllm=None if args.no_vllm else args.vllm_exe,
+            only=args.jobs,
         )
     print(markdown(result))
     write_json(args.json, result)
