@@ -81,6 +81,19 @@ def warmed_and_captured(
     return graph
 
 
+def compiled_forward(model: Any, how: dict[str, str]) -> Callable:
+    """torch.compile's `model` (inductor), or `model` itself where torch.compile refuses it
+    (an eager forward gives the same answers); `how["forward"]` says which (a refusal is not
+    overwritten by a later model's success)."""
+    try:
+        forward = torch.compile(model, dynamic=None)
+    except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
+        how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
+        return model
+    how.setdefault("forward", "compiled (torch.compile, inductor)")
+    return forward
+
+
 class _Stepper:
     """One batch size's cache, device state and step (captured once on CUDA)."""
 
@@ -138,22 +151,14 @@ class CapturedDecoder:
         self.model, self.slots, self.new_tokens, self.choose = model, slots, new_tokens, choose
         self.accelerate = model.device.type == "cuda" if accelerate is None else accelerate
         self.clock = clock
-        self.forward: Callable = model
         self.how: dict[str, str] = {}  # what ran: "forward", "step" -> how, and why not
-        if self.accelerate:
-            self.forward = self._compiled()
-        else:
+        if not self.accelerate:
             self.how["step"] = f"eager on {model.device.type} (no CUDA graph)"
+        self.forward: Callable = self._compiled() if self.accelerate else model
         self._steppers: OrderedDict[int, _Stepper] = OrderedDict()
 
     def _compiled(self) -> Callable:
-        try:
-            forward = torch.compile(self.model, dynamic=None)
-        except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
-            self.how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
-            return self.model
-        self.how["forward"] = "compiled (torch.compile, inductor)"
-        return forward
+        return compiled_forward(self.model, self.how)
 
     def generate(self, ids: torch.Tensor) -> torch.Tensor:
         """The new ids [rows, new_tokens] of prompts `ids` [rows, length] (one length)."""
@@ -174,9 +179,7 @@ class CapturedDecoder:
         """`warm` real steps, then the step captured (warmed_and_captured); the steps run."""
 
         def uncompile() -> None:
-            self.forward = self.model
-            for each in self._steppers.values():
-                each.forward = self.model
+            self.forward = self.model  # every stepper calls the decoder's forward
             stepper.start(self.model, ids, self.choose)
 
         compiled = self.forward is not self.model
@@ -195,7 +198,12 @@ class CapturedDecoder:
         while len(self._steppers) >= KEPT_BATCH_SIZES:
             self._steppers.popitem(last=False)
         stepper = _Stepper(
-            self.forward, self.model.config, rows, self.slots, self.new_tokens, device
+            lambda **inputs: self.forward(**inputs),  # the decoder's, compiled or not
+            self.model.config,
+            rows,
+            self.slots,
+            self.new_tokens,
+            device,
         )
         self._steppers[rows] = stepper
         return stepper

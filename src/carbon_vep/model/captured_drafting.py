@@ -33,7 +33,12 @@ from typing import Any
 import torch
 from transformers import StaticCache
 
-from carbon_vep.model.captured_decode import WARM_STEPS, Choose, warmed_and_captured
+from carbon_vep.model.captured_decode import (
+    WARM_STEPS,
+    Choose,
+    compiled_forward,
+    warmed_and_captured,
+)
 
 
 class CapturedSpeculation:
@@ -82,13 +87,7 @@ class CapturedSpeculation:
         self.iterations = self.prompts = 0
 
     def _compiled(self) -> tuple[Callable, Callable]:
-        try:
-            forwards = tuple(torch.compile(m, dynamic=None) for m in (self.target, self.draft))
-        except Exception as error:  # noqa: BLE001 - eager forwards give the same answers
-            self.how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
-            return self.target, self.draft
-        self.how["forward"] = "compiled (torch.compile, inductor)"
-        return forwards
+        return tuple(compiled_forward(model, self.how) for model in (self.target, self.draft))
 
     @property
     def accepted(self) -> int:
