@@ -202,10 +202,11 @@ def test_the_product_runs_every_model_rule_through_snakemake(smoke):
 
 
 def test_the_reruns_change_one_thing_and_compare_the_answers(smoke):
-    """precision (float32), batch_budgets (another token budget, one shard a dataset) and
-    carbon_500m rerun the product's workflow; the answers are compared with the product's: all
-    rows matched, bf16 against float32 within rounding of a toy model, another batch budget
-    closer still; the profiler tables are the jobs' own."""
+    """compiled_layers (the decoder layers compiled), precision (float32), batch_budgets
+    (another token budget, one shard a dataset) and carbon_500m rerun the product's workflow;
+    the answers are compared with the product's: all rows matched, bf16 against float32 within
+    rounding of a toy model, another batch budget or the compiled kernels closer still; the
+    compiled jobs did compile; the profiler tables are the jobs' own."""
     out, report = smoke
     if HAS_VLLM:
         assert report["skipped"] == []
@@ -213,14 +214,20 @@ def test_the_reruns_change_one_thing_and_compare_the_answers(smoke):
         [skipped] = report["skipped"]
         assert skipped.startswith("vllm: no vLLM on the lent machine: its CUDA wheel")
     reruns = report["reruns"]
-    assert list(reruns) == ["profiles", "batch_budgets", "precision", "carbon_500m"]
+    assert list(reruns) == [
+        "compiled_layers",
+        "profiles",
+        "batch_budgets",
+        "precision",
+        "carbon_500m",
+    ]
     for result in reruns.values():
         assert result["failed"] is False and result["snakemake"]["returncode"] == 0
         rules = {r["rule"]: r for r in result["rules"]}
         assert rules["score_shard"]["jobs"] == (1 if result["step"] == "profiles" else 2)
         assert rules["scan_chunk"]["jobs"] == 1 and rules["scan_chunk"]["tokens"] > 0
     sites = SMOKE_PRODUCT.sites
-    for step, largest in (("precision", 0.1), ("batch_budgets", 0.05)):
+    for step, largest in (("precision", 0.1), ("batch_budgets", 0.05), ("compiled_layers", 0.05)):
         outputs = {r["output"]: r for r in reruns[step]["differences"]}
         expected = {"centered", "nexttoken", "scan scan"}
         assert set(outputs) == expected | ({"perturbation"} if step == "precision" else set())
@@ -228,6 +235,10 @@ def test_the_reruns_change_one_thing_and_compare_the_answers(smoke):
             assert row["unmatched"] == 0 and row["max_abs_difference"] < largest, row
             assert row["rows"] == (3 * sites if name in ("centered", "nexttoken") else row["rows"])
         assert outputs["scan scan"]["rows"] == SMOKE_PRODUCT.scan_bp
+    # the setting reached the jobs: the scan's tiles and the right-end contexts compiled
+    rates = {r["rule"]: r for r in reruns["compiled_layers"]["rates"]}
+    assert rates["scan_chunk"]["compile_s"] > 0 and rates["score_shard"]["compile_s"] > 0
+    assert rates["scan_chunk"]["ratio_without_compile"] > 0
     profiles = (out / "profiles.txt").read_text()
     assert "score-shard" in profiles and "scan-chunk" in profiles and "aten::" in profiles
     with tarfile.open(out / "profile_traces.tar") as bundle:  # the same jobs' whole traces
@@ -394,6 +405,8 @@ def test_report_files(smoke):
         "bf16 matmul peak",
         "hg38 (2.9e+09 ACGT bases) at that rate",
         "Rerun `batch_budgets`",
+        "Rerun `compiled_layers`",
+        "the product's against this run's (its passes that compiled left out",
         "Rerun `carbon_500m`",
         "Profiler top-10 tables and device timelines in profiles.txt",
         "Known answer",

@@ -108,6 +108,14 @@ class ModelSettings:
         "weights, as the official Carbon evaluation's --upcast_lm_head does against bf16 "
         "rounding of the logits; recorded in the provenance",
     )
+    compile_layers: bool = setting(
+        False,
+        scope="run",
+        help="compile the decoder layers (torch.compile; one graph for all) in passes without a "
+        "cache (scan tiles, right-end contexts, whole windows), fusing their element-wise "
+        "kernels; passes with a cache stay eager. Answers equal to float rounding; not yet "
+        "measured on a GPU, hence off (docs/performance.md#compiled-decoder-layers)",
+    )
     build_demo: bool = setting(
         False, cli=False, help="build the tiny Carbon-shaped demo model at `path` (no download)"
     )

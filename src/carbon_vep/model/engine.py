@@ -86,6 +86,7 @@ class Engine:
         }
         self.k = vocab.k
         self.body = model.get_decoder() if hasattr(model, "get_decoder") else model
+        self.compiled_layers: Any = None  # a CompiledLayers once compile_layers() is called
 
     # ---- the output layer's k-mer rows ---------------------------------------------------
     def kmer_rows(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -152,16 +153,31 @@ class Engine:
         states and the cache. `keep_last` n: only the last n positions' hidden states are
         wanted ([B, n, H]; the last layer runs for them alone where it can,
         model.last_layer), so they must be the positions read in every row (no right
-        padding before them)."""
-        with reading_last(self.body, keep_last):
-            out = self.body(
-                input_ids=self.to_device(ids),
-                attention_mask=None if mask is None else self.to_device(mask),
-                **({} if positions is None else {"position_ids": positions}),
-                cache=cache,  # transformers >= 5.24 (`past_key_values` goes in 5.40)
-                use_cache=cache is not None,
-            )
+        padding before them). Once `compile_layers` is called, a pass without a cache runs
+        the decoder layers compiled (model.compiled_layers)."""
+        with reading_last(self.body, keep_last) as pruned:
+
+            def body() -> Any:
+                return self.body(
+                    input_ids=self.to_device(ids),
+                    attention_mask=None if mask is None else self.to_device(mask),
+                    **({} if positions is None else {"position_ids": positions}),
+                    cache=cache,  # transformers >= 5.24 (`past_key_values` goes in 5.40)
+                    use_cache=cache is not None,
+                )
+
+            if self.compiled_layers is not None and cache is None:
+                out = self.compiled_layers.run(body, eager_last=pruned)
+            else:
+                out = body()
         return kept(out[0], keep_last), out.cache
+
+    def compile_layers(self) -> None:
+        """From now on, passes without a cache run the decoder layers compiled
+        (model.compiled_layers; ModelSettings.compile_layers)."""
+        from carbon_vep.model.compiled_layers import CompiledLayers
+
+        self.compiled_layers = CompiledLayers(self.body)
 
     @torch.inference_mode()
     def hidden_states(self, batch: Sequence[np.ndarray]) -> tuple[torch.Tensor, list[int]]:

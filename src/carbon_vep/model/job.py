@@ -66,6 +66,8 @@ def engine_for(loaded: Any, model: ModelSettings):
         upcast_output_layer=model.upcast_output_layer,
     )
     verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
+    if model.compile_layers:  # after the probe: its shape would be one more compile
+        engine.compile_layers()
     return engine
 
 

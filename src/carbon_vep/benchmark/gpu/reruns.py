@@ -9,6 +9,10 @@ each job through `carbon-vep` as before, read from the jobs' records and the mer
   of the profile's 131,072: windows batch, and scan tiles group, differently; the largest
   difference that makes to an answer in bf16 (batching may round differently, never move a
   result).
+- `compiled_layers`: the recipes and the scan with the decoder layers compiled
+  (ModelSettings.compile_layers, a `--config` override): per rule, the rate after the load
+  without the jobs' compile phase against the product's, and the largest difference the compiled
+  kernels make to an answer in bf16.
 - `profiles`: the centered recipe and the scan under torch's profiler (model.job_record's
   PROFILE_ENV), the ten costliest operators of each job, the device's timeline and the whole
   trace (model.job_profile).
@@ -28,16 +32,25 @@ import numpy as np
 import polars as pl
 import yaml
 
-from carbon_vep.benchmark.gpu.product import job_records, rule_table, rules_markdown, run_workflow
+from carbon_vep.benchmark.gpu.product import (
+    MODEL_RULES,
+    job_records,
+    rule_table,
+    rules_markdown,
+    run_workflow,
+)
 from carbon_vep.benchmark.gpu.product_setup import DRAFT, TARGET, ProductSizes
 from carbon_vep.benchmark.harness import VARIANT_COLUMNS
 from carbon_vep.markdown import table as markdown_table
+from carbon_vep.model.compiled_layers import COMPILE_PHASE
 from carbon_vep.model.job_record import PROFILE_ENV, RECORDS_ENV
 from carbon_vep.workflow.paths import RunPaths
 
 RERUNS = {
     "precision": "the product's jobs again in float32: how far bf16 moves each answer",
     "batch_budgets": "the product's recipes and scan at another token budget: bf16 differences",
+    "compiled_layers": "the product's recipes and scan with the decoder layers compiled: rates "
+    "without the compile against the product's, bf16 differences",
     "profiles": "torch-profiler tables of the product's centered and scan jobs",
     "carbon_500m": "the product's recipes and scan with Carbon-500M's shape",
 }
@@ -60,7 +73,10 @@ def rerun(
     folder = product_folder.parent / f"product_{step}"
     folder.mkdir(parents=True, exist_ok=True)
     config = _changed(step, base, folder)
-    overrides = [f"batch_tokens={sizes.rerun_batch_tokens}"] if step == "batch_budgets" else []
+    overrides = {
+        "batch_budgets": [f"batch_tokens={sizes.rerun_batch_tokens}"],
+        "compiled_layers": ["compile_layers=True"],
+    }.get(step, [])
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     env = dict(env, **{RECORDS_ENV: str(folder / "jobs")})
@@ -78,8 +94,10 @@ def rerun(
     result["failed"] = done["returncode"] != 0 or any(r["failed"] for r in result["rules"])
     if result["failed"]:
         return result
-    if step in ("precision", "batch_budgets"):
+    if step in ("precision", "batch_budgets", "compiled_layers"):
         result["differences"] = differences(Path(base["outdir"]), Path(config["outdir"]))
+    if step == "compiled_layers":
+        result["rates"] = compiled_rates(job_records(product_folder / "jobs"), records)
     if step == "profiles":
         result["profiles"] = {
             p.stem: p.read_text() for p in sorted((folder / "profiles").glob("*.txt"))
@@ -100,7 +118,7 @@ def _changed(step: str, base: dict, folder: Path) -> dict:
             model["dtype"] = "float32"
         config["tasks"].pop("recovery", None)  # greedy text: compared as exact, not as a margin
         return config
-    if step == "batch_budgets":
+    if step in ("batch_budgets", "compiled_layers"):
         return config
     if step == "profiles":
         config["datasets"].pop("nexttoken")
@@ -126,6 +144,31 @@ def _targets(config: dict) -> list[str]:
             scan_dir = paths.scan_dir.format(scan=scan, model=model)
             targets += [f"{scan_dir}/positions/{r.split(':')[0]}.parquet" for r in entry["regions"]]
     return targets
+
+
+def compiled_rates(product: list[dict], compiled: list[dict]) -> list[dict[str, Any]]:
+    """Per model rule both runs have: tokens/s after the load in the product, and in the
+    compiled run with and without its passes that compiled (the jobs' `compile_layers` phase),
+    and the ratio of the last to the first."""
+    rows = []
+    for command, rule in MODEL_RULES.items():
+        ours = [r for r in compiled if r["command"] == command]
+        base = [r for r in product if r["command"] == command]
+        if not ours or not base:
+            continue
+        tokens, base_tokens = (sum(r["tokens"] for r in jobs) for jobs in (ours, base))
+        after, base_after = (sum(r["after_load_s"] for r in jobs) for jobs in (ours, base))
+        compile_s = sum(r.get("phases", {}).get(COMPILE_PHASE, 0.0) for r in ours)
+        row = {"rule": rule, "compile_s": round(compile_s, 2)}
+        if base_after > 0 and after > compile_s:
+            row["product_tokens_per_s"] = round(base_tokens / base_after, 1)
+            row["tokens_per_s"] = round(tokens / after, 1)
+            row["tokens_per_s_without_compile"] = round(tokens / (after - compile_s), 1)
+            row["ratio_without_compile"] = round(
+                row["tokens_per_s_without_compile"] / row["product_tokens_per_s"], 3
+            )
+        rows.append(row)
+    return rows
 
 
 # ---- answers against the product's ----------------------------------------------------------
@@ -206,6 +249,25 @@ def markdown_part(result: dict[str, Any]) -> str:
             for r in result["differences"]
         ]
         parts.append(markdown_table(header, rows))
+    if result.get("rates"):
+        parts.append(
+            "Tokens/s after the load, the product's against this run's (its passes that "
+            "compiled left out, then counted):"
+        )
+        header = ["rule", "compile s", "product tokens/s", "compiled, without the compile"]
+        header += ["ratio", "compiled, all"]
+        rows = [
+            [
+                r["rule"],
+                f"{r['compile_s']:.1f}",
+                _figure(r.get("product_tokens_per_s")),
+                _figure(r.get("tokens_per_s_without_compile")),
+                f"{r['ratio_without_compile']:.2f}x" if "ratio_without_compile" in r else "—",
+                _figure(r.get("tokens_per_s")),
+            ]
+            for r in result["rates"]
+        ]
+        parts.append(markdown_table(header, rows))
     if result.get("profiles"):
         names = ", ".join(f"`{name}`" for name in result["profiles"])
         parts.append(
@@ -215,3 +277,7 @@ def markdown_part(result: dict[str, Any]) -> str:
     if done.get("tail"):
         parts.append("Snakemake's tail:\n\n```\n" + done["tail"] + "\n```")
     return "\n\n".join(parts)
+
+
+def _figure(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"

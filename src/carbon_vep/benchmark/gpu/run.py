@@ -45,6 +45,7 @@ from carbon_vep.model.tokens import dna_vocab
 STEPS = {
     "product": "the product's own jobs: Snakemake with a GPU config, every model rule, bf16, "
     "beside the official scripts' approach",
+    "compiled_layers": RERUNS["compiled_layers"],
     "profiles": RERUNS["profiles"],
     "batch_budgets": RERUNS["batch_budgets"],
     "precision": RERUNS["precision"],
@@ -301,7 +302,9 @@ def _run(
             run.product(tokenizer, vocab, args.smoke)
         elif "product" not in args.steps and "rollouts" in args.steps:
             run.build_checkpoints(tokenizer, vocab, args.smoke)
-        run.on_the_product(["profiles", "batch_budgets", "precision", "rollouts"], args.smoke)
+        run.on_the_product(
+            ["compiled_layers", "profiles", "batch_budgets", "precision", "rollouts"], args.smoke
+        )
         if "vllm" in args.steps:
             run.vllm(tokenizer, vocab, args.model)
         if run.wants("host_memory", 30):
