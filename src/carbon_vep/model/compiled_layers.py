@@ -23,8 +23,8 @@ and it is one layer of thirty.
 
 If a compile fails, the pass runs again eagerly and so does the rest of the job: the same
 answers, and the log says why. The seconds of setting up (Dynamo's import) and of the passes
-that compiled go to the job record's phase `compile_layers`, so a rate can be read with and
-without them.
+that compiled, and those passes' tokens, go to the job record's phase `compile_layers`, so a
+rate can be read with and without them.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class CompiledLayers:
         error is the caller's (it halves its batch)."""
         if self.failed is not None:
             return forward()
-        graphs = _compiled_graphs()
+        graphs, tokens = _compiled_graphs(), job_record.tokens_counted()
         began = time.perf_counter()
         try:
             with self._installed(eager_last):
@@ -78,7 +78,8 @@ class CompiledLayers:
         if _compiled_graphs() > graphs:
             if out is not None and hasattr(out, "last_hidden_state"):
                 _wait(out.last_hidden_state)
-            job_record.add_phase(COMPILE_PHASE, time.perf_counter() - began)
+            seconds = time.perf_counter() - began
+            job_record.add_phase(COMPILE_PHASE, seconds, job_record.tokens_counted() - tokens)
         return out
 
     @contextmanager

@@ -5,10 +5,13 @@ The job's count (model.job_record: load time, tokens, peak memory) starts with t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.model import job_record
+
+PROBE_PHASE = "probe"  # the job record's phase of the start-up probe
 
 
 def require_model_here(model: ModelSettings) -> None:
@@ -65,7 +68,10 @@ def engine_for(loaded: Any, model: ModelSettings):
         batch_tokens=model.batch_tokens,
         upcast_output_layer=model.upcast_output_layer,
     )
-    verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))
+    began = time.perf_counter()
+    verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))  # reads its answer back
+    # the job's first passes: on a GPU they also pay the libraries' start (cuBLAS, kernels)
+    job_record.add_phase(PROBE_PHASE, time.perf_counter() - began)
     if model.compile_layers:  # after the probe: its shape would be one more compile
         engine.compile_layers()
     return engine

@@ -43,9 +43,12 @@ class JobRecord:
     # query-key pairs a layer's attention computes, causal: what attention FLOPs scale with
     attention_pairs: float = 0.0
     forward_calls: int = 0
-    # seconds of named parts of the work (add_phase: Genomic-NIAH's prefill, generation and
-    # likelihood passes), on the device's timeline
+    # seconds of named parts of the work (add_phase: the start-up probe, the compile of
+    # compile_layers, Genomic-NIAH's prefill, generation and likelihood passes)
     phases: dict[str, float] = field(default_factory=dict)
+    # tokens through the body within a phase, where its caller counts them (compile_layers:
+    # the passes that compiled, left out with their seconds from a rate without the compile)
+    phase_tokens: dict[str, int] = field(default_factory=dict)
 
     def count(self, module: Any, args: tuple, kwargs: dict) -> None:
         """A forward pre-hook on the model's body: the size of what it is given and of the
@@ -117,12 +120,20 @@ def started_loading() -> JobRecord | None:
     return _RUNNING.record
 
 
-def add_phase(name: str, seconds: float) -> None:
-    """Add `seconds` to the phase `name` of the command's record (nothing outside a command or
-    before its model loads)."""
+def add_phase(name: str, seconds: float, tokens: int = 0) -> None:
+    """Add `seconds` (and `tokens` through the body) to the phase `name` of the command's record
+    (nothing outside a command or before its model loads)."""
     record = _RUNNING.record
     if record is not None:
         record.phases[name] = round(record.phases.get(name, 0.0) + seconds, 6)
+        if tokens:
+            record.phase_tokens[name] = record.phase_tokens.get(name, 0) + tokens
+
+
+def tokens_counted() -> int:
+    """Tokens through the model's body so far in the command's record (0 outside one)."""
+    record = _RUNNING.record
+    return record.tokens if record is not None else 0
 
 
 def loaded(record: JobRecord | None, model: Any, device: Any, dtype: str) -> None:

@@ -4,9 +4,10 @@ after the model's load. Per path (centered, right-end, each Genomic-NIAH cell: t
 context, and past it with the YaRN settings the product's job had):
 ours ÷ official in seconds and in GPU peak memory, and how far the answers agree (Spearman and
 the largest difference of the scores; NIAH: the same predictions, the likelihoods' largest
-difference), and for NIAH where each side's seconds went (ours: the prefill, the generation,
-the two short likelihood passes off the cache; the official: `generate`, then two likelihood
-passes over the whole prompt). Ours is read from the product's job records and merged outputs,
+difference), and where each side's seconds went (ours: every job's start-up probe, which on a
+GPU also pays the libraries' start; NIAH's prefill, generation and the two short likelihood
+passes off the cache; the official: `generate`, then two likelihood passes over the whole
+prompt). Ours is read from the product's job records and merged outputs,
 so what is compared is what ships."""
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def markdown_rows(comparisons: list[dict[str, Any]]) -> tuple[list[str], list[li
 
 
 def _phases(ours: dict[str, float] | None, official: dict[str, float] | None) -> str:
-    """Where each side's seconds went (Genomic-NIAH: prefill, generation, likelihood passes)."""
+    """Where each side's seconds went (the jobs' probe; Genomic-NIAH: prefill, generation,
+    likelihood passes)."""
     if not ours and not official:
         return "—"
     sides = [

@@ -148,8 +148,8 @@ def _targets(config: dict) -> list[str]:
 
 def compiled_rates(product: list[dict], compiled: list[dict]) -> list[dict[str, Any]]:
     """Per model rule both runs have: tokens/s after the load in the product, and in the
-    compiled run with and without its passes that compiled (the jobs' `compile_layers` phase),
-    and the ratio of the last to the first."""
+    compiled run with and without its passes that compiled (the jobs' `compile_layers` phase:
+    their seconds and their tokens), and the ratio of the last to the first."""
     rows = []
     for command, rule in MODEL_RULES.items():
         ours = [r for r in compiled if r["command"] == command]
@@ -159,11 +159,14 @@ def compiled_rates(product: list[dict], compiled: list[dict]) -> list[dict[str, 
         tokens, base_tokens = (sum(r["tokens"] for r in jobs) for jobs in (ours, base))
         after, base_after = (sum(r["after_load_s"] for r in jobs) for jobs in (ours, base))
         compile_s = sum(r.get("phases", {}).get(COMPILE_PHASE, 0.0) for r in ours)
-        row = {"rule": rule, "compile_s": round(compile_s, 2)}
-        if base_after > 0 and after > compile_s:
+        compile_tokens = sum(r.get("phase_tokens", {}).get(COMPILE_PHASE, 0) for r in ours)
+        row = {"rule": rule, "compile_s": round(compile_s, 2), "compile_tokens": compile_tokens}
+        if base_after > 0 and after > compile_s and tokens > compile_tokens:
             row["product_tokens_per_s"] = round(base_tokens / base_after, 1)
             row["tokens_per_s"] = round(tokens / after, 1)
-            row["tokens_per_s_without_compile"] = round(tokens / (after - compile_s), 1)
+            row["tokens_per_s_without_compile"] = round(
+                (tokens - compile_tokens) / (after - compile_s), 1
+            )
             row["ratio_without_compile"] = round(
                 row["tokens_per_s_without_compile"] / row["product_tokens_per_s"], 3
             )
@@ -254,12 +257,12 @@ def markdown_part(result: dict[str, Any]) -> str:
             "Tokens/s after the load, the product's against this run's (its passes that "
             "compiled left out, then counted):"
         )
-        header = ["rule", "compile s", "product tokens/s", "compiled, without the compile"]
+        header = ["rule", "compile s (tokens)", "product tokens/s", "compiled, without the compile"]
         header += ["ratio", "compiled, all"]
         rows = [
             [
                 r["rule"],
-                f"{r['compile_s']:.1f}",
+                f"{r['compile_s']:.1f} ({r['compile_tokens']:,})",
                 _figure(r.get("product_tokens_per_s")),
                 _figure(r.get("tokens_per_s_without_compile")),
                 f"{r['ratio_without_compile']:.2f}x" if "ratio_without_compile" in r else "—",
