@@ -75,3 +75,19 @@ def test_bench_last_layer_times_each_path_both_ways():
         assert 1.5 < result[name]["flops_predict"] < 2
         assert 1.02 < result[name]["flops_predict_carbon_3b"] < 1.05  # about 1/30
     assert 1.01 < result["scan"]["flops_predict_carbon_3b"] < 1.02  # half a tile: about 1/60
+
+
+def test_bench_compiled_layers_times_both_ways_with_the_same_answers():
+    """The scan's tiles and the right-end contexts, eager and compiled, in one process: the
+    compiled engine's first call timed alone, both ways measured, the same answers."""
+    from carbon_vep.benchmark import compiled_layers
+
+    result = compiled_layers.main(
+        ["--layers", "2", "--hidden", "64", "--tile-bp", "600", "--tiles", "3", "--reps", "1"]
+    )
+    assert result["tokens_a_pass"] == 101 and result["passes"] == 3
+    assert result["scan"]["compile_s"] > 0  # the right-end contexts may reuse its graph
+    for name in ("scan", "right_end"):
+        r = result[name]
+        assert r["median_ms"]["eager"] > 0 and r["median_ms"]["compiled"] > 0
+        assert r["max_abs_difference"] <= 1e-5

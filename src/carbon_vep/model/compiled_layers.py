@@ -11,9 +11,9 @@ calls.
 
 Regional: each layer's call is compiled, not the body. The layers run one code object with their
 weights as inputs, so Dynamo compiles one graph for all of them (PyTorch's regional compilation
-recipe): the cost of one layer, not thirty. A job compiles once for its first shape, again when
-another shape comes (Dynamo then makes the sizes dynamic), and at most once more for a batch of
-one: the scan's tiles and the right-end contexts have one length a job.
+recipe): the cost of one layer, not thirty. The sizes are dynamic from the first compile, so a
+job compiles once for every batch and length it runs (a chunk's last, smaller batch of tiles, a
+contig's shorter last tile) and once more if a batch of one comes (Dynamo specialises sizes of 1).
 
 Where: passes without a cache only (scan tiles, right-end contexts, whole windows). A pass with a
 cache (prefix sharing's suffixes, a chunked prefill, generation) runs eagerly: the cache grows
@@ -52,7 +52,7 @@ class CompiledLayers:
         self.layers = list(body.layers)
         # torch.compile is lazy: nothing compiles before the first pass that runs it, but its
         # first call imports Dynamo (~1.8 s on a CPU), part of the compile's cost
-        self.calls = [torch.compile(layer._call_impl, dynamic=None) for layer in self.layers]
+        self.calls = [torch.compile(layer._call_impl, dynamic=True) for layer in self.layers]
         self.failed: str | None = None
         job_record.add_phase(COMPILE_PHASE, time.perf_counter() - began)
 
