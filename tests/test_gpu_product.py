@@ -73,24 +73,35 @@ def test_the_official_niah_cells_run_shortest_context_first(tmp_path):
 def test_compiled_rates_leave_out_the_passes_that_compiled():
     """The compiled_layers rerun's rate without the compile: its jobs' tokens and seconds less
     those of the passes that compiled (their `compile_layers` phase), against the product's
-    rate after the load; a rule only one run has is left out."""
+    rate after the load of the same datasets' jobs; a rule only one run has is left out."""
     from carbon_vep.benchmark.gpu.reruns import compiled_rates
 
-    def record(command, tokens, after, compile_s=0.0, compile_tokens=0):
+    def record(command, tokens, after, compile_s=0.0, compile_tokens=0, out="/r/scan/x"):
         phases = {"compile_layers": compile_s} if compile_s else {}
         counted = {"compile_layers": compile_tokens} if compile_tokens else {}
         return {
             "command": command,
+            "out": out,
             "tokens": tokens,
             "after_load_s": after,
             "phases": phases | {"probe": 0.5},
             "phase_tokens": counted,
         }
 
-    product_jobs = [record("scan-chunk", 1000, 10.0), record("score-shard", 500, 5.0)]
-    compiled = [record("scan-chunk", 1000, 38.0, compile_s=30.0, compile_tokens=200)]
-    [scan] = compiled_rates(product_jobs, compiled)
+    product_jobs = [
+        record("scan-chunk", 1000, 10.0),
+        record("score-shard", 500, 5.0, out="/r/nexttoken/m/shard_scores/shard_00000.parquet"),
+        record("score-shard", 900, 1.0, out="/r/centered/m/shard_scores/shard_00000.parquet"),
+    ]
+    compiled = [
+        record("scan-chunk", 1000, 38.0, compile_s=30.0, compile_tokens=200),
+        record("score-shard", 500, 6.0, 2.0, 300, "/s/nexttoken/m/shard_scores/all.parquet"),
+    ]
+    shard, scan = compiled_rates(product_jobs, compiled, ["nexttoken"])  # MODEL_RULES order
     assert scan["rule"] == "scan_chunk" and scan["compile_s"] == 30.0
     assert scan["product_tokens_per_s"] == 100.0 and scan["tokens_per_s"] == round(1000 / 38, 1)
     assert scan["tokens_per_s_without_compile"] == 100.0  # 800 tokens in 8 s
     assert scan["ratio_without_compile"] == 1.0
+    # the product's centered job is not the rerun's: left out of its rate
+    assert shard["product_tokens_per_s"] == 100.0 and shard["tokens_per_s_without_compile"] == 50.0
+    assert shard["ratio_without_compile"] == 0.5

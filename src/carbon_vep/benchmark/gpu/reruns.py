@@ -9,10 +9,11 @@ each job through `carbon-vep` as before, read from the jobs' records and the mer
   of the profile's 131,072: windows batch, and scan tiles group, differently; the largest
   difference that makes to an answer in bf16 (batching may round differently, never move a
   result).
-- `compiled_layers`: the recipes and the scan with the decoder layers compiled
-  (ModelSettings.compile_layers, a `--config` override): per rule, the rate after the load
-  without the jobs' compile phase against the product's, and the largest difference the compiled
-  kernels make to an answer in bf16.
+- `compiled_layers`: the right-end recipe and the scan with the decoder layers compiled
+  (ModelSettings.compile_layers, a `--config` override; the centered recipe's passes all have a
+  cache, so none would compile): per rule, the rate after the load without the jobs' compile
+  phase against the product's, and the largest difference the compiled kernels make to an
+  answer in bf16.
 - `profiles`: the centered recipe and the scan under torch's profiler (model.job_record's
   PROFILE_ENV), the ten costliest operators of each job, the device's timeline and the whole
   trace (model.job_profile).
@@ -49,8 +50,8 @@ from carbon_vep.workflow.paths import RunPaths
 RERUNS = {
     "precision": "the product's jobs again in float32: how far bf16 moves each answer",
     "batch_budgets": "the product's recipes and scan at another token budget: bf16 differences",
-    "compiled_layers": "the product's recipes and scan with the decoder layers compiled: rates "
-    "without the compile against the product's, bf16 differences",
+    "compiled_layers": "the product's right-end recipe and scan with the decoder layers compiled: "
+    "rates without the compile against the product's, bf16 differences",
     "profiles": "torch-profiler tables of the product's centered and scan jobs",
     "carbon_500m": "the product's recipes and scan with Carbon-500M's shape",
 }
@@ -97,7 +98,8 @@ def rerun(
     if step in ("precision", "batch_budgets", "compiled_layers"):
         result["differences"] = differences(Path(base["outdir"]), Path(config["outdir"]))
     if step == "compiled_layers":
-        result["rates"] = compiled_rates(job_records(product_folder / "jobs"), records)
+        product_jobs = job_records(product_folder / "jobs")
+        result["rates"] = compiled_rates(product_jobs, records, list(config["datasets"]))
     if step == "profiles":
         result["profiles"] = {
             p.stem: p.read_text() for p in sorted((folder / "profiles").glob("*.txt"))
@@ -118,7 +120,10 @@ def _changed(step: str, base: dict, folder: Path) -> dict:
             model["dtype"] = "float32"
         config["tasks"].pop("recovery", None)  # greedy text: compared as exact, not as a margin
         return config
-    if step in ("batch_budgets", "compiled_layers"):
+    if step == "batch_budgets":
+        return config
+    if step == "compiled_layers":  # the centered recipe's passes all have a cache: none compiles
+        config["datasets"].pop("centered")
         return config
     if step == "profiles":
         config["datasets"].pop("nexttoken")
@@ -146,14 +151,22 @@ def _targets(config: dict) -> list[str]:
     return targets
 
 
-def compiled_rates(product: list[dict], compiled: list[dict]) -> list[dict[str, Any]]:
+def compiled_rates(
+    product: list[dict], compiled: list[dict], datasets: list[str]
+) -> list[dict[str, Any]]:
     """Per model rule both runs have: tokens/s after the load in the product, and in the
     compiled run with and without its passes that compiled (the jobs' `compile_layers` phase:
-    their seconds and their tokens), and the ratio of the last to the first."""
+    their seconds and their tokens), and the ratio of the last to the first. The panel jobs of
+    both runs are those of the compiled run's `datasets` (an output under `/<dataset>/`)."""
+
+    def kept(record: dict) -> bool:
+        out = record.get("out") or ""
+        return record["command"] != "score-shard" or any(f"/{d}/" in out for d in datasets)
+
     rows = []
     for command, rule in MODEL_RULES.items():
-        ours = [r for r in compiled if r["command"] == command]
-        base = [r for r in product if r["command"] == command]
+        ours = [r for r in compiled if r["command"] == command and kept(r)]
+        base = [r for r in product if r["command"] == command and kept(r)]
         if not ours or not base:
             continue
         tokens, base_tokens = (sum(r["tokens"] for r in jobs) for jobs in (ours, base))
