@@ -100,6 +100,32 @@ def test_passes_with_a_cache_and_the_kept_last_layer_stay_eager(engines, loaded)
         assert torch.allclose(ours, eager.last_hidden_states(contexts), atol=1e-5)
 
 
+def test_whole_windows_with_padding_run_every_layer_compiled(engines, loaded):
+    """Windows of mixed lengths (the perturbation pairs' and published right-end batches: right
+    padding and a mask), read at every position: every layer compiled, the eager values."""
+    eager, compiled = engines
+    layers = loaded.model.get_decoder().layers
+    seen: list[bool] = []
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda module, args: seen.append(module._compiled_call_impl is not None)
+        )
+        for layer in layers
+    ]
+    windows = [loaded.vocab.encode(random_dna(n, n)) for n in (240, 180, 120)]
+    try:
+        with torch.inference_mode():
+            ours, lengths = compiled.hidden_states(windows)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen == [True, True]
+    with torch.inference_mode():
+        theirs, _ = eager.hidden_states(windows)
+    for row, n in enumerate(lengths):  # the padding's positions are read by nobody
+        assert torch.allclose(ours[row, :n], theirs[row, :n], atol=1e-5)
+
+
 def test_a_failed_compile_falls_back_to_eager_answers(engines, monkeypatch, caplog):
     eager, _ = engines
     failing = Engine(eager.model, eager.vocab, eager.device, batch_size=3)
