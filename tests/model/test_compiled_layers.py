@@ -7,6 +7,9 @@ nothing: docs/performance.md#compiled-decoder-layers)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import polars as pl
 import pytest
@@ -28,6 +31,24 @@ REGION = ("chr17", 2_000, 4_400)  # several full tiles, then a shorter one: two 
 
 def graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
+
+
+@contextmanager
+def compiled_calls(loaded) -> Iterator[list[bool]]:
+    """Per layer call within, in order: whether the layer ran compiled (a pre-hook runs either
+    way: Dynamo traces it in)."""
+    seen: list[bool] = []
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda module, args: seen.append(module._compiled_call_impl is not None)
+        )
+        for layer in loaded.model.get_decoder().layers
+    ]
+    try:
+        yield seen
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 @pytest.fixture(scope="module")
@@ -78,21 +99,9 @@ def test_passes_with_a_cache_and_the_kept_last_layer_stay_eager(engines, loaded)
     before = graphs()
     window_groups_scores(compiled, groups, "token", "dna_block")
     assert graphs() == before
-    layers = loaded.model.get_decoder().layers
-    seen: list[bool] = []
-    hooks = [
-        layer.register_forward_pre_hook(
-            lambda module, args: seen.append(module._compiled_call_impl is not None)
-        )
-        for layer in layers
-    ]
     contexts = [loaded.vocab.encode(random_dna(300, s)) for s in (3, 4)]
-    try:
-        with torch.inference_mode():
-            ours = compiled.last_hidden_states(contexts)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with torch.inference_mode(), compiled_calls(loaded) as seen:
+        ours = compiled.last_hidden_states(contexts)
     # the demo model's 2 layers: the first compiled, the last (kept for one position) eager
     assert seen == [True, False]
     eager, _ = engines
@@ -104,21 +113,9 @@ def test_whole_windows_with_padding_run_every_layer_compiled(engines, loaded):
     """Windows of mixed lengths (the perturbation pairs' and published right-end batches: right
     padding and a mask), read at every position: every layer compiled, the eager values."""
     eager, compiled = engines
-    layers = loaded.model.get_decoder().layers
-    seen: list[bool] = []
-    hooks = [
-        layer.register_forward_pre_hook(
-            lambda module, args: seen.append(module._compiled_call_impl is not None)
-        )
-        for layer in layers
-    ]
     windows = [loaded.vocab.encode(random_dna(n, n)) for n in (240, 180, 120)]
-    try:
-        with torch.inference_mode():
-            ours, lengths = compiled.hidden_states(windows)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with torch.inference_mode(), compiled_calls(loaded) as seen:
+        ours, lengths = compiled.hidden_states(windows)
     assert seen == [True, True]
     with torch.inference_mode():
         theirs, _ = eager.hidden_states(windows)

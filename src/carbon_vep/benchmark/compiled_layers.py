@@ -29,7 +29,7 @@ from carbon_vep.benchmark.harness import PROJECT_ROOT, median_interleaved, timed
 from carbon_vep.columns import SCAN_BASES
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.model.demo import build_demo_model
+from carbon_vep.model.demo import build_carbon_like_model
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.job import load_engine
 from carbon_vep.scan.tiles import scan_tiles
@@ -52,15 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        model = build_demo_model(
-            Path(tmp) / "model",
-            hidden_size=args.hidden,
-            num_layers=args.layers,
-            num_heads=8,
-            num_kv_heads=2,  # grouped-query, as Carbon
-            intermediate_size=args.hidden * 8 // 3,
-            seed=1,
-        )
+        model = build_carbon_like_model(Path(tmp) / "model", args.layers, args.hidden)
         settings = ModelSettings(
             str(model), trust_remote_code=True, device=args.device, dtype=args.dtype
         )

@@ -42,7 +42,7 @@ from carbon_vep.config.stages import ModelSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.model import last_layer
 from carbon_vep.model.attention import register
-from carbon_vep.model.demo import build_demo_model
+from carbon_vep.model.demo import build_carbon_like_model
 from carbon_vep.model.engine import Engine, new_cache
 from carbon_vep.model.loading import load_model
 from carbon_vep.scan.tiles import scan_tiles
@@ -123,15 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        model = build_demo_model(
-            Path(tmp) / "model",
-            hidden_size=args.hidden,
-            num_layers=args.layers,
-            num_heads=8,
-            num_kv_heads=2,  # grouped-query, as Carbon
-            intermediate_size=args.hidden * 8 // 3,
-            seed=1,
-        )
+        model = build_carbon_like_model(Path(tmp) / "model", args.layers, args.hidden)
         loaded = load_model(ModelSettings(str(model), trust_remote_code=True))
     loaded.model.set_attn_implementation(register())  # the jobs' attention
     engine = Engine(loaded.model, loaded.vocab, loaded.device, CONTEXTS)

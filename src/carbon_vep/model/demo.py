@@ -74,6 +74,21 @@ def make_model(config: LlamaConfig, seed: int) -> LlamaForCausalLM:
     return model.eval()
 
 
+def build_carbon_like_model(out_dir: str | Path, layers: int, hidden: int) -> Path:
+    """A random-weight model of Carbon's layout at `layers` x `hidden` (the benchmarks' CPU
+    stand-in): 8 query heads on 2 key-value heads (grouped-query, as Carbon), an MLP of 8/3 of
+    the width."""
+    return build_demo_model(
+        out_dir,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=8,
+        num_kv_heads=2,
+        intermediate_size=hidden * 8 // 3,
+        seed=1,
+    )
+
+
 def build_demo_model(
     out_dir: str | Path,
     *,
