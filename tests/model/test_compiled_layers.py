@@ -131,7 +131,7 @@ def test_a_failed_compile_falls_back_to_eager_answers(engines, monkeypatch, capl
     def refuses(*args, **kwargs):
         raise RuntimeError("inductor refused")
 
-    failing.compiled_layers.calls = [refuses] * len(failing.compiled_layers.calls)
+    failing.compiled_layers.calls = [refuses] * len(failing.compiled_layers.layers)
     ids = np.stack([eager.vocab.encode(random_dna(120, s)) for s in (5, 6)])
     with torch.inference_mode():
         ours, _ = failing.forward(ids)
@@ -152,7 +152,7 @@ def test_out_of_memory_reaches_the_batcher(engines):
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    engine.compiled_layers.calls = [out_of_memory] * len(engine.compiled_layers.calls)
+    engine.compiled_layers.calls = [out_of_memory] * len(engine.compiled_layers.layers)
     ids = np.stack([eager.vocab.encode(random_dna(120, 7))])
     with pytest.raises(torch.OutOfMemoryError), torch.inference_mode():
         engine.forward(ids)

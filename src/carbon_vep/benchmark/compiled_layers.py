@@ -54,11 +54,14 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model = build_carbon_like_model(Path(tmp) / "model", args.layers, args.hidden)
         settings = ModelSettings(
-            str(model), trust_remote_code=True, device=args.device, dtype=args.dtype
+            str(model),
+            trust_remote_code=True,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.tiles,
         )
         eager = load_engine(settings, None)  # the jobs' attention, probe and all
     compiled = Engine(eager.model, eager.vocab, eager.device, batch_size=args.tiles)
-    eager.batch_size = args.tiles
     compiled.compile_layers()
     reference = open_reference(FASTA)
     context_bp = args.tile_bp // 2

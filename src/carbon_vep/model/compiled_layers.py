@@ -22,9 +22,9 @@ positions only (model.last_layer) runs eagerly too: it builds a bias object Dyna
 and it is one layer of thirty.
 
 If a compile fails, the pass runs again eagerly and so does the rest of the job: the same
-answers, and the log says why. The seconds of setting up (Dynamo's import) and of the passes
-that compiled, and those passes' tokens, go to the job record's phase `compile_layers`, so a
-rate can be read with and without them.
+answers, and the log says why. The seconds of the passes that compiled (the first one also
+imports Dynamo) and their tokens go to the job record's phase `compile_layers`, so a rate can be
+read with and without them.
 """
 
 from __future__ import annotations
@@ -48,13 +48,12 @@ class CompiledLayers:
     a pass by `run`."""
 
     def __init__(self, body: Any) -> None:
-        began = time.perf_counter()
         self.layers = list(body.layers)
-        # torch.compile is lazy: nothing compiles before the first pass that runs it, but its
-        # first call imports Dynamo (~1.8 s on a CPU), part of the compile's cost
-        self.calls = [torch.compile(layer._call_impl, dynamic=True) for layer in self.layers]
+        # made by the first pass that runs them: torch.compile's first call imports Dynamo
+        # (~1.8 s on a CPU), part of that pass's compile, and a job with no pass without a cache
+        # (Genomic-NIAH) pays nothing
+        self.calls: list[Callable] | None = None
         self.failed: str | None = None
-        job_record.add_phase(COMPILE_PHASE, time.perf_counter() - began)
 
     def run(self, forward: Callable[[], Any], eager_last: bool) -> Any:
         """`forward()` with the layers compiled (the last one eager when `eager_last`); after a
@@ -62,8 +61,10 @@ class CompiledLayers:
         error is the caller's (it halves its batch)."""
         if self.failed is not None:
             return forward()
-        graphs, tokens = _compiled_graphs(), job_record.tokens_counted()
         began = time.perf_counter()
+        if self.calls is None:  # lazy: nothing compiles before the first pass that runs it
+            self.calls = [torch.compile(layer._call_impl, dynamic=True) for layer in self.layers]
+        graphs, tokens = _compiled_graphs(), job_record.tokens_counted()
         try:
             with self._installed(eager_last):
                 out = forward()
@@ -76,8 +77,7 @@ class CompiledLayers:
             )
             return forward()
         if _compiled_graphs() > graphs:
-            if out is not None and hasattr(out, "last_hidden_state"):
-                _wait(out.last_hidden_state)
+            _wait(out[0])
             seconds = time.perf_counter() - began
             job_record.add_phase(COMPILE_PHASE, seconds, job_record.tokens_counted() - tokens)
         return out
@@ -87,7 +87,7 @@ class CompiledLayers:
         """nn.Module.__call__ runs `_compiled_call_impl` where one is set (what nn.Module.compile
         sets); set for this pass only, so every other pass of the job is eager."""
         chosen = self.layers[:-1] if eager_last else self.layers
-        for layer, call in zip(chosen, self.calls, strict=False):
+        for layer, call in zip(chosen, self.calls or [], strict=False):
             layer._compiled_call_impl = call
         try:
             yield

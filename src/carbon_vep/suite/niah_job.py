@@ -59,9 +59,7 @@ def _on_transformers(job: CellJob, cell, model: ModelSettings, settings: NiahSet
         cell = read_cell(job.path, loaded.vocab.k, job.cell_task)[job.rows]
     limit = _positions(loaded.model.config)
     past = check_positions(cell, loaded.vocab.k, limit, settings, job.path)
-    # every pass of a prompt has a cache (model.compiled_layers compiles none): no set-up
-    engine = engine_for(loaded, dataclasses.replace(model, compile_layers=False))
-    scorer = NiahScorer(engine, loaded.tokenizer, settings.prefill_chunk)
+    scorer = NiahScorer(engine_for(loaded, model), loaded.tokenizer, settings.prefill_chunk)
     times.ready()
     rows = score_rows(cell, scorer, model.batch_size, model.batch_tokens)
     parameters = {

@@ -353,11 +353,11 @@ def rules_markdown(rules: list[dict[str, Any]], outputs: dict[str, Any] | None =
             f"{r['wall_s']:.1f}",
             f"{r['load_s']:.1f}",
             f"{r['tokens']:,}",
-            _figure(r["tokens_per_s"], ",.0f"),
-            _figure(r.get("body_tflops"), ".3g"),
-            _figure(r.get("fraction_of_peak"), ".1%"),
-            _figure(r["gpu_peak_reserved_gb"], ".1f"),
-            _figure(r["host_peak_gb"], ".1f"),
+            figure(r["tokens_per_s"], ",.0f"),
+            figure(r.get("body_tflops"), ".3g"),
+            figure(r.get("fraction_of_peak"), ".1%"),
+            figure(r["gpu_peak_reserved_gb"], ".1f"),
+            figure(r["host_peak_gb"], ".1f"),
         ]
         + ([_outputs_note(outputs.get(r["rule"]))] if outputs else [])
         for r in rules
@@ -365,7 +365,8 @@ def rules_markdown(rules: list[dict[str, Any]], outputs: dict[str, Any] | None =
     return markdown_table(header, rows)
 
 
-def _figure(value: float | None, spec: str) -> str:
+def figure(value: float | None, spec: str) -> str:
+    """A table cell: `value` formatted by `spec`, or a dash where there is none."""
     return "—" if value is None else format(value, spec)
 
 

@@ -35,6 +35,7 @@ import yaml
 
 from carbon_vep.benchmark.gpu.product import (
     MODEL_RULES,
+    figure,
     job_records,
     rule_table,
     rules_markdown,
@@ -276,10 +277,10 @@ def markdown_part(result: dict[str, Any]) -> str:
             [
                 r["rule"],
                 f"{r['compile_s']:.1f} ({r['compile_tokens']:,})",
-                _figure(r.get("product_tokens_per_s")),
-                _figure(r.get("tokens_per_s_without_compile")),
+                figure(r.get("product_tokens_per_s"), ",.0f"),
+                figure(r.get("tokens_per_s_without_compile"), ",.0f"),
                 f"{r['ratio_without_compile']:.2f}x" if "ratio_without_compile" in r else "—",
-                _figure(r.get("tokens_per_s")),
+                figure(r.get("tokens_per_s"), ",.0f"),
             ]
             for r in result["rates"]
         ]
@@ -293,7 +294,3 @@ def markdown_part(result: dict[str, Any]) -> str:
     if done.get("tail"):
         parts.append("Snakemake's tail:\n\n```\n" + done["tail"] + "\n```")
     return "\n\n".join(parts)
-
-
-def _figure(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.0f}"
