@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from transformers import StaticCache
 
+from carbon_vep.model.timing import drained
+
 Choose = Callable[[torch.Tensor], torch.Tensor]  # float32 scores [rows, vocab] -> ids [rows]
 WARM_STEPS = 2  # eager steps on a side stream before a capture (CUDA's rule; kernels chosen)
 KEPT_BATCH_SIZES = 2  # steppers kept at once (a job's full batches and a remainder)
@@ -167,10 +169,10 @@ class CapturedDecoder:
         steps = self.new_tokens - 1  # the last new token is never fed back
         if self.accelerate and stepper.graph is None and steps > 0:
             steps -= self._capture(stepper, ids, min(WARM_STEPS, steps))
-        self._sync(ids.device)
+        drained(ids.device)
         began = time.perf_counter()
         stepper.run(steps)
-        self._sync(ids.device)
+        drained(ids.device)
         if self.clock is not None and steps > 0:
             self.clock.span(ids.shape[0], steps, time.perf_counter() - began)
         return stepper.out.clone()
@@ -207,8 +209,3 @@ class CapturedDecoder:
         )
         self._steppers[rows] = stepper
         return stepper
-
-    @staticmethod
-    def _sync(device: torch.device) -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)

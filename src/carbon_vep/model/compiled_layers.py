@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from carbon_vep.model import job_record
+from carbon_vep.model.timing import drained
 
 log = logging.getLogger("carbon_vep")
 COMPILE_PHASE = "compile_layers"  # the job record's phase of the passes that compiled
@@ -77,7 +78,7 @@ class CompiledLayers:
             )
             return forward()
         if _compiled_graphs() > graphs:
-            _wait(out[0])
+            drained(out[0].device)  # the compile's pass timed to its end, not its launch
             seconds = time.perf_counter() - began
             job_record.add_phase(COMPILE_PHASE, seconds, job_record.tokens_counted() - tokens)
         return out
@@ -101,9 +102,3 @@ def _compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
-
-
-def _wait(tensor: torch.Tensor) -> None:
-    """The device done with `tensor` (a compile's pass timed to its end, not its launch)."""
-    if tensor.device.type == "cuda":
-        torch.cuda.synchronize(tensor.device)

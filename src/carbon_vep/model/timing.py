@@ -4,6 +4,7 @@ On a GPU, kernels run after the host has queued them, so a host clock read betwe
 measures the launching, not the work. `DeviceClock.mark()` records a CUDA event in the stream
 (no host synchronisation) on a GPU and reads the host clock on a CPU (where work is done when
 the call returns); `seconds(a, b)` is the time between two marks once `wait(b)` has returned.
+Where a host clock must time the work itself, `drained` waits for the device first.
 """
 
 from __future__ import annotations
@@ -34,3 +35,10 @@ class DeviceClock:
         if self.cuda:
             return start.elapsed_time(end) / 1000.0
         return end - start
+
+
+def drained(device: torch.device) -> None:
+    """Wait for the device's queued work (nothing to wait for off CUDA): a host clock read after
+    it times the work, not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
