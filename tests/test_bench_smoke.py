@@ -78,8 +78,10 @@ def test_bench_last_layer_times_each_path_both_ways():
 
 
 def test_bench_compiled_layers_times_both_ways_with_the_same_answers():
-    """The scan's tiles and the right-end contexts, eager and compiled, in one process: the
-    compiled engine's first call timed alone, both ways measured, the same answers."""
+    """The scan's tiles, the right-end contexts, the centered recipe's window groups and a
+    chunked prefill, eager and compiled, in one process: the compiled engine's first call timed
+    alone, both ways measured, the same answers (the groups' summed log-likelihoods, ~-140
+    here, to float32 rounding)."""
     from carbon_vep.benchmark import compiled_layers
 
     result = compiled_layers.main(
@@ -87,7 +89,7 @@ def test_bench_compiled_layers_times_both_ways_with_the_same_answers():
     )
     assert result["tokens_a_pass"] == 101 and result["passes"] == 3
     assert result["scan"]["compile_s"] > 0  # the right-end contexts may reuse its graph
-    for name in ("scan", "right_end"):
+    for name in ("scan", "right_end", "centered", "prefill"):
         r = result[name]
         assert r["median_ms"]["eager"] > 0 and r["median_ms"]["compiled"] > 0
-        assert r["max_abs_difference"] <= 1e-5
+        assert r["max_abs_difference"] <= (1e-4 if name == "centered" else 1e-5), name

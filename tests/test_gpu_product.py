@@ -73,7 +73,8 @@ def test_the_official_niah_cells_run_shortest_context_first(tmp_path):
 def test_compiled_rates_leave_out_the_passes_that_compiled():
     """The compiled_layers rerun's rate without the compile: its jobs' tokens and seconds less
     those of the passes that compiled (their `compile_layers` phase), against the product's
-    rate after the load of the same datasets' jobs; a rule only one run has is left out."""
+    rate after the load of the same part of the work (a rule; a panel job's dataset; a
+    Genomic-NIAH job's cell); a part only one run has is left out."""
     from carbon_vep.benchmark.gpu.reruns import compiled_rates
 
     def record(command, tokens, after, compile_s=0.0, compile_tokens=0, out="/r/scan/x"):
@@ -88,20 +89,38 @@ def test_compiled_rates_leave_out_the_passes_that_compiled():
             "phase_tokens": counted,
         }
 
+    cell = "/r/suite/niah/native/niah_neardup_d2_32k/m/parts/rows_00000.parquet"
     product_jobs = [
         record("scan-chunk", 1000, 10.0),
         record("score-shard", 500, 5.0, out="/r/nexttoken/m/shard_scores/shard_00000.parquet"),
         record("score-shard", 900, 1.0, out="/r/centered/m/shard_scores/shard_00000.parquet"),
+        record("score-shard", 900, 2.0, out="/r/centered/m/shard_scores/shard_00001.parquet"),
+        record("score-niah", 4000, 2.0, out=cell),
+        record("score-niah", 9000, 9.0, out=cell.replace("native", "yarn").replace("32", "64")),
     ]
     compiled = [
         record("scan-chunk", 1000, 38.0, compile_s=30.0, compile_tokens=200),
         record("score-shard", 500, 6.0, 2.0, 300, "/s/nexttoken/m/shard_scores/all.parquet"),
+        record("score-shard", 1800, 7.0, 5.0, 900, "/s/centered/m/shard_scores/all.parquet"),
+        record("score-niah", 4000, 3.0, 1.0, 2000, cell.replace("/r/", "/s/")),
+        record("score-shard", 50, 1.0, out="/s/other/m/shard_scores/all.parquet"),  # not asked
     ]
-    shard, scan = compiled_rates(product_jobs, compiled, ["nexttoken"])  # MODEL_RULES order
-    assert scan["rule"] == "scan_chunk" and scan["compile_s"] == 30.0
+    rows = compiled_rates(product_jobs, compiled, ["nexttoken", "centered"])
+    shard, centered, scan, niah = rows  # MODEL_RULES order, then the order jobs come in
+    assert [r["rule"] for r in rows] == [
+        "score_shard nexttoken",
+        "score_shard centered",
+        "scan_chunk",
+        "score_niah native/niah_neardup_d2_32k",
+    ]
+    assert scan["compile_s"] == 30.0
     assert scan["product_tokens_per_s"] == 100.0 and scan["tokens_per_s"] == round(1000 / 38, 1)
     assert scan["tokens_per_s_without_compile"] == 100.0  # 800 tokens in 8 s
     assert scan["ratio_without_compile"] == 1.0
-    # the product's centered job is not the rerun's: left out of its rate
     assert shard["product_tokens_per_s"] == 100.0 and shard["tokens_per_s_without_compile"] == 50.0
     assert shard["ratio_without_compile"] == 0.5
+    # both product shards of the centered recipe against the rerun's one: 1800 in 3 s, 900 in 2
+    assert centered["product_tokens_per_s"] == 600.0
+    assert centered["tokens_per_s_without_compile"] == 450.0
+    # the native cell's job only, not the YaRN entry's 64k one
+    assert niah["product_tokens_per_s"] == 2000.0 and niah["tokens_per_s_without_compile"] == 1000.0

@@ -1,9 +1,13 @@
-"""Benchmark: the cache-free passes with the decoder layers compiled (`compile_layers`,
-model.compiled_layers) against eager, in one process.
+"""Benchmark: the product's passes with the decoder layers' steps around attention compiled
+(`compile_layers`, model.compiled_layers) against eager, in one process.
 
 Two engines on one model, one eager and one after `Engine.compile_layers()`, run the product's
-own functions on the same inputs: `scan_tiles` on tiles of one length (as a scan chunk runs them)
-and `Engine.last_hidden_states` on contexts of one length (the right-end recipe). The compiled
+own functions on the same inputs: `scan_tiles` on tiles of one length (as a scan chunk runs
+them), `Engine.last_hidden_states` on contexts of one length (the right-end recipe),
+`window_groups_scores` on window groups of a reference and three alternates at its centre (the
+centered recipe: prefixes, then suffixes off their cache, full-vocabulary normaliser), and a
+prompt of all the contexts' tokens prefilled in chunks of one context off a growing cache, read
+at its last token (Genomic-NIAH's prefill, suite.niah). The compiled
 engine's first call compiles (timed alone, as `compile_s`); then both ways alternate, each
 first in turn (harness.median_interleaved), and the medians, their ratio and the largest
 difference between the two ways' answers are printed. The element-wise kernels compiling fuses
@@ -30,14 +34,21 @@ from carbon_vep.columns import SCAN_BASES
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.model.demo import build_carbon_like_model
-from carbon_vep.model.engine import Engine
+from carbon_vep.model.engine import Engine, new_cache
 from carbon_vep.model.job import load_engine
+from carbon_vep.model.window_groups import window_groups_scores
 from carbon_vep.scan.tiles import scan_tiles
 from carbon_vep.scan.tiling import tile_region
 
 FASTA = PROJECT_ROOT / "resources/demo/chr17.hg19.part.fa"
 CHROM = "chr17"
 SCAN_VALUES = [f"{kind}_{b}" for kind in ("fns", "cond") for b in SCAN_BASES]
+WHAT = {
+    "scan": " a pass",
+    "right_end": " a pass",
+    "centered": ", groups of 4 alleles",
+    "prefill": " in one prompt, a chunk each",
+}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -88,6 +99,29 @@ def main(argv: list[str] | None = None) -> dict:
     def right_end(engine: Engine):
         return lambda: engine.last_hidden_states(contexts).float().cpu()
 
+    windows = [reference.fetch(CHROM, t.start, t.start + args.tile_bp) for t in tiles]
+    groups = [(ref, _alternates(ref)) for ref in windows]
+
+    def centered(engine: Engine):
+        def run() -> torch.Tensor:
+            scores = window_groups_scores(engine, groups, "token", "full_vocab")
+            totals = [s.total for ref, alts in scores for s in (ref, *alts)]
+            return torch.tensor(totals, dtype=torch.float64)
+
+        return run
+
+    prompt = np.concatenate(contexts)[None]
+
+    def prefill(engine: Engine):
+        def run() -> torch.Tensor:
+            cache = new_cache(engine.model)
+            for lo in range(0, prompt.shape[1] - tokens, tokens):
+                engine.forward(prompt[:, lo : lo + tokens], cache=cache, keep_last=0)
+            last, _ = engine.forward(prompt[:, -tokens:], cache=cache, keep_last=1)
+            return last.float().cpu()
+
+        return run
+
     result: dict = {
         "layers": args.layers,
         "hidden": args.hidden,
@@ -97,7 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
         "passes": args.tiles,
         "threads": torch.get_num_threads(),
     }
-    for name, path in (("scan", scan), ("right_end", right_end)):
+    paths = {"scan": scan, "right_end": right_end, "centered": centered, "prefill": prefill}
+    for name, path in paths.items():
         with torch.inference_mode():
             compile_s, ours = timed(path(compiled), eager.device)
             theirs = path(eager)()
@@ -112,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
         }
         r = result[name]
         print(
-            f"{name} ({args.tiles} x {tokens:,} tokens, {args.layers} layers of {args.hidden}, "
+            f"{name} ({args.tiles} x {tokens:,} tokens{WHAT[name]}, {args.layers} layers of "
+            f"{args.hidden}, "
             f"{args.dtype} on {args.device}): eager {r['median_ms']['eager']} ms, compiled "
             f"{r['median_ms']['compiled']} ms (medians of {args.reps}): "
             f"{r['eager_over_compiled']}x, after a first call of {compile_s:.1f} s that "
@@ -121,6 +157,12 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         write_json(args.json, result)
     return result
+
+
+def _alternates(window: str) -> list[str]:
+    """The three single-base alternates of a window at its centre."""
+    mid = len(window) // 2
+    return [window[:mid] + b + window[mid + 1 :] for b in "ACGT" if b != window[mid].upper()]
 
 
 if __name__ == "__main__":

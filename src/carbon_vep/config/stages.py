@@ -111,10 +111,11 @@ class ModelSettings:
     compile_layers: bool = setting(
         False,
         scope="run",
-        help="compile the decoder layers (torch.compile; one graph for all) in passes without a "
-        "cache (scan tiles, right-end contexts, whole windows), fusing their element-wise "
-        "kernels; passes with a cache stay eager. Answers equal to float rounding; not yet "
-        "measured on a GPU, hence off (docs/performance.md#compiled-decoder-layers)",
+        help="compile the decoder layers' steps around attention (torch.compile; one graph each "
+        "for all layers) in every pass (window groups, prefills, scan tiles, right-end contexts, "
+        "whole windows), fusing their element-wise kernels; attention and the cache stay eager. "
+        "Answers equal to float rounding; not yet measured on a GPU, hence off "
+        "(docs/performance.md#compiled-decoder-layers)",
     )
     build_demo: bool = setting(
         False, cli=False, help="build the tiny Carbon-shaped demo model at `path` (no download)"

@@ -153,8 +153,8 @@ class Engine:
         states and the cache. `keep_last` n: only the last n positions' hidden states are
         wanted ([B, n, H]; the last layer runs for them alone where it can,
         model.last_layer), so they must be the positions read in every row (no right
-        padding before them). Once `compile_layers` is called, a pass without a cache runs
-        the decoder layers compiled (model.compiled_layers)."""
+        padding before them). Once `compile_layers` is called, a pass runs the decoder layers'
+        steps around attention compiled (model.compiled_layers)."""
         with reading_last(self.body, keep_last) as pruned:
 
             def body() -> Any:
@@ -166,14 +166,14 @@ class Engine:
                     use_cache=cache is not None,
                 )
 
-            if self.compiled_layers is not None and cache is None:
+            if self.compiled_layers is not None:
                 out = self.compiled_layers.run(body, eager_last=pruned)
             else:
                 out = body()
         return kept(out[0], keep_last), out.cache
 
     def compile_layers(self) -> None:
-        """From now on, passes without a cache run the decoder layers compiled
+        """From now on, passes run the decoder layers' steps around attention compiled
         (model.compiled_layers; ModelSettings.compile_layers)."""
         from carbon_vep.model.compiled_layers import CompiledLayers
 

@@ -33,6 +33,7 @@ import torch
 from torch.nn.attention.bias import CausalBias, causal_lower_right
 
 from carbon_vep.model.attention import LOWER_RIGHT_SDPA
+from carbon_vep.model.llama_layer import attend, heads, is_llama_layer, output_and_mlp
 
 ATTENTIONS = ("sdpa", LOWER_RIGHT_SDPA)  # what the kept positions' masks are built for
 
@@ -47,10 +48,8 @@ def prunable(body: Any) -> bool:
     if not hasattr(body, "layers"):  # not a transformers decoder stack (remote code, a double)
         return False
     layer = last_layer(body)
-    return (
-        type(layer).__name__ == "LlamaDecoderLayer"
-        and type(getattr(layer, "self_attn", None)).__name__ == "LlamaAttention"
-        and getattr(body.config, "_attn_implementation", None) in ATTENTIONS
+    return is_llama_layer(layer) and (
+        getattr(body.config, "_attn_implementation", None) in ATTENTIONS
     )
 
 
@@ -110,23 +109,20 @@ def _kept_forward(
     attention = layer.self_attn
     normed = layer.input_layernorm(hidden_states)
     cos, sin = position_embeddings
-    keys = _heads(attention.k_proj(normed), attention.head_dim)
-    values = _heads(attention.v_proj(normed), attention.head_dim)
+    keys = heads(attention.k_proj(normed), attention.head_dim)
+    values = heads(attention.v_proj(normed), attention.head_dim)
     keys = apply_rotary_pos_emb(keys, keys, cos, sin)[1]
     if cache is not None:
         keys, values = cache.update(keys, values, attention.layer_idx, kwargs=kwargs)
     residual = hidden_states[:, length - n :]
     if n == 0:
         return residual
-    queries = _heads(attention.q_proj(normed[:, length - n :]), attention.head_dim)
+    queries = heads(attention.q_proj(normed[:, length - n :]), attention.head_dim)
     queries = apply_rotary_pos_emb(queries, queries, cos[:, -n:], sin[:, -n:])[0]
     implementation = attention.config._attn_implementation
     mask = kept_mask(attention_mask, n, keys.shape[2], implementation, keys.device)
-    out, _ = _attention_function(implementation)(
-        attention, queries, keys, values, mask, dropout=0.0, scaling=attention.scaling, **kwargs
-    )
-    hidden = residual + attention.o_proj(out.reshape(*residual.shape[:-1], -1).contiguous())
-    return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    out = attend(layer, queries, keys, values, mask, None, kwargs)  # the cache updated above
+    return output_and_mlp(layer, out, residual)
 
 
 def kept_mask(mask: Any, n: int, keys: int, implementation: str, device: Any = None) -> Any:
@@ -143,14 +139,3 @@ def kept_mask(mask: Any, n: int, keys: int, implementation: str, device: Any = N
         return causal_lower_right(n, keys)
     # transformers' sdpa takes no bias object; its boolean mask (True: attend) instead
     return torch.ones(n, keys, dtype=torch.bool, device=device).tril(keys - n)[None, None]
-
-
-def _heads(projected: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """[B, L, heads x d] -> [B, heads, L, d], as LlamaAttention shapes its projections."""
-    return projected.view(*projected.shape[:-1], -1, head_dim).transpose(1, 2)
-
-
-def _attention_function(implementation: str) -> Any:
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ALL_ATTENTION_FUNCTIONS[implementation]

@@ -9,11 +9,10 @@ each job through `carbon-vep` as before, read from the jobs' records and the mer
   of the profile's 131,072: windows batch, and scan tiles group, differently; the largest
   difference that makes to an answer in bf16 (batching may round differently, never move a
   result).
-- `compiled_layers`: the right-end recipe and the scan with the decoder layers compiled
-  (ModelSettings.compile_layers, a `--config` override; the centered recipe's passes all have a
-  cache, so none would compile): per rule, the rate after the load without the jobs' compile
-  phase against the product's, and the largest difference the compiled kernels make to an
-  answer in bf16.
+- `compiled_layers`: the recipes, the scan and Genomic-NIAH at the native context with the
+  decoder layers' steps around attention compiled (ModelSettings.compile_layers, a `--config`
+  override): per rule, the rate after the load without the jobs' compile phase against the
+  product's, and the largest difference the compiled kernels make to an answer in bf16.
 - `profiles`: the centered recipe and the scan under torch's profiler (model.job_record's
   PROFILE_ENV), the ten costliest operators of each job, the device's timeline and the whole
   trace (model.job_profile).
@@ -26,6 +25,7 @@ of another shard size.
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from carbon_vep.benchmark.gpu.product import (
 )
 from carbon_vep.benchmark.gpu.product_setup import DRAFT, TARGET, ProductSizes
 from carbon_vep.benchmark.harness import VARIANT_COLUMNS
+from carbon_vep.config.stages import niah_config_name
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.compiled_layers import COMPILE_PHASE
 from carbon_vep.model.job_record import PROFILE_ENV, RECORDS_ENV
@@ -51,13 +52,15 @@ from carbon_vep.workflow.paths import RunPaths
 RERUNS = {
     "precision": "the product's jobs again in float32: how far bf16 moves each answer",
     "batch_budgets": "the product's recipes and scan at another token budget: bf16 differences",
-    "compiled_layers": "the product's right-end recipe and scan with the decoder layers compiled: "
-    "rates without the compile against the product's, bf16 differences",
+    "compiled_layers": "the product's recipes, scan and native Genomic-NIAH with the decoder "
+    "layers compiled: rates without the compile against the product's (a recipe and a cell "
+    "each), bf16 differences",
     "profiles": "torch-profiler tables of the product's centered and scan jobs",
     "carbon_500m": "the product's recipes and scan with Carbon-500M's shape",
 }
 SCORE_COLUMNS = ("score", "ref_ll", "alt_ll")
 PAIR_COLUMNS = ("margin", "score_original", "score_perturbed")
+NIAH_COLUMNS = ("ll_margin", "target_ll", "negative_ll")
 
 
 def rerun(
@@ -115,7 +118,8 @@ def _changed(step: str, base: dict, folder: Path) -> dict:
     config["outdir"] = str(folder / "results")
     config["shard_size"] = 10**6  # one shard a dataset
     for section in ("niah", "tasks") if step != "precision" else ("niah",):
-        config.pop(section, None)
+        if not (step == "compiled_layers" and section == "niah"):
+            config.pop(section, None)
     if step == "precision":
         for model in config["models"].values():
             model["dtype"] = "float32"
@@ -123,8 +127,8 @@ def _changed(step: str, base: dict, folder: Path) -> dict:
         return config
     if step == "batch_budgets":
         return config
-    if step == "compiled_layers":  # the centered recipe's passes all have a cache: none compiles
-        config["datasets"].pop("centered")
+    if step == "compiled_layers":  # the prefill of the native context (§4's 3x at 32k)
+        config["niah"].pop("yarn", None)
         return config
     if step == "profiles":
         config["datasets"].pop("nexttoken")
@@ -149,32 +153,30 @@ def _targets(config: dict) -> list[str]:
         for model in entry["models"]:
             scan_dir = paths.scan_dir.format(scan=scan, model=model)
             targets += [f"{scan_dir}/positions/{r.split(':')[0]}.parquet" for r in entry["regions"]]
+    for niah, entry in config.get("niah", {}).items():
+        for task, context, model in itertools.product(
+            entry["tasks"], entry["contexts"], entry["models"]
+        ):
+            cell = niah_config_name(task, context)
+            targets.append(paths.niah_predictions.format(niah=niah, cell=cell, model=model))
     return targets
 
 
 def compiled_rates(
     product: list[dict], compiled: list[dict], datasets: list[str]
 ) -> list[dict[str, Any]]:
-    """Per model rule both runs have: tokens/s after the load in the product, and in the
-    compiled run with and without its passes that compiled (the jobs' `compile_layers` phase:
-    their seconds and their tokens), and the ratio of the last to the first. The panel jobs of
-    both runs are those of the compiled run's `datasets` (an output under `/<dataset>/`)."""
-
-    def kept(record: dict) -> bool:
-        out = record.get("out") or ""
-        return record["command"] != "score-shard" or any(f"/{d}/" in out for d in datasets)
-
+    """Per part of the work both runs did (a rule; score_shard per dataset of `datasets`,
+    score_niah per cell): tokens/s after the load in the product, and in the compiled run with
+    and without its passes that compiled (the jobs' `compile_layers` phase: their seconds and
+    their tokens), and the ratio of the last to the first."""
+    ours, base = (_by_part(jobs, datasets) for jobs in (compiled, product))
     rows = []
-    for command, rule in MODEL_RULES.items():
-        ours = [r for r in compiled if r["command"] == command and kept(r)]
-        base = [r for r in product if r["command"] == command and kept(r)]
-        if not ours or not base:
-            continue
-        tokens, base_tokens = (sum(r["tokens"] for r in jobs) for jobs in (ours, base))
-        after, base_after = (sum(r["after_load_s"] for r in jobs) for jobs in (ours, base))
-        compile_s = sum(r.get("phases", {}).get(COMPILE_PHASE, 0.0) for r in ours)
-        compile_tokens = sum(r.get("phase_tokens", {}).get(COMPILE_PHASE, 0) for r in ours)
-        row = {"rule": rule, "compile_s": round(compile_s, 2), "compile_tokens": compile_tokens}
+    for part in (p for p in ours if p in base):
+        tokens, base_tokens = (sum(r["tokens"] for r in jobs[part]) for jobs in (ours, base))
+        after, base_after = (sum(r["after_load_s"] for r in jobs[part]) for jobs in (ours, base))
+        compile_s = sum(r.get("phases", {}).get(COMPILE_PHASE, 0.0) for r in ours[part])
+        compile_tokens = sum(r.get("phase_tokens", {}).get(COMPILE_PHASE, 0) for r in ours[part])
+        row = {"rule": part, "compile_s": round(compile_s, 2), "compile_tokens": compile_tokens}
         if base_after > 0 and after > compile_s and tokens > compile_tokens:
             row["product_tokens_per_s"] = round(base_tokens / base_after, 1)
             row["tokens_per_s"] = round(tokens / after, 1)
@@ -186,6 +188,28 @@ def compiled_rates(
             )
         rows.append(row)
     return rows
+
+
+def _by_part(jobs: list[dict], datasets: list[str]) -> dict[str, list[dict]]:
+    """Model jobs by the part of the work they did, in MODEL_RULES' order: the rule, a panel
+    job's dataset (its output under `/<dataset>/`; those of other datasets left out) and a
+    Genomic-NIAH job's entry and cell (`suite/niah/<entry>/<cell>/`)."""
+    parts: dict[str, list[dict]] = {}
+    for command, rule in MODEL_RULES.items():
+        for record in (r for r in jobs if r["command"] == command):
+            out = Path(record.get("out") or "")
+            if command == "score-shard":
+                dataset = next((d for d in datasets if d in out.parts), None)
+                if dataset is None:
+                    continue
+                rule_part = f"{rule} {dataset}"
+            elif command == "score-niah" and "niah" in out.parts:
+                at = out.parts.index("niah")
+                rule_part = f"{rule} {'/'.join(out.parts[at + 1 : at + 3])}"
+            else:
+                rule_part = rule
+            parts.setdefault(rule_part, []).append(record)
+    return parts
 
 
 # ---- answers against the product's ----------------------------------------------------------
@@ -207,6 +231,12 @@ def differences(product_out: Path, rerun_out: Path) -> list[dict[str, Any]]:
             frames = [pl.read_parquet(p) for p in (a, b)]
             marginals = tuple(c for c in frames[0].columns if c.startswith("log_"))
             rows.append(_compare(f"scan {a.stem}", *frames, ["chrom", "pos"], marginals))
+    niah = Path(first.outdir) / "suite/niah"
+    for a in sorted(niah.glob(f"*/*/{TARGET}/predictions.parquet")):
+        b = Path(second.outdir) / "suite/niah" / a.relative_to(niah)
+        if b.exists():
+            cell = str(a.relative_to(niah).parent.parent)
+            rows.append(_compare(f"niah {cell}", *map(_scored, (a, b)), ["uid"], NIAH_COLUMNS))
     return rows
 
 
