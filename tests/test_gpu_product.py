@@ -74,7 +74,7 @@ def test_compiled_rates_leave_out_the_passes_that_compiled():
     """The compiled_layers rerun's rate without the compile: its jobs' tokens and seconds less
     those of the passes that compiled (their `compile_layers` phase), against the product's
     rate after the load of the same part of the work (a rule; a panel job's dataset; a
-    Genomic-NIAH job's cell); a part only one run has is left out."""
+    Genomic-NIAH job's cell); a part only one run has, and a job that failed, are left out."""
     from carbon_vep.benchmark.gpu.reruns import compiled_rates
 
     def record(command, tokens, after, compile_s=0.0, compile_tokens=0, out="/r/scan/x"):
@@ -104,6 +104,7 @@ def test_compiled_rates_leave_out_the_passes_that_compiled():
         record("score-shard", 1800, 7.0, 5.0, 900, "/s/centered/m/shard_scores/all.parquet"),
         record("score-niah", 4000, 3.0, 1.0, 2000, cell.replace("/r/", "/s/")),
         record("score-shard", 50, 1.0, out="/s/other/m/shard_scores/all.parquet"),  # not asked
+        record("scan-chunk", 7, 90.0) | {"succeeded": False},  # a job that failed
     ]
     rows = compiled_rates(product_jobs, compiled, ["nexttoken", "centered"])
     shard, centered, scan, niah = rows  # MODEL_RULES order, then the order jobs come in

@@ -97,7 +97,9 @@ def rerun(
         "rules": rule_table(records, shape, peak),
     }
     result["failed"] = done["returncode"] != 0 or any(r["failed"] for r in result["rules"])
-    if result["failed"]:
+    # a compiled run stopped by its limit (four jobs, each its own compile) still tells, from
+    # the jobs that finished, what compiling buys
+    if result["failed"] and step != "compiled_layers":
         return result
     if step in ("precision", "batch_budgets", "compiled_layers"):
         result["differences"] = differences(Path(base["outdir"]), Path(config["outdir"]))
@@ -168,8 +170,9 @@ def compiled_rates(
     """Per part of the work both runs did (a rule; score_shard per dataset of `datasets`,
     score_niah per cell): tokens/s after the load in the product, and in the compiled run with
     and without its passes that compiled (the jobs' `compile_layers` phase: their seconds and
-    their tokens), and the ratio of the last to the first."""
-    ours, base = (_by_part(jobs, datasets) for jobs in (compiled, product))
+    their tokens), and the ratio of the last to the first; jobs that failed left out."""
+    succeeded = ([r for r in jobs if r.get("succeeded", True)] for jobs in (compiled, product))
+    ours, base = (_by_part(jobs, datasets) for jobs in succeeded)
     rows = []
     for part in (p for p in ours if p in base):
         tokens, base_tokens = (sum(r["tokens"] for r in jobs[part]) for jobs in (ours, base))
