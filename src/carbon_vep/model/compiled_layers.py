@@ -124,15 +124,14 @@ def _stepwise_forward(
     layer: Any,
     hidden_states: torch.Tensor,
     attention_mask: Any = None,
-    position_ids: Any = None,
     cache: Any = None,
-    use_cache: bool | None = False,
-    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+    position_embeddings: Any = None,
     **kwargs: Any,
 ) -> torch.Tensor:
     """`LlamaDecoderLayer.forward` as its steps (model.llama_layer), the two around attention
-    through `compiled.step`."""
-    cos, sin = position_embeddings  # type: ignore[misc]
+    through `compiled.step`; the other arguments (position ids, use_cache, ...) go on to the
+    attention function, as the layer passes them."""
+    cos, sin = position_embeddings
     queries, keys, values = compiled.step(0, layer, hidden_states, cos, sin)
     attended = attend(layer, queries, keys, values, attention_mask, cache, kwargs)
     return compiled.step(1, layer, attended, hidden_states)

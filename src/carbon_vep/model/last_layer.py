@@ -84,23 +84,21 @@ def _kept_forward(
     n: int,
     hidden_states: torch.Tensor,
     attention_mask: Any = None,
-    position_ids: Any = None,
     cache: Any = None,
-    use_cache: bool | None = False,
-    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+    position_embeddings: Any = None,
     **kwargs: Any,
 ) -> torch.Tensor:
     """`LlamaDecoderLayer.forward` with the queries, attention, output projection and MLP at the
-    last `n` positions only; keys and values (and the cache's update) at all of them."""
+    last `n` positions only; keys and values (and the cache's update) at all of them. The other
+    arguments (position ids, use_cache, ...) go on to the attention function, as the layer
+    passes them."""
     length = hidden_states.shape[1]
     if n >= length:
         return type(layer).forward(
             layer,
             hidden_states,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
+            attention_mask,
             cache=cache,
-            use_cache=use_cache,
             position_embeddings=position_embeddings,
             **kwargs,
         )
