@@ -9,8 +9,8 @@ from support.files import random_dna, write_fasta
 
 from carbon_vep.cli import build_parser, main
 from carbon_vep.columns import Status
+from carbon_vep.config.niah_grid import niah_config_name as config_name
 from carbon_vep.config.stages import EvaluationSettings
-from carbon_vep.config.stages import niah_config_name as config_name
 from carbon_vep.errors import InputError
 from carbon_vep.suite.niah_build import (
     DEPTHS,

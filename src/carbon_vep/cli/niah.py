@@ -18,7 +18,7 @@ log = logging.getLogger("carbon_vep")
 
 
 def add_build_niah(sub) -> None:
-    from carbon_vep.config.stages import NIAH_TASKS as TASKS
+    from carbon_vep.config.niah_grid import NIAH_TASKS as TASKS
 
     p = sub.add_parser("build-niah", help="build a Genomic-NIAH cell from a genome (no model)")
     p.add_argument("--reference", required=True, help="genome FASTA (or GENERator Parquet)")
@@ -65,7 +65,7 @@ def build_niah(args: argparse.Namespace) -> None:
 
 
 def _add_cell_task(p: argparse.ArgumentParser) -> None:
-    from carbon_vep.config.stages import NIAH_TASKS
+    from carbon_vep.config.niah_grid import NIAH_TASKS
 
     p.add_argument(
         "--cell-task",

@@ -6,7 +6,8 @@ as a dataclass field and read from YAML, a rule's `--settings` JSON or the comma
 `schema` the JSON schema generated from them, `workflow` what the Snakefile needs at parse
 time, `recipes` the recipe registry (window geometry, normalisations, scorer), and `gpus` the
 GPU classes, Carbon's shapes and the arithmetic on them (a profile's batch size, the FLOPs a
-token).
+token); `niah_grid` Genomic-NIAH's published tasks and contexts and the Hub's names of its
+cells.
 
 May import: `genome` and the shared modules. No torch: the Snakefile imports it while parsing.
 """

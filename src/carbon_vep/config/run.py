@@ -23,9 +23,8 @@ from carbon_vep.config.fields import (
     group,
     setting,
 )
+from carbon_vep.config.niah_grid import NIAH_CONTEXTS, NIAH_TASKS, niah_config_name
 from carbon_vep.config.stages import (
-    NIAH_CONTEXTS,
-    NIAH_TASKS,
     CalibrationSettings,
     EvaluationSettings,
     LabelSettings,
@@ -37,7 +36,6 @@ from carbon_vep.config.stages import (
     ScanChunkSettings,
     ShardSettings,
     TileSettings,
-    niah_config_name,
 )
 from carbon_vep.config.task_entry import TaskConfig, check_task_keys, kind_titles, split_sweeps
 from carbon_vep.config.tasks import SweepPoint

@@ -13,7 +13,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import NIAH_TASKS
+from carbon_vep.config.niah_grid import NIAH_TASKS
 from carbon_vep.report import plots
 from carbon_vep.report.page import TaskResult, block, figure_img, heading, html_table, row_of
 

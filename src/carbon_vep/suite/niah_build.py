@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from carbon_vep import atomic
-from carbon_vep.config.stages import NIAH_TASKS as TASKS
-from carbon_vep.config.stages import niah_config_name as config_name
+from carbon_vep.config.niah_grid import NIAH_TASKS as TASKS
+from carbon_vep.config.niah_grid import niah_config_name as config_name
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.scan.plan import acgt_runs

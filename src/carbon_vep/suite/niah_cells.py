@@ -17,11 +17,8 @@ import numpy as np
 import polars as pl
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import (
-    EvaluationSettings,
-    niah_config_name,
-    parse_niah_config_name,
-)
+from carbon_vep.config.niah_grid import niah_config_name, parse_niah_config_name
+from carbon_vep.config.stages import EvaluationSettings
 from carbon_vep.errors import InputError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.suite.tasks import read_task_table

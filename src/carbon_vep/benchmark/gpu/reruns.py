@@ -43,7 +43,7 @@ from carbon_vep.benchmark.gpu.product import (
 )
 from carbon_vep.benchmark.gpu.product_setup import DRAFT, TARGET, ProductSizes
 from carbon_vep.benchmark.harness import VARIANT_COLUMNS
-from carbon_vep.config.stages import niah_config_name
+from carbon_vep.config.niah_grid import niah_config_name
 from carbon_vep.markdown import table as markdown_table
 from carbon_vep.model.compiled_layers import COMPILE_PHASE
 from carbon_vep.model.job_record import PROFILE_ENV, RECORDS_ENV
