@@ -60,7 +60,7 @@ def test_the_kernel_reduces_rows_of_any_width_into_column_views():
 
 
 def test_the_engine_s_fused_normaliser_equals_the_log_sum_exp_of_its_logits(demo_model_dir):
-    """Engine._full_logsumexp_chunks (the GPU's path) on the demo model with Carbon's whole
+    """normaliser.in_vocabulary_chunks (the GPU's path) on the demo model with Carbon's whole
     vocabulary, in float32 and in bf16 (the head's dtype: the logits rounded to bf16 by the
     product, as the chunked path rounds them): equal to torch's log-sum-exp of those logits
     and to the CPU's tiles, to float32 rounding; with a bias, to that of the biased logits."""
@@ -68,6 +68,7 @@ def test_the_engine_s_fused_normaliser_equals_the_log_sum_exp_of_its_logits(demo
         f"""
         import torch
         from carbon_vep.config.stages import ModelSettings
+        from carbon_vep.model import normaliser
         from carbon_vep.model.engine import Engine
         from carbon_vep.model.loading import load_model
 
@@ -77,17 +78,17 @@ def test_the_engine_s_fused_normaliser_equals_the_log_sum_exp_of_its_logits(demo
             model = loaded.model.to(dtype)
             engine = Engine(model, loaded.vocab, loaded.device, batch_size=1)
             hidden = (torch.randn(19, model.config.hidden_size) * 3).to(dtype)
-            fused = engine._full_logsumexp_chunks(hidden)
+            fused = normaliser.in_vocabulary_chunks(engine, hidden)
             logits = (hidden @ engine.out_weight.T).float()  # the head's dtype, then float
             exact = torch.logsumexp(logits, dim=-1)
             assert fused.dtype == torch.float32 and fused.shape == (19,)
             assert (fused - exact).abs().max() < 2e-5, (dtype, (fused - exact).abs().max())
-            tiles = engine._full_logsumexp_tiles(hidden)
+            tiles = normaliser.in_tiles(engine, hidden)
             assert (fused - tiles).abs().max() < 2e-5
         # an output layer with a bias: added in float32 to each chunk, as Engine.logits adds it
         engine.out_bias = torch.randn(engine.out_weight.shape[0]) * 4
         biased = torch.logsumexp(logits + engine.out_bias, dim=-1)
-        assert (engine._full_logsumexp_chunks(hidden) - biased).abs().max() < 2e-5
+        assert (normaliser.in_vocabulary_chunks(engine, hidden) - biased).abs().max() < 2e-5
         print("ok")
         """
     )

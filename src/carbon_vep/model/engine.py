@@ -3,7 +3,8 @@
 The model body gives hidden states; the output layer is applied only where needed:
 - the 4**k k-mer rows give FNS marginals and block-normalised log-probs;
 - a full-vocabulary normaliser, where a published recipe needs one, is a log-sum-exp computed
-  in vocabulary chunks and never stored as [batch, length, vocabulary].
+  in vocabulary chunks or tiles and never stored as [batch, length, vocabulary]
+  (model.normaliser).
 A batch of sequences of one length goes to the model without an attention mask (so
 scaled-dot-product attention can take its fused causal kernel); mixed lengths are right-padded
 with a mask. Results do not depend on the batch size. Reference/alternate windows that differ
@@ -20,25 +21,21 @@ evaluation's `--upcast_lm_head` does to reduce bf16 rounding of the logits).
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from carbon_vep.model import lse_kernel
+from carbon_vep.model import normaliser
 from carbon_vep.model.attention import for_planned_passes
 from carbon_vep.model.batching import run_sorted
 from carbon_vep.model.last_layer import kept, reading_last
+from carbon_vep.model.normaliser import CPU_LSE_TILE
 from carbon_vep.model.tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
-# The CPU's full-vocabulary normaliser tile (rows, vocabulary entries): 2 MB of float32 logits,
-# within one core's L2 cache on the machines measured (docs/performance.md)
-CPU_LSE_TILE = (256, 2048)
 
 
 class ContextTooLongError(ValueError):
@@ -220,90 +217,10 @@ class Engine:
         return logits if bias is None else logits + bias.float()
 
     def full_logsumexp(self, hidden: torch.Tensor) -> torch.Tensor:
-        """log Σ_v exp(logit_v) over the whole vocabulary, chunked; hidden [N, H] -> [N].
-
-        On a CPU in cache-sized tiles (`_full_logsumexp_tiles`); on a GPU in vocabulary chunks
-        of all the rows at once (`_full_logsumexp_chunks`: few, large kernels)."""
-        if hidden.device.type == "cpu":
-            return self._full_logsumexp_tiles(hidden)
-        return self._full_logsumexp_chunks(hidden)
-
-    def _full_logsumexp_chunks(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The GPU's full-vocabulary log-sum-exp: each vocabulary chunk's logits (as `logits`
-        makes them: the product in the head's dtype, a bias added in float32) reduced to each
-        row's (maximum, sum of exponentials) by model.lse_kernel (where Triton runs, in one
-        read: two kernels a chunk where a cast and torch's log-sum-exp took seven), the chunks'
-        pairs combined at the end."""
-        rows = hidden.to(self.head_dtype)
-        vocab_rows = self.out_weight.shape[0]
-        starts = range(0, vocab_rows, self.vocab_chunk)
-        maxes = torch.empty(rows.shape[0], len(starts), device=rows.device)
-        sums = torch.empty_like(maxes)
-        for j, lo in enumerate(starts):
-            hi = min(lo + self.vocab_chunk, vocab_rows)
-            weight = self.out_weight[lo:hi]
-            if self.out_bias is None:  # read by the kernel in the head's dtype, not cast
-                chunk = self.head_product(rows, weight)
-            else:
-                chunk = self.logits(rows, weight, self.out_bias[lo:hi])
-            lse_kernel.max_and_sumexp(chunk, maxes[:, j], sums[:, j])
-        return lse_kernel.combine(maxes, sums)
-
-    def _full_logsumexp_tiles(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The CPU's full-vocabulary log-sum-exp, in tiles of `cpu_tile` (rows x vocabulary
-        entries, CPU_LSE_TILE: 2 MB of float32 logits, within a core's cache from the product to
-        the sum): each tile's logits written into its thread's buffer, shifted by their row
-        maxima and exponentiated in place, and summed; the tiles' (maximum, sum) pairs combined
-        per row at the end. The same value as one log-softmax's normaliser to float rounding,
-        and a row's value does not depend on the other rows (the vocabulary tiles are fixed).
-
-        The row tiles go to one Python thread per torch thread, each running its ops on one
-        core (torch's thread count is 1 during the call, restored after): no op waits for a
-        second core, so a core taken by another process slows the call by its share instead of
-        stalling every op. Measured 4x faster on 2 idle cores than vocabulary chunks of all the
-        rows (docs/performance.md), which allocate each chunk's logits (up to 134 MB) afresh and
-        stream them through memory five times."""
-        tile_rows, tile_vocab = self.cpu_tile
-        n, vocab_rows = hidden.shape[0], self.out_weight.shape[0]
-        chunks = range(0, vocab_rows, tile_vocab)
-        maxes = torch.empty(n, len(chunks))
-        sums = torch.empty(n, len(chunks))
-        in_place = self.head_dtype == self.out_weight.dtype == torch.float32
-        rows_all = hidden.detach().to(self.head_dtype)
-        local = threading.local()
-
-        @torch.inference_mode()  # grad mode is per thread: no autograd in the workers either
-        def row_tile(lo: int) -> None:
-            rows = rows_all[lo : lo + tile_rows]
-            if in_place and not hasattr(local, "buffer"):
-                local.buffer = torch.empty(min(n, tile_rows) * tile_vocab)
-            for j, start in enumerate(chunks):
-                stop = min(start + tile_vocab, vocab_rows)
-                bias = None if self.out_bias is None else self.out_bias[start:stop]
-                if in_place:
-                    tile = local.buffer[: rows.shape[0] * (stop - start)].view(rows.shape[0], -1)
-                    torch.mm(rows, self.out_weight[start:stop].T, out=tile)
-                    if bias is not None:
-                        tile.add_(bias.float())
-                else:
-                    tile = self.logits(rows, self.out_weight[start:stop], bias)
-                top = tile.amax(dim=1, keepdim=True)
-                torch.sum(tile.sub_(top).exp_(), dim=1, out=sums[lo : lo + rows.shape[0], j])
-                maxes[lo : lo + rows.shape[0], j] = top[:, 0]
-
-        starts = range(0, n, tile_rows)
-        threads = torch.get_num_threads()
-        if threads == 1 or len(starts) == 1:
-            for lo in starts:
-                row_tile(lo)
-        else:
-            torch.set_num_threads(1)
-            try:
-                with ThreadPoolExecutor(min(threads, len(starts))) as pool:
-                    list(pool.map(row_tile, starts))
-            finally:
-                torch.set_num_threads(threads)
-        return torch.logsumexp(maxes + sums.log(), dim=1)
+        """log Σ_v exp(logit_v) over the whole vocabulary, without holding the logits; hidden
+        [N, H] -> [N] (model.normaliser: vocabulary chunks on a GPU, cache-sized tiles on a
+        CPU)."""
+        return normaliser.full_logsumexp(self, hidden)
 
     def dna_log_probs(self, hidden: torch.Tensor, normalization: str) -> torch.Tensor:
         """log p(k-mer) for all 4**k k-mers at each position: hidden [N, H] -> [N, 4**k]."""
