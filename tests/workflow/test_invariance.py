@@ -1,6 +1,8 @@
-"""No answer moves with how the work is cut (issue 53 §7): config/ci.yaml run twice through the
-real Snakefile, cut two ways (other shard boundaries, other scan jobs and other batches), gives
-the same merged outputs and metrics.
+"""No answer moves with how the work is cut (issue 53 §7), nor with the compiled decoder layers:
+config/ci.yaml run twice through the real Snakefile, cut two ways (other shard boundaries, other
+scan jobs and other batches), the second with `compile_layers` (model.compiled_layers: every
+model job's passes run the layers' steps around attention compiled by inductor), gives the same
+merged outputs and metrics.
 
 - run `as_shipped`: the workflow tests' run of config/ci.yaml (support/cluster.py's `ci_run`,
   once a session): `shard_size: 28` (two shards a dataset of the 56-row demo panel), the
@@ -10,8 +12,9 @@ the same merged outputs and metrics.
 - run `recut`: `shard_size: 100` (one shard a dataset), `chunk_bp: 1000` (two scan_chunk jobs,
   as the GPU profiles cut a genome at 30 or 150 Mbp), a token budget `batch_tokens: 300`
   instead of the 8 windows (it replaces batch_size: 7 centered windows of ~41 tokens a pass,
-  2 next-token contexts or scan tiles of ~101 tokens, one 512-token NIAH prompt), and
-  `rows_per_job: 10` (one score_niah job a cell).
+  2 next-token contexts or scan tiles of ~101 tokens, one 512-token NIAH prompt),
+  `rows_per_job: 10` (one score_niah job a cell), and `compile_layers: true` (each job compiles
+  in its own process; ~40 s more for the run on 2 cores).
 
 Both score with the same demo model directory (the one `as_shipped` built; `recut` does not
 build it again), so the provenance names the same files. The scan's chunks tile from the
@@ -30,8 +33,11 @@ must be identical. Floats may differ by float rounding alone:
   reductions (the attention and the softmax normalisers over 4,096 6-mers), which moves a
   log-likelihood by a few float32 ulps: at the magnitudes here (|log p| up to ~10, an ulp
   ~1e-6) 1e-5 is about ten ulps, the bound the engine's own batch-size and prefix-sharing
-  tests use (tests/model/test_engine.py). Measured: at most 1.4e-6 (the next-token recipe's
-  `ref_ll`/`alt_ll`, 9.5e-7 on its `score`); every other file was bit-identical. The smallest
+  tests use (tests/model/test_engine.py). Measured without the compile: at most 1.4e-6 (the
+  next-token recipe's `ref_ll`/`alt_ll`, 9.5e-7 on its `score`), every other file
+  bit-identical; with it (2026-11-29): at most 9.5e-7 (the next-token `score`, a NIAH cell's
+  log-likelihoods), the centered scores 9.5e-8, the perturbation tasks bit-identical (inductor's
+  CPU kernels gave the demo model's eager values there), the scan one float16 ulp. The smallest
   decision margin of the demo (a perturbation pair's, 1.7e-3) is far above the bound, so no
   decision may flip.
 - the scan's float16 columns (`log_fns_*`, `log_cond_*`): one float16 ulp at the value, as a
@@ -64,7 +70,13 @@ DATASETS = ("demo_centered", "demo_nexttoken", "demo_scan_lookup")
 TASKS = ("demo_cag_expansion", "demo_recovery", "demo_synonymous_codon")
 NIAH_CELLS = ("niah_512", "niah_neardup_d2_512")
 IGNORED_KEYS = {"config_sha256"}  # provenance: the hash of the config, which differs
-RECUT = {"shard_size": 100, "chunk_bp": 1000, "batch_tokens": 300, "rows_per_job": 10}
+RECUT = {
+    "shard_size": 100,
+    "chunk_bp": 1000,
+    "batch_tokens": 300,
+    "rows_per_job": 10,
+    "compile_layers": True,
+}
 
 
 def _recut_config(workdir: Path, shipped: Path) -> Path:
@@ -75,6 +87,7 @@ def _recut_config(workdir: Path, shipped: Path) -> Path:
     config["chunk_bp"] = RECUT["chunk_bp"]
     config["batch_tokens"] = RECUT["batch_tokens"]
     config["niah"]["demo_niah"]["rows_per_job"] = RECUT["rows_per_job"]
+    config["compile_layers"] = RECUT["compile_layers"]
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -117,12 +130,16 @@ def test_shards_scan_jobs_niah_parts_and_batches_really_differ(runs):
     # every model job got its run's batch settings (snakemake prints each job's command)
     shipped, recut = runs["as_shipped"][1], runs["recut"][1]
     jobs = ("score-shard", "scan-chunk", "score-recovery", "score-perturbation", "score-niah")
-    for log, flags in ((shipped, "--batch-size 8 --batch-tokens 0"), (recut, "--batch-tokens 300")):
+    for log, flags in (
+        (shipped, ["--batch-size 8 --batch-tokens 0"]),
+        (recut, ["--batch-tokens 300", '"compile_layers": true']),  # in its --settings JSON
+    ):
         commands = [
             line for line in log.splitlines() if any(f"carbon-vep {j}" in line for j in jobs)
         ]
-        assert len(commands) >= 5 and all(flags in line for line in commands), flags
-    assert "--batch-tokens 300" not in shipped
+        assert len(commands) >= 5, flags
+        assert all(flag in line for line in commands for flag in flags), flags
+    assert "--batch-tokens 300" not in shipped and '"compile_layers": true' not in shipped
 
 
 # ---- the comparison ------------------------------------------------------------------------
