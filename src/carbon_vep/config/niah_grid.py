@@ -1,6 +1,6 @@
-"""Genomic-NIAH's published grid (HuggingFaceBio/genomic-niah, docs/zero-shot-suite.md): its 4
-tasks and 6 contexts in tokens, and the Hub's name of each cell's config (niah_4k,
-niah_neardup_d4_32k, ...), both ways.
+"""Genomic-NIAH's published grid (the HuggingFaceBio/genomic-niah dataset's configs,
+docs/suite-conventions.md#genomic-niah): its 4 tasks and 6 contexts in tokens, and the Hub's
+name of each cell's config (niah_4k, niah_neardup_d4_32k, ...), both ways.
 """
 
 from __future__ import annotations
