@@ -105,10 +105,10 @@ class CompiledLayers:
         (a compile there would be captured with it)."""
         eager = (attention_inputs, output_and_mlp)[which]
         hidden = args[0]
-        if self.failed is not None or self.steps is None or hidden.shape[1] == 1 or _capturing():
+        if self.failed is not None or hidden.shape[1] == 1 or _capturing():
             return eager(layer, *args)
         try:
-            return self.steps[which](layer, *args)
+            return self.steps[which](layer, *args)  # type: ignore[index] - set by `run`
         except torch.OutOfMemoryError:
             raise
         except Exception as error:  # noqa: BLE001 - the eager step gives the same answers

@@ -119,8 +119,9 @@ def _changed(step: str, base: dict, folder: Path) -> dict:
     config = copy.deepcopy(base)
     config["outdir"] = str(folder / "results")
     config["shard_size"] = 10**6  # one shard a dataset
-    for section in ("niah", "tasks") if step != "precision" else ("niah",):
-        if not (step == "compiled_layers" and section == "niah"):
+    kept = {"precision": "tasks", "compiled_layers": "niah"}.get(step)  # a section it compares
+    for section in ("niah", "tasks"):
+        if section != kept:
             config.pop(section, None)
     if step == "precision":
         for model in config["models"].values():
