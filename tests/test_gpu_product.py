@@ -5,6 +5,8 @@ tests/test_gpu_check_smoke.py.)"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import yaml
@@ -125,3 +127,63 @@ def test_compiled_rates_leave_out_the_passes_that_compiled():
     assert centered["tokens_per_s_without_compile"] == 450.0
     # the native cell's job only, not the YaRN entry's 64k one
     assert niah["product_tokens_per_s"] == 2000.0 and niah["tokens_per_s_without_compile"] == 1000.0
+
+
+def test_a_rerun_that_failed_still_compares_what_its_finished_jobs_wrote(tmp_path, monkeypatch):
+    """A rerun stopped by a failed job or by its limit (Snakemake killed) reports the answers of
+    the outputs it did write against the product's, and is marked failed; an output it did not
+    write is not compared (the product's nexttoken scores here)."""
+    import polars as pl
+
+    from carbon_vep.benchmark.gpu import reruns
+    from carbon_vep.workflow.paths import RunPaths
+
+    def write_scores(outdir, dataset, shift):
+        path = Path(
+            RunPaths(str(outdir)).scores.format(dataset=dataset, model=product_setup.TARGET)
+        )
+        path.parent.mkdir(parents=True)
+        pl.DataFrame(
+            {
+                "chrom": ["chr1"] * 3,
+                "pos": [10, 20, 30],
+                "ref": ["A"] * 3,
+                "alt": ["G"] * 3,
+                "status": ["scored"] * 3,
+                "score": [0.5 + shift, -1.0, 2.0],
+                "ref_ll": [-3.0, -2.0, -1.0],
+                "alt_ll": [-3.5, -1.0 + shift, -3.0],
+            }
+        ).write_parquet(path)
+
+    product_folder = tmp_path / "product"
+    product_folder.mkdir()
+    base = {
+        "outdir": str(product_folder / "results"),
+        "models": {product_setup.TARGET: {"path": "m", "dtype": "bfloat16"}},
+        "datasets": {
+            name: {"models": [product_setup.TARGET]} for name in ("centered", "nexttoken")
+        },
+        "scans": {},
+        "tasks": {},
+    }
+    (product_folder / "config.yaml").write_text(yaml.safe_dump(base))
+    for dataset in ("centered", "nexttoken"):
+        write_scores(base["outdir"], dataset, 0.0)
+
+    def stopped_by_its_limit(config, folder, env, timeout_s, overrides, targets):
+        write_scores(folder / "results", "centered", 0.25)  # the one job that finished
+        return {"returncode": 124, "wall_s": timeout_s, "jobs_done": 1, "tail": "killed"}
+
+    monkeypatch.setattr(reruns, "run_workflow", stopped_by_its_limit)
+    shapes = {"Carbon-3B": TOY_SHAPES["Carbon-3B"]}
+    result = reruns.rerun(
+        "precision", product_folder, {}, 60.0, shapes, 1.0, product_setup.SMOKE_PRODUCT
+    )
+    assert result["failed"] is True
+    [compared] = result["differences"]
+    assert compared["output"] == "centered" and compared["rows"] == 3
+    assert compared["max_abs_difference"] == 0.25
+    assert "**failed**" in reruns.markdown_part(result) and "| centered |" in reruns.markdown_part(
+        result
+    )
