@@ -374,6 +374,22 @@ def test_settings_are_named_for_the_interface_in_use(monkeypatch):
         from_flat(RecipeSettings, {"recipe": "centred"}, "datasets.d")
 
 
+def test_a_switch_set_to_a_value_is_named_as_the_user_types_it(monkeypatch):
+    """A message that says how to turn a switch on or off spells it so that it parses: on the
+    command line the flag itself (it takes no value: "--trust-remote-code true" is an error),
+    under the workflow the config key set to the value."""
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
+    on, off = setting_name("trust_remote_code", "true"), setting_name("allow_unpinned", "false")
+    assert (on, off) == ("`--trust-remote-code`", "`--no-allow-unpinned`")
+    required = ("--shard", "s", "--reference", "r", "--model", "m", "--out", "o")
+    args = _parse("score-shard", *required, on.strip("`"), off.strip("`"))
+    assert args.trust_remote_code is True and args.allow_unpinned is False
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")
+    assert setting_name("trust_remote_code", "true") == (
+        "the config key `trust_remote_code` (`trust_remote_code: true`)"
+    )
+
+
 def test_a_missing_required_option_names_its_flag(monkeypatch):
     monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
     args = _parse("check-panel", "--panel", "p", "--reference", "r", "--out", "o", "--summary", "s")

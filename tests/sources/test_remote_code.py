@@ -39,7 +39,7 @@ def test_local_model_with_remote_code_stops_naming_the_file_and_the_key(demo_mod
     message = str(err.value)
     assert message.startswith(f"{demo_model_dir / 'tokenizer_config.json'}: ")
     assert "tokenization_hybrid_dna.HybridDNATokenizer" in message
-    assert "`--trust-remote-code`" in message  # the CLI's spelling of the key
+    assert message.endswith("ask for it with `--trust-remote-code`")  # the CLI's spelling
     # asked for: a local directory needs no pin
     check_remote_code(
         ModelSettings(str(demo_model_dir), trust_remote_code=True), demo_model_dir, False

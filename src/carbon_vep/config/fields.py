@@ -207,17 +207,23 @@ def flag_name(f: dataclasses.Field) -> str:
 def describe(f: dataclasses.Field, value: str | None = None, hint: Any = str) -> str:
     """A setting as its flag on the command line, as its config key under the workflow.
 
-    With `value` (`KEY=VALUE` for a mapping, one item for a list; `hint` is the setting's
-    annotation) it is shown set to it: "`--column pos=POS_hg38`" on the command line, "the
-    config key `columns` (`columns: {pos: POS_hg38}`)" under the workflow.
+    With `value` (`KEY=VALUE` for a mapping, one item for a list, true or false for a switch;
+    `hint` is the setting's annotation) it is shown set to it: "`--column pos=POS_hg38`" or
+    "`--trust-remote-code`" on the command line, "the config key `columns` (`columns: {pos:
+    POS_hg38}`)" under the workflow.
     """
+    kind = _type_info(hint)[0]
     if os.environ.get(INTERFACE_VARIABLE) != "workflow":
-        return f"`{flag_name(f)}`" if value is None else f"`{flag_name(f)} {value}`"
+        if value is None:
+            return f"`{flag_name(f)}`"
+        if kind == "bool":  # a switch takes no value: --flag, or --no-flag
+            on = value.lower() == "true"
+            return f"`{flag_name(f) if on else flag_name(f).replace('--', '--no-', 1)}`"
+        return f"`{flag_name(f)} {value}`"
     where = "top-level config key" if f.metadata.get("scope") == "run" else "config key"
     name = f"the {where} `{f.name}`"
     if value is None:
         return name
-    kind = _type_info(hint)[0]
     if kind == "map":
         entry, _, mapped = value.partition("=")
         value = f"{{{entry}: {mapped}}}"

@@ -68,14 +68,15 @@ def check_remote_code(spec: Any, folder: Path, from_hub: bool) -> None:
         raise RemoteCodeError(
             folder / name,
             f"{spec.path} needs remote code ({', '.join(classes)}), which runs only when "
-            f"asked for: read it, then set {setting_name('trust_remote_code')} to true",
+            f"asked for: read it, then ask for it with {setting_name('trust_remote_code', 'true')}",
         )
     if from_hub and not is_pinned(spec.revision) and not spec.allow_unpinned:
         raise RemoteCodeError(
             folder / name,
             f"{spec.path} runs remote code at revision {spec.revision or 'main'!r}, which can "
             f"change between runs: pin {setting_name('revision')} to a commit (40 hex digits; "
-            f"this snapshot is {folder.name}), or set {setting_name('allow_unpinned')} to true",
+            f"this snapshot is {folder.name}), or allow it with "
+            f"{setting_name('allow_unpinned', 'true')}",
         )
 
 
