@@ -149,6 +149,7 @@ def test_the_product_runs_every_model_rule_through_snakemake(smoke):
     for r in rules.values():
         assert r["failed"] == 0 and r["tokens"] > 0 and r["tokens_per_s"] > 0
         assert 0 < r["load_s"] < r["wall_s"]
+        assert r["load_s"] / r["jobs"] < r["start_s_per_job"] < r["wall_s"] / r["jobs"]
         assert r["body_tflops"] > 0 and r["fraction_of_peak"] > 0  # from the jobs' counts
     assert rules["score_shard"]["jobs"] == 4  # two datasets, two shards each
     assert rules["score_niah"]["jobs"] == 3  # native; YaRN x4 at twice and four times it

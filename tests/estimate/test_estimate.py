@@ -23,9 +23,9 @@ from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import RecoverySettings
 from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.estimate.bill import estimate, is_dry_run, niah_cell_hours, read_profile
-from carbon_vep.estimate.costs import TASK_WORK, recovery_work
+from carbon_vep.estimate.costs import TASK_WORK, job_start_seconds, recovery_work
 from carbon_vep.estimate.counts import HUB_COUNTS
-from carbon_vep.estimate.table import bill_text
+from carbon_vep.estimate.table import bill_text, render
 
 COMMIT = "f" * 40
 EIGHT_B = "HuggingFaceBio/Carbon-8B"
@@ -192,6 +192,54 @@ def test_each_sweep_point_is_a_job_a_model_billed_at_its_own_settings(tmp_path):
         assert line.work == work.what and line.pflop == pytest.approx(4 * work.flops / 1e15)
     assert lines["tasks.t (sequence_recovery, new_tokens 640)", "b"].work.endswith("640 generated")
     assert lines["tasks.t (sequence_recovery, max_prompt_bp 600)", "b"].work.startswith("<= 101-")
+
+
+def test_each_lines_jobs_pay_the_measured_start_up_of_their_models_shape(tmp_path):
+    """Start-up GPU-hours: a line's jobs (its shards, its NIAH row ranges, one a task) x a
+    job's measured start (the weights at the measured load rate, so a larger model pays more);
+    not priced on a CPU, nor for vLLM's start; a compile is said, not priced; the total row
+    sums the column per GPU class."""
+    panel = tmp_path / "panel.parquet"
+    pl.DataFrame({"chrom": ["1"] * 7, "pos": range(1, 8)}).write_parquet(panel)
+    dataset = {"panel": str(panel), "reference": "g.fa", "build": "hg38", "recipe": "nexttoken"}
+    three_b = {"path": "HuggingFaceBio/Carbon-3B", "device": "cuda", "revision": COMMIT}
+    models = {
+        "small": {**three_b, "path": "HuggingFaceBio/Carbon-500M"},
+        "big": {**three_b, "path": EIGHT_B, "engine": "vllm"},
+        "cpu": {**three_b, "device": "cpu"},
+    }
+    h100 = {rule: {"gpu_model": "h100"} for rule in ("score_shard", "score_niah")}
+    run = _run(
+        {"rows": 250, "rows_per_job": 100},
+        models=models,
+        datasets={"d": {**dataset, "shard_size": 3}},
+    )
+    lines = {(g.rule, g.model.split(" ")[0]): g for g in estimate(run, h100).gpu}
+    small, big = (
+        job_start_seconds({**CARBON_SHAPES[n], "vocab_size": CARBON_VOCAB})
+        for n in ("Carbon-500M", "Carbon-8B")
+    )
+    assert 9 < small < big  # the fixed start, then the weights: 1.0 GB against 15.2 GB
+    shard = lines["score_shard", "small"]
+    assert shard.jobs == math.ceil(7 / 3) == 3
+    assert shard.startup_hours == pytest.approx(3 * small / 3600)
+    assert shard.startup == f"3 x {small:.1f} s"
+    # the panel's jobs run our engine whatever a model's engine (it is a generation setting)
+    assert lines["score_shard", "big"].startup_hours == pytest.approx(3 * big / 3600)
+    niah = lines["score_niah", "small"]
+    assert niah.jobs == 3 and niah.startup_hours == pytest.approx(3 * small / 3600)
+    assert lines["score_niah", "big"].startup_hours is None
+    assert lines["score_niah", "big"].startup == "vllm's start: not measured"
+    assert lines["score_shard", "cpu"].startup_hours is None  # no GPU-hours on a CPU
+    compiled = _run(models={"m": three_b}, datasets={"d": dataset}, compile_layers=True)
+    [line] = [g for g in estimate(compiled, h100).gpu if g.rule == "score_shard"]
+    assert line.startup.endswith("+ each job's compile (not measured on a GPU)")
+    table = render(estimate(run, h100))
+    total = next(row for row in table.splitlines() if row.startswith("| **total**"))
+    summed = (
+        6 * small + 3 * big
+    )  # 3 shards a GPU model, 3 row ranges of the small one; vLLM: unknown
+    assert total.endswith(f"**{summed / 3600:.3g} H100-hours** (1 line(s) unknown) |")
 
 
 def test_carbon_8b_has_its_own_shape():

@@ -16,7 +16,7 @@ from typing import Any
 
 from carbon_vep.config.gpus import niah_row_seconds
 from carbon_vep.config.run import NiahConfig, RunConfig
-from carbon_vep.config.stages import TileSettings
+from carbon_vep.config.stages import ModelSettings, TileSettings
 from carbon_vep.config.tasks import TASK_KINDS, SweepPoint
 from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, profile_gpu_class
 from carbon_vep.errors import InputError
@@ -26,6 +26,7 @@ from carbon_vep.estimate.costs import (
     Shape,
     Work,
     gpu_seconds,
+    job_start_seconds,
     measured_niah_hours,
     measured_work_hours,
     panel_work,
@@ -33,7 +34,15 @@ from carbon_vep.estimate.costs import (
     shape_of,
 )
 from carbon_vep.estimate.counts import Count, input_count
-from carbon_vep.estimate.fetches import Fetch, JobCount, fetches, job_counts, scan_bases
+from carbon_vep.estimate.fetches import (
+    Fetch,
+    JobCount,
+    fetches,
+    job_counts,
+    panel_shards,
+    scan_bases,
+    scan_chunks,
+)
 
 Resources = Mapping[str, Mapping[str, Any]]  # rule -> its resources, as a profile sets them
 
@@ -51,6 +60,10 @@ class GpuLine:
     pflop: float | None
     hours: float | None  # on `gpu`, at ASSUMED_EFFICIENCY of its bf16 peak
     measured_h100_hours: float | None = None  # at the H100 check's rate for the same path
+    jobs: int | None = None  # the rule's jobs for this line (None: known after a checkpoint)
+    # the jobs' start-up (costs.job_start_seconds) on `gpu`, and how it was reckoned or why not
+    startup_hours: float | None = None
+    startup: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,18 +114,44 @@ def _model(run: RunConfig, key: str) -> tuple[Shape, str]:
 
 @dataclass(frozen=True)
 class _Items:
-    """`count` items of `work` each, for a model of `shape` on `device`."""
+    """`count` items of `work` each, in `jobs` jobs of a model of `shape` run as `settings`."""
 
     shape: Shape
     count: Count | None
     work: Work | None
     unit: str
-    device: str
+    settings: ModelSettings
+    jobs: int | None
+    engine: str = "transformers"
+
+
+def startup(
+    settings: ModelSettings,
+    shape: Shape,
+    jobs: int | None,
+    gpu: str | None,
+    engine: str = "transformers",
+) -> tuple[float | None, str]:
+    """GPU-hours of `jobs` model jobs' start-up (costs.job_start_seconds: measured on an H200,
+    reckoned the same on every class) and how, or why it is not priced. `engine`: what the
+    jobs run on (a model's `engine` applies to the generation tasks only)."""
+    if gpu is None:
+        return None, ""  # a CPU model: no GPU-hours
+    if engine != "transformers":
+        return None, f"{engine}'s start: not measured"
+    if jobs is None or shape.dims is None:
+        return None, "jobs unknown" if jobs is None else "shape unknown"
+    seconds = job_start_seconds(shape.dims)
+    how = f"{jobs:,} x {seconds:.1f} s"
+    if settings.compile_layers:
+        how += " + each job's compile (not measured on a GPU)"
+    return jobs * seconds / 3600, how
 
 
 def _line(task: str, model: str, rule: str, resources: Resources, it: _Items) -> GpuLine:
     """A line of the items' PFLOP and their hours on the rule's GPU class."""
-    gpu, label = gpu_of(rule, it.device, resources)
+    gpu, label = gpu_of(rule, it.settings.device, resources)
+    startup_hours, startup_how = startup(it.settings, it.shape, it.jobs, gpu, it.engine)
     rows = it.count.rows if it.count else None
     flops = it.work.flops * rows if it.work and rows is not None else None
     what = it.work.what if it.work else it.shape.source if it.shape.dims is None else "unknown"
@@ -130,6 +169,9 @@ def _line(task: str, model: str, rule: str, resources: Resources, it: _Items) ->
         measured_h100_hours=(
             measured_work_hours(it.shape.name, it.work, rows) if it.work and rows else None
         ),
+        jobs=it.jobs,
+        startup_hours=startup_hours,
+        startup=startup_how,
     )
 
 
@@ -145,9 +187,8 @@ def _panel_line(run: RunConfig, key: str, model_key: str, resources: Resources) 
     dataset = run.datasets[key]
     shape, model = _model(run, model_key)
     work = panel_work(dataset.scoring, shape.dims) if shape.dims else None
-    items = _Items(
-        shape, input_count(dataset.panel, run), work, "variants", run.models[model_key].device
-    )
+    count, settings = input_count(dataset.panel, run), run.models[model_key]
+    items = _Items(shape, count, work, "variants", settings, panel_shards(run, key))
     return _line(
         f"datasets.{key} ({dataset.scoring.recipe})", model, "score_shard", resources, items
     )
@@ -166,7 +207,8 @@ def _task_line(
     vllm = kind.generation and run.models[model_key].engine == "vllm"
     if work and vllm:  # the check measured our engine only
         work = replace(work, path=None)
-    items = _Items(shape, count, work, kind.unit, run.models[model_key].device)
+    engine = run.models[model_key].engine if kind.generation else "transformers"
+    items = _Items(shape, count, work, kind.unit, run.models[model_key], 1, engine)
     swept = f", {point.setting} {point.value:,}" if point else ""
     return _line(f"tasks.{key} ({task.kind}{swept})", model, kind.rule, resources, items)
 
@@ -174,9 +216,10 @@ def _task_line(
 def _scan_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:
     from carbon_vep.scan.plan import scan_flops
 
-    scan, (shape, model) = run.scans[key], _model(run, model_key)
-    bases, tiles = scan_bases(scan), scan.tiles
-    gpu, label = gpu_of("scan_chunk", run.models[model_key].device, resources)
+    scan, (shape, model), settings = run.scans[key], _model(run, model_key), run.models[model_key]
+    bases, tiles, jobs = scan_bases(scan), scan.tiles, scan_chunks(scan)
+    gpu, label = gpu_of("scan_chunk", settings.device, resources)
+    startup_hours, startup_how = startup(settings, shape, jobs, gpu)
     flops = scan_flops(bases.rows, tiles, shape.dims) if bases and shape.dims else None
     rate = MEASURED_H100_SCAN_BASES_S.get(shape.name)
     measured_tiles = tiles == TileSettings()  # the check scanned with the default tiles
@@ -192,6 +235,9 @@ def _scan_line(run: RunConfig, key: str, model_key: str, resources: Resources) -
         pflop=_pflop(flops),
         hours=_hours(flops, gpu),
         measured_h100_hours=bases.rows / rate / 3600 if bases and rate and measured_tiles else None,
+        jobs=jobs,
+        startup_hours=startup_hours,
+        startup=startup_how,
     )
 
 
@@ -202,12 +248,14 @@ def niah_cell_hours(entry: NiahConfig, ctx: int, dims: Mapping[str, int], gpu: s
 
 def _niah_line(run: RunConfig, key: str, ctx: int, model_key: str, resources: Resources) -> GpuLine:
     """The cells of an entry at one context (its tasks cost the same), for one model."""
-    entry, (shape, model) = run.niah[key], _model(run, model_key)
+    entry, (shape, model), settings = run.niah[key], _model(run, model_key), run.models[model_key]
     cells = len([c for c in entry.cells() if c.ctx == ctx])
-    gpu, label = gpu_of("score_niah", run.models[model_key].device, resources)
+    jobs = cells * len(entry.row_ranges())
+    gpu, label = gpu_of("score_niah", settings.device, resources)
+    startup_hours, startup_how = startup(settings, shape, jobs, gpu, settings.engine)
     dims = shape.dims
     measured = measured_niah_hours(shape.name, ctx, entry.niah.prefill_chunk, entry.rows)
-    ours = run.models[model_key].engine == "transformers"  # the check measured our engine
+    ours = settings.engine == "transformers"  # the check measured our engine
     yarn = f", YaRN x{entry.niah.yarn_factor:g}" if entry.niah.yarn_factor else ""
     return GpuLine(
         f"niah.{key} {ctx:,} tokens{yarn}",
@@ -221,6 +269,9 @@ def _niah_line(run: RunConfig, key: str, ctx: int, model_key: str, resources: Re
         pflop=_pflop(cells * entry.rows * pass_flops(dims, ctx, 0) if dims else None),
         hours=cells * niah_cell_hours(entry, ctx, dims, gpu) if dims and gpu else None,
         measured_h100_hours=cells * measured if measured is not None and ours else None,
+        jobs=jobs,
+        startup_hours=startup_hours,
+        startup=startup_how,
     )
 
 

@@ -22,6 +22,7 @@ from carbon_vep.config.gpus import (
     body_flops,
     model_shape,
     output_flops,
+    weight_bytes,
 )
 from carbon_vep.config.stages import (
     ModelSettings,
@@ -226,3 +227,22 @@ def measured_niah_hours(shape: str, ctx: int, prefill_chunk: int, rows: int) -> 
         return None  # another chunk size was not measured
     chunked, whole = measured[ctx]
     return rows * (chunked if 0 < prefill_chunk < ctx else whole) / 3600
+
+
+# ---- a model job's start-up, measured on an H200 -------------------------------------------
+# The GPU check's product step on an H200 (run 10, 2026-11-28; docs/gpu-results/2026-11-28-h200-
+# run10-product-official/gpu_check.json, `product.rules`): its 10 model jobs, every model rule,
+# of a Carbon-3B-shaped bf16 checkpoint (6.90 GB) on that machine's local disk. Of their
+# processes' 199.77 s, 65.06 s came after the load (the work: tokens / tokens_per_s); before it,
+# 39.8 s loading the weights and 94.91 s the rest (the interpreter, the imports, CUDA's start,
+# reading the inputs). Per job: 9.49 s, and the weights at 1.73 GB/s.
+MEASURED_H200_JOBS = 10
+MEASURED_H200_BEFORE_LOAD_S = 199.77 - 65.06 - 39.8
+MEASURED_H200_LOAD_GB_S = 6.902513664 * MEASURED_H200_JOBS / 39.8
+
+
+def job_start_seconds(dims: Mapping[str, int]) -> float:
+    """A model job's seconds before its work: the measured start, and its model's weights
+    (bf16) at the measured load rate. A cluster's shared filesystem may load slower."""
+    weights_gb = weight_bytes(dims, vocab=dims.get("vocab_size", CARBON_VOCAB)) / 1e9
+    return MEASURED_H200_BEFORE_LOAD_S / MEASURED_H200_JOBS + weights_gb / MEASURED_H200_LOAD_GB_S

@@ -113,14 +113,13 @@ def _panel_jobs(run: RunConfig) -> list[JobCount]:
     out = [JobCount("make_shards (checkpoint)", len(scored), "one a dataset scored by a model")]
     for key in scored:
         dataset, models = run.datasets[key], len(run.entry_models(run.datasets[key]))
-        count, size = input_count(dataset.panel, run), dataset.shards.shard_size
-        if count is None:
+        count, shards = input_count(dataset.panel, run), panel_shards(run, key)
+        if count is None or shards is None:
             out.append(JobCount(f"score_shard [{key}]", None, "after make_shards (rows unknown)"))
             continue
-        shards = math.ceil(count.rows / size)
         how = (
             f"~{shards:,} shards x {models} model(s): {count.rows:,} rows / shard_size "
-            f"{size:,} (exact after make_shards)"
+            f"{dataset.shards.shard_size:,} (exact after make_shards)"
         )
         out.append(JobCount(f"score_shard [{key}]", shards * models, how))
     lookup_jobs = sum(len(run.entry_models(run.datasets[k])) for k in lookups)
@@ -130,11 +129,10 @@ def _panel_jobs(run: RunConfig) -> list[JobCount]:
 def _scan_jobs(run: RunConfig) -> list[JobCount]:
     out = [JobCount("plan_scan (checkpoint)", len(run.scans), "one a scan")]
     for key, scan in run.scans.items():
-        bases, models = scan_bases(scan), len(run.entry_models(scan))
-        if bases is None:
+        bases, models, chunks = scan_bases(scan), len(run.entry_models(scan)), scan_chunks(scan)
+        if bases is None or chunks is None:
             out.append(JobCount(f"scan_chunk [{key}]", None, "after plan_scan (bases unknown)"))
             continue
-        chunks = math.ceil(bases.rows / scan.chunks.chunk_bp)
         how = (
             f"~{chunks:,} chunks x {models} model(s): <= {bases.rows:,} bases / chunk_bp "
             f"{scan.chunks.chunk_bp:,} (exact after plan_scan)"
@@ -165,6 +163,21 @@ def _niah_jobs(run: RunConfig) -> list[JobCount]:
         out.append(JobCount(f"score_niah [{key}]", cells * models * len(parts), how))
     merges = sum(len(e.cells()) * len(run.entry_models(e)) for e in run.niah.values())
     return out + [JobCount("merge_niah", merges, "cell x model")]
+
+
+def panel_shards(run: RunConfig, key: str) -> int | None:
+    """A scored dataset's score_shard jobs a model: its rows over shard_size (None: rows
+    unknown before make_shards)."""
+    dataset = run.datasets[key]
+    count = input_count(dataset.panel, run)
+    return None if count is None else math.ceil(count.rows / dataset.shards.shard_size)
+
+
+def scan_chunks(scan: ScanConfig) -> int | None:
+    """A scan's scan_chunk jobs a model: its bases over chunk_bp (None: unknown before
+    plan_scan)."""
+    bases = scan_bases(scan)
+    return None if bases is None else math.ceil(bases.rows / scan.chunks.chunk_bp)
 
 
 def scan_bases(scan: ScanConfig) -> Count | None:

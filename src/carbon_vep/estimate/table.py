@@ -27,7 +27,12 @@ ASSUMPTIONS = (
     "TFLOP/s; the H100 check measured 717), loading, I/O and elementwise work left out "
     '(docs/gpu.md). "H100-hours, measured rate": the same tokens at the tokens/s the H100 GPU '
     "check measured on that path (2026-11-26, random weights of Carbon's shapes, "
-    "docs/benchmarks.md). Items are an input's rows: checks skip some, so a bound. A variant "
+    'docs/benchmarks.md). "Start-up": what the line\'s jobs hold a GPU for before their work '
+    "(the interpreter, imports, CUDA's start, the inputs read, the weights loaded), at what an "
+    "H200 measured a job of the product's (2026-11-28: 9.5 s, and the weights at 1.73 GB/s from "
+    "local disk; a shared filesystem may load slower), the same on every class; in neither "
+    "column, a job's compile (`compile_layers`) and vLLM's start. Items are an input's rows: "
+    "checks skip some, so a bound. A variant "
     "is taken as its own site (alternates of one site share the reference window). Carbon-8B's "
     "shape is Llama 3-8B's, as the Carbon report states (its config.json not seen)."
 )
@@ -75,6 +80,7 @@ def render(bill: Bill, where: str = "this run's profile") -> str:
             "PFLOP",
             f"GPU-hours (arithmetic, {ASSUMED_EFFICIENCY:.0%} of peak)",
             "H100-hours, measured rate",
+            "start-up GPU-hours (jobs x s a job)",
         ),
         [_gpu_row(g) for g in bill.gpu] + _total_rows(bill.gpu),
     )
@@ -100,7 +106,14 @@ def _gpu_row(g: GpuLine) -> tuple[str, ...]:
         _num(g.pflop),
         hours,
         _num(g.measured_h100_hours),
+        _startup_cell(g),
     )
+
+
+def _startup_cell(g: GpuLine) -> str:
+    if g.startup_hours is None:
+        return f"— ({g.startup})" if g.startup else "—"
+    return f"{_num(g.startup_hours)} {g.gpu} ({g.startup})"
 
 
 def _total_rows(lines: Sequence[GpuLine]) -> list[tuple[str, ...]]:
@@ -111,17 +124,24 @@ def _total_rows(lines: Sequence[GpuLine]) -> list[tuple[str, ...]]:
 
 
 def _total(name: str, lines: Sequence[GpuLine]) -> tuple[str, ...]:
-    """PFLOP and GPU-hours per GPU class of `lines`, and how many lines are unknown."""
-    by_class: dict[str, float] = {}
-    for g in lines:
-        if g.hours is not None and g.gpu:
-            by_class[g.gpu] = by_class.get(g.gpu, 0.0) + g.hours
-    hours = " + ".join(f"**{_num(h)} {gpu}-hours**" for gpu, h in by_class.items()) or "—"
-    unknown = sum(g.hours is None and g.gpu is not None for g in lines)
-    if unknown:
-        hours += f" ({unknown} line(s) unknown)"
+    """PFLOP, GPU-hours and start-up GPU-hours per GPU class of `lines`, and how many lines
+    are unknown."""
+    hours = _per_class([(g.gpu, g.hours) for g in lines])
+    startup = _per_class([(g.gpu, g.startup_hours) for g in lines])
     pflop = sum(g.pflop for g in lines if g.pflop is not None)
-    return (name, "", "", "", "", "", _num(pflop), hours, "")
+    return (name, "", "", "", "", "", _num(pflop), hours, "", startup)
+
+
+def _per_class(hours: Sequence[tuple[str | None, float | None]]) -> str:
+    """GPU-hours summed per GPU class (CPU lines, of no class, left out), and how many GPU
+    lines are unknown."""
+    by_class: dict[str, float] = {}
+    for gpu, h in hours:
+        if h is not None and gpu:
+            by_class[gpu] = by_class.get(gpu, 0.0) + h
+    text = " + ".join(f"**{_num(h)} {gpu}-hours**" for gpu, h in by_class.items()) or "—"
+    unknown = sum(h is None and gpu is not None for gpu, h in hours)
+    return text + (f" ({unknown} line(s) unknown)" if unknown else "")
 
 
 def _lines(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:

@@ -186,7 +186,8 @@ def job_records(folder: Path) -> list[dict[str, Any]]:
 
 
 def rule_table(records: list[dict[str, Any]], shape: dict, peak: float) -> list[dict[str, Any]]:
-    """Per model rule: jobs, failures, wall (processes' whole lives), load, tokens through the
+    """Per model rule: jobs, failures, wall (processes' whole lives), load, a job's start (its
+    life before its work), tokens through the
     body, tokens/s after the load, the body's FLOP rate (its matmuls and attention, from the
     tokens and query-key pairs the jobs counted; the output layer not counted) and its share of
     `peak`, and the largest GPU and host peaks of its jobs."""
@@ -196,6 +197,7 @@ def rule_table(records: list[dict[str, Any]], shape: dict, peak: float) -> list[
         if not jobs:
             continue
         after_load = sum(r["after_load_s"] for r in jobs)
+        wall = sum(r.get("process_s") or r["wall_s"] for r in jobs)
         tokens = sum(r["tokens"] for r in jobs)
         flops = body_flops(shape) * tokens
         flops += attention_flops(shape) * sum(r.get("attention_pairs", 0) for r in jobs)
@@ -205,8 +207,11 @@ def rule_table(records: list[dict[str, Any]], shape: dict, peak: float) -> list[
                 "rule": rule,
                 "jobs": len(jobs),
                 "failed": sum(not r["succeeded"] for r in jobs),
-                "wall_s": round(sum(r.get("process_s") or r["wall_s"] for r in jobs), 2),
+                "wall_s": round(wall, 2),
                 "load_s": round(sum(r["load_s"] or 0 for r in jobs), 2),
+                # a job's life before its work (imports, CUDA, inputs, the load): what the
+                # bill's start-up column prices (estimate/costs.py: job_start_seconds)
+                "start_s_per_job": round((wall - after_load) / len(jobs), 2),
                 "tokens": tokens,
                 "tokens_per_s": round(tokens / after_load, 1) if after_load > 0 else None,
                 "body_tflops": None if tflops is None else float(f"{tflops:.4g}"),
@@ -343,7 +348,8 @@ def markdown_part(result: dict[str, Any] | None) -> str:
 
 def rules_markdown(rules: list[dict[str, Any]], outputs: dict[str, Any] | None = None) -> str:
     """The per-rule table (a rerun's too: then without the outputs column)."""
-    header = ["rule", "jobs", "failed", "wall s", "load s", "tokens", "tokens/s", "TFLOP/s"]
+    header = ["rule", "jobs", "failed", "wall s", "load s", "start s a job", "tokens"]
+    header += ["tokens/s", "TFLOP/s"]
     header += ["% of peak", "GPU peak GB", "host peak GB"] + (["outputs"] if outputs else [])
     rows = [
         [
@@ -352,6 +358,7 @@ def rules_markdown(rules: list[dict[str, Any]], outputs: dict[str, Any] | None =
             r["failed"],
             f"{r['wall_s']:.1f}",
             f"{r['load_s']:.1f}",
+            figure(r.get("start_s_per_job"), ".1f"),
             f"{r['tokens']:,}",
             figure(r["tokens_per_s"], ",.0f"),
             figure(r.get("body_tflops"), ".3g"),
