@@ -188,7 +188,8 @@ def _panel_line(run: RunConfig, key: str, model_key: str, resources: Resources) 
     shape, model = _model(run, model_key)
     work = panel_work(dataset.scoring, shape.dims) if shape.dims else None
     count, settings = input_count(dataset.panel, run), run.models[model_key]
-    items = _Items(shape, count, work, "variants", settings, panel_shards(run, key))
+    jobs = panel_shards(count, dataset.shards.shard_size)
+    items = _Items(shape, count, work, "variants", settings, jobs)
     return _line(
         f"datasets.{key} ({dataset.scoring.recipe})", model, "score_shard", resources, items
     )
@@ -217,7 +218,8 @@ def _scan_line(run: RunConfig, key: str, model_key: str, resources: Resources) -
     from carbon_vep.scan.plan import scan_flops
 
     scan, (shape, model), settings = run.scans[key], _model(run, model_key), run.models[model_key]
-    bases, tiles, jobs = scan_bases(scan), scan.tiles, scan_chunks(scan)
+    bases, tiles = scan_bases(scan), scan.tiles
+    jobs = scan_chunks(bases, scan.chunks.chunk_bp)
     gpu, label = gpu_of("scan_chunk", settings.device, resources)
     startup_hours, startup_how = startup(settings, shape, jobs, gpu)
     flops = scan_flops(bases.rows, tiles, shape.dims) if bases and shape.dims else None

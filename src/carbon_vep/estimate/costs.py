@@ -238,7 +238,7 @@ def measured_niah_hours(shape: str, ctx: int, prefill_chunk: int, rows: int) -> 
 # reading the inputs). Per job: 9.49 s, and the weights at 1.73 GB/s.
 MEASURED_H200_JOBS = 10
 MEASURED_H200_BEFORE_LOAD_S = 199.77 - 65.06 - 39.8
-MEASURED_H200_LOAD_GB_S = 6.902513664 * MEASURED_H200_JOBS / 39.8
+MEASURED_H200_LOAD_GB_S = weight_bytes(CARBON_SHAPES["Carbon-3B"]) / 1e9 * MEASURED_H200_JOBS / 39.8
 
 
 def job_start_seconds(dims: Mapping[str, int]) -> float:

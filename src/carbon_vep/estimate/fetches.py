@@ -113,7 +113,8 @@ def _panel_jobs(run: RunConfig) -> list[JobCount]:
     out = [JobCount("make_shards (checkpoint)", len(scored), "one a dataset scored by a model")]
     for key in scored:
         dataset, models = run.datasets[key], len(run.entry_models(run.datasets[key]))
-        count, shards = input_count(dataset.panel, run), panel_shards(run, key)
+        count = input_count(dataset.panel, run)
+        shards = panel_shards(count, dataset.shards.shard_size)
         if count is None or shards is None:
             out.append(JobCount(f"score_shard [{key}]", None, "after make_shards (rows unknown)"))
             continue
@@ -129,7 +130,8 @@ def _panel_jobs(run: RunConfig) -> list[JobCount]:
 def _scan_jobs(run: RunConfig) -> list[JobCount]:
     out = [JobCount("plan_scan (checkpoint)", len(run.scans), "one a scan")]
     for key, scan in run.scans.items():
-        bases, models, chunks = scan_bases(scan), len(run.entry_models(scan)), scan_chunks(scan)
+        bases, models = scan_bases(scan), len(run.entry_models(scan))
+        chunks = scan_chunks(bases, scan.chunks.chunk_bp)
         if bases is None or chunks is None:
             out.append(JobCount(f"scan_chunk [{key}]", None, "after plan_scan (bases unknown)"))
             continue
@@ -165,19 +167,16 @@ def _niah_jobs(run: RunConfig) -> list[JobCount]:
     return out + [JobCount("merge_niah", merges, "cell x model")]
 
 
-def panel_shards(run: RunConfig, key: str) -> int | None:
-    """A scored dataset's score_shard jobs a model: its rows over shard_size (None: rows
-    unknown before make_shards)."""
-    dataset = run.datasets[key]
-    count = input_count(dataset.panel, run)
-    return None if count is None else math.ceil(count.rows / dataset.shards.shard_size)
+def panel_shards(count: Count | None, shard_size: int) -> int | None:
+    """A scored panel's score_shard jobs a model, from its row count (input_count): its rows
+    over shard_size (None: rows unknown before make_shards)."""
+    return None if count is None else math.ceil(count.rows / shard_size)
 
 
-def scan_chunks(scan: ScanConfig) -> int | None:
-    """A scan's scan_chunk jobs a model: its bases over chunk_bp (None: unknown before
-    plan_scan)."""
-    bases = scan_bases(scan)
-    return None if bases is None else math.ceil(bases.rows / scan.chunks.chunk_bp)
+def scan_chunks(bases: Count | None, chunk_bp: int) -> int | None:
+    """A scan's scan_chunk jobs a model, from its bases (scan_bases): over chunk_bp (None:
+    unknown before plan_scan)."""
+    return None if bases is None else math.ceil(bases.rows / chunk_bp)
 
 
 def scan_bases(scan: ScanConfig) -> Count | None:
