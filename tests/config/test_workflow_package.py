@@ -360,3 +360,37 @@ def test_scan_inputs_name_the_files_the_scan_rules_write(tmp_path):
             pattern.format(niah="n", cell="niah_1k", model="demo", part=part)
             for part in ("00000", "00001")
         ]
+
+
+def test_a_recovery_jobs_time_limit_follows_its_rollouts(tmp_path):
+    """score_recovery's runtime: twice the job's prompts and rollouts (each decode step at no
+    less than the host-bound step an H100 measured) plus 10 minutes to load, on the profile's
+    class for the rule: a 640-token sweep point of the Hub's 30,000 prompts gets hours where
+    the headline gets minutes; a model of unknown shape gets the default two hours."""
+    from carbon_vep.config.workflow import profile_runtime_minutes
+
+    models = {
+        "m": {"path": "HuggingFaceBio/Carbon-3B", "revision": "a" * 40, "device": "cuda"},
+        "demo": {"path": str(tmp_path / "demo_model"), "build_demo": True},
+    }
+    tasks = {"t": {"kind": "sequence_recovery", "path": str(tmp_path / "test.parquet")}}
+    tasks["t"]["new_tokens"] = [5, 640]
+    run = RunConfig.from_dict(
+        {"models": {**models, "m": {**models["m"], "batch_tokens": 131_072}}, "tasks": tasks}
+    )
+    jobs = Jobs(run, "f" * 64, recovery_gpu="H100")
+    headline = jobs.recovery_runtime(Wildcards(task="t", model="m", point=""))
+    (point,) = [p for p in run.sweep_points("t")]
+    folder = jobs.paths.sweep_point(point)
+    long = jobs.recovery_runtime(Wildcards(task="t", model="m", point=folder))
+    batches, steps, step = -(-30_000 // 78), 639, 8192 / 723.7 / 128  # 78 prompts a batch
+    assert long >= 10 + 2 * batches * steps * step / 60  # >= 13.3 h
+    assert 10 < headline < 60 < 12 * 60 < long
+    assert jobs.task_resources("score_recovery")["runtime"] == jobs.recovery_runtime
+    assert jobs.task_resources("score_perturbation")["runtime"] == 120
+    assert jobs.recovery_runtime(Wildcards(task="t", model="demo", point="")) == 120
+    # the profiles' runtime as the bill reads it: minutes at the first attempt
+    for raw, minutes in ((90, 90), ("120 * attempt", 120), ("attempt*30", 30), ("1h30m", 90)):
+        assert profile_runtime_minutes({"runtime": raw}) == minutes
+    assert profile_runtime_minutes({"runtime": "lambda wc: 3"}) is None
+    assert profile_runtime_minutes({}) is None

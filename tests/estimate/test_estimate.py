@@ -187,11 +187,97 @@ def test_each_sweep_point_is_a_job_a_model_billed_at_its_own_settings(tmp_path):
         "tasks.t (sequence_recovery, new_tokens 640)": RecoverySettings(new_tokens=640),
         "tasks.t (sequence_recovery, max_prompt_bp 600)": RecoverySettings(max_prompt_bp=600),
     }.items():
-        work = recovery_work(settings, dims, 1200)  # the longest sequence, 1,200 bp
+        work = recovery_work(
+            settings, run.models["b"], dims, 1200
+        )  # the longest sequence, 1,200 bp
         line = lines[label, "b"]
         assert line.work == work.what and line.pflop == pytest.approx(4 * work.flops / 1e15)
-    assert lines["tasks.t (sequence_recovery, new_tokens 640)", "b"].work.endswith("640 generated")
+    assert lines["tasks.t (sequence_recovery, new_tokens 640)", "b"].work.endswith(
+        "+ 640 generated, 8 a batch"  # batch_size 8: no batch_tokens, no draft
+    )
     assert lines["tasks.t (sequence_recovery, max_prompt_bp 600)", "b"].work.startswith("<= 101-")
+
+
+def _recovery_bill(tmp_path, model: dict, resources: dict, **settings):
+    """The score_recovery lines (by new_tokens) of the Hub's eukaryote file, not fetched yet:
+    its documented 30,000 prompts, at most max_prompt_bp (6,144 bp) each."""
+    task = {"kind": "sequence_recovery", "path": str(tmp_path / "test.parquet"), **settings}
+    run = _run(models={"m": {"revision": COMMIT, "device": "cuda", **model}}, tasks={"t": task})
+    bill = estimate(run, resources)
+    return {g.work.split(" + ")[1].split(" ")[0]: g for g in bill.gpu if g.rule == "score_recovery"}
+
+
+def test_a_rollouts_decode_steps_cost_no_less_than_reading_the_weights_and_its_cache(tmp_path):
+    """Recovery's arithmetic: the prompt's pass, then new_tokens - 1 one-token steps, each at
+    the larger of its FLOPs at 50% of the peak and its reads at the data sheet's bandwidth:
+    the weights once a batch (an item's share) and the item's own KV cache. Long rollouts are
+    memory-bound, so their hours are the reads', and a smaller batch pays more."""
+    three_b = {"path": "HuggingFaceBio/Carbon-3B", "batch_tokens": 131_072}
+    h100 = {"score_recovery": {"gpu_model": "h100"}}
+    lines = _recovery_bill(tmp_path, three_b, h100, new_tokens=[5, 640])
+    dims = {**CARBON_SHAPES["Carbon-3B"], "vocab_size": CARBON_VOCAB}
+    prompt, rows = 6144 // 6 + 1, 131_072 // (1025 + 640)  # 1,025 tokens, 78 a batch
+    assert lines["640"].work == f"<= {prompt:,}-token prompt + 640 generated, {rows} a batch"
+    weights = 2 * (body_parameters(dims) + CARBON_VOCAB * 3072)  # 6.90 GB
+    kv = 2 * 2 * 30 * 4 * 96  # bytes a token: 30 layers, 4 KV heads of 96
+    steps = 639  # the prompt's pass gives the first new token
+    reads = steps * (weights / rows + kv * (prompt + 1 + steps / 2))
+    flops = 2 * body_parameters(dims) * prompt + 4 * 32 * 96 * 30 * prompt**2 / 2
+    flops += 2 * 3072 * CARBON_VOCAB  # the prompt's one scored position
+    prefill = flops / (800e12 * 0.5)
+    assert lines["640"].hours == pytest.approx(30_000 * (prefill + reads / 3.35e12) / 3600, 2e-3)
+    assert lines["640"].hours > 2 * lines["5"].hours  # the reads, not the FLOPs, decide it
+    one_a_batch = _recovery_bill(tmp_path, {**three_b, "batch_tokens": 0, "batch_size": 1}, h100)
+    assert one_a_batch["5"].hours > lines["5"].hours  # each step reads all the weights alone
+
+
+def test_measured_rollouts_pay_each_step_beyond_the_measured_five_tokens(tmp_path):
+    """The measured column: the H100's recovery rate (5 new tokens: 4 decode steps in it) for
+    the prompts, and each further step at the step measured on the dynamic cache (88.4 ms,
+    Carbon-3B) a batch; nothing where the cache or the shape was not measured."""
+    three_b = {"path": "HuggingFaceBio/Carbon-3B", "batch_tokens": 131_072}
+    h100 = {"score_recovery": {"gpu_model": "h100"}}
+    lines = _recovery_bill(tmp_path, three_b, h100, new_tokens=[5, 640])
+    rate, step = 47_936, 8192 / 723.7 / 128  # tokens/s at 5 new tokens; s a step at batch 64
+    assert lines["5"].measured_h100_hours == pytest.approx(30_000 * 1030 / rate / 3600)
+    batches = math.ceil(30_000 / 78)
+    expected = 30_000 * 1030 / rate + batches * (639 - 4) * step
+    assert lines["640"].measured_h100_hours == pytest.approx(expected / 3600)
+    assert 6 < lines["640"].measured_h100_hours < 6.5  # ~16x its arithmetic: host-bound
+    static = _recovery_bill(tmp_path, three_b, h100, new_tokens=[5, 640], decode_cache="static")
+    assert static["5"].measured_h100_hours == lines["5"].measured_h100_hours
+    assert static["640"].measured_h100_hours is None  # not measured on a GPU
+    eight_b = _recovery_bill(tmp_path, {**three_b, "path": EIGHT_B}, h100, new_tokens=[5, 640])
+    assert eight_b["640"].measured_h100_hours is None
+
+
+def test_jobs_longer_than_the_profiles_time_limit_are_said(tmp_path):
+    """A line whose job needs longer than the rule's runtime at the first attempt is listed
+    (the measured rate on H100s where measured, else the arithmetic, with its start-up); a
+    rule the profile gives no runtime is the workflow's to time, and is not checked."""
+    three_b = {"path": "HuggingFaceBio/Carbon-3B", "batch_tokens": 131_072}
+    limited = {"score_recovery": {"gpu_model": "h100", "runtime": "120 * attempt"}}
+    run_lines = _recovery_bill(tmp_path, three_b, limited, new_tokens=[5, 640])
+    task = {"kind": "sequence_recovery", "path": str(tmp_path / "test.parquet")}
+    run = _run(
+        models={"m": {"revision": COMMIT, "device": "cuda", **three_b}},
+        tasks={"t": {**task, "new_tokens": [5, 640]}},
+    )
+    (long,) = estimate(run, limited).long_jobs
+    assert long.line == run_lines["640"] and long.basis == "measured rate"
+    assert long.limit_minutes == 120
+    startup = run_lines["640"].startup_hours
+    assert long.hours == pytest.approx(run_lines["640"].measured_h100_hours + startup)
+    text = render(estimate(run, limited))
+    assert "### Jobs longer than the profile's time limit (1 line(s))" in text
+    assert "| 1 | 6.19 h (measured rate) | 120 min |" in text
+    for runtime in ("400", "7h"):  # long enough
+        assert not estimate(
+            run, {"score_recovery": {"gpu_model": "h100", "runtime": runtime}}
+        ).long_jobs
+    assert not estimate(run, {"score_recovery": {"gpu_model": "h100"}}).long_jobs
+    a10 = estimate(run, {"score_recovery": {"gpu_model": "a10", "runtime": 10}}).long_jobs
+    assert [j.basis for j in a10] == ["arithmetic", "arithmetic"]  # no rate measured on A10s
 
 
 def test_each_lines_jobs_pay_the_measured_start_up_of_their_models_shape(tmp_path):

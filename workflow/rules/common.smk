@@ -61,6 +61,7 @@ JOBS = Jobs(
     CONFIG_SHA256,
     profile_gpu_class(PROFILES.get("score_niah", {})),
     os.path.normpath(WORKFLOW_ROOT),
+    profile_gpu_class(PROFILES.get("score_recovery", {})),
 )
 SCANS = ScanInputs(RUN)
 

@@ -48,16 +48,20 @@ BF16 = 2
 class GpuClass:
     memory_gb: float  # device memory as CUDA reports it (nvidia-smi's total, in 10^9 bytes)
     bf16_tflops: float  # dense bf16 peak, for estimates (H100: as measured, not the data sheet)
+    # device-memory bandwidth, TB/s (the data sheet's; None: not known): a decode step's floor
+    memory_tb_s: float | None = None
 
 
+# Bandwidths from NVIDIA's data sheets (docs/gpu.md, its facts and sources): A10 600 GB/s
+# GDDR6, A100 80GB SXM 2,039 GB/s, H100 SXM 3.35 TB/s, H200 4.8 TB/s
 GPU_CLASSES = {
-    "A10": GpuClass(memory_gb=24.1, bf16_tflops=125.0),
-    "A100": GpuClass(memory_gb=85.1, bf16_tflops=312.0),  # the 80 GB model
-    "H100": GpuClass(memory_gb=85.5, bf16_tflops=800.0),  # 80 GB HBM3
+    "A10": GpuClass(memory_gb=24.1, bf16_tflops=125.0, memory_tb_s=0.6),
+    "A100": GpuClass(memory_gb=85.1, bf16_tflops=312.0, memory_tb_s=2.039),  # the 80 GB model
+    "H100": GpuClass(memory_gb=85.5, bf16_tflops=800.0, memory_tb_s=3.35),  # 80 GB HBM3
     # 141 GB HBM3e: 143,771 MiB as CUDA reported it on the lent H200; the same SMs and clocks
     # as the H100 SXM, so its peak is taken as about the lent machine's page gives (790 TFLOP/s)
     # until the GPU check measures it there (docs/gpu.md)
-    "H200": GpuClass(memory_gb=150.8, bf16_tflops=790.0),
+    "H200": GpuClass(memory_gb=150.8, bf16_tflops=790.0, memory_tb_s=4.8),
 }
 
 

@@ -4,6 +4,7 @@ shipped inputs' paths, and the check that a GPU profile runs models on CUDA.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,27 @@ def profile_gpu_class(resources: Mapping[str, Any]) -> str | None:
     from carbon_vep.config.gpus import gpu_class_named
 
     return gpu_class_named(str(resources.get("gpu_model", "")).strip("'\""))
+
+
+_UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 1440.0}
+
+
+def profile_runtime_minutes(resources: Mapping[str, Any]) -> float | None:
+    """A job's time limit at its first attempt, in minutes, from a profile's `runtime`: minutes
+    (a number), `N * attempt`, or a span with units ("2h", "1h30m"); None where none is given
+    or the expression is another (the workflow's own, or one this does not read)."""
+    raw = str(resources.get("runtime", "")).strip().strip("'\"").replace(" ", "")
+    if not raw:
+        return None
+    times = re.fullmatch(r"(\d+(?:\.\d+)?)\*attempt|attempt\*(\d+(?:\.\d+)?)", raw)
+    if times:
+        return float(times.group(1) or times.group(2))
+    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
+        return float(raw)
+    spans = re.findall(r"(\d+(?:\.\d+)?)([smhd])", raw)
+    if spans and "".join(n + u for n, u in spans) == raw:
+        return sum(float(n) * _UNITS[u] for n, u in spans)
+    return None
 
 
 def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:

@@ -18,7 +18,11 @@ from carbon_vep.config.gpus import niah_row_seconds
 from carbon_vep.config.run import NiahConfig, RunConfig
 from carbon_vep.config.stages import ModelSettings, TileSettings
 from carbon_vep.config.tasks import TASK_KINDS, SweepPoint
-from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, profile_gpu_class
+from carbon_vep.config.workflow import (
+    DEFAULT_GPU_CLASS,
+    profile_gpu_class,
+    profile_runtime_minutes,
+)
 from carbon_vep.errors import InputError
 from carbon_vep.estimate.costs import (
     MEASURED_H100_SCAN_BASES_S,
@@ -26,6 +30,7 @@ from carbon_vep.estimate.costs import (
     Shape,
     Work,
     gpu_seconds,
+    item_seconds,
     job_start_seconds,
     measured_niah_hours,
     measured_work_hours,
@@ -67,15 +72,56 @@ class GpuLine:
 
 
 @dataclass(frozen=True)
+class LongJob:
+    """A line whose jobs, by the bill, outlast the time limit the profile gives their rule."""
+
+    line: GpuLine
+    hours: float  # a job's: its share of the line's hours and its start-up
+    basis: str  # which of the line's figures: the measured rate or the arithmetic
+    limit_minutes: float  # the profile's runtime at the first attempt
+
+
+@dataclass(frozen=True)
 class Bill:
     fetches: list[Fetch]
     jobs: list[JobCount]
     gpu: list[GpuLine]
+    long_jobs: list[LongJob]
 
 
 def estimate(run: RunConfig, resources: Resources) -> Bill:
     """The bill of `run` under a profile's `resources` (rule -> resources; {} for none)."""
-    return Bill(fetches(run), job_counts(run), gpu_lines(run, resources))
+    lines = gpu_lines(run, resources)
+    return Bill(fetches(run), job_counts(run), lines, long_jobs(lines, resources))
+
+
+def long_jobs(lines: Sequence[GpuLine], resources: Resources) -> list[LongJob]:
+    """The lines whose jobs need longer than the profile's `runtime` for their rule at the
+    first attempt (config.workflow.profile_runtime_minutes; a rule whose limit the workflow
+    derives, or no profile, is not checked): a job's share of the line's H100-hours at the
+    measured rate where the rule runs on H100s and the rate is measured, else of its
+    arithmetic, and its start-up. A job killed at the limit holds its GPU that long for
+    nothing."""
+    out = []
+    for line in lines:
+        limit = profile_runtime_minutes(resources.get(line.rule, {}))
+        if limit is None or line.gpu is None or not line.jobs:
+            continue
+        measured = line.measured_h100_hours if line.gpu == "H100" else None
+        hours, basis = (
+            (measured, "measured rate")
+            if measured is not None
+            else (
+                line.hours,
+                "arithmetic",
+            )
+        )
+        if hours is None:
+            continue
+        job = (hours + (line.startup_hours or 0.0)) / line.jobs
+        if job * 60 > limit:
+            out.append(LongJob(line, job, basis, limit))
+    return out
 
 
 # ---- GPU time per task and model -----------------------------------------------------------
@@ -165,7 +211,7 @@ def _line(task: str, model: str, rule: str, resources: Resources, it: _Items) ->
         count_from=it.count.source if it.count else "unknown until fetched or checked",
         work=what,
         pflop=_pflop(flops),
-        hours=_hours(flops, gpu),
+        hours=_work_hours(it.work, it.shape.dims, rows, gpu),
         measured_h100_hours=(
             measured_work_hours(it.shape.name, it.work, rows) if it.work and rows else None
         ),
@@ -181,6 +227,16 @@ def _pflop(flops: float | None) -> float | None:
 
 def _hours(flops: float | None, gpu: str | None) -> float | None:
     return gpu_seconds(flops, gpu) / 3600 if flops is not None and gpu else None
+
+
+def _work_hours(
+    work: Work | None, dims: Mapping[str, int] | None, rows: int | None, gpu: str | None
+) -> float | None:
+    """GPU-hours of `rows` items of `work` (costs.item_seconds: a generation's decode steps at
+    no less than the memory floor)."""
+    if work is None or dims is None or rows is None or gpu is None:
+        return None
+    return rows * item_seconds(work, dims, gpu) / 3600
 
 
 def _panel_line(run: RunConfig, key: str, model_key: str, resources: Resources) -> GpuLine:
@@ -204,12 +260,13 @@ def _task_line(
     shape, model = _model(run, model_key)
     count = input_count(task.path, run)
     bp = count.sequence_bp if count else None
-    work = TASK_WORK[kind.name](task.settings, shape.dims, bp) if shape.dims else None
-    vllm = kind.generation and run.models[model_key].engine == "vllm"
+    settings = run.models[model_key]
+    work = TASK_WORK[kind.name](task.settings, settings, shape.dims, bp) if shape.dims else None
+    vllm = kind.generation and settings.engine == "vllm"
     if work and vllm:  # the check measured our engine only
         work = replace(work, path=None)
-    engine = run.models[model_key].engine if kind.generation else "transformers"
-    items = _Items(shape, count, work, kind.unit, run.models[model_key], 1, engine)
+    engine = settings.engine if kind.generation else "transformers"
+    items = _Items(shape, count, work, kind.unit, settings, 1, engine)
     swept = f", {point.setting} {point.value:,}" if point else ""
     return _line(f"tasks.{key} ({task.kind}{swept})", model, kind.rule, resources, items)
 

@@ -20,6 +20,7 @@ from carbon_vep.config.gpus import (
     GPU_CLASSES,
     attention_flops,
     body_flops,
+    kv_bytes_per_token,
     model_shape,
     output_flops,
     weight_bytes,
@@ -45,11 +46,25 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class Decode:
+    """An item's greedy steps after its prefill (whose pass gives the first new token): `steps`
+    one-token passes over a cache of `context` tokens on average, `rows` items a batch (they
+    share each step's read of the weights), the steps' FLOPs, and the job's `decode_cache`."""
+
+    steps: int
+    context: float
+    rows: int
+    flops: float
+    cache: str
+
+
+@dataclass(frozen=True)
 class Work:
     tokens: float  # tokens through the model for one item
-    flops: float  # their matmul FLOPs
+    flops: float  # their matmul FLOPs (a generation's decode steps included)
     what: str  # the arithmetic's assumption, as the estimate prints it
     path: str | None = None  # the GPU check's name of the same path (for a measured rate)
+    decode: Decode | None = None  # a generation's steps after the prefill
 
 
 def shape_of(model: ModelSettings) -> Shape:
@@ -104,6 +119,26 @@ def gpu_seconds(flops: float, gpu: str) -> float:
     return flops / (GPU_CLASSES[gpu].bf16_tflops * 1e12 * ASSUMED_EFFICIENCY)
 
 
+def decode_read_bytes(decode: Decode, dims: Mapping[str, int]) -> float:
+    """Bytes an item's decode steps read: each step reads every weight once for its batch (an
+    item's share: 1 / rows) and the item's own KV cache."""
+    weights = weight_bytes(dims, vocab=dims.get("vocab_size", CARBON_VOCAB)) / decode.rows
+    return decode.steps * (weights + kv_bytes_per_token(dims) * decode.context)
+
+
+def item_seconds(work: Work, dims: Mapping[str, int], gpu: str) -> float:
+    """Seconds of an item on a GPU class (arithmetic): its FLOPs at ASSUMED_EFFICIENCY of the
+    bf16 peak; a generation's decode steps at the larger of that and the memory floor (what
+    they read at the data sheet's bandwidth: a step is memory-bound at small batches)."""
+    decode = work.decode
+    if decode is None:
+        return gpu_seconds(work.flops, gpu)
+    bandwidth = GPU_CLASSES[gpu].memory_tb_s
+    floor = decode_read_bytes(decode, dims) / (bandwidth * 1e12) if bandwidth else 0.0
+    prefill = gpu_seconds(work.flops - decode.flops, gpu)
+    return prefill + max(gpu_seconds(decode.flops, gpu), floor)
+
+
 def _rows(normalization: str, dims: Mapping[str, int]) -> int:
     return DNA_ROWS if normalization == "dna_block" else dims["vocab_size"]
 
@@ -148,19 +183,34 @@ def _window_work(scoring: RecipeSettings, dims: Mapping[str, int], tokens: int, 
 
 
 # ---- suite tasks ---------------------------------------------------------------------------
-def recovery_work(settings: RecoverySettings, dims: Mapping[str, int], bp: int | None) -> Work:
-    """A prompt of at most max_prompt_bp (whole 6-mers, after <dna>), then new_tokens greedy
-    steps off its cache, each over the whole vocabulary."""
+def recovery_work(
+    settings: RecoverySettings, model: ModelSettings, dims: Mapping[str, int], bp: int | None
+) -> Work:
+    """A prompt of at most max_prompt_bp (whole 6-mers, after <dna>), its pass giving the first
+    new token, then new_tokens - 1 greedy steps off its cache, each over the whole vocabulary,
+    in batches of what the model's batch settings hold (one prompt at a time with a draft)."""
     prompt = min(bp or settings.max_prompt_bp, settings.max_prompt_bp) // K + 1
-    flops = pass_flops(dims, prompt, dims["vocab_size"], positions=1)
-    flops += pass_flops(dims, settings.new_tokens, dims["vocab_size"], context=prompt)
-    what = f"<= {prompt:,}-token prompt + {settings.new_tokens} generated"
+    new = settings.new_tokens
+    steps = new - 1  # the prefill's pass gives the first new token
+    step_flops = pass_flops(dims, steps, dims["vocab_size"], context=prompt + 1)
+    flops = pass_flops(dims, prompt, dims["vocab_size"], positions=1) + step_flops
+    rows = recovery_batch_rows(model, prompt + new)
+    decode = Decode(steps, prompt + 1 + steps / 2, rows, step_flops, settings.decode_cache)
+    what = f"<= {prompt:,}-token prompt + {new} generated, {rows:,} a batch"
     path = "recovery token" if settings.decoder == "token" else None  # the one measured
-    return Work(prompt + settings.new_tokens, flops, what, path)
+    return Work(prompt + new, flops, what, path, decode)
+
+
+def recovery_batch_rows(model: ModelSettings, tokens: int) -> int:
+    """Prompts a recovery batch holds, each of `tokens` (prompt and new tokens): as many as
+    fit in batch_tokens when set, else batch_size; one with a draft (suite.rollouts)."""
+    if model.draft_model:
+        return 1
+    return max(model.batch_tokens // tokens, 1) if model.batch_tokens else model.batch_size
 
 
 def perturbation_work(
-    settings: PerturbationSettings, dims: Mapping[str, int], bp: int | None
+    settings: PerturbationSettings, model: ModelSettings, dims: Mapping[str, int], bp: int | None
 ) -> Work | None:
     """Both sequences of a pair, each one pass (None: their length is unknown)."""
     if bp is None:
@@ -172,8 +222,9 @@ def perturbation_work(
     return Work(2 * tokens, 2 * pass_flops(dims, tokens, _rows(norm, dims)), what, path)
 
 
-# an item of each task kind (config.tasks): (its settings, model dims, its bp if known) -> Work
-TASK_WORK: dict[str, Callable[[Any, Mapping[str, int], int | None], Work | None]] = {
+# an item of each task kind (config.tasks): (its settings, the model's settings and dims, its
+# bp if known) -> Work
+TASK_WORK: dict[str, Callable[[Any, ModelSettings, Mapping[str, int], int | None], Work | None]] = {
     SEQUENCE_RECOVERY.name: recovery_work,
     PERTURBATION.name: perturbation_work,
 }
@@ -212,10 +263,45 @@ MEASURED_H100_NIAH_S = {
 }
 
 
+# The recovery rate above: 16 prompts of 1,029 tokens and 5 new tokens in one batch, so its 4
+# decode steps (the prefill gives the first) are in it; longer rollouts pay each further step.
+MEASURED_RECOVERY_STEPS = 4
+# A decode step of transformers' `generate` on its dynamic cache (`decode_cache: dynamic`), the
+# steps' median on an H100 (2026-11-26, run 4: 88.4 ms at batch 64, 2,048-token prompts;
+# docs/generation.md): host-bound (6.9 ms of GPU work against ~30 ms of host time at batch 1),
+# so about the same from batch 1 to 64. Measured on Carbon-3B's shape only.
+MEASURED_H100_DECODE_STEP_S = {"Carbon-3B": 8192 / 723.7 / 128}
+
+
+def recovery_job_seconds(work: Work, dims: Mapping[str, int], items: int, gpu: str) -> float:
+    """A recovery job's seconds, for its time limit: the larger of its arithmetic
+    (item_seconds) and its prefills' arithmetic with every decode step at the step measured on
+    an H100 (host-bound, so the host's cost: taken for every shape, class and cache, a limit
+    errs long)."""
+    arithmetic = items * item_seconds(work, dims, gpu)
+    decode = work.decode
+    if decode is None:
+        return arithmetic
+    host = -(-items // decode.rows) * decode.steps * MEASURED_H100_DECODE_STEP_S["Carbon-3B"]
+    return max(arithmetic, items * gpu_seconds(work.flops - decode.flops, gpu) + host)
+
+
 def measured_work_hours(shape: str, work: Work, items: int) -> float | None:
-    """H100-hours of `items` at the check's measured tokens/s for the same path, if measured."""
+    """H100-hours of `items` at the check's measured tokens/s for the same path, if measured;
+    a generation's steps beyond the measured ones at the measured step (dynamic cache only:
+    the static and captured caches are not measured on a GPU)."""
     rate = MEASURED_H100_TOKENS_S.get((shape, work.path or ""))
-    return None if rate is None else items * work.tokens / rate / 3600
+    if rate is None:
+        return None
+    extra = work.decode.steps - MEASURED_RECOVERY_STEPS if work.decode else 0
+    hours = items * (work.tokens - max(extra, 0)) / rate / 3600  # the part the rate covers
+    if extra <= 0:
+        return hours
+    step = MEASURED_H100_DECODE_STEP_S.get(shape)
+    if step is None or work.decode.cache != "dynamic":
+        return None
+    batches = -(-items // work.decode.rows)
+    return hours + batches * extra * step / 3600
 
 
 def measured_niah_hours(shape: str, ctx: int, prefill_chunk: int, rows: int) -> float | None:

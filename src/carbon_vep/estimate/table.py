@@ -17,7 +17,7 @@ from carbon_vep.config.workflow import (
     check_gpu_profile,
     check_niah_profile,
 )
-from carbon_vep.estimate.bill import Bill, GpuLine, Resources, estimate, load_run
+from carbon_vep.estimate.bill import Bill, GpuLine, LongJob, Resources, estimate, load_run
 
 PEAKS = ", ".join(f"{name} {gpu.bf16_tflops:g}" for name, gpu in GPU_CLASSES.items())
 ASSUMPTIONS = (
@@ -84,6 +84,8 @@ def render(bill: Bill, where: str = "this run's profile") -> str:
         ),
         [_gpu_row(g) for g in bill.gpu] + _total_rows(bill.gpu),
     )
+    if bill.long_jobs:
+        lines += ["", *_long_jobs(bill.long_jobs)]
     if any(g.gpu_label.endswith("(default)") for g in bill.gpu):
         lines += [
             "",
@@ -92,6 +94,36 @@ def render(bill: Bill, where: str = "this run's profile") -> str:
             "the workflow's time limits are.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _long_jobs(jobs: Sequence[LongJob]) -> list[str]:
+    """The jobs that would be killed at their first attempt's time limit, and what to do."""
+    head = [
+        f"### Jobs longer than the profile's time limit ({len(jobs)} line(s))",
+        "",
+        "By the bill, each of these jobs needs longer than the `runtime` the profile gives its "
+        "rule (minutes, at the first attempt): a job killed at its limit has held its GPU that "
+        "long for nothing. Give the rule a longer `runtime` in the profile, or, where the rule "
+        "can, more jobs (`shard_size`, `chunk_bp`, a NIAH entry's `rows_per_job`). A line "
+        "without a measured rate is checked on its arithmetic, a floor: rollouts on the dynamic "
+        "cache are host-bound, and the H100 measured Carbon-3B's at ~16x their arithmetic "
+        "(docs/generation.md). score_recovery and score_niah derive their own limits when the "
+        "profile gives them none.",
+        "",
+    ]
+    rows = [
+        (
+            j.line.task,
+            j.line.model,
+            f"{j.line.rule}: {j.line.gpu_label}",
+            _count(j.line.jobs),
+            f"{_num(j.hours)} h ({j.basis})",
+            f"{j.limit_minutes:g} min",
+        )
+        for j in jobs
+    ]
+    header = ("task", "model (shape)", "rule: GPU", "jobs", "a job", "time limit")
+    return head + _lines(header, rows)
 
 
 def _gpu_row(g: GpuLine) -> tuple[str, ...]:

@@ -19,8 +19,9 @@ from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import GENERATION_ONLY
 from carbon_vep.config.task_entry import TaskConfig
 from carbon_vep.config.tasks import SWEEP_KEY, TASK_KINDS, SweepPoint, kind_of_rule
-from carbon_vep.config.workflow import niah_runtime_minutes
-from carbon_vep.estimate.costs import shape_of
+from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, niah_runtime_minutes
+from carbon_vep.estimate.costs import recovery_job_seconds, recovery_work, shape_of
+from carbon_vep.estimate.counts import input_count
 from carbon_vep.workflow.paths import RunPaths
 
 
@@ -35,8 +36,10 @@ class Jobs:
         config_sha256: str,
         niah_gpu: str | None = None,
         workflow_root: str = ".",
+        recovery_gpu: str | None = None,
     ) -> None:
         self.run, self.config_sha256, self.niah_gpu = run, config_sha256, niah_gpu
+        self.recovery_gpu = recovery_gpu  # the profile's GPU class of score_recovery, if named
         self.workflow_root = workflow_root
         self.paths = RunPaths(run.outdir)
         # models the workflow builds itself (the tiny demo model): no download
@@ -110,8 +113,10 @@ class Jobs:
 
     def task_resources(self, rule: str) -> dict[str, Any]:
         """The `resources:` of a task kind's rule (a generation kind's engine may take several
-        GPUs)."""
-        return self.model_resources(generation=kind_of_rule(rule).generation)
+        GPUs, and its time limit follows from its rollouts: recovery_runtime)."""
+        if kind_of_rule(rule).generation:
+            return self.model_resources(generation=True, runtime=self.recovery_runtime)
+        return self.model_resources()
 
     def host_memory_mb(self, wc: Any) -> int:
         """Host memory for the model's weights, read on the host before they move to the
@@ -154,6 +159,19 @@ class Jobs:
         start, end = entry.row_ranges()[int(wc.part)]
         model = self.run.models[wc.model].path
         return niah_runtime_minutes(entry.cell(wc.cell).ctx, end - start, model, self.niah_gpu)
+
+    def recovery_runtime(self, wc: Any) -> int:
+        """Minutes for a score_recovery job: its prompts' prefills and rollouts on the
+        profile's GPU class (estimate.costs.recovery_job_seconds, the decode steps at no less
+        than the host-bound step measured on an H100), twice over, plus 10 minutes to load;
+        120 where the model's shape or the prompts' count is unknown."""
+        task, model = self.task(wc), self.run.models[wc.model]
+        shape, count = shape_of(model), input_count(task.path, self.run)
+        if shape.dims is None or count is None:
+            return 120
+        work = recovery_work(task.settings, model, shape.dims, count.sequence_bp)
+        gpu = self.recovery_gpu or DEFAULT_GPU_CLASS
+        return int(10 + 2 * recovery_job_seconds(work, shape.dims, count.rows, gpu) / 60)
 
     # ---- settings (`--settings`, one JSON object) --------------------------------------------
     def model_settings(self, wc: Any, *groups: Any, generation: bool = False) -> str:
