@@ -12,6 +12,7 @@ import yaml
 from support.cluster import ROOT, run_snakemake
 
 from carbon_vep.cli import main
+from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
     CARBON_VOCAB,
@@ -249,6 +250,33 @@ def test_measured_rollouts_pay_each_step_beyond_the_measured_five_tokens(tmp_pat
     assert static["640"].measured_h100_hours is None  # not measured on a GPU
     eight_b = _recovery_bill(tmp_path, {**three_b, "path": EIGHT_B}, h100, new_tokens=[5, 640])
     assert eight_b["640"].measured_h100_hours is None
+
+
+def test_a_recovery_task_in_parts_bills_a_job_a_part_and_a_merge_a_run(tmp_path):
+    """`parts: 4` on a task sweeping two points with two models: 4 score_recovery jobs for each
+    of its 6 runs (headline and points x models), one merge_recovery job each; each line's
+    start-up is 4 jobs', its hours unchanged, a job's share of them a quarter. A perturbation
+    task is never cut (refused in parts)."""
+    three_b = {"path": "HuggingFaceBio/Carbon-3B", "device": "cuda", "revision": COMMIT}
+    models = {"a": three_b, "b": {**three_b, "path": EIGHT_B}}
+    task = {"kind": "sequence_recovery", "path": str(tmp_path / "test.parquet")}
+    swept = {**task, "new_tokens": [5, 80, 640]}
+    whole = estimate(_run(models=models, tasks={"t": swept}), {})
+    cut = estimate(_run(models=models, tasks={"t": {**swept, "parts": 4}}), {})
+    jobs = {j.rule: j for j in cut.jobs}
+    assert jobs["score_recovery"].jobs == 4 * 6 and jobs["merge_recovery"].jobs == 6
+    assert jobs["score_recovery"].how.endswith("(x each task's parts)")
+    assert {j.rule: j.jobs for j in whole.jobs}["score_recovery"] == 6
+    pairs = zip(
+        [g for g in whole.gpu if g.rule == "score_recovery"],
+        [g for g in cut.gpu if g.rule == "score_recovery"],
+        strict=True,
+    )
+    for one, four in pairs:
+        assert (one.jobs, four.jobs) == (1, 4) and four.hours == one.hours
+        assert four.startup_hours == pytest.approx(4 * one.startup_hours)
+    with pytest.raises(ConfigError, match=r"tasks\.p: parts 2: only a sequence_recovery task"):
+        _run(tasks={"p": {"kind": "perturbation", "path": "p.tsv", "parts": 2}})
 
 
 def test_jobs_longer_than_the_profiles_time_limit_are_said(tmp_path):

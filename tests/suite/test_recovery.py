@@ -469,3 +469,128 @@ def test_the_recipe_loads_no_model_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- a task cut into parts (a task entry's `parts`) -----------------------------------------
+def _part_table(labels: list[str]) -> pl.DataFrame:
+    rng = np.random.default_rng(7)
+    seqs = ["".join(rng.choice(list(BASES), 72)) for _ in labels]
+    return pl.DataFrame({"sequence": seqs, "label": labels}).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"),
+        pl.format("t.tsv:line {}", pl.int_range(pl.len()) + 2).alias("source"),
+    )
+
+
+def _echo(prompts: list[str], leads) -> list[str]:
+    """A stand-in for the model: each prompt's last 30 bases, so accuracies vary by row."""
+    return [p[-30:] for p in prompts]
+
+
+def test_parts_cover_every_row_once_and_decide_the_label_source_on_the_whole_table():
+    """A part generates and returns only its I/N share of the rows; the shares, merged, are the
+    one job's table exactly. auto's label source is the whole table's even in a part whose
+    own labels would decide otherwise (row 0's 12 bp label is shorter than the 30 bp rollout:
+    every row's label is its sequence's tail, in every part)."""
+    from carbon_vep.suite.recovery import merged_parts, recover_with
+    from carbon_vep.suite.tasks import Part
+
+    table = _part_table(["ACGTAC" * 2] + ["ACGTAC" * 10] * 6)
+    settings = RecoverySettings()
+    whole = recover_with(table, 6, settings, _echo)
+    assert set(whole["label_source"]) == {"sequence_tail"}
+    shares = [recover_with(table, 6, settings, _echo, part=Part(i, 3)) for i in range(3)]
+    assert [s.height for s in shares] == [2, 2, 3]  # 7 * i // 3: rows 0-1, 2-3, 4-6
+    assert [s["row_id"].to_list() for s in shares] == [[0, 1], [2, 3], [4, 5, 6]]
+    assert all(set(s["label_source"]) == {"sequence_tail"} for s in shares)
+    assert merged_parts("t.tsv", 7, shares[::-1]).equals(whole)  # any order in, file order out
+    alone = recover_with(table[2:], 6, settings, _echo)  # the last rows as a table of their own
+    assert set(alone["label_source"]) == {"dataset"}  # what a part deciding alone would take
+    # more parts than rows: the empty shares keep the columns and their types
+    many = [recover_with(table[:2], 6, settings, _echo, part=Part(i, 4)) for i in range(4)]
+    assert [m.height for m in many] == [0, 1, 0, 1]
+    assert all(m.schema == whole.schema for m in many)
+    assert merged_parts("t.tsv", 2, many).equals(recover_with(table[:2], 6, settings, _echo))
+
+
+def test_parts_that_miss_or_repeat_a_row_are_refused_naming_the_task_file():
+    from carbon_vep.suite.recovery import merged_parts, recover_with
+    from carbon_vep.suite.tasks import Part
+
+    table = _part_table(["ACGTAC" * 10] * 5)
+    shares = [recover_with(table, 6, RecoverySettings(), _echo, part=Part(i, 2)) for i in range(2)]
+    with pytest.raises(InputError, match=r"t\.tsv: the parts hold 2 rows for the file's 5 "):
+        merged_parts("t.tsv", 5, shares[:1])  # a part missing
+    with pytest.raises(InputError, match="hold 7 rows for the file's 5"):
+        merged_parts("t.tsv", 5, [*shares, shares[0]])  # a part twice
+    for text in ("3/3", "1", "a/2", "-1/2"):
+        with pytest.raises(ValueError, match="I/N with 0 <= I < N"):
+            Part.parse(text)
+    assert Part.parse("2/8") == Part(2, 8) and Part(2, 8).rows(30_000) == slice(7500, 11250)
+
+
+def test_a_drafts_counts_are_summed_over_the_parts():
+    """Ours (draft calls; accepted = rate x calls) and vLLM's (its counters) alike: the counts
+    summed, the rates taken again from the sums, the strings kept."""
+    from carbon_vep.suite.recovery import merged_speculative
+
+    named = {"draft_model": "d", "engine": "transformers", "speculative_tokens": 5}
+    ours = [
+        {**named, "new_tokens": 100, "target_calls": 40, "draft_calls": 200,
+         "tokens_per_target_call": 2.5, "acceptance_rate": 0.3},
+        {**named, "new_tokens": 50, "target_calls": 10, "draft_calls": 50,
+         "tokens_per_target_call": 5.0, "acceptance_rate": 0.8},
+    ]  # fmt: skip
+    assert merged_speculative(ours) == {
+        **named,
+        "new_tokens": 150,
+        "target_calls": 50,
+        "draft_calls": 250,
+        "tokens_per_target_call": 3.0,
+        "acceptance_rate": (60 + 40) / 250,
+    }
+    vllm = {
+        "speculative_tokens": 5,
+        "draft_tokens": 100,
+        "accepted_tokens": 30,
+        "acceptance_rate": 0.3,
+    }
+    other = {**vllm, "draft_tokens": 300, "accepted_tokens": 210, "acceptance_rate": 0.7}
+    assert merged_speculative([vllm, other]) == {
+        "speculative_tokens": 5, "draft_tokens": 400, "accepted_tokens": 240, "acceptance_rate": 0.6
+    }  # fmt: skip
+
+
+def test_merge_recovery_writes_the_one_jobs_table_and_metrics(tmp_path, caplog):
+    """`carbon-vep merge-recovery` on the parts of a task file: the predictions and the metrics
+    one job writes (the same metrics function on the same rows); parts that do not cover the
+    file stop it with the file named and nothing written."""
+    import json
+
+    from carbon_vep.cli import main
+    from carbon_vep.suite.recovery import recover_with
+    from carbon_vep.suite.tasks import Part
+
+    table = _part_table(["ACGTAC" * 10] * 5)
+    tasks = tmp_path / "t.tsv"
+    table.select("sequence", "label").write_csv(tasks, separator="\t")
+    settings = RecoverySettings(accuracy_mode="prediction_length")
+    parts = []
+    for i in range(2):
+        path = tmp_path / f"p{i}.parquet"
+        recover_with(table, 6, settings, _echo, part=Part(i, 2)).write_parquet(path)
+        parts.append(str(path))
+    out, metrics = tmp_path / "predictions.parquet", tmp_path / "metrics.json"
+    common = ["merge-recovery", "--tasks-file", str(tasks), "--task", "t", "--model-key", "m"]
+    common += ["--accuracy-mode", "prediction_length", "--out", str(out), "--metrics", str(metrics)]
+    assert main([*common, "--parts", *parts]) == 0
+    whole = recover_with(table, 6, settings, _echo)
+    assert pl.read_parquet(out).equals(whole)
+    written = json.loads(metrics.read_text())
+    expected = recovery_metrics(whole, settings)
+    assert written["metrics"] == expected["metrics"] and written["by_type"] == expected["by_type"]
+    assert (written["task"], written["model_key"]) == ("t", "m")
+    out.unlink()
+    metrics.unlink()
+    assert main([*common, "--parts", parts[1]]) == 2
+    assert f"{tasks}: the parts hold 3 rows for the file's 5" in caplog.text
+    assert not out.exists() and not metrics.exists()

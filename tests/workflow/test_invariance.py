@@ -13,8 +13,10 @@ merged outputs and metrics.
   as the GPU profiles cut a genome at 30 or 150 Mbp), a token budget `batch_tokens: 300`
   instead of the 8 windows (it replaces batch_size: 7 centered windows of ~41 tokens a pass,
   2 next-token contexts or scan tiles of ~101 tokens, one 512-token NIAH prompt),
-  `rows_per_job: 10` (one score_niah job a cell), and `compile_layers: true` (each job compiles
-  in its own process; ~40 s more for the run on 2 cores).
+  `rows_per_job: 10` (one score_niah job a cell), the recovery task in `parts: 3` (three
+  score_recovery jobs of 2, 3 and 3 of its 8 prompts, merged by merge_recovery), and
+  `compile_layers: true` (each job compiles in its own process; ~40 s more for the run on 2
+  cores).
 
 Both score with the same demo model directory (the one `as_shipped` built; `recut` does not
 build it again), so the provenance names the same files. The scan's chunks tile from the
@@ -75,6 +77,7 @@ RECUT = {
     "chunk_bp": 1000,
     "batch_tokens": 300,
     "rows_per_job": 10,
+    "recovery_parts": 3,
     "compile_layers": True,
 }
 
@@ -87,6 +90,7 @@ def _recut_config(workdir: Path, shipped: Path) -> Path:
     config["chunk_bp"] = RECUT["chunk_bp"]
     config["batch_tokens"] = RECUT["batch_tokens"]
     config["niah"]["demo_niah"]["rows_per_job"] = RECUT["rows_per_job"]
+    config["tasks"]["demo_recovery"]["parts"] = RECUT["recovery_parts"]
     config["compile_layers"] = RECUT["compile_layers"]
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -127,6 +131,10 @@ def test_shards_scan_jobs_niah_parts_and_batches_really_differ(runs):
     for cell in NIAH_CELLS:
         parts = _pair(runs, f"results/suite/niah/demo_niah/{cell}/demo/parts")
         assert [len(list(p.glob("rows_*.parquet"))) for p in parts] == [2, 1], cell
+    recovery = _pair(runs, "results/suite/demo_recovery/demo/parts")
+    assert [len(list(p.glob("predictions_*.parquet"))) for p in recovery] == [1, 3]
+    shares = [pl.read_parquet(p).height for p in sorted(recovery[1].glob("predictions_*"))]
+    assert shares == [2, 3, 3]  # the 8 prompts cut into I/3 shares, each its own job
     # every model job got its run's batch settings (snakemake prints each job's command)
     shipped, recut = runs["as_shipped"][1], runs["recut"][1]
     jobs = ("score-shard", "scan-chunk", "score-recovery", "score-perturbation", "score-niah")

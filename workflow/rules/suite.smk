@@ -4,38 +4,71 @@
 # kind runs the engine's carbon-vep (JOBS.generation_command). A kind with sweeps writes its
 # headline and each sweep point through one pattern (`{point}`: empty, or the point's folder),
 # a point's settings and provenance from JOBS, so the headline's command is unchanged.
+# Sequence recovery runs as `parts` jobs of the task's rows each (a task entry's `parts`, one
+# by default), merged by merge_recovery into the table and metrics one job would write.
 rule score_recovery:
     input:
         tasks=lambda wc: RUN.tasks[wc.task].path,
         task_inputs=PATHS.task_inputs,
         model=JOBS.model_files,
     output:
-        predictions=PATHS.task_point_predictions,
-        metrics=PATHS.task_point_metrics,
+        predictions=PATHS.task_part_predictions,
+        metrics=PATHS.task_part_metrics,
     log:
-        PATHS.job_log(PATHS.task_point_dir, "score_recovery"),
+        PATHS.job_log(PATHS.task_point_dir, "score_recovery_{part}"),
     wildcard_constraints:
         task=TARGETS.rule_task_pattern("score_recovery"),
         point=TARGETS.rule_point_pattern("score_recovery"),
     conda:
         "../../envs/carbon-vep.yaml"
     # a model job like score_shard: a GPU for CUDA models (engine vllm: tensor_parallel_size
-    # GPUs, the vLLM environment's carbon-vep); a cluster profile sets the rest
+    # GPUs, the vLLM environment's carbon-vep); a cluster profile sets the rest. One job a
+    # part of the rows (a task entry's `parts`), merged by merge_recovery
     resources:
         **JOBS.task_resources("score_recovery"),
     params:
         exe=JOBS.generation_command,
         settings=JOBS.task_settings,
+        part=JOBS.task_part,
         provenance=JOBS.task_provenance,
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
         "{params.exe} score-recovery --tasks-file {input.tasks} --settings {params.settings}"
-        " --batch-size {resources.batch_size}"
+        " --part {params.part} --batch-size {resources.batch_size}"
         " --batch-tokens {resources.batch_tokens} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
         " --provenance @{input.task_inputs} --provenance @{input.model}"
         " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
+
+
+rule merge_recovery:
+    input:
+        tasks=lambda wc: RUN.tasks[wc.task].path,
+        parts=JOBS.task_parts("predictions"),
+        part_metrics=JOBS.task_parts("metrics"),
+        task_inputs=PATHS.task_inputs,
+        model=JOBS.model_files,
+    output:
+        predictions=PATHS.task_point_predictions,
+        metrics=PATHS.task_point_metrics,
+    log:
+        PATHS.job_log(PATHS.task_point_dir, "merge_recovery"),
+    wildcard_constraints:
+        task=TARGETS.rule_task_pattern("score_recovery"),
+        point=TARGETS.rule_point_pattern("score_recovery"),
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=JOBS.task_merge_settings,
+        provenance=JOBS.task_provenance,
+    shell:
+        "carbon-vep merge-recovery --tasks-file {input.tasks} --parts {input.parts}"
+        " --part-metrics {input.part_metrics} --settings {params.settings}"
+        " --task {wildcards.task} --model-key {wildcards.model}"
+        " --provenance {params.provenance} --provenance @{input.task_inputs}"
+        " --provenance @{input.model} --out {output.predictions}"
+        " --metrics {output.metrics} > {log} 2>&1"
 
 
 rule score_perturbation:

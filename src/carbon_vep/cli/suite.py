@@ -1,16 +1,18 @@
 """The suite's tasks other than variant panels: one command a task kind (config.tasks:
-score-recovery, score-perturbation), each running its kind's job (suite.jobs)."""
+score-recovery, score-perturbation), each running its kind's job (suite.jobs); a generation
+kind's job may score a part of the rows (`--part`), and merge-recovery joins the parts."""
 
 from __future__ import annotations
 
 import argparse
 from functools import partial
+from pathlib import Path
 
 from carbon_vep import atomic
 from carbon_vep.cli.common import add_result_args, write_task_result
 from carbon_vep.config.fields import add_flags, from_args
-from carbon_vep.config.stages import EvaluationSettings, ModelSettings
-from carbon_vep.config.tasks import TASK_KINDS, TaskKind
+from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
+from carbon_vep.config.tasks import SEQUENCE_RECOVERY, TASK_KINDS, TaskKind
 
 
 def add_task_commands(sub) -> None:
@@ -28,7 +30,22 @@ def _add_task(sub, kind: TaskKind) -> None:
     p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
     if kind.generation:
         p.add_argument("--times", help="JSON of the job's times (engine start, rollouts)")
+        p.add_argument(
+            "--part",
+            type=_part,
+            help="I/N: generate only the I-th (0-based) of N equal shares of the rows (a "
+            "task entry's `parts`; merge-recovery joins them)",
+        )
     p.set_defaults(func=partial(score_task, kind))
+
+
+def _part(text: str):
+    from carbon_vep.suite.tasks import Part
+
+    try:
+        return Part.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def score_task(kind: TaskKind, args: argparse.Namespace) -> None:
@@ -38,11 +55,49 @@ def score_task(kind: TaskKind, args: argparse.Namespace) -> None:
 
     model, settings, evaluation = from_args(args, ModelSettings, kind.settings, EvaluationSettings)
     table = read_task_table(args.tasks_file, kind.columns)
-    run = TASK_JOBS[kind.name](table, model, settings, evaluation, args.tasks_file)
+    part = {"part": args.part} if kind.generation else {}
+    run = TASK_JOBS[kind.name](table, model, settings, evaluation, args.tasks_file, **part)
     atomic.write_parquet(run.rows, args.out)
     write_task_result(run.metrics, args, [kind.headline])
     if kind.generation and args.times:
         atomic.write_json(run.times.record(), args.times)
 
 
-COMMANDS = (add_task_commands,)
+def add_merge_recovery(sub) -> None:
+    p = sub.add_parser(
+        "merge-recovery", help="a sequence-recovery task's parts into one table + metrics"
+    )
+    p.add_argument("--tasks-file", required=True, help="the task file the parts were scored from")
+    p.add_argument("--parts", nargs="+", required=True, help="score-recovery --part outputs")
+    p.add_argument(
+        "--part-metrics", nargs="+", default=[], help="their metrics JSON (the draft's counts)"
+    )
+    add_flags(p, RecoverySettings, EvaluationSettings)
+    add_result_args(p)
+    p.add_argument("--out", required=True, help="per-row predictions Parquet")
+    p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
+    p.set_defaults(func=merge_recovery)
+
+
+def merge_recovery(args: argparse.Namespace) -> None:
+    """The parts' rows, checked to cover the task file once, in its order; the metrics of the
+    whole (a draft's counts summed over the parts)."""
+    import json
+
+    import polars as pl
+
+    from carbon_vep.suite.recovery import merged_parts, merged_speculative, recovery_metrics
+    from carbon_vep.suite.tasks import read_task_table
+
+    settings, evaluation = from_args(args, RecoverySettings, EvaluationSettings)
+    table = read_task_table(args.tasks_file, SEQUENCE_RECOVERY.columns)
+    rows = merged_parts(args.tasks_file, table.height, [pl.read_parquet(p) for p in args.parts])
+    metrics = recovery_metrics(rows, settings, evaluation)
+    drafts = [json.loads(Path(m).read_text()).get("speculative") for m in args.part_metrics]
+    if drafts and all(drafts):
+        metrics["speculative"] = merged_speculative(drafts)
+    atomic.write_parquet(rows, args.out)
+    write_task_result(metrics, args, [SEQUENCE_RECOVERY.headline])
+
+
+COMMANDS = (add_task_commands, add_merge_recovery)

@@ -367,6 +367,8 @@ class RunConfig:
             self._check_draft(key, model)
         for key, entry in self.niah.items():
             entry.check(key)
+        for key, task in self.tasks.items():
+            task.check(key)
         for section in ("datasets", "scans", "tasks", "niah"):
             for key, entry in getattr(self, section).items():
                 missing = sorted(set(entry.models or ()) - set(self.models))

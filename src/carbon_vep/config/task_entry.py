@@ -36,6 +36,13 @@ class TaskConfig:
     models: tuple[str, ...] | None = setting(
         None, help="model keys to run this task with (default all)"
     )
+    parts: int = setting(
+        1,
+        minimum=1,
+        help="sequence_recovery: jobs each model's run of the task (and of each sweep point) is "
+        "cut into, each generating an equal share of the rows, merged into the one table and "
+        "metrics one job writes (the official sweep spreads a point over 8 GPUs); 1 = one job",
+    )
     # each kind's settings (TaskKind.group); a task sets only its own kind's
     recovery: RecoverySettings = group(RecoverySettings)
     perturbation: PerturbationSettings = group(PerturbationSettings)
@@ -45,6 +52,13 @@ class TaskConfig:
     def settings(self) -> Any:
         """The settings of this task's kind."""
         return getattr(self, TASK_KINDS[self.kind].group)
+
+    def check(self, key: str) -> None:
+        if self.parts > 1 and not TASK_KINDS[self.kind].generation:
+            raise ConfigError(
+                f"tasks.{key}: parts {self.parts}: only a sequence_recovery task is cut into "
+                f"jobs; a {self.kind} task runs as one"
+            )
 
     def at(self, point: SweepPoint) -> TaskConfig:
         """This entry at a point of its sweep: the one setting at the point's value."""

@@ -266,7 +266,7 @@ def _task_line(
     if work and vllm:  # the check measured our engine only
         work = replace(work, path=None)
     engine = settings.engine if kind.generation else "transformers"
-    items = _Items(shape, count, work, kind.unit, settings, 1, engine)
+    items = _Items(shape, count, work, kind.unit, settings, task.parts, engine)
     swept = f", {point.setting} {point.value:,}" if point else ""
     return _line(f"tasks.{key} ({task.kind}{swept})", model, kind.rule, resources, items)
 

@@ -144,13 +144,22 @@ def _scan_jobs(run: RunConfig) -> list[JobCount]:
 
 
 def _task_jobs(run: RunConfig) -> list[JobCount]:
-    """One job a task and model, and one a sweep point and model (config.tasks: `sweeps`)."""
+    """One job a task and model, and one a sweep point and model (config.tasks: `sweeps`);
+    a generation kind's times each entry's `parts`, and one merge_recovery job each."""
     out = []
     for kind in TASK_KINDS.values():
-        tasks = {k: len(run.entry_models(t)) for k, t in run.tasks.items() if t.kind == kind.name}
-        points = sum(len(run.sweep_points(k)) * models for k, models in tasks.items())
+        tasks = {k: t for k, t in run.tasks.items() if t.kind == kind.name}
+        runs = {
+            k: len(run.entry_models(t)) * (1 + len(run.sweep_points(k))) for k, t in tasks.items()
+        }
+        points = sum(len(run.sweep_points(k)) * len(run.entry_models(t)) for k, t in tasks.items())
         how = "task x model" + (f" + {points} sweep point x model" if points else "")
-        out.append(JobCount(kind.rule, sum(tasks.values()) + points, how))
+        jobs = sum(runs[k] * t.parts for k, t in tasks.items())
+        if kind.generation and any(t.parts > 1 for t in tasks.values()):
+            how += " (x each task's parts)"
+        out.append(JobCount(kind.rule, jobs, how))
+        if kind.generation:
+            out.append(JobCount("merge_recovery", sum(runs.values()), "task (or point) x model"))
     return out
 
 

@@ -31,6 +31,7 @@ from carbon_vep.config.tasks import SEQUENCE_RECOVERY
 from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.model.tokens import non_acgt_count
+from carbon_vep.suite.tasks import Part
 
 CHANCE_ACCURACY = 0.25
 # the published map from the dataset's `type` to the tag put before the DNA prefix
@@ -100,18 +101,31 @@ def species_tag_ids(tokenizer: Any, types: Iterable[str | None]) -> dict[str, in
 
 
 # ---- the task ----------------------------------------------------------------------------
+_TEXT, _COUNT = pl.Utf8, pl.Int64
+_ROW_SCHEMA = {
+    "row_id": pl.Int64,
+    **dict.fromkeys(("source", "sequence", "label", "type", "status", "reason"), _TEXT),
+    "label_source": _TEXT,
+    **dict.fromkeys(("prompt_bp", "prompt_non_acgt", "n_match", "scored_bp"), _COUNT),
+    "accuracy": pl.Float64,
+    "prediction": _TEXT,
+}
+
+
 def recover_with(
     table: pl.DataFrame,
     k: int,
     settings: RecoverySettings,
     generate: Callable[[list[str], list[tuple[int, ...]]], list[str | None]],
     tokenizer: Any = None,
+    part: Part | None = None,
 ) -> pl.DataFrame:
     """`recover` with the continuations from `generate` (prompts and each prompt's leading ids
     -> texts, None where a prompt failed): our engine's, or vLLM's (suite.recovery_vllm).
-    `tokenizer` resolves the species tags (needed with `species_tags`).
+    `tokenizer` resolves the species tags (needed with `species_tags`). With a `part`, only
+    its share of the rows is generated and returned.
 
-    The label source is decided for the whole table (`table_label_source`); with
+    The label source is decided for the whole table (`table_label_source`), a part's too; with
     sequence_tail, a sequence not longer than the tail stops the run naming its row, as the
     published script stops (it has no per-row status for it)."""
     if "type" not in table.columns:
@@ -137,6 +151,8 @@ def recover_with(
             f"sequence_tail label (label_source {settings.label_source}; {len(short)} such "
             "row(s)): drop them, or use label_source dataset",
         )
+    if part is not None:
+        rows = rows[part.rows(len(rows))]
     held_out: dict[int, tuple[str, str]] = {}  # row -> (what the prompt is cut from, label)
     for r in rows:
         if r["sequence"] and tail:  # the tail is cut first, then the prompt truncated
@@ -177,7 +193,7 @@ def recover_with(
         out.append(record)
     shown = settings.score_bp if settings.accuracy_mode == "fixed_bp" else None  # label shown
     return (
-        pl.DataFrame(out, infer_schema_length=None)
+        pl.DataFrame(out, schema=_ROW_SCHEMA)  # typed: a part's rows may all lack a value
         .drop("sequence")
         .with_columns(
             pl.col("label").str.slice(0, shown),
@@ -239,3 +255,36 @@ def recovery_metrics(
     if with_n:
         result["warnings"].append(f"{with_n} prompts contain non-ACGT bases (sent as <oov>)")
     return result
+
+
+# ---- a task cut into parts (a task entry's `parts`) ---------------------------------------
+def merged_parts(where: str, rows: int, parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The parts' predictions as one table in the task file's order, refused (naming `where`,
+    the task file) unless they hold each of its `rows` rows once."""
+    merged = pl.concat(parts, how="vertical").sort("row_id")
+    ids = merged["row_id"].to_list()
+    if ids != list(range(rows)):
+        missing = sorted(set(range(rows)) - set(ids))[:3]
+        raise InputError(
+            where,
+            f"the parts hold {len(ids)} rows for the file's {rows} (missing e.g. {missing}, "
+            "or some twice): the parts must be the task's I/N shares, every I once",
+        )
+    return merged
+
+
+def merged_speculative(records: list[dict]) -> dict:
+    """A draft's record over the parts: their counts summed, the rates taken again from the
+    sums (the accepted tokens of each part: its rate x its proposals)."""
+    first = records[0]
+    proposed_key = "draft_calls" if "draft_calls" in first else "draft_tokens"
+    out = {k: v for k, v in first.items() if not isinstance(v, int | float) or isinstance(v, bool)}
+    out["speculative_tokens"] = first["speculative_tokens"]
+    counts = [k for k, v in first.items() if type(v) is int and k != "speculative_tokens"]
+    out.update({k: sum(r[k] for r in records) for k in counts})
+    accepted = sum(round((r["acceptance_rate"] or 0) * r[proposed_key]) for r in records)
+    out["acceptance_rate"] = accepted / out[proposed_key] if out[proposed_key] else None
+    if "tokens_per_target_call" in first:
+        calls = out["target_calls"]
+        out["tokens_per_target_call"] = out["new_tokens"] / calls if calls else None
+    return {k: out[k] for k in first}  # the parts' key order

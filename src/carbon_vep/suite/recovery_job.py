@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
-from carbon_vep.suite.tasks import JobTimes, TaskRun
+from carbon_vep.suite.tasks import JobTimes, Part, TaskRun
 
 log = logging.getLogger("carbon_vep")
 
@@ -36,12 +36,13 @@ def recovery_task(
     settings: RecoverySettings,
     evaluation: EvaluationSettings,
     where: str,
+    part: Part | None = None,
 ) -> TaskRun:
-    """A sequence-recovery job: its predictions, their metrics (with the draft's record) and
-    its times."""
+    """A sequence-recovery job (of a `part`'s share of the rows): its predictions, their
+    metrics (with the draft's record) and its times."""
     from carbon_vep.suite.recovery import recovery_metrics
 
-    predictions, speculative, times = recover_job(table, model, settings, where)
+    predictions, speculative, times = recover_job(table, model, settings, where, part)
     metrics = recovery_metrics(predictions, settings, evaluation)
     if speculative:
         named = {"draft_model": model.draft_model, "engine": model.engine}
@@ -50,7 +51,11 @@ def recovery_task(
 
 
 def recover_job(
-    table: pl.DataFrame, model: ModelSettings, settings: RecoverySettings, where: str
+    table: pl.DataFrame,
+    model: ModelSettings,
+    settings: RecoverySettings,
+    where: str,
+    part: Part | None = None,
 ) -> tuple[pl.DataFrame, dict | None, RolloutTimes]:
     """The predictions, the draft's record (None without a draft) and the job's times (with
     the decode steps' on ours without a draft)."""
@@ -66,7 +71,7 @@ def recover_job(
                 "captures its decode steps as CUDA graphs itself",
                 settings.decode_cache,
             )
-        predictions, speculative = recover_on_vllm(table, model, settings, where, times)
+        predictions, speculative = recover_on_vllm(table, model, settings, where, times, part)
     else:
         from carbon_vep.model.drafting import load_draft
         from carbon_vep.model.job import load_job_model
@@ -78,7 +83,7 @@ def recover_job(
         times.ready()
         batches = (model.batch_size, model.batch_tokens)
         clock = StepClock()
-        predictions = recover(table, loaded, settings, *batches, draft, clock)
+        predictions = recover(table, loaded, settings, *batches, draft, clock, part)
         speculative = draft.record() if draft else None
         for part, how in clock.how.items():  # what the captured loop ran, compiled or not
             log.info("captured decode: %s %s", part, how)

@@ -18,7 +18,7 @@ from carbon_vep.model.loading import load_tokenizer
 from carbon_vep.model.tokens import DnaVocab, suppressed_token_ids
 from carbon_vep.model.vllm import VllmEngine, speculative_record
 from carbon_vep.suite.recovery import recover_with
-from carbon_vep.suite.tasks import JobTimes
+from carbon_vep.suite.tasks import JobTimes, Part
 
 
 def unsuppressed_ids(tokenizer: Any, vocab: DnaVocab) -> list[int]:
@@ -60,10 +60,11 @@ def recover_on_vllm(
     settings: RecoverySettings,
     where: str,
     times: JobTimes,
+    part: Part | None = None,
 ) -> tuple[pl.DataFrame, dict | None]:
-    """The task's prompts through one vLLM engine: the predictions, and the draft's record
-    when the model names one (vLLM's draft-model speculative decoding); `times` is told when
-    the engine has started."""
+    """The task's prompts (a `part`'s share of them) through one vLLM engine: the
+    predictions, and the draft's record when the model names one (vLLM's draft-model
+    speculative decoding); `times` is told when the engine has started."""
     check_decoder(settings, where)
     tokenizer, vocab = load_tokenizer(model)
     if model.draft_model:  # before the engine starts: a mismatch costs no start-up
@@ -75,7 +76,7 @@ def recover_on_vllm(
     engine = VllmEngine(model, max_model_len=model.vllm.max_model_len or longest, what=where)
     times.ready()
     generate = vllm_continuations(engine, tokenizer, vocab, settings)
-    predictions = recover_with(table, vocab.k, settings, generate, tokenizer)
+    predictions = recover_with(table, vocab.k, settings, generate, tokenizer, part)
     if not model.draft_model:
         return predictions, None
     return predictions, speculative_record(engine.llm.get_metrics(), model.num_speculative_tokens)

@@ -42,6 +42,7 @@ from carbon_vep.model.loading import LoadedModel
 from carbon_vep.model.tokens import suppressed_token_ids
 from carbon_vep.progress import Progress
 from carbon_vep.suite.recovery import recover_with
+from carbon_vep.suite.tasks import Part
 
 
 # ---- FNS greedy decoders as logits processors ------------------------------------------
@@ -362,9 +363,10 @@ def recover(
     batch_tokens: int = 0,
     draft: Draft | None = None,
     clock: StepClock | None = None,
+    part: Part | None = None,
 ) -> pl.DataFrame:
-    """One output row per input row: prompt size, prediction, matches, accuracy, status.
-    A `clock` times the decode steps (StepClock).
+    """One output row per input row (of a `part`'s share of them): prompt size, prediction,
+    matches, accuracy, status. A `clock` times the decode steps (StepClock).
 
     Rows without a sequence (or, with dataset labels, a label) are kept with status `invalid`
     and no accuracy. Bases
@@ -377,4 +379,4 @@ def recover(
             loaded, prompts, settings, batch_size, batch_tokens, draft, leads, clock
         )
 
-    return recover_with(table, loaded.vocab.k, settings, generate, loaded.tokenizer)
+    return recover_with(table, loaded.vocab.k, settings, generate, loaded.tokenizer, part)

@@ -51,6 +51,27 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class Part:
+    """Job `index` (0-based) of the `count` jobs a task's rows are cut into (a task entry's
+    `parts`): rows [height * index // count, height * (index + 1) // count), so the parts
+    cover every row once, in order, sizes differing by one at most."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Part:
+        """`I/N` (0 <= I < N), as `--part` takes it."""
+        index, sep, count = text.partition("/")
+        if not (sep and index.isdigit() and count.isdigit() and int(index) < int(count)):
+            raise ValueError(f"--part {text!r}: I/N with 0 <= I < N, e.g. 0/8")
+        return cls(int(index), int(count))
+
+    def rows(self, height: int) -> slice:
+        return slice(height * self.index // self.count, height * (self.index + 1) // self.count)
+
+
 @dataclass
 class JobTimes:
     """A job's two times: the engine's start (the model loaded, vLLM's KV cache allocated) and

@@ -164,14 +164,15 @@ class Jobs:
         """Minutes for a score_recovery job: its prompts' prefills and rollouts on the
         profile's GPU class (estimate.costs.recovery_job_seconds, the decode steps at no less
         than the host-bound step measured on an H100), twice over, plus 10 minutes to load;
-        120 where the model's shape or the prompts' count is unknown."""
+        a part job's for its share of the prompts; 120 where the model's shape or the prompts'
+        count is unknown."""
         task, model = self.task(wc), self.run.models[wc.model]
         shape, count = shape_of(model), input_count(task.path, self.run)
         if shape.dims is None or count is None:
             return 120
         work = recovery_work(task.settings, model, shape.dims, count.sequence_bp)
-        gpu = self.recovery_gpu or DEFAULT_GPU_CLASS
-        return int(10 + 2 * recovery_job_seconds(work, shape.dims, count.rows, gpu) / 60)
+        gpu, rows = self.recovery_gpu or DEFAULT_GPU_CLASS, -(-count.rows // task.parts)
+        return int(10 + 2 * recovery_job_seconds(work, shape.dims, rows, gpu) / 60)
 
     # ---- settings (`--settings`, one JSON object) --------------------------------------------
     def model_settings(self, wc: Any, *groups: Any, generation: bool = False) -> str:
@@ -235,6 +236,25 @@ class Jobs:
             pattern.format(niah=wc.niah, cell=wc.cell, model=wc.model, part=f"{i:05d}")
             for i in range(len(self.run.niah[wc.niah].row_ranges()))
         ]
+
+    def task_parts(self, kind: str) -> Callable[[Any], list[str]]:
+        """Input function: the part jobs' outputs of a task cut into `parts` (`predictions`
+        Parquet or `metrics`), at the job's sweep point."""
+        paths = self.paths
+        pattern = paths.task_part_predictions if kind == "predictions" else paths.task_part_metrics
+        return lambda wc: [
+            pattern.format(task=wc.task, point=wc.point, model=wc.model, part=f"{i:05d}")
+            for i in range(self.run.tasks[wc.task].parts)
+        ]
+
+    def task_part(self, wc: Any) -> str:
+        """--part I/N of a part job."""
+        return f"{int(wc.part)}/{self.run.tasks[wc.task].parts}"
+
+    def task_merge_settings(self, wc: Any) -> str:
+        """merge-recovery's --settings: the task's own (at the job's sweep point)."""
+        task = self.task(wc)
+        return spec_json(task.settings, task.evaluation)
 
     def plan_settings(self, wc: Any) -> str:
         scan = self.run.scans[wc.scan]

@@ -278,6 +278,15 @@ class RunPaths:
     def task_point_metrics(self) -> str:
         return f"{self.task_point_dir}/metrics.json"
 
+    # a task cut into `parts` jobs: each part's outputs, merged into the two above
+    @property
+    def task_part_predictions(self) -> str:
+        return f"{self.task_point_dir}/parts/predictions_{{part}}.parquet"
+
+    @property
+    def task_part_metrics(self) -> str:
+        return f"{self.task_point_dir}/parts/metrics_{{part}}.json"
+
     @staticmethod
     def sweep_point(point: SweepPoint) -> str:
         """`{point}` of a sweep point's outputs: suite/<task>/sweep/<setting>_<value>/<model>/."""
