@@ -59,7 +59,8 @@ def test_a_kind_has_its_rule(kind):
     body = _rules()[kind.rule]
     folder = "PATHS.task_point_dir" if kind.sweeps else "PATHS.task_dir"
     for call in ("TARGETS.rule_task_pattern", "JOBS.task_resources", "PATHS.job_log"):
-        assert re.search(rf'{re.escape(call)}\(({folder}, )?"{kind.rule}"\)', body), call
+        name = kind.rule + (r"(_\{part\})?" if call == "PATHS.job_log" else "")  # a log a part
+        assert re.search(rf'{re.escape(call)}\(({folder}, )?"{name}"\)', body), call
     points = f'point=TARGETS.rule_point_pattern("{kind.rule}")'
     assert (points in body) == bool(kind.sweeps)
     launcher = r"\{params\.exe\}" if kind.generation else "carbon-vep"

@@ -107,15 +107,9 @@ def long_jobs(lines: Sequence[GpuLine], resources: Resources) -> list[LongJob]:
         limit = profile_runtime_minutes(resources.get(line.rule, {}))
         if limit is None or line.gpu is None or not line.jobs:
             continue
-        measured = line.measured_h100_hours if line.gpu == "H100" else None
-        hours, basis = (
-            (measured, "measured rate")
-            if measured is not None
-            else (
-                line.hours,
-                "arithmetic",
-            )
-        )
+        hours, basis = line.hours, "arithmetic"
+        if line.gpu == "H100" and line.measured_h100_hours is not None:
+            hours, basis = line.measured_h100_hours, "measured rate"
         if hours is None:
             continue
         job = (hours + (line.startup_hours or 0.0)) / line.jobs

@@ -271,6 +271,9 @@ MEASURED_RECOVERY_STEPS = 4
 # docs/generation.md): host-bound (6.9 ms of GPU work against ~30 ms of host time at batch 1),
 # so about the same from batch 1 to 64. Measured on Carbon-3B's shape only.
 MEASURED_H100_DECODE_STEP_S = {"Carbon-3B": 8192 / 723.7 / 128}
+# the host's time a step, which a time limit takes for every shape, class and cache (Carbon-500M's
+# step alone at batch 1 measured as dear: 68.1 ms, docs/generation.md)
+HOST_BOUND_STEP_S = MEASURED_H100_DECODE_STEP_S["Carbon-3B"]
 
 
 def recovery_job_seconds(work: Work, dims: Mapping[str, int], items: int, gpu: str) -> float:
@@ -282,7 +285,7 @@ def recovery_job_seconds(work: Work, dims: Mapping[str, int], items: int, gpu: s
     decode = work.decode
     if decode is None:
         return arithmetic
-    host = -(-items // decode.rows) * decode.steps * MEASURED_H100_DECODE_STEP_S["Carbon-3B"]
+    host = -(-items // decode.rows) * decode.steps * HOST_BOUND_STEP_S
     return max(arithmetic, items * gpu_seconds(work.flops - decode.flops, gpu) + host)
 
 

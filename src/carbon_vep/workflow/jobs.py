@@ -21,7 +21,7 @@ from carbon_vep.config.task_entry import TaskConfig
 from carbon_vep.config.tasks import SWEEP_KEY, TASK_KINDS, SweepPoint, kind_of_rule
 from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, niah_runtime_minutes
 from carbon_vep.estimate.costs import recovery_job_seconds, recovery_work, shape_of
-from carbon_vep.estimate.counts import input_count
+from carbon_vep.estimate.counts import Count, input_count
 from carbon_vep.workflow.paths import RunPaths
 
 
@@ -40,6 +40,7 @@ class Jobs:
     ) -> None:
         self.run, self.config_sha256, self.niah_gpu = run, config_sha256, niah_gpu
         self.recovery_gpu = recovery_gpu  # the profile's GPU class of score_recovery, if named
+        self._task_counts: dict[str, Count | None] = {}
         self.workflow_root = workflow_root
         self.paths = RunPaths(run.outdir)
         # models the workflow builds itself (the tiny demo model): no download
@@ -167,7 +168,9 @@ class Jobs:
         a part job's for its share of the prompts; 120 where the model's shape or the prompts'
         count is unknown."""
         task, model = self.task(wc), self.run.models[wc.model]
-        shape, count = shape_of(model), input_count(task.path, self.run)
+        if task.path not in self._task_counts:  # read once a file, not once a job
+            self._task_counts[task.path] = input_count(task.path, self.run)
+        shape, count = shape_of(model), self._task_counts[task.path]
         if shape.dims is None or count is None:
             return 120
         work = recovery_work(task.settings, model, shape.dims, count.sequence_bp)
