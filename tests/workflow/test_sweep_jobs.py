@@ -67,13 +67,20 @@ def test_a_dry_run_plans_the_headline_and_one_job_a_point_and_model(tmp_path):
     )
     jobs = {}
     for block, command in blocks:
-        (metrics,) = re.findall(r"output: \S+predictions\.parquet, (\S+)/metrics\.json", block)
+        (metrics,) = re.findall(
+            r"output: \S+/parts/predictions_00000\.parquet, (\S+)/parts/metrics_00000\.json", block
+        )
+        assert _option(command, "--part") == ["0/1"]  # `parts` 1: the whole task, one job
         settings = json.loads(_option(command, "--settings")[0])
         provenance = json.loads(_option(command, "--provenance")[0])
         assert metrics not in jobs and _option(command, "--task") == [metrics.split("/")[2]]
         jobs[metrics] = (settings["new_tokens"], settings["max_prompt_bp"], provenance.get("sweep"))
     assert jobs.pop("out/suite/plain/a") == (5, 6144, None)
     assert jobs == _expected()
+    merges = re.findall(
+        r"^rule merge_recovery:\n.*?output: (\S+)/predictions\.parquet", result.stdout, re.M | re.S
+    )
+    assert sorted(merges) == sorted([*_expected(), "out/suite/plain/a"])  # one a job's folder
     # the results table reads the headlines; the report and the run's target every point
     make_table = result.stdout.split("rule make_results_table:")[1].split("Shell command")[0]
     assert "sweep/" not in make_table and "out/suite/t/a/metrics.json" in make_table

@@ -321,7 +321,8 @@ def _tasks(run: Path) -> list[str]:
 
 def _one_job_of_each_model_rule(run: Path) -> list[str]:
     """An output of one job of every model rule of the run: the first shard of each dataset
-    (each recipe scores differently), one task of each kind, the first part of one NIAH cell,
+    (each recipe scores differently), one task of each kind (a recovery task's first part),
+    the first part of one NIAH cell,
     and the scan's merged files (their chunks' Parquet is temporary: no file to name once the
     run is done, so the chunks are forced by rule name)."""
     results = run / "results"
@@ -329,7 +330,12 @@ def _one_job_of_each_model_rule(run: Path) -> list[str]:
     tasks = {task["kind"]: name for name, task in sorted(config["tasks"].items(), reverse=True)}
     picks = [
         *(min(d.glob("shard_*.parquet")) for d in results.glob("*/demo/shard_scores")),
-        *(results / f"suite/{name}/demo/predictions.parquet" for name in tasks.values()),
+        *(
+            results / f"suite/{name}/demo/parts/predictions_00000.parquet"
+            if kind == "sequence_recovery"
+            else results / f"suite/{name}/demo/predictions.parquet"
+            for kind, name in tasks.items()
+        ),
         min(results.glob("suite/niah/*/*/demo/parts/rows_*.parquet")),
         *results.glob("scans/*/demo/positions/*.parquet"),
     ]
