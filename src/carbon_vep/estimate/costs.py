@@ -57,6 +57,10 @@ class Decode:
     flops: float
     cache: str
 
+    def batches(self, items: int) -> int:
+        """The batches `items` items are decoded in."""
+        return -(-items // self.rows)
+
 
 @dataclass(frozen=True)
 class Work:
@@ -65,6 +69,11 @@ class Work:
     what: str  # the arithmetic's assumption, as the estimate prints it
     path: str | None = None  # the GPU check's name of the same path (for a measured rate)
     decode: Decode | None = None  # a generation's steps after the prefill
+
+    @property
+    def prefill_flops(self) -> float:
+        """The FLOPs before the decode steps (all of them without a decode)."""
+        return self.flops - (self.decode.flops if self.decode else 0.0)
 
 
 def shape_of(model: ModelSettings) -> Shape:
@@ -135,8 +144,7 @@ def item_seconds(work: Work, dims: Mapping[str, int], gpu: str) -> float:
         return gpu_seconds(work.flops, gpu)
     bandwidth = GPU_CLASSES[gpu].memory_tb_s
     floor = decode_read_bytes(decode, dims) / (bandwidth * 1e12) if bandwidth else 0.0
-    prefill = gpu_seconds(work.flops - decode.flops, gpu)
-    return prefill + max(gpu_seconds(decode.flops, gpu), floor)
+    return gpu_seconds(work.prefill_flops, gpu) + max(gpu_seconds(decode.flops, gpu), floor)
 
 
 def _rows(normalization: str, dims: Mapping[str, int]) -> int:
@@ -285,8 +293,8 @@ def recovery_job_seconds(work: Work, dims: Mapping[str, int], items: int, gpu: s
     decode = work.decode
     if decode is None:
         return arithmetic
-    host = -(-items // decode.rows) * decode.steps * HOST_BOUND_STEP_S
-    return max(arithmetic, items * gpu_seconds(work.flops - decode.flops, gpu) + host)
+    host = decode.batches(items) * decode.steps * HOST_BOUND_STEP_S
+    return max(arithmetic, items * gpu_seconds(work.prefill_flops, gpu) + host)
 
 
 def measured_work_hours(shape: str, work: Work, items: int) -> float | None:
@@ -303,8 +311,7 @@ def measured_work_hours(shape: str, work: Work, items: int) -> float | None:
     step = MEASURED_H100_DECODE_STEP_S.get(shape)
     if step is None or work.decode.cache != "dynamic":
         return None
-    batches = -(-items // work.decode.rows)
-    return hours + batches * extra * step / 3600
+    return hours + work.decode.batches(items) * extra * step / 3600
 
 
 def measured_niah_hours(shape: str, ctx: int, prefill_chunk: int, rows: int) -> float | None:

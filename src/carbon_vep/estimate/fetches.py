@@ -149,11 +149,10 @@ def _task_jobs(run: RunConfig) -> list[JobCount]:
     out = []
     for kind in TASK_KINDS.values():
         tasks = {k: t for k, t in run.tasks.items() if t.kind == kind.name}
-        runs = {
-            k: len(run.entry_models(t)) * (1 + len(run.sweep_points(k))) for k, t in tasks.items()
-        }
-        points = sum(len(run.sweep_points(k)) * len(run.entry_models(t)) for k, t in tasks.items())
+        models = {k: len(run.entry_models(t)) for k, t in tasks.items()}
+        points = sum(len(run.sweep_points(k)) * models[k] for k in tasks)
         how = "task x model" + (f" + {points} sweep point x model" if points else "")
+        runs = {k: models[k] * (1 + len(run.sweep_points(k))) for k in tasks}  # headline, points
         jobs = sum(runs[k] * t.parts for k, t in tasks.items())
         if kind.generation and any(t.parts > 1 for t in tasks.values()):
             how += " (x each task's parts)"

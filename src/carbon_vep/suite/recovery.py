@@ -101,14 +101,14 @@ def species_tag_ids(tokenizer: Any, types: Iterable[str | None]) -> dict[str, in
 
 
 # ---- the task ----------------------------------------------------------------------------
-_TEXT, _COUNT = pl.Utf8, pl.Int64
 _ROW_SCHEMA = {
     "row_id": pl.Int64,
-    **dict.fromkeys(("source", "sequence", "label", "type", "status", "reason"), _TEXT),
-    "label_source": _TEXT,
-    **dict.fromkeys(("prompt_bp", "prompt_non_acgt", "n_match", "scored_bp"), _COUNT),
+    **dict.fromkeys(
+        ("source", "sequence", "label", "type", "status", "reason", "label_source"), pl.Utf8
+    ),
+    **dict.fromkeys(("prompt_bp", "prompt_non_acgt", "n_match", "scored_bp"), pl.Int64),
     "accuracy": pl.Float64,
-    "prediction": _TEXT,
+    "prediction": pl.Utf8,
 }
 
 
@@ -276,15 +276,13 @@ def merged_parts(where: str, rows: int, parts: list[pl.DataFrame]) -> pl.DataFra
 def merged_speculative(records: list[dict]) -> dict:
     """A draft's record over the parts: their counts summed, the rates taken again from the
     sums (the accepted tokens of each part: its rate x its proposals)."""
-    first = records[0]
-    proposed_key = "draft_calls" if "draft_calls" in first else "draft_tokens"
-    out = {k: v for k, v in first.items() if not isinstance(v, int | float) or isinstance(v, bool)}
-    out["speculative_tokens"] = first["speculative_tokens"]
-    counts = [k for k, v in first.items() if type(v) is int and k != "speculative_tokens"]
+    out = dict(records[0])  # the names and the proposals a step, as every part has them
+    proposed_key = "draft_calls" if "draft_calls" in out else "draft_tokens"
+    counts = [k for k, v in out.items() if type(v) is int and k != "speculative_tokens"]
     out.update({k: sum(r[k] for r in records) for k in counts})
     accepted = sum(round((r["acceptance_rate"] or 0) * r[proposed_key]) for r in records)
     out["acceptance_rate"] = accepted / out[proposed_key] if out[proposed_key] else None
-    if "tokens_per_target_call" in first:
+    if "tokens_per_target_call" in out:
         calls = out["target_calls"]
         out["tokens_per_target_call"] = out["new_tokens"] / calls if calls else None
-    return {k: out[k] for k in first}  # the parts' key order
+    return out
