@@ -89,6 +89,7 @@ bench: setup bench-ingest bench-scan bench-contigs bench-calibrate bench-niah be
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.engine --json results/bench.json
 	$(BIN)/python -m carbon_vep.benchmark.last_layer --json results/bench_last_layer.json
 	$(BIN)/python -m carbon_vep.benchmark.compiled_layers --json results/bench_compiled_layers.json
+	$(BIN)/python -m carbon_vep.benchmark.decode_attention --json results/bench_decode_attention.json
 
 # check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
 bench-ingest: setup

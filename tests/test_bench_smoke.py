@@ -93,3 +93,19 @@ def test_bench_compiled_layers_times_both_ways_with_the_same_answers():
         r = result[name]
         assert r["median_ms"]["eager"] > 0 and r["median_ms"]["compiled"] > 0
         assert r["max_abs_difference"] <= (1e-4 if name == "centered" else 1e-5), name
+
+
+def test_bench_decode_attention_times_a_compiled_step_both_ways():
+    """The product's decode loop with its forward compiled, under transformers' sdpa and the
+    jobs' attention: each way's steady step measured; the bytes its attention moves, the cache
+    read once against 1 + 2 x 8 times (Carbon-3B's 8 query heads a key head)."""
+    from carbon_vep.benchmark import decode_attention
+
+    argv = ["--layers", "1", "--head-dim", "8", "--rows", "2", "--prompt", "64", "--new", "6"]
+    result = decode_attention.main([*argv, "--reps", "1"])
+    assert set(result["median_step_ms"]) == {"sdpa", "jobs"}
+    assert all(ms > 0 for ms in result["median_step_ms"].values())
+    moved = result["attention_bytes_a_step"]
+    # one layer, 2 rows x 69 slots of 4 key heads of 8 float32 keys and values
+    assert moved["jobs"] == 2 * 69 * 4 * 8 * 2 * 4
+    assert moved["sdpa"] == 17 * moved["jobs"]

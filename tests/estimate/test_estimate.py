@@ -230,6 +230,12 @@ def test_a_rollouts_decode_steps_cost_no_less_than_reading_the_weights_and_its_c
     assert lines["640"].hours > 2 * lines["5"].hours  # the reads, not the FLOPs, decide it
     one_a_batch = _recovery_bill(tmp_path, {**three_b, "batch_tokens": 0, "batch_size": 1}, h100)
     assert one_a_batch["5"].hours > lines["5"].hours  # each step reads all the weights alone
+    # a static cache (static, captured) is read whole every step: prompt + 639 slots
+    for cache in ("static", "captured"):
+        static = _recovery_bill(tmp_path, three_b, h100, new_tokens=[640], decode_cache=cache)
+        whole = steps * (weights / rows + kv * (prompt + steps))
+        hours = 30_000 * (prefill + whole / 3.35e12) / 3600
+        assert static["640"].hours == pytest.approx(hours, 2e-3)
 
 
 def test_measured_rollouts_pay_each_step_beyond_the_measured_five_tokens(tmp_path):

@@ -203,10 +203,46 @@ def test_packed_heads_equal_repeated_keys_and_values():
         scale=0.25,
     )
     assert torch.allclose(packed, repeated.transpose(1, 2), atol=1e-6)
-    # a long query, one query token and a mask a row (padding) keep transformers' own path
+    # a long query and a mask a row over several queries (padding) keep transformers' own path
     assert not attention._packs(module, torch.zeros(1, 8, 65, 16), mask, 0.0)
-    assert not attention._packs(module, torch.zeros(1, 8, 1, 16), mask, 0.0)
     assert not attention._packs(module, query, mask.expand(2, 1, 5, 40), 0.0)
+
+
+def test_a_decode_step_under_a_mask_a_row_is_transformers_eager_packing_also_compiled(
+    monkeypatch,
+):
+    """One query a row under a mask a row (a decode step on a static cache, its empty slots
+    hidden): packed, bit for bit what transformers' eager sdpa computes (its own packing),
+    and under torch.compile too, where transformers' sdpa repeats the keys and values per
+    query head (repeat_kv) instead."""
+    from transformers.integrations import sdpa_attention
+
+    gen = torch.Generator().manual_seed(6)
+    query = torch.randn(3, 8, 1, 16, generator=gen)
+    key, value = (torch.randn(3, 2, 40, 16, generator=gen) for _ in range(2))
+    mask = torch.zeros(3, 1, 1, 40, dtype=torch.bool)
+    for row, filled in enumerate((12, 30, 40)):  # each row's cache filled this far
+        mask[row, ..., :filled] = True
+    module = torch.nn.Module()
+    module.num_key_value_groups = 4
+    assert attention._packs(module, query, mask, 0.0)
+    ours, _ = attention.chunk_attention(module, query, key, value, mask, scaling=0.25)
+    theirs, _ = sdpa_attention.sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    assert torch.equal(ours, theirs)
+
+    repeats = []  # the group of every repeat_kv traced
+    original = sdpa_attention.repeat_kv
+    monkeypatch.setattr(
+        sdpa_attention, "repeat_kv", lambda states, n: repeats.append(n) or original(states, n)
+    )
+    for attend in (attention.chunk_attention, sdpa_attention.sdpa_attention_forward):
+        torch._dynamo.reset()
+        step = torch.compile(lambda q, k, v, m, f=attend: f(module, q, k, v, m, scaling=0.25)[0])
+        assert torch.allclose(step(query, key, value, mask), theirs, atol=1e-6)
+        if attend is attention.chunk_attention:
+            assert repeats == []  # the job's attention: keys and values read as cached
+    torch._dynamo.reset()
+    assert repeats == [4, 4]  # transformers' sdpa traced: the keys and the values repeated
 
 
 def test_only_the_jobs_attention_takes_branch_masks(model):

@@ -15,6 +15,8 @@ from transformers import LlamaForCausalLM
 from carbon_vep.cli import main
 from carbon_vep.config.run import ConfigError, RunConfig
 from carbon_vep.config.stages import ModelSettings, RecoverySettings
+from carbon_vep.model import drafting, loading
+from carbon_vep.model.attention import LOWER_RIGHT_SDPA
 from carbon_vep.model.demo import build_demo_model
 from carbon_vep.model.drafting import Draft, DraftMismatchError, check_draft, load_draft
 from carbon_vep.model.loading import LoadedModel, load_model
@@ -102,8 +104,20 @@ def test_load_draft_is_none_without_one_and_checked_with_one(loaded, one_layer_d
 
 
 def test_score_recovery_with_a_draft_predicts_the_same_and_records_it(
-    tmp_path, demo_model_dir, one_layer_draft
+    tmp_path, demo_model_dir, one_layer_draft, monkeypatch
 ):
+    attentions = []  # every model the jobs load: its attention implementation
+
+    def spied(load):
+        def load_noting_attention(*args, **kwargs):
+            loaded = load(*args, **kwargs)
+            attentions.append(loaded.model.config._attn_implementation)
+            return loaded
+
+        return load_noting_attention
+
+    for module in (loading, drafting):
+        monkeypatch.setattr(module, "load_model", spied(module.load_model))
     rows = [{"sequence": s, "label": s[-30:], "type": "x"} for s in _prompts(1, 120)]
     pl.DataFrame(rows).write_parquet(tmp_path / "rec.parquet")
 
@@ -131,6 +145,9 @@ def test_score_recovery_with_a_draft_predicts_the_same_and_records_it(
     ]
     assert predictions[0].to_list() == predictions[1].to_list()
     assert plain["metrics"] == drafted["metrics"]
+    # the target of both jobs and the draft: the attention that reads a static cache's keys
+    # and values once a decode step, compiled or not (model.attention)
+    assert attentions == [LOWER_RIGHT_SDPA] * 3
 
 
 def test_config_draft_names_another_entry_and_jobs_get_its_path():

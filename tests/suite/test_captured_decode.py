@@ -229,9 +229,17 @@ def test_the_captured_path_warms_captures_and_replays_with_the_same_answers(load
 def test_the_compiled_forward_traces_whole_and_gives_the_same_answers(loaded, monkeypatch):
     """torch.compile's forward, as the CUDA path compiles it (inductor's CPU code here): the
     model's decode step traces into one graph, no break (a break would put host Python between
-    the captured kernels), and the rollouts are generate's."""
+    the captured kernels), its attention reads the cache's key and value heads as they are
+    (transformers' sdpa, traced, repeats them per query head: repeat_kv), and the rollouts are
+    generate's."""
     from torch._dynamo.utils import counters
+    from transformers.integrations import sdpa_attention
 
+    repeats = []
+    repeat_kv = sdpa_attention.repeat_kv
+    monkeypatch.setattr(
+        sdpa_attention, "repeat_kv", lambda states, n: repeats.append(n) or repeat_kv(states, n)
+    )
     _accelerated(monkeypatch, compile_=True)
     counters.clear()
     settings = RecoverySettings(decoder="fns_conditional", new_tokens=8, score_bp=48)
@@ -241,6 +249,8 @@ def test_the_compiled_forward_traces_whole_and_gives_the_same_answers(loaded, mo
     assert _texts(loaded, first) == expected and _texts(loaded, again) == expected
     assert decoder.how["forward"] == "compiled (torch.compile, inductor)"
     assert dict(counters["graph_break"]) == {} and counters["stats"]["unique_graphs"] >= 1
+    assert loaded.model.config.num_key_value_heads < loaded.model.config.num_attention_heads
+    assert repeats == []
 
 
 def test_a_failed_capture_leaves_eager_steps_and_the_same_answers(loaded, monkeypatch):

@@ -48,8 +48,9 @@ class Shape:
 @dataclass(frozen=True)
 class Decode:
     """An item's greedy steps after its prefill (whose pass gives the first new token): `steps`
-    one-token passes over a cache of `context` tokens on average, `rows` items a batch (they
-    share each step's read of the weights), the steps' FLOPs, and the job's `decode_cache`."""
+    one-token passes, each reading `context` tokens of the item's cache on average (a static
+    cache: all its slots), `rows` items a batch (they share each step's read of the weights),
+    the steps' FLOPs, and the job's `decode_cache`."""
 
     steps: int
     context: float
@@ -203,7 +204,11 @@ def recovery_work(
     step_flops = pass_flops(dims, steps, dims["vocab_size"], context=prompt + 1)
     flops = pass_flops(dims, prompt, dims["vocab_size"], positions=1) + step_flops
     rows = recovery_batch_rows(model, prompt + new)
-    decode = Decode(steps, prompt + 1 + steps / 2, rows, step_flops, settings.decode_cache)
+    # a static cache (static, captured) is read whole every step, its empty slots masked (the
+    # kernel that takes the mask reads them too); a dynamic one as far as it is filled
+    static = settings.decode_cache != "dynamic"
+    read = prompt + new - 1 if static else prompt + 1 + steps / 2
+    decode = Decode(steps, read, rows, step_flops, settings.decode_cache)
     what = f"<= {prompt:,}-token prompt + {new} generated, {rows:,} a batch"
     path = "recovery token" if settings.decoder == "token" else None  # the one measured
     return Work(prompt + new, flops, what, path, decode)

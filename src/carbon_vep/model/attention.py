@@ -26,6 +26,13 @@ read as cached, never repeated per query head, which transformers' sdpa does for
 CUDA (a transient copy of a layer's keys and values times the group: Carbon-3B has 8 query
 heads a key head, 4 key heads of 96, so 1.6 GB a layer at 128k tokens, against the 9.4 MB of
 the packed mask for 9 queries).
+
+A decode step on a static cache (recovery's `decode_cache: static` and `captured`) is one query
+a row under a mask a row (the cache's empty slots hidden). transformers' sdpa packs that case
+itself in eager mode, but not while torch.compile traces it, and the CUDA paths compile the
+step: there it repeated every layer's whole cache per query head each step (Carbon-3B: 8x the
+cache written and read again; docs/generation.md). `LOWER_RIGHT_SDPA` packs it in both, as
+transformers' eager code does (the same reshape, the mask as it is).
 """
 
 from __future__ import annotations
@@ -182,17 +189,20 @@ def chunk_attention(
 
 
 def _packs(module: Any, query: torch.Tensor, mask: Any, dropout: float) -> bool:
-    """A boolean mask shared by the batch's rows over a few queries of a grouped-query layer
-    (a `branch_mask` pass; a padding mask, one a row, keeps transformers' sdpa)."""
-    return (
+    """A boolean mask over a few queries of a grouped-query layer: shared by the batch's rows
+    (a `branch_mask` pass, a draft's verification), or one a row over one query (a decode step
+    on a static cache). A mask a row over more queries (padding) keeps transformers' sdpa."""
+    if not (
         isinstance(mask, torch.Tensor)
         and mask.dtype == torch.bool
         and mask.dim() == 4
-        and mask.shape[:2] == (1, 1)
+        and mask.shape[1] == 1
         and getattr(module, "num_key_value_groups", 1) > 1
-        and 1 < query.shape[2] <= PACKED_QUERIES
         and dropout == 0.0
-    )
+    ):
+        return False
+    queries = query.shape[2]
+    return queries == 1 or (mask.shape[0] == 1 and queries <= PACKED_QUERIES)
 
 
 def _packed_attention(
@@ -205,12 +215,14 @@ def _packed_attention(
 ) -> tuple[torch.Tensor, None]:
     """Attention with each key head's query heads as extra query rows ([B, heads, q, d] ->
     [B, key heads, group x q, d]; transformers' repeat_kv gives key head j the query heads
-    j*group .. j*group + group - 1), the mask's rows repeated per head of a group."""
+    j*group .. j*group + group - 1), the mask's rows repeated per head of a group (one query:
+    the mask as it is, as transformers' eager sdpa packs a decode step)."""
     batch, heads, queries, _ = query.shape
     groups = module.num_key_value_groups
     packed = query.reshape(batch, heads // groups, groups * queries, query.shape[-1])
+    rows = mask if queries == 1 else mask.repeat(1, 1, groups, 1)  # one query: it broadcasts
     out = torch.nn.functional.scaled_dot_product_attention(
-        packed, key, value, attn_mask=mask.repeat(1, 1, groups, 1), scale=scaling
+        packed, key, value, attn_mask=rows, scale=scaling
     )
     return out.reshape(batch, heads, queries, -1).transpose(1, 2).contiguous(), None
 

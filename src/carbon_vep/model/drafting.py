@@ -123,9 +123,9 @@ class Draft:
 
 def load_draft(spec: ModelSettings, target: LoadedModel) -> Draft | None:
     """The draft `spec` names (None without one), loaded as the target is (dtype, device,
-    remote code) and checked against it."""
+    remote code, attention) and checked against it."""
     if spec.draft_model is None:
         return None
-    draft = load_model(draft_spec(spec))
+    draft = load_model(draft_spec(spec), attention=target.model.config._attn_implementation)
     check_draft(target, draft, spec.path, spec.draft_model)
     return Draft(draft, tokens=spec.num_speculative_tokens)

@@ -77,7 +77,9 @@ def recover_job(
         from carbon_vep.model.job import load_job_model
         from carbon_vep.suite.rollouts import StepClock, decode_cache_note, recover
 
-        loaded = load_job_model(model, where)
+        # LOWER_RIGHT_SDPA: a static cache's decode step reads its keys and values once a
+        # step, compiled or not (model.attention)
+        loaded = load_job_model(model, where, lower_right=True)
         draft = load_draft(model, loaded)
         log.info(decode_cache_note(settings, loaded.device, draft is not None))
         times.ready()
