@@ -171,9 +171,9 @@ def test_every_ingest_pitfall_gets_its_status(genome):
         (("1", 907, "ACGT".replace(c1[906], "")[0] + c1[907], "A"), "ref_mismatch", "REF"),
         (("1", 1, c1[0], "ACGT".replace(c1[0], "")[0]), "ok", "first base"),
         (("1", 3000, c1[2999], "ACGT".replace(c1[2999], "")[0]), "ok", "last base"),
-        (("1", 2999, c1[2998:3000] + "A", "A"), "out_of_bounds", "2999-3001 outside"),
-        (("1", 3001, "A", "C"), "out_of_bounds", "3001-3001 outside"),
-        (("1", 0, "A", "C"), "out_of_bounds", "0-0 outside"),
+        (("1", 2999, c1[2998:3000] + "A", "A"), "out_of_bounds", "2999 to 3001 outside"),
+        (("1", 3001, "A", "C"), "out_of_bounds", "POS 3001 outside"),
+        (("1", 0, "A", "C"), "out_of_bounds", "POS 0 outside"),
         (("MT", 10, "A", "C"), "unknown_contig", "not in the reference under any alias"),
         ((None, 10, "A", "C"), "invalid", "missing CHROM"),
         (("1", None, "A", "C"), "invalid", "missing POS"),
@@ -277,3 +277,26 @@ def test_copies_of_a_variant_are_counted_on_the_aliased_contig(genome):
     # every row that points at a first row is counted with it, and vice versa
     for row in checked.filter(pl.col("duplicate_of").is_not_null()).iter_rows(named=True):
         assert copies[row["duplicate_of"]] == row["n_copies_in_panel"] > 1
+
+
+def test_dash_breakend_and_negative_position_reasons_read_as_written(genome):
+    path, contigs = genome
+    c1 = contigs["chr1"].upper()
+    rows = [
+        ("1", 238, c1[237], "-"),  # MAF/ANNOVAR deletion
+        ("1", 238, "-", "T"),  # MAF/ANNOVAR insertion
+        ("1", 240, c1[239], "N"),
+        ("1", 241, c1[240], f"{c1[240]}[chr17:500["),  # breakend: mate contig as written
+        ("1", -5, "A", "C"),
+        ("1", -5, "ACG", "A"),
+    ]
+    good = _snv_rows(c1, "1", range(200, 230))
+    checked = check_panel(_panel(good + rows), open_reference(path)).slice(len(good))
+    reasons = checked["reason"].to_list()
+    assert "'-' is MAF/ANNOVAR's empty allele" in reasons[0] and "IUPAC" not in reasons[0]
+    assert "'-' is MAF/ANNOVAR's empty allele" in reasons[1]
+    assert "N and IUPAC codes" in reasons[2]
+    assert checked["alt"][3] == f"{c1[240]}[chr17:500[" and "chr17:500" in reasons[3]
+    assert reasons[4] == "POS -5 outside chr1:1-3000"
+    assert reasons[5] == "POS -5 to -3 outside chr1:1-3000"
+    assert classify(c1[237], "-")[1] == reasons[0]

@@ -285,3 +285,88 @@ def test_reserved_names_cover_every_column_the_pipeline_adds():
 
     added = set(SCORE_SCHEMA) - set(KEY) | {"n_copies_in_panel", "window_start", "shard"}
     assert added <= RESERVED_COLUMNS
+
+
+# ---- input handling: blank lines, positions, ragged rows, ALT lists, encodings ------------
+SITES_HEADER = (
+    "##fileformat=VCFv4.2\n\n##contig=<ID=1,length=3000>\n"
+    "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
+)
+
+
+def test_blank_line_in_vcf_header_keeps_every_line_number(tmp_path):
+    good = tmp_path / "p.vcf"
+    good.write_text(SITES_HEADER + "1\t10\t.\tA\tC\t.\t.\t.\n1\t11\t.\tA\tC\t.\t.\t.\n")
+    assert read_panel(good)["source"].to_list() == [f"{good}:line {n}" for n in (5, 6)]
+    bad = tmp_path / "bad.vcf"
+    bad.write_text(SITES_HEADER + "1\t10\t.\tA\tC\t.\t.\t.\n1\tXYZ\t.\tA\tC\t.\t.\t.\n")
+    with pytest.raises(InputError, match=r"bad\.vcf:6: .*'1\\tXYZ"):
+        read_panel(bad)
+
+
+def test_blank_lines_around_a_table_add_no_row(tmp_path):
+    path = tmp_path / "p.tsv"
+    path.write_text("\nchrom\tpos\tref\talt\n1\t10\tA\tC\n1\t11\tA\tG\n\n")
+    panel = read_panel(path)
+    assert panel.height == 2
+    assert panel["source"].to_list() == [f"{path}:line {n}" for n in (3, 4)]
+
+
+def test_positions_that_needed_rounding_are_not_read_as_integers(tmp_path):
+    path = tmp_path / "p.tsv"
+    values = ["238", "238.0", "+239", "2.380e+02", "1.234e+04", "1e3", "12.5"]
+    path.write_text("chrom\tpos\tref\talt\n" + "".join(f"1\t{v}\tA\tC\n" for v in values))
+    panel = read_panel(path)
+    assert panel["pos"].to_list() == [238, 238, 239, None, None, None, None]
+    assert panel["input_pos"].to_list() == values
+
+
+@pytest.mark.parametrize("row", ["1\t11\tA", "1\t11\tA\tC\tEXTRA"])
+def test_short_and_long_table_rows_are_both_named(tmp_path, row):
+    path = tmp_path / "p.tsv"
+    path.write_text(f"chrom\tpos\tref\talt\n1\t10\tA\tC\n{row}\n1\t12\tA\tC\n")
+    n_fields = row.count("\t") + 1
+    with pytest.raises(InputError, match=rf"p\.tsv:3: {n_fields} fields where the header has 4"):
+        read_panel(path)
+
+
+def test_table_alt_list_is_split_into_one_row_per_alt(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text('chrom,pos,ref,alt,alt_index\n1,10,A,C,x\n1,11,A,"T,G,C",y\n')
+    panel = read_panel(path)
+    assert panel["alt"].to_list() == ["C", "T", "G", "C"]
+    assert panel["input_alt"].to_list() == ["C", "T", "G", "C"]
+    assert panel["source"].to_list() == [f"{path}:line {n}" for n in (2, 3, 3, 3)]
+    assert panel["alt_index"].to_list() == [1, 1, 2, 3]
+    assert panel["n_alts_in_record"].to_list() == [1, 3, 3, 3]
+    assert panel["panel_alt_index"].to_list() == ["x", "y", "y", "y"]  # the user's, renamed
+    assert panel["row_id"].to_list() == [0, 1, 2, 3]
+
+
+def test_table_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "p.tsv"
+    path.write_bytes(b"chrom\tpos\tref\talt\tnote\n1\t10\tA\tC\tok\n1\t11\tA\tC\tM\xfcller\n")
+    with pytest.raises(InputError, match=r"p\.tsv:3: not UTF-8 text \(byte 0xfc"):
+        read_panel(path)
+    utf16 = tmp_path / "u.tsv"
+    utf16.write_bytes("chrom\tpos\tref\talt\n1\t10\tA\tC\n".encode("utf-16"))
+    with pytest.raises(InputError, match=r"u\.tsv: the file is UTF-16"):
+        read_panel(utf16)
+
+
+def test_vcf_info_value_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "p.vcf"
+    header = SITES_HEADER.replace(
+        "#CHROM", '##INFO=<ID=NOTE,Number=1,Type=String,Description="n">\n#CHROM'
+    )
+    path.write_bytes(header.encode() + b"1\t10\t.\tA\tC\t.\t.\tNOTE=M\xfcller\n")
+    with pytest.raises(InputError, match=r"p\.vcf:6: not UTF-8 text") as error:
+        read_panel(path, info_fields=["NOTE"])
+    assert "ends before" not in str(error.value)
+
+
+def test_vcf_with_a_byte_order_mark_says_so(tmp_path):
+    path = tmp_path / "p.vcf"
+    path.write_text("\ufeff" + SITES_HEADER + "1\t10\t.\tA\tC\t.\t.\t.\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"p\.vcf: .*byte-order mark \(BOM\)"):
+        read_panel(path)

@@ -4,9 +4,11 @@ Alleles are upper-cased; bases shared at the end and then at the start of REF an
 trimmed as `bcftools norm` does (without left-alignment), so a padded SNV such as `AT>GT` from a
 multi-allelic caller record becomes `A>G` and is scored; `input_*` keep the values read.
 Symbolic, star and missing ALTs (`<DEL>`, `*`, `<NON_REF>`, `.`), breakends, non-ACGT alleles (N,
-IUPAC codes) and ALT = REF are classified with the reason they are not scored, as are indels and
-MNVs (`indel_policy: skip`: an MNV is never split into SNVs whose scores would have to be
-combined into one row's score). Rows without a usable key (CHROM, integer POS, REF) are invalid.
+IUPAC codes, and MAF/ANNOVAR's `-` for an empty allele, with a reason of its own) and ALT = REF
+are classified with the reason they are not scored, as are indels and MNVs (`indel_policy:
+skip`: an MNV is never split into SNVs whose scores would have to be combined into one row's
+score). A symbolic ALT keeps its case (a breakend names a contig). Rows without a usable key
+(CHROM, integer POS, REF) are invalid.
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ from typing import Any
 import polars as pl
 
 ACGT = frozenset("ACGT")
+_DASH_REASON = (
+    "): '-' is MAF/ANNOVAR's empty allele; write the variant VCF-style, with its anchor base "
+    "(SNVs only are scored)"
+)
+_NON_ACGT_REASON = "): N and IUPAC codes are not scored"
 
 
 def trim_alleles(pos: int, ref: str, alt: str) -> tuple[int, str, str]:
@@ -39,7 +46,8 @@ def classify(ref: str, alt: str) -> tuple[str, str]:
         return "symbolic", f"symbolic, star or missing ALT {short_allele(alt)!r}"
     if not set(ref) <= ACGT or not set(alt) <= ACGT:
         alleles = f"{short_allele(ref)}>{short_allele(alt)}"
-        return "non_acgt", f"non-ACGT allele ({alleles}): N and IUPAC codes are not scored"
+        why = _DASH_REASON if "-" in (ref, alt) else _NON_ACGT_REASON
+        return "non_acgt", f"non-ACGT allele ({alleles}{why}"
     if ref == alt:
         return "no_change", "ALT equals REF"
     if len(ref) == 1 and len(alt) == 1:
@@ -72,6 +80,7 @@ def _classify_exprs(ref: pl.Expr, alt: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
         | alt.str.contains("]", literal=True)
     )
     non_acgt = ~ref.str.contains("^[ACGT]*$") | ~alt.str.contains("^[ACGT]*$")
+    dash = (ref == "-") | (alt == "-")
     snv = (n_ref == 1) & (n_alt == 1)
     policy = pl.lit(" (indel_policy skip: SNVs only are scored)")
     variant_type = (
@@ -99,7 +108,7 @@ def _classify_exprs(ref: pl.Expr, alt: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
                 short_allele_expr(ref),
                 pl.lit(">"),
                 short_allele_expr(alt),
-                pl.lit("): N and IUPAC codes are not scored"),
+                pl.when(dash).then(pl.lit(_DASH_REASON)).otherwise(pl.lit(_NON_ACGT_REASON)),
             )
         )
         .when(ref == alt)
@@ -143,14 +152,16 @@ def _trimmed(frame: pl.DataFrame, valid: pl.Series) -> tuple[pl.Series, pl.Serie
 
 
 def normalized_alleles(panel: pl.DataFrame) -> pl.DataFrame:
-    """The key columns typed, alleles stripped and upper-cased, an empty ALT as `.`."""
+    """The key columns typed, alleles stripped and upper-cased, an empty ALT as `.`;
+    `written_alt` is the ALT stripped only (a symbolic ALT keeps its case)."""
     upper = pl.col("ref").cast(pl.Utf8).fill_null("").str.strip_chars().str.to_uppercase()
-    alt = pl.col("alt").cast(pl.Utf8).fill_null("").str.strip_chars().str.to_uppercase()
+    written = pl.col("alt").cast(pl.Utf8).fill_null("").str.strip_chars()
     return panel.select(
         pl.col("chrom").cast(pl.Utf8),
         pl.col("pos").cast(pl.Int64),
         upper.alias("ref"),
-        pl.when(alt == "").then(pl.lit(".")).otherwise(alt).alias("alt"),
+        pl.when(written == "").then(pl.lit(".")).otherwise(written.str.to_uppercase()).alias("alt"),
+        pl.when(written == "").then(pl.lit(".")).otherwise(written).alias("written_alt"),
         pl.col("input_pos").cast(pl.Utf8),
     )
 
@@ -187,13 +198,13 @@ def allele_policy(frame: pl.DataFrame, invalid: pl.Series, reason: pl.Series) ->
         skip_reason.alias("skip_reason"),
     )
     symbolic = work["variant_type"] == "symbolic"
+    # a breakend's mate contig (`C[chr17:500[`) is a name: shown and kept as written
+    written = work["written_alt"].filter(symbolic)
     return work.with_columns(
         scatter(
             work["skip_reason"],
             symbolic,
-            python_text(
-                work["short_alt"].filter(symbolic),
-                lambda a: f"symbolic, star or missing ALT {short_allele(a)!r}",
-            ),
-        ).alias("skip_reason")
+            python_text(written, lambda a: f"symbolic, star or missing ALT {short_allele(a)!r}"),
+        ).alias("skip_reason"),
+        scatter(work["alt"], symbolic, written).alias("alt"),
     )

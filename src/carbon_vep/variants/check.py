@@ -123,7 +123,7 @@ def _with_status(work: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("ref_chrom").is_null())
         .then("unknown_reason")
         .when("out_of_bounds")
-        .then(pl.format("POS {}-{} outside {}:1-{}", "pos", "end", "ref_chrom", "length"))
+        .then(_outside_reason())
         .when(mismatch)
         .then(
             pl.concat_str(
@@ -148,6 +148,17 @@ def _with_status(work: pl.DataFrame) -> pl.DataFrame:
         pl.col("pos").alias(CHECKED_POS),
         pl.col("ref").alias(CHECKED_REF),
     )
+
+
+def _outside_reason() -> pl.Expr:
+    """`POS 3001 outside 1:1-3000`, or `POS 2999 to 3001 ...` for a longer REF (a range
+    written `a-b` reads badly when the positions are negative: `-5--3`)."""
+    span = (
+        pl.when(pl.col("end") == pl.col("pos"))
+        .then(pl.col("pos").cast(pl.Utf8))
+        .otherwise(pl.format("{} to {}", "pos", "end"))
+    )
+    return pl.format("POS {} outside {}:1-{}", span, "ref_chrom", "length")
 
 
 def _panel_source(panel: pl.DataFrame) -> str:

@@ -1,6 +1,7 @@
 """What every panel reader gives beside the key: the `input_*` copies of the values as read,
 user columns carried through (renamed `panel_<name>` where the pipeline uses the name), whole
-positions as integers, and the opener of plain or gzipped text files both text readers use."""
+positions as integers, the opener of plain or gzipped text files both text readers use, and
+the finder of the first line that is not UTF-8 (for the errors of both)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ INPUT_COLUMNS = ("input_pos", "input_ref", "input_alt")
 ALL_INFO = "*"
 
 
-def carried_names(names: Sequence[str], sources: Mapping[str, str]) -> dict[str, str]:
+def carried_names(
+    names: Sequence[str], sources: Mapping[str, str], added: Sequence[str] = ()
+) -> dict[str, str]:
     """Old -> new name of every column: mapped sources get their standard name first, then the
-    others keep theirs unless the pipeline or a mapped column already uses it."""
+    others keep theirs unless the pipeline, a mapped column or a column the reader `added`
+    already uses it."""
     renames = {src: std for std, src in sources.items()}
-    taken = set(renames.values())
+    taken = set(renames.values()) | set(added)
     for name in names:
         if name not in renames:
             renames[name] = carry_name(name, taken)
@@ -39,11 +43,20 @@ def carry_name(name: str, taken: set[str]) -> str:
     return renamed
 
 
+# An integer as written: digits, optionally a sign and a decimal point followed only by zeros
+# (`238.0`, as pandas writes an integer column that held a missing value).
+_WHOLE_NUMBER = r"^[+-]?[0-9]+(\.0*)?$"
+
+
 def parse_positions(raw: pl.Expr) -> pl.Expr:
-    """Whole-number positions as Int64; anything else (text, 12.5, empty) becomes null."""
-    as_float = raw.cast(pl.Utf8).str.strip_chars().cast(pl.Float64, strict=False)
-    whole = as_float.is_finite() & (as_float == as_float.round(0)) & (as_float.abs() < 2**53)
-    return pl.when(whole).then(as_float.cast(pl.Int64, strict=False)).otherwise(None)
+    """Positions as Int64: a whole number written in decimal (`238`, `+238`, `238.0`); anything
+    else becomes null (and the row invalid): text, `12.5`, empty, and exponent notation
+    (`1.234e+04`, `1e3`), which spreadsheets write after rounding to a few digits, so the
+    number read may not be the position meant (never rounded here)."""
+    text = raw.cast(pl.Utf8).str.strip_chars()
+    digits = text.str.replace(r"\.0*$", "")  # `238.0` -> `238`; sign kept
+    whole = text.str.contains(_WHOLE_NUMBER).fill_null(False)
+    return pl.when(whole).then(digits.cast(pl.Int64, strict=False)).otherwise(None)
 
 
 def open_text(path: Path) -> io.TextIOBase:
@@ -51,3 +64,40 @@ def open_text(path: Path) -> io.TextIOBase:
         compressed = handle.read(2) == b"\x1f\x8b"
     raw = gzip.open(path, "rt", newline="") if compressed else open(path, newline="")  # noqa: SIM115
     return raw  # type: ignore[return-value]
+
+
+def not_utf8(raw: bytes) -> str | None:
+    """What is wrong with a line of bytes that is not UTF-8 (None when it is)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = raw[err.start]
+        return (
+            f"not UTF-8 text (byte 0x{byte:02x} at column {err.start + 1}, e.g. Latin-1 or "
+            "Windows-1252); save the file as UTF-8"
+        )
+    return None
+
+
+def first_non_utf8_line(path: Path) -> tuple[int, str] | None:
+    """(line number, what is wrong) of the first line of a text file that is not UTF-8."""
+    with open(path, "rb") as handle:
+        compressed = handle.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            problem = not_utf8(line)
+            if problem is not None:
+                return number, problem
+    return None
+
+
+def utf16_problem(path: Path) -> str | None:
+    """Why a text file that starts as UTF-16 text (a UTF-16 byte-order mark, or NUL bytes
+    between the characters of its first line) cannot be read; None for other files."""
+    with open(path, "rb") as handle:
+        compressed = handle.read(2) == b"\x1f\x8b"
+    with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
+        start = handle.read(64)
+    if start[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in start:
+        return "the file is UTF-16 text (as Excel's 'Unicode Text' writes); save it as UTF-8"
+    return None

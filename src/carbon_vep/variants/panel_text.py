@@ -1,12 +1,15 @@
 """Read a panel table: Parquet through polars, TSV/CSV (plain or gzipped) through polars with
 the key columns as text, each row citing its file line (`file:line N`, or `file:row N` for
 Parquet and for text whose quoted fields span lines). Key columns are found by their usual
-spellings (`KEY_ALIASES`) or the config's `columns` map; blank lines are noted and skipped."""
+spellings (`KEY_ALIASES`) or the config's `columns` map; blank lines are noted and skipped. A row
+with more or fewer fields than the header, or a file that is not UTF-8, stops the read with the
+line. An ALT list (`T,G`) is split into one row per ALT, as a VCF record is, each citing the
+row's line, with `alt_index` and `n_alts_in_record` (added only to tables that hold a list)."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,13 @@ import polars as pl
 from carbon_vep.columns import PANEL_KEY as KEY
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import InputError
-from carbon_vep.variants.panel_columns import carried_names, open_text, parse_positions
+from carbon_vep.variants.panel_columns import (
+    carried_names,
+    first_non_utf8_line,
+    open_text,
+    parse_positions,
+    utf16_problem,
+)
 
 # Header spellings accepted for the key columns of a table (compared case-insensitively,
 # without a leading '#'); anything else is mapped with `columns` in the config.
@@ -25,6 +34,8 @@ KEY_ALIASES = {
     "ref": ("ref",),
     "alt": ("alt",),
 }
+# the columns a table split by ALT gets, as a VCF record's rows have them (columns.VCF_RECORD)
+_ALT_COLUMNS = ("n_alts_in_record", "alt_index")
 # table file names -> format (panels and suite task files alike); gzip is read transparently
 TABLE_SUFFIXES = {
     ".parquet": "parquet",
@@ -44,7 +55,8 @@ def table_format(path: str | Path) -> str | None:
 
 
 def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each data line of a text table: after the header, no `##`."""
+    """(line number, text) of each data line of a text table: after the header (the first line
+    that is neither `##` nor empty, as polars finds it), no `##`."""
     with open_text(path) as handle:
         header_seen = False
         for number, line in enumerate(handle, start=1):
@@ -52,17 +64,48 @@ def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
                 continue
             if header_seen:
                 yield number, line
-            header_seen = True
+            elif line.strip("\r\n"):  # polars skips empty lines before the header
+                header_seen = True
 
 
-def _ragged_line(path: Path, sep: str, n_columns: int) -> tuple[int, int] | None:
-    """(line number, field count) of the first data line with more fields than the header."""
-    quoting = csv.QUOTE_MINIMAL if sep == "," else csv.QUOTE_NONE
-    for number, line in _data_lines(path):
-        fields = next(csv.reader([line], delimiter=sep, quoting=quoting), [])
-        if len(fields) > n_columns:
-            return number, len(fields)
+def _listed_data_lines(path: Path) -> list[tuple[int, str]]:
+    """`_data_lines` as a list; a line that is not UTF-8 is an error naming it."""
+    try:
+        return list(_data_lines(path))
+    except UnicodeDecodeError as err:
+        raise _encoding_error(path) or InputError(path, str(err)) from err
+
+
+def _encoding_error(path: Path) -> InputError | None:
+    """An error naming the first line of a text table that is not UTF-8 (None if none is)."""
+    found = first_non_utf8_line(path)
+    return None if found is None else InputError(path, found[1], found[0])
+
+
+def _field_count(line: str, sep: str) -> int:
+    """Fields in one line as polars splits it (a quote in a TSV is a character)."""
+    if sep == "\t" or '"' not in line:
+        return line.count(sep) + 1
+    return len(next(csv.reader([line], delimiter=sep), []))
+
+
+def _ragged_line(
+    lines: Iterable[tuple[int, str]], sep: str, n_columns: int
+) -> tuple[int, int] | None:
+    """(line number, field count) of the first data line with more or fewer fields than the
+    header (blank lines aside): polars refuses a long row but fills a short one with nulls,
+    which would read as a missing ALT (or REF) instead of the broken row it is."""
+    for number, line in lines:
+        if line.strip():
+            n_fields = _field_count(line, sep)
+            if n_fields != n_columns:
+                return number, n_fields
     return None
+
+
+def _ragged_error(path: Path, ragged: tuple[int, int], n_columns: int) -> InputError:
+    line, n_fields = ragged
+    return InputError(path, f"{n_fields} fields where the header has {n_columns}", line)
 
 
 def _key_sources(found: Sequence[str], columns: Mapping[str, str], path: Path) -> dict[str, str]:
@@ -120,14 +163,16 @@ def read_text_table(
 
 def read_table(path: Path, fmt: str, columns: Mapping[str, str]) -> tuple[pl.DataFrame, list[str]]:
     """A table panel's rows (source, key, input_*, carried columns) and notes on how it was read."""
-    sep = "," if fmt == "csv" else "\t"
+    utf16 = None if fmt == "parquet" else utf16_problem(path)
+    if utf16 is not None:  # polars would read it as a one-column header of NUL-laced text
+        raise InputError(path, utf16)
     try:
         if fmt == "parquet":
             found = pl.read_parquet_schema(path)
         else:
             found = read_text_table(path, fmt, n_rows=0).columns
     except (pl.exceptions.PolarsError, OSError) as err:
-        raise InputError(path, f"cannot read the {fmt} panel: {err}") from err
+        raise _read_error(path, fmt, err) from err
     names = list(found)
     sources = _key_sources(names, columns, path)
     try:
@@ -136,17 +181,23 @@ def read_table(path: Path, fmt: str, columns: Mapping[str, str]) -> tuple[pl.Dat
         else:
             overrides = {src: pl.Utf8 for std, src in sources.items() if std in KEY}
             frame = read_text_table(path, fmt, overrides)
-    except pl.exceptions.ComputeError as err:
-        ragged = None if fmt == "parquet" else _ragged_line(path, sep, len(names))
-        if ragged:
-            line, n_fields = ragged
-            raise InputError(
-                path, f"{n_fields} fields where the header has {len(names)}", line
-            ) from err
-        raise InputError(path, f"cannot read the {fmt} panel: {err}") from err
     except (pl.exceptions.PolarsError, OSError) as err:
-        raise InputError(path, f"cannot read the {fmt} panel: {err}") from err
+        raise _read_error(path, fmt, err, len(names)) from err
     return _standardize_table(frame, path, fmt, sources)
+
+
+def _read_error(path: Path, fmt: str, err: Exception, n_columns: int | None = None) -> InputError:
+    """Why polars could not read a table: a line that is not UTF-8 or (once the header is
+    known) has too many fields, named; else polars' own words."""
+    if fmt != "parquet" and isinstance(err, pl.exceptions.ComputeError):
+        encoding = _encoding_error(path)
+        if encoding is not None:
+            return encoding
+        sep = "," if fmt == "csv" else "\t"
+        ragged = None if n_columns is None else _ragged_line(_data_lines(path), sep, n_columns)
+        if ragged:
+            return _ragged_error(path, ragged, n_columns or 0)
+    return InputError(path, f"cannot read the {fmt} panel: {err}")
 
 
 def _standardize_table(
@@ -156,29 +207,69 @@ def _standardize_table(
     if fmt == "parquet":
         where = [f"{path}:row {n}" for n in range(1, frame.height + 1)]
     else:
-        lines = list(_data_lines(path))
-        if len(lines) != frame.height:  # quoted fields spanning lines: cite rows instead
-            lines = [(n, "?") for n in range(1, frame.height + 1)]
-            where = [f"{path}:row {n}" for n, _ in lines]
-        else:
-            where = [f"{path}:line {n}" for n, _ in lines]
-        blank = [not text.strip() for _, text in lines]  # blank lines are not variants
-        if any(blank):
-            notes.append(f"{sum(blank)} blank line(s) ignored")
-            frame = frame.filter(~pl.Series(blank))
-            where = [w for w, is_blank in zip(where, blank, strict=True) if not is_blank]
-    renames = carried_names(frame.columns, sources)
+        frame, where = _cite_lines(frame, path, fmt, notes)
+    alt_lists = _has_alt_lists(frame[sources["alt"]])
+    added = _ALT_COLUMNS if alt_lists else ()
+    renames = carried_names(frame.columns, sources, added)
     moved = {k: v for k, v in renames.items() if k != v and v not in sources}
     if moved:
         notes.append(f"columns renamed so the pipeline's own do not overwrite them: {moved}")
     frame = frame.rename(renames)
-    return frame.with_columns(
+    frame = frame.with_columns(
         pl.Series("source", where, dtype=pl.Utf8),
         pl.col("chrom").cast(pl.Utf8).str.strip_chars(),
-        parse_positions(pl.col("pos")).alias("pos"),
         pl.col("ref").cast(pl.Utf8),
         pl.col("alt").cast(pl.Utf8),
         pl.col("pos").cast(pl.Utf8).alias("input_pos"),
         pl.col("ref").cast(pl.Utf8).alias("input_ref"),
         pl.col("alt").cast(pl.Utf8).alias("input_alt"),
-    ), notes
+        parse_positions(pl.col("pos")).alias("pos"),
+    )
+    if alt_lists:
+        frame = _split_alts(frame)
+        notes.append("ALT lists (`T,G`) split into one row per ALT (alt_index, n_alts_in_record)")
+    return frame, notes
+
+
+def _cite_lines(
+    frame: pl.DataFrame, path: Path, fmt: str, notes: list[str]
+) -> tuple[pl.DataFrame, list[str]]:
+    """The rows of a text table that are not blank lines, and where each was read (its line;
+    its row when quoted fields span lines). A row with fewer fields than the header stops."""
+    lines = _listed_data_lines(path)
+    if len(lines) != frame.height:  # quoted fields spanning lines: cite rows instead
+        lines = [(n, "?") for n in range(1, frame.height + 1)]
+        where = [f"{path}:row {n}" for n, _ in lines]
+    else:
+        sep = "," if fmt == "csv" else "\t"
+        ragged = _ragged_line(lines, sep, frame.width)
+        if ragged:
+            raise _ragged_error(path, ragged, frame.width)
+        where = [f"{path}:line {n}" for n, _ in lines]
+    blank = [not text.strip() for _, text in lines]  # blank lines are not variants
+    if any(blank):
+        notes.append(f"{sum(blank)} blank line(s) ignored")
+        frame = frame.filter(~pl.Series(blank))
+        where = [w for w, is_blank in zip(where, blank, strict=True) if not is_blank]
+    return frame, where
+
+
+def _has_alt_lists(alt: pl.Series) -> bool:
+    """Whether some ALT is a comma-separated list of ALTs."""
+    return bool(alt.cast(pl.Utf8).str.contains(",", literal=True).any())
+
+
+def _split_alts(frame: pl.DataFrame) -> pl.DataFrame:
+    """One row per ALT of every ALT list, in order, as the VCF reader splits a record: each
+    keeps its row's source and other values, `input_alt` is its own ALT as read, and
+    `alt_index` / `n_alts_in_record` say which of how many (1 of 1 for a single ALT). Each ALT
+    is scored on its own; none shares another's score."""
+    listed = pl.col("alt").str.split(",")
+    frame = frame.with_columns(
+        listed.alias("alt"),
+        pl.col("input_alt").str.split(",").alias("input_alt"),
+        listed.list.len().fill_null(1).cast(pl.Int64).alias("n_alts_in_record"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("_row"),
+    ).explode(["alt", "input_alt"])  # both the same text: same lengths, a null stays one row
+    alt_index = pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("_row")
+    return frame.with_columns(alt_index.alias("alt_index")).drop("_row")

@@ -225,7 +225,9 @@ def _open_vcf(handle: Any, path: Path) -> Any:
         if "BufferedReader" in cause:  # pysam names the handle, not the file
             cause = "not recognised as VCF or BCF"
         first = text_line(path, 1)
-        if first is not None and not first.startswith("##fileformat=VCF"):
+        if first is not None and first.startswith("\ufeff"):
+            cause += "; the file starts with a byte-order mark (BOM): save it as UTF-8 without one"
+        elif first is not None and not first.startswith("##fileformat=VCF"):
             cause += f"; a VCF starts with ##fileformat=VCF, this file with {first[:60]!r}"
         quoted = [m.detail for m in messages.parsed("E") if m.detail]
         line = header_line_number(path, quoted[0].split("\n")[0]) if quoted else None

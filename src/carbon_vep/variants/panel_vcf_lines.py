@@ -1,6 +1,7 @@
 """A text VCF as lines: the header's layout (record N is on line header + N), lines looked up by
 number for messages, and the errors that name the file, the line and what is wrong with it
-(malformed records, space-separated fields, blank lines)."""
+(malformed records, space-separated fields, blank lines, text that is not UTF-8). Blank lines
+inside the header are lines like any other: htslib skips them, and they count."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from carbon_vep.errors import InputError
-from carbon_vep.variants.panel_columns import open_text
+from carbon_vep.variants.panel_columns import not_utf8, open_text
 
 _NO_WHITESPACE = {"id": "ID", "ref": "REF", "alt": "ALT", "filter": "FILTER"}  # VCF forbids it
 _UNDEFINED_TAG = re.compile(r"^(INFO|FILTER) '(.*)' at (\S+):(\d+) is not defined")
@@ -24,7 +25,7 @@ _UNDEFINED_TAG = re.compile(r"^(INFO|FILTER) '(.*)' at (\S+):(\d+) is not define
 class TextHeader:
     """What a text VCF's header says about its layout (None is used for BCF)."""
 
-    n_lines: int  # `##` lines and the #CHROM line: record N is on line n_lines + N
+    n_lines: int  # lines up to the #CHROM line (blank ones too): record N is on line n_lines + N
     chrom_line: str  # the #CHROM line as written
 
     @property
@@ -50,7 +51,9 @@ def text_header(path: Path) -> TextHeader | None:
             handle.seek(0)
             count, chrom_line = 0, ""
             for line in handle:
-                if not line.startswith(b"#"):
+                # htslib skips a blank line before #CHROM; one after it is a (blank) record
+                blank_in_header = not chrom_line and not line.strip()
+                if not line.startswith(b"#") and not blank_in_header:
                     break
                 count += 1
                 if line.startswith(b"#CHROM"):
@@ -80,7 +83,7 @@ def header_line_number(path: Path, text: str) -> int | None:
             for number, line in enumerate(handle, start=1):
                 if line.rstrip("\r\n") == wanted:
                     return number
-                if not line.startswith("#"):
+                if not line.startswith("#") and line.strip():  # blank header lines count
                     return None
     except (OSError, EOFError, UnicodeDecodeError):
         return None
@@ -157,6 +160,18 @@ def refuse_space_separated(
     raise InputError(path, f"malformed VCF record ({cause}){shown}", line)
 
 
+def line_not_utf8(path: Path, number: int) -> str | None:
+    """What is wrong with line `number` of a text VCF when it is not UTF-8 (None if it is)."""
+    try:
+        with open_binary(path) as handle:
+            for current, line in enumerate(handle, start=1):
+                if current == number:
+                    return not_utf8(line)
+    except (OSError, EOFError):
+        return None
+    return None
+
+
 def vcf_error(
     path: Path, err: Exception, htslib_says: str, line: int | None, n_read: int
 ) -> InputError:
@@ -164,6 +179,9 @@ def vcf_error(
     cause = htslib_says or str(err)
     if line is None:
         return InputError(path, f"cannot read record {n_read + 1} ({cause})")
+    encoding = line_not_utf8(path, line)
+    if encoding is not None:  # text_line cannot decode it either: say so, not "file ends"
+        return InputError(path, encoding, line)
     text = text_line(path, line)
     if text is not None and not text.strip():
         cause = "blank line between records"
