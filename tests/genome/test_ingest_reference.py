@@ -12,6 +12,7 @@ import pytest
 from support.files import random_dna, write_fasta
 
 from carbon_vep.errors import InputError
+from carbon_vep.genome import reference
 from carbon_vep.genome.contigs import canonical_contig, resolve_contigs
 from carbon_vep.genome.reference import FastaReference, ParquetReference, open_reference
 from carbon_vep.variants.check import check_panel
@@ -52,6 +53,57 @@ def test_outdated_index_is_rebuilt(tmp_path):
     with open_reference(path) as ref:
         assert ref.lengths == {"chr1": 50, "chr2": 70}
         assert ref.fetch("chr2", 0, 3) == "GGG"
+
+
+def _rewrapped_under_a_newer_index(tmp_path):
+    """A FASTA indexed at 60 bases a line, then rewritten at 80 and made older than its .fai
+    (as `cp -p`, `rsync -a` or tar can leave it): modification times say the index is fine."""
+    path = write_fasta(tmp_path / "g.fa", CONTIGS)  # 60 bases a line
+    with open_reference(path):
+        pass
+    text = "".join(
+        f">{name}\n" + "".join(seq[i : i + 80] + "\n" for i in range(0, len(seq), 80))
+        for name, seq in CONTIGS.items()
+    )
+    path.write_text(text)
+    os.utime(path, (time.time() - 3600, time.time() - 3600))
+    return path
+
+
+def test_stale_index_newer_than_the_fasta_is_rebuilt(tmp_path, caplog):
+    path = _rewrapped_under_a_newer_index(tmp_path)
+    with caplog.at_level("WARNING", logger="carbon_vep"), open_reference(path) as ref:
+        assert ref.fetch("chr1", 0, 700) == CONTIGS["chr1"].upper()
+        assert ref.fetch("chrM", 100, 160) == CONTIGS["chrM"][100:]
+    assert "g.fa.fai: stale, it does not match" in caplog.text
+    assert "rebuilding it" in caplog.text and not _leftovers(tmp_path)
+
+
+def test_stale_index_that_cannot_be_rebuilt_is_named(tmp_path, monkeypatch):
+    path = _rewrapped_under_a_newer_index(tmp_path)
+    monkeypatch.setattr(reference.os, "access", lambda *_: False)  # a read-only directory
+    with pytest.raises(
+        InputError, match=r"g\.fa\.fai: stale, it does not match .*g\.fa \(record .*samtools faidx"
+    ):
+        open_reference(path)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda text: text.replace(">chrM", ">chrMT"),  # a record renamed
+        lambda text: text + "ACGT\n",  # bases added at the end
+        lambda text: text.replace("\n", "\r\n"),  # line ends converted
+    ],
+    ids=["renamed", "longer", "crlf"],
+)
+def test_index_problem_finds_a_changed_fasta(tmp_path, change):
+    path = write_fasta(tmp_path / "g.fa", CONTIGS)
+    with open_reference(path):
+        pass
+    assert reference._index_problem(path, tmp_path / "g.fa.fai") is None
+    path.write_bytes(change(path.read_text()).encode())
+    assert reference._index_problem(path, tmp_path / "g.fa.fai") is not None
 
 
 def test_plain_gzip_fasta_is_refused_with_the_fix(tmp_path):

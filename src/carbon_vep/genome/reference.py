@@ -92,20 +92,137 @@ def index_paths(path: Path) -> tuple[Path, Path | None]:
 
 
 def _needs_index(fasta: Path, fai: Path, gzi: Path | None) -> bool:
-    """An index is missing, or older than the FASTA where it could be rebuilt.
+    """An index is missing, older than the FASTA where it could be rebuilt, or (plain FASTA)
+    inconsistent with the FASTA's bytes.
 
     An older index in a read-only directory is used as it is (as htslib would), with a warning:
-    a checkout or a copy does not keep modification times in order.
+    a checkout or a copy does not keep modification times in order. Modification times do not
+    prove an index right either (`cp -p`, `rsync -a` or tar can leave an index made for another
+    layout of the file newer than it), so a plain FASTA's .fai is also checked against the file
+    (`_index_problem`): an inconsistent one is rebuilt where it could be, with a warning, and
+    refused, naming the .fai, where it cannot. (A bgzipped FASTA's .fai counts uncompressed
+    bytes, which cannot be checked without decompressing: it is trusted.)
     """
     indexes = [i for i in (fai, gzi) if i is not None]
     if not all(i.exists() for i in indexes):
         return True
-    if all(i.stat().st_mtime >= fasta.stat().st_mtime for i in indexes):
+    writable = os.access(fasta.parent, os.W_OK)
+    if not all(i.stat().st_mtime >= fasta.stat().st_mtime for i in indexes):
+        if writable:
+            return True
+        log.warning("%s: the index is older than the FASTA and cannot be rebuilt here", fasta)
+    problem = None if gzi is not None else _index_problem(fasta, fai)
+    if problem is None:
         return False
-    if os.access(fasta.parent, os.W_OK):
+    if writable:
+        log.warning("%s: stale, it does not match %s (%s); rebuilding it", fai, fasta, problem)
         return True
-    log.warning("%s: the index is older than the FASTA and cannot be rebuilt here", fasta)
-    return False
+    raise InputError(
+        fai,
+        f"stale, it does not match {fasta} ({problem}), and it cannot be rebuilt here (the "
+        f"directory is not writable): run `samtools faidx {fasta}` where you can write, or "
+        "copy the FASTA to a writable directory",
+    )
+
+
+_NEWLINES = b"\r\n"
+_HEADER_SEARCH_BYTES = 1 << 16  # a header line (name and description) longer than this: unchecked
+
+
+def _fai_records(fai: Path) -> list[tuple[bytes, int, int, int, int]] | str:
+    """(name, length, offset, bases per line, bytes per line) of each .fai line, or what is
+    wrong with the file."""
+    records = []
+    for number, line in enumerate(fai.read_bytes().splitlines(), start=1):
+        fields = line.split(b"\t")
+        try:
+            name, length, offset, bases, width = fields[0], *map(int, fields[1:5])
+        except ValueError:
+            return f"line {number} is not a FASTA index line (name, length, offset, ...)"
+        if len(fields) != 5 or min(length, offset, bases, width) < 0 or width < bases:
+            return f"line {number} is not a FASTA index line (name, length, offset, ...)"
+        records.append((name, length, offset, bases, width))
+    return records if records else "it lists no sequence"
+
+
+def _header_line(handle, offset: int) -> tuple[int, bytes] | None:
+    """(start, text) of the line that ends just before `offset` (its newline excluded; None
+    when that line is longer than `_HEADER_SEARCH_BYTES`); (offset, b"") when no newline
+    ends there."""
+    start = max(0, offset - _HEADER_SEARCH_BYTES)
+    handle.seek(start)
+    data = handle.read(offset - start)
+    if not data.endswith(b"\n"):
+        return offset, b""
+    cut = data.rfind(b"\n", 0, len(data) - 1)
+    if cut < 0 and start > 0:
+        return None
+    return start + cut + 1, data[cut + 1 : -1].rstrip(b"\r")
+
+
+def _index_problem(fasta: Path, fai: Path) -> str | None:
+    """How a plain FASTA's .fai disagrees with the file (None when it does not).
+
+    Per record: its `>name` line ends where the index says the sequence starts; its first line
+    ends after the bases per line the index says; its last base sits where the index puts it,
+    followed only by line ends up to the next record (or the end of the file). A few bytes are
+    read per record, never the sequence: O(contigs), not O(genome).
+    """
+    records = _fai_records(fai)
+    if isinstance(records, str):
+        return records
+    size = fasta.stat().st_size
+    with open(fasta, "rb") as handle:
+
+        def read(start: int, length: int) -> bytes:
+            handle.seek(start)
+            return handle.read(max(0, length))
+
+        next_starts: list[int | None] = []
+        for name, _, offset, _, _ in records:
+            header = _header_line(handle, offset) if offset <= size else (offset, b"")
+            if header is not None:
+                text = header[1]
+                if not text.startswith(b">" + name) or text[len(name) + 1 :][:1] not in _NAME_ENDS:
+                    label = name.decode(errors="replace")
+                    return f"record {label!r} does not start at byte {offset:,} as it says"
+            next_starts.append(None if header is None else header[0])
+        next_starts = [*next_starts[1:], size]
+        for (name, length, offset, bases, width), end in zip(records, next_starts, strict=True):
+            label = name.decode(errors="replace")
+            if length == 0:
+                continue
+            if length > bases:
+                first = read(offset + bases - 1, width - bases + 1)
+                if not (_is_base(first[:1]) and first[1:] and _only_newlines(first[1:])):
+                    return (
+                        f"record {label!r}: its lines do not hold the {bases} bases per line "
+                        "the index says (the FASTA was rewrapped or rewritten after indexing?)"
+                    )
+            last = offset + (length - 1) // bases * width + (length - 1) % bases
+            if end is None:
+                continue  # the next record's header line is too long to find: unchecked
+            tail = read(last, min(end - last, _HEADER_SEARCH_BYTES + 1))
+            if end - last > _HEADER_SEARCH_BYTES or not (
+                _is_base(tail[:1]) and _only_newlines(tail[1:])
+            ):
+                return (
+                    f"record {label!r}: its {length:,} bases do not end where the index puts "
+                    "them (the FASTA was changed after it was indexed?)"
+                )
+    return None
+
+
+_NAME_ENDS = (b"", b" ", b"\t")
+
+
+def _is_base(byte: bytes) -> bool:
+    """A sequence byte: present, and neither a line end nor the start of a header."""
+    return len(byte) == 1 and byte not in (b"\r", b"\n", b">")
+
+
+def _only_newlines(data: bytes) -> bool:
+    return not data.strip(_NEWLINES)
 
 
 def _fasta_problem(path: Path, htslib_errors: str) -> str:
@@ -163,8 +280,9 @@ def _build_fasta_index(path: Path, fai: Path, gzi: Path | None) -> None:
 class FastaReference(Reference):
     """A FASTA (plain or bgzipped) opened with pysam.
 
-    A missing or outdated .fai (and .gzi for bgzip) is built next to the file; a plain-gzip
-    FASTA, which cannot be indexed, is refused with the command that fixes it.
+    A missing, outdated or (plain FASTA) stale .fai (and .gzi for bgzip) is built next to the
+    file (`_needs_index`); a plain-gzip FASTA, which cannot be indexed, is refused with the
+    command that fixes it.
     """
 
     def __init__(self, path: str | Path) -> None:
