@@ -36,7 +36,7 @@ class Status(StrEnum):
         "missing CHROM, POS or REF, or a POS that is not an integer (`POS '1,234' is not an "
         "integer`)",
     )
-    UNKNOWN_CONTIG = "unknown_contig", "contig not in the reference under any alias, or several"
+    UNKNOWN_CONTIG = "unknown_contig", "contig not in the reference under any alias"
     OUT_OF_BOUNDS = "out_of_bounds", "POS (or the end of REF) outside the contig"
     SKIPPED = (
         "skipped",

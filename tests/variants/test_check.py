@@ -105,6 +105,27 @@ def test_no_matching_contig_names_both_spellings(genome):
         check_panel(_panel([("scaffold_1", 10, "A", "C")]), open_reference(path))
 
 
+@pytest.mark.parametrize("spellings", [["chr1", "Chr1"], ["Chr1"]], ids=["mixed", "only"])
+def test_contig_matching_two_reference_spellings_stops(tmp_path, spellings):
+    """A FASTA that holds one chromosome under two spellings: a panel contig that is neither
+    but aliases to both stops the run naming it and both (it once got unknown_contig per row,
+    or a "no contig matches" listing the first reference contigs)."""
+    seq = random_dna(1000, 3)
+    path = write_fasta(tmp_path / "both.fa", {"chr1": seq, "1": seq, "chr2": seq})
+    rows = [r for chrom in spellings for r in _snv_rows(seq, chrom, range(100, 130))]
+    with pytest.raises(
+        PanelUnusableError,
+        match=r"more than one contig .*panel contig 'Chr1' could be any of \['chr1', '1'\]",
+    ):
+        check_panel(_panel(rows), open_reference(path))
+
+
+def test_no_matching_contig_says_how_many_reference_contigs(tmp_path):
+    path = write_fasta(tmp_path / "g.fa", {f"scaffold_{i}": "ACGT" * 10 for i in range(7)})
+    with pytest.raises(PanelUnusableError, match=r"reference has \[.*\] \(and 2 more\)"):
+        check_panel(_panel([("chr1", 10, "A", "C")]), open_reference(path))
+
+
 # ---- allele policy -----------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("pos", "ref", "alt", "expected"),
@@ -214,11 +235,11 @@ def test_contig_aliases_and_ambiguous_names(tmp_path):
     seq = random_dna(400, 5)
     path = write_fasta(tmp_path / "ncbi.fa", {"NC_000001.11": seq, "chrM": seq, "MT": seq})
     rows = _snv_rows(seq, "chr1", range(10, 40)) + [("M", 5, seq[4], "ACGT".replace(seq[4], "")[0])]
-    checked = check_panel(_panel(rows), open_reference(path))
-    assert set(checked["ref_chrom"].to_list()[:-1]) == {"NC_000001.11"}
-    last = checked.row(-1, named=True)
-    assert last["status"] == "unknown_contig" and "matches several" in last["reason"]
-    assert "chrM" in last["reason"] and "MT" in last["reason"]
+    checked = check_panel(_panel(rows[:-1]), open_reference(path))
+    assert set(checked["ref_chrom"].to_list()) == {"NC_000001.11"}
+    # `M` could be chrM or MT: the run stops naming both, rather than leave the row unscored
+    with pytest.raises(PanelUnusableError, match=r"'M' could be any of \['chrM', 'MT'\]"):
+        check_panel(_panel(rows), open_reference(path))
 
 
 def test_duplicates_with_different_labels_are_kept_and_flagged(genome):

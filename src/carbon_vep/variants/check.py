@@ -2,9 +2,10 @@
 
 Rows are never dropped: a row that cannot be scored keeps its place with a status other than
 `ok`. A panel that is unusable as a whole (wrong build, 0-based coordinates, contigs that match
-nothing, nothing scoreable) raises `PanelUnusableError` before any scoring job starts; when
-nothing is scoreable, `NothingScoreableError` (a `PanelUnusableError`) carries the checked
-table, so that each row's status can still be written.
+nothing or, through aliases, more than one reference contig, nothing scoreable) raises
+`PanelUnusableError` before any scoring job starts; when nothing is scoreable,
+`NothingScoreableError` (a `PanelUnusableError`) carries the checked table, so that each row's
+status can still be written.
 
 The checks are vectorised (polars expressions; REF is compared with the genome a 1 Mb block
 at a time) and run a batch of rows at a time (`PanelCheck`), so that a ClinVar-size panel never
@@ -37,6 +38,7 @@ from carbon_vep.variants.genome_match import (
     CHECKED_REF,
     REF_CHECKED,
     WORKING_COLUMNS,
+    ambiguous_contigs,
     assert_build_matches,
     reference_bases,
     unmapped_reasons,
@@ -183,6 +185,7 @@ class PanelCheck:
         self.contigs: set[str] = set()
         self.mapping: dict[str, str] = {}  # panel contig -> reference contig
         self.unmapped: dict[str, str] = {}  # panel contig -> why it has none
+        self.ambiguous: dict[str, list[str]] = {}  # panel contig -> reference contigs it aliases
         self.n_checked = 0  # rows whose REF was compared with the genome
         self.n_mismatch = 0
 
@@ -198,6 +201,7 @@ class PanelCheck:
         self.contigs.update(new)
         self.mapping.update(resolve_contigs(new, self.reference.contigs))
         self.unmapped.update(unmapped_reasons(new, self.mapping, self.reference))
+        self.ambiguous.update(ambiguous_contigs(new, self.mapping, self.reference))
         checked = _check_rows(batch, self.mapping, self.unmapped, self.reference)
         self.n_checked += int(checked[REF_CHECKED].sum())
         self.n_mismatch += int((checked["status"] == Status.REF_MISMATCH).sum())
@@ -206,16 +210,30 @@ class PanelCheck:
     def assert_usable(
         self, header_mismatches: Sequence[str], checked_rows: Callable[[], pl.DataFrame]
     ) -> None:
-        """Stop a panel whose contigs match nothing in the reference, or whose REF alleles (or
-        VCF header) say it is on another build or 0-based. `checked_rows()` gives the rows
-        with ref_chrom and the `WORKING_COLUMNS` (read only when needed)."""
+        """Stop a panel with a contig that could be several reference contigs (the reference
+        spells one chromosome two ways), whose contigs match nothing in the reference, or whose
+        REF alleles (or VCF header) say it is on another build or 0-based. `checked_rows()`
+        gives the rows with ref_chrom and the `WORKING_COLUMNS` (read only when needed)."""
+        if self.ambiguous:
+            which = "; ".join(
+                f"panel contig {contig!r} could be any of {hits}"
+                for contig, hits in sorted(self.ambiguous.items())[:5]
+            )
+            raise PanelUnusableError(
+                self.source,
+                f"contig names match more than one contig of the reference "
+                f"{self.reference.path} ({which}); spell them in the panel exactly as the "
+                "reference contig they are on",
+            )
         contigs = sorted(self.contigs)
         if contigs and not self.mapping:
+            names = self.reference.contigs
+            listed = f"{names[:5]}" + (f" (and {len(names) - 5} more)" if len(names) > 5 else "")
             raise PanelUnusableError(
                 self.source,
                 f"no panel contig matches the reference {self.reference.path}: panel uses "
-                f"{contigs[:5]}, reference has {self.reference.contigs[:5]}; rename the panel's "
-                "contigs or use the FASTA they come from",
+                f"{contigs[:5]}, reference has {listed}; rename the panel's contigs or use the "
+                "FASTA they come from",
             )
         observed = None
         if self.n_checked:

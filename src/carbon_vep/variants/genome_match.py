@@ -71,18 +71,32 @@ REF_CHECKED, CHECKED_POS, CHECKED_REF = (
 WORKING_COLUMNS = (REF_CHECKED, CHECKED_POS, CHECKED_REF)
 
 
-def unmapped_reasons(contigs: list[str], mapping: Mapping[str, str], reference: Reference):
-    reasons = {}
+def ambiguous_contigs(
+    contigs: list[str], mapping: Mapping[str, str], reference: Reference
+) -> dict[str, list[str]]:
+    """Panel contigs without an exact match that alias to several reference contigs (`Chr17`
+    against a FASTA holding both `chr17` and `17`), with the reference contigs they could mean."""
+    found = {}
     for contig in contigs:
-        if contig in mapping:
-            continue
-        hits = alias_candidates(contig, reference.contigs)
-        reasons[contig] = (
-            f"contig {contig!r} matches several reference contigs {hits}"
-            if hits
+        if contig not in mapping:
+            hits = alias_candidates(contig, reference.contigs)
+            if len(hits) > 1:
+                found[contig] = hits
+    return found
+
+
+def unmapped_reasons(contigs: list[str], mapping: Mapping[str, str], reference: Reference):
+    """Why each panel contig left out of `mapping` has no reference contig (the row's reason)."""
+    ambiguous = ambiguous_contigs(contigs, mapping, reference)
+    return {
+        contig: (
+            f"contig {contig!r} matches several reference contigs {ambiguous[contig]}"
+            if contig in ambiguous
             else f"contig {contig!r} not in the reference under any alias"
         )
-    return reasons
+        for contig in contigs
+        if contig not in mapping
+    }
 
 
 def _concordance(checked: pl.DataFrame, reference: Reference, shift: int) -> float:
