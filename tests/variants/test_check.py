@@ -1,13 +1,17 @@
+import re
+
 import polars as pl
 import pytest
 from support.files import random_dna, write_fasta
 
+from carbon_vep.config.stages import PanelSettings
 from carbon_vep.errors import PanelUnusableError
 from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.variants.alleles import classify, trim_alleles
 from carbon_vep.variants.check import check_panel
 from carbon_vep.variants.genome_match import contig_length_mismatches
+from carbon_vep.variants.ingest import ingest_panel
 from carbon_vep.variants.policy import CheckPolicy
 from carbon_vep.variants.summary import summarize
 
@@ -97,6 +101,43 @@ def test_single_mismatch_does_not_abort(genome):
     rows.append(("chr1", 141, "ACGT".replace(c1[140].upper(), "")[0], "A"))
     checked = check_panel(_panel(rows), open_reference(path), CheckPolicy(min_ref_concordance=0.9))
     assert checked["status"].to_list().count("ref_mismatch") == 1
+
+
+def test_small_zero_based_panel_aborts(genome):
+    """15 SNVs written at POS-1: fewer than min_rows_for_concordance, yet every REF matches at
+    POS+1 (the check used to be skipped, and the 6 rows matching by chance were scored)."""
+    path, contigs = genome
+    rows = _snv_rows(contigs["chr1"].upper(), "chr1", range(101, 401, 20))
+    shifted = [(chrom, pos - 1, ref, alt) for chrom, pos, ref, alt in rows]
+    with pytest.raises(PanelUnusableError, match=r"of 15 rows.*0-based.*add 1 to POS"):
+        check_panel(_panel(shifted), open_reference(path))
+
+
+def test_small_wrong_build_panel_aborts(genome):
+    path, contigs = genome
+    rows = _snv_rows(contigs["chr2"].upper(), "chr1", range(101, 401, 20))  # another sequence
+    with pytest.raises(PanelUnusableError, match=r"REF matches \d+% of 15 rows.*builds differ"):
+        check_panel(_panel(rows), open_reference(path))
+
+
+@pytest.mark.parametrize(
+    ("n_good", "n_bad", "note"),
+    [(8, 2, r"REF matches 80% of only 10 .*too few \(under 20\)"), (3, 0, r"only 3 row\(s\)")],
+    ids=["some-mismatch", "tiny"],
+)
+def test_small_inconclusive_panel_goes_on_with_a_note(tmp_path, genome, n_good, n_bad, note):
+    path, contigs = genome
+    c1 = contigs["chr1"].upper()
+    rows = _snv_rows(c1, "chr1", range(101, 101 + 20 * n_good, 20))
+    rows += [("chr1", p, "ACGT".replace(c1[p - 1], "")[0], c1[p - 1]) for p in (1500, 1600)][:n_bad]
+    table = tmp_path / "panel.tsv"
+    pl.DataFrame(rows, schema=["chrom", "pos", "ref", "alt"], orient="row").write_csv(
+        table, separator="\t"
+    )
+    with open_reference(path) as ref:
+        _, summary = ingest_panel(table, ref, PanelSettings("hg19"))
+    assert summary["status_counts"] == {"ok": n_good, **({"ref_mismatch": n_bad} if n_bad else {})}
+    assert [n for n in summary["notes"] if re.search(note, n)]
 
 
 def test_no_matching_contig_names_both_spellings(genome):

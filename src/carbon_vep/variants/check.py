@@ -17,6 +17,7 @@ when it differs), after the allele policy and before an unscored type is skipped
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 import polars as pl
@@ -45,6 +46,8 @@ from carbon_vep.variants.genome_match import (
 )
 from carbon_vep.variants.policy import INDEL_POLICIES, CheckPolicy
 from carbon_vep.variants.summary import assert_something_scoreable
+
+log = logging.getLogger("carbon_vep")
 
 
 def _check_rows(
@@ -209,11 +212,12 @@ class PanelCheck:
 
     def assert_usable(
         self, header_mismatches: Sequence[str], checked_rows: Callable[[], pl.DataFrame]
-    ) -> None:
+    ) -> list[str]:
         """Stop a panel with a contig that could be several reference contigs (the reference
         spells one chromosome two ways), whose contigs match nothing in the reference, or whose
         REF alleles (or VCF header) say it is on another build or 0-based. `checked_rows()`
-        gives the rows with ref_chrom and the `WORKING_COLUMNS` (read only when needed)."""
+        gives the rows with ref_chrom and the `WORKING_COLUMNS` (read only when needed).
+        Returns notes for the summary (a build check too small to be conclusive)."""
         if self.ambiguous:
             which = "; ".join(
                 f"panel contig {contig!r} could be any of {hits}"
@@ -238,7 +242,7 @@ class PanelCheck:
         observed = None
         if self.n_checked:
             observed = (self.n_checked - self.n_mismatch) / self.n_checked
-        assert_build_matches(
+        return assert_build_matches(
             self.n_checked,
             observed,
             lambda: checked_rows().filter(pl.col(REF_CHECKED)),
@@ -260,11 +264,12 @@ def check_panel(
 
     `header_mismatches` (from `contig_length_mismatches`) abort the run unless enough REF
     alleles match to vouch for the panel. When no row can be scored, `NothingScoreableError`
-    carries the checked table.
+    carries the checked table. Notes of `assert_usable` are logged as warnings.
     """
     check = PanelCheck(reference, policy, _panel_source(panel))
     checked = check.rows(panel)
-    check.assert_usable(header_mismatches, lambda: checked)
+    for note in check.assert_usable(header_mismatches, lambda: checked):
+        log.warning("%s: %s", check.source, note)  # no summary here to carry it
     checked = flag_duplicates(checked.drop(WORKING_COLUMNS), check.policy.label_column)
     assert_something_scoreable(checked, check.source)
     return checked

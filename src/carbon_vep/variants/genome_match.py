@@ -137,29 +137,52 @@ def assert_build_matches(
     policy: CheckPolicy,
     source: str,
     header_mismatches: Sequence[str],
-) -> None:
+) -> list[str]:
     """Abort when REF concordance (or the VCF header) says the panel is on another build or
-    0-based. `checked_rows()` gives the REF-checked rows, read only when the panel fails."""
+    0-based. `checked_rows()` gives the REF-checked rows, read only when the panel fails or
+    has fewer than `policy.min_rows_for_concordance` of them.
+
+    Below that many rows a low concordance may be a few bad rows, so only strong evidence
+    aborts (`_conclusive_when_small`); otherwise the check's verdict is returned as a note for
+    the summary (a check that could not vouch for the panel is never silent).
+    """
     measured = n_checked >= policy.min_rows_for_concordance
     if measured and observed is not None and observed >= policy.min_ref_concordance:
-        return  # enough REF alleles match: a header disagreeing is only a note in the summary
-    if not measured:
-        if header_mismatches:
-            message = (
-                f"the panel header's contig lengths disagree with {reference.path}: "
-                f"{'; '.join(header_mismatches[:3])}; panel and genome builds differ?"
-            )
-            raise PanelUnusableError(source, message + _build_hint(policy, reference))
-        return
+        return []  # enough REF alleles match: a header disagreeing is only a note in the summary
+    if not measured and header_mismatches:
+        message = (
+            f"the panel header's contig lengths disagree with {reference.path}: "
+            f"{'; '.join(header_mismatches[:3])}; panel and genome builds differ?"
+        )
+        raise PanelUnusableError(source, message + _build_hint(policy, reference))
+    if observed is None:
+        return []  # no REF compared: nothing can be scored, which stops the run on its own
+    if not measured and observed >= policy.min_ref_concordance:
+        if n_checked >= policy.min_rows_for_evidence:
+            return []  # every one (or nearly) of several REF alleles matches: not by chance
+        return [  # below min_rows_for_evidence, concordance >= min_ref_concordance: all match
+            f"REF was compared with the reference on only {n_checked} row(s), all matching: "
+            "too few to confirm the panel's build and 1-based positions"
+        ]
+    rows = checked_rows()
+    shifted = {shift: _concordance(rows, reference, shift) for shift in (1, -1)}
+    best_shift = max(shifted, key=lambda s: shifted[s])
+    if not measured and not _conclusive_when_small(
+        n_checked, observed, shifted[best_shift], policy
+    ):
+        return [
+            f"REF matches {observed:.0%} of only {n_checked} REF-checked rows (minimum "
+            f"{policy.min_ref_concordance:.0%}; {shifted[1]:.0%} at POS+1, {shifted[-1]:.0%} at "
+            f"POS-1): too few (under {policy.min_rows_for_concordance}) to tell a wrong build or "
+            "0-based positions from a few bad rows, so the run goes on; look at the "
+            "ref_mismatch rows"
+        ]
     message = (
         f"REF matches {observed:.0%} of {n_checked} rows against {reference.path} "
         f"(minimum {policy.min_ref_concordance:.0%}); panel and genome builds differ?"
     )
     if header_mismatches:
         message += f" The panel header agrees: {'; '.join(header_mismatches[:3])}."
-    rows = checked_rows()
-    shifted = {shift: _concordance(rows, reference, shift) for shift in (1, -1)}
-    best_shift = max(shifted, key=lambda s: shifted[s])
     if shifted[best_shift] >= policy.min_ref_concordance:
         hint = "0-based (BED-style)" if best_shift == 1 else "off by one the other way"
         message += (
@@ -168,3 +191,16 @@ def assert_build_matches(
         )
         raise PanelUnusableError(source, message)
     raise PanelUnusableError(source, message + _build_hint(policy, reference))
+
+
+def _conclusive_when_small(
+    n_checked: int, observed: float, shifted: float, policy: CheckPolicy
+) -> bool:
+    """Whether fewer REF-checked rows than `min_rows_for_concordance`, whose concordance is
+    below `min_ref_concordance`, still prove the panel wrong: at least `min_rows_for_evidence`
+    of them, and either they match at POS±1 (the concordance a whole panel would need) better
+    than at POS (0-based), or no better than `max_chance_concordance` at POS (another build)."""
+    if n_checked < policy.min_rows_for_evidence:
+        return False
+    off_by_one = shifted >= policy.min_ref_concordance and shifted > observed
+    return off_by_one or observed <= policy.max_chance_concordance

@@ -10,6 +10,7 @@ is checked in bounded memory.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,6 +31,8 @@ from carbon_vep.variants.panel_columns import ALL_INFO
 from carbon_vep.variants.policy import CheckPolicy
 from carbon_vep.variants.summary import NothingScoreableError, summarize, unscoreable_reason
 
+log = logging.getLogger("carbon_vep")
+
 # What the summary (and the stop when nothing can be scored) reads back of every row.
 _SUMMARY_COLUMNS = ("chrom", "ref_chrom", "status", "reason", "variant_type")
 
@@ -43,6 +46,7 @@ def ingest_panel(
     """(checked table with every input row, summary) for a panel file against a reference.
 
     When no row can be scored, the `NothingScoreableError` carries the table and the summary.
+    The summary's notes are logged as warnings (`check-panel` logs them from its summary).
     """
     with tempfile.TemporaryDirectory(prefix="carbon-vep-ingest-") as tmp:
         out = Path(tmp) / "checked.parquet"
@@ -51,6 +55,8 @@ def ingest_panel(
         except NothingScoreableError as err:
             err.checked = pl.read_parquet(out)
             raise
+        for note in summary["notes"]:  # no summary file is written: say them here
+            log.warning("%s: %s", panel_path, note)
         return pl.read_parquet(out), summary
 
 
@@ -84,12 +90,12 @@ def write_checked_panel(
             reader, reference, policy, labels if from_clnsig else None, parts_dir
         )
         mismatches = contig_length_mismatches(reader.declared_lengths, check.mapping, reference)
-        check.assert_usable(
+        build_notes = check.assert_usable(
             mismatches, lambda: pl.read_parquet(parts, columns=["ref_chrom", *WORKING_COLUMNS])
         )
         flags = _duplicate_flags(parts, key_hashes, policy.label_column)
         del key_hashes
-        notes = reader.notes + [f"panel header: {m}" for m in mismatches]
+        notes = reader.notes + [f"panel header: {m}" for m in mismatches] + build_notes
         on_disk = pl.scan_parquet(parts).select(_SUMMARY_COLUMNS)
         summary = summarize(on_disk, panel_path, notes)
         summary["n_duplicate_rows"] = int(flags["duplicate_of"].is_not_null().sum())

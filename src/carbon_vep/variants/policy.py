@@ -19,7 +19,14 @@ class CheckPolicy:
     indel_policy: str = _PANEL_DEFAULTS["indel_policy"]
     label_column: str | None = None  # duplicates whose labels differ get label_conflict
     build: str | None = None  # the dataset's declared build, named in error messages
-    min_rows_for_concordance: int = 20  # fewer SNVs whose REF was checked prove nothing
+    # The build / 0-based check (`genome_match.assert_build_matches`): from this many rows whose
+    # REF was compared with the reference, concordance below min_ref_concordance aborts ...
+    min_rows_for_concordance: int = 20
+    # ... below it, from this many rows, only strong evidence does: REF matching at POS+1 or
+    # POS-1 as a whole panel would need, or no better than this at POS (chance is about 0.3);
+    # anything else is a note in the summary and a warning
+    min_rows_for_evidence: int = 5
+    max_chance_concordance: float = 0.5
 
     @classmethod
     def from_settings(cls, panel: PanelSettings, labels: LabelSettings) -> CheckPolicy:
