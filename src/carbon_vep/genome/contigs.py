@@ -12,6 +12,8 @@ from collections.abc import Iterable
 # Human RefSeq chromosome accessions: NC_000001 .. NC_000024 are chr1 .. chr22, X, Y (any
 # version: the version encodes the assembly, which the REF check verifies); NC_012920 is the
 # rCRS mitochondrion (GRCh37 and GRCh38 MT) and NC_001807 the older one of UCSC hg19's chrM.
+# Both are MT here: hg38's chrM is the rCRS, and a name cannot say which a file means (the REF
+# check finds a mix). PLINK's 23-26 are not aliased (docs/inputs.md#reference-and-builds).
 _REFSEQ_CHROMOSOME = re.compile(r"NC_0000(0[1-9]|1[0-9]|2[0-4])\.\d+")
 _REFSEQ_MITO = re.compile(r"NC_(012920|001807)\.\d+")
 _SEX_CHROMOSOMES = {23: "X", 24: "Y"}
