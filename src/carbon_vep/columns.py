@@ -52,6 +52,12 @@ class Status(StrEnum):
         "the variant's base lies in the last bases of its contig that form no whole 6-mer "
         "(trimmed from the window, or outside every scan tile)",
     )
+    NO_CONTEXT = (
+        "no_context",
+        "nexttoken: no whole 6-mer of left context once leading N are stripped (the variant is "
+        "at its contig's start or right after an N gap); its score would depend on REF and ALT "
+        "alone",
+    )
     FAILED = "failed", "scoring failed for this row alone (out of memory at batch size 1)"
     # annotate from a scan (annotate.py): a lookup, no model
     NOT_SCANNED = (
@@ -71,7 +77,13 @@ CHECK_STATUSES = (
     Status.SKIPPED,
     Status.REF_MISMATCH,
 )
-SCORING_STATUSES = (Status.SCORED, Status.CONTIG_END, Status.FAILED, Status.NOT_SCANNED)
+SCORING_STATUSES = (
+    Status.SCORED,
+    Status.CONTIG_END,
+    Status.NO_CONTEXT,
+    Status.FAILED,
+    Status.NOT_SCANNED,
+)
 FAILED_ALONE = "out of memory even at batch size 1"  # the reason of a `failed` row
 OUTPUT_STATUSES = (*SCORING_STATUSES, *(s for s in CHECK_STATUSES if s is not Status.OK))
 

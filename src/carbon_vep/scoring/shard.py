@@ -4,7 +4,9 @@
   alt minus ref, optional reverse-complement averaging; identical windows are scored once;
   score = -delta (larger = more damaging).
 - score_next_base (nexttoken): the next-token marginal of the base after the left context;
-  score = log P(ref) - log P(alt).
+  score = log P(ref) - log P(alt). A variant with no whole 6-mer of left context once leading
+  N are stripped (a contig start, or just after an N gap) is not scored (`no_context`): the
+  model would see its prefix token alone, so REF and ALT alone would decide the score.
 - score_from_scan (scan): scan tiles covering the shard's sites, then look each variant up.
 Every input key comes back exactly once, with a scoring status (columns.SCORING_STATUSES).
 """
@@ -168,24 +170,22 @@ def score_next_base(
         raw = reference.fetch(row["ref_chrom"], row["window_start"], row["window_end"])
         context = prepare_right_context(raw, engine.k)
         key = tuple(row[c] for c in VARIANT_KEY)
+        if not context:  # the model would see its prefix token alone: REF and ALT would decide
+            plans.append((key, None, len(raw), non_acgt_count(raw), _no_context(raw, engine.k)))
+            continue
         slot = contexts.setdefault(context, len(contexts))
-        plans.append((key, slot, len(context), non_acgt_count(context)))
+        plans.append((key, slot, len(context), non_acgt_count(context), ""))
     ids = [engine.vocab.encode(c) for c in contexts]
-    log_probs = engine.next_base_log_probs(ids, recipe.resolved_normalization)
+    log_probs = engine.next_base_log_probs(ids, recipe.resolved_normalization) if ids else []
     rows = []
-    for key, slot, bp, non_acgt in plans:
+    for key, slot, bp, non_acgt, reason in plans:
+        common = {"window_bp": bp, "window_non_acgt": non_acgt}
+        if slot is None:
+            rows.append(_row(key, recipe, Status.NO_CONTEXT, score_reason=reason, **common))
+            continue
         lp = log_probs[slot]
         if lp is None:
-            rows.append(
-                _row(
-                    key,
-                    recipe,
-                    Status.FAILED,
-                    score_reason=FAILED_ALONE,
-                    window_bp=bp,
-                    window_non_acgt=non_acgt,
-                )
-            )
+            rows.append(_row(key, recipe, Status.FAILED, score_reason=FAILED_ALONE, **common))
             continue
         lp_ref, lp_alt = float(lp[_BASE_CODE[key[2]]]), float(lp[_BASE_CODE[key[3]]])
         rows.append(
@@ -198,11 +198,21 @@ def score_next_base(
                 p_alt=float(np.exp(lp_alt)),
                 ref_ll=lp_ref,
                 alt_ll=lp_alt,
-                window_bp=bp,
-                window_non_acgt=non_acgt,
+                **common,
             )
         )
     return rows
+
+
+def _no_context(raw: str, k: int) -> str:
+    """Why a right-end context is empty (the reason of a `no_context` row): the contig starts,
+    or an N gap ends, less than one k-mer before the variant. `raw` is the unstripped window."""
+    gap = len(raw) - len(raw.lstrip("N"))
+    left = len(raw) - gap
+    where = f"an N gap ({gap} N)" if gap else "the contig start"
+    return (
+        f"no left context: {left} bp between {where} and the variant, less than one whole {k}-mer"
+    )
 
 
 # ---- scan lookup -------------------------------------------------------------------------
