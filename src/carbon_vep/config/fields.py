@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
+import re
 import shlex
 import types
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import MISSING, field, fields
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -128,28 +130,36 @@ def choices_of(f: dataclasses.Field, hint: Any) -> tuple[Any, ...] | None:
 
 
 # ---- reading and writing flat mappings -------------------------------------------------------
-def from_flat(cls: type, values: Mapping[str, Any], where: str, ignore: Iterable[str] = ()) -> Any:
+def from_flat(
+    cls: type,
+    values: Mapping[str, Any],
+    where: str,
+    ignore: Iterable[str] = (),
+    origins: Mapping[str, str] | None = None,
+) -> Any:
     """`cls` from a flat mapping of its settings (nested groups read the same mapping).
 
     Missing keys take the dataclass default; keys in `ignore` (the run-level settings, present
     for every entry) are skipped where `cls` has no such setting; any other unknown key is an
-    error naming it.
+    error naming it. Every value is checked as the schema checks it (type, choices, bounds,
+    pattern), wherever it was read: an error names the setting and `where` (or, from
+    `origins`, where that key came from).
     """
     own = {f.name for f, _ in flat_fields(cls)}
     unknown = sorted(set(values) - own - set(ignore))
     if unknown:
         raise ConfigError(f"{where}: unknown setting(s) {unknown}")
-    return _build(cls, values, where)
+    return _build(cls, values, where, origins or {})
 
 
-def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
+def _build(cls: type, values: Mapping[str, Any], where: str, origins: Mapping[str, str]) -> Any:
     hints = get_type_hints(cls)
     kwargs = {}
     for f in fields(cls):
         if _is_group(f):
-            kwargs[f.name] = _build(hints[f.name], values, where)
+            kwargs[f.name] = _build(hints[f.name], values, where, origins)
         elif f.name in values:
-            kwargs[f.name] = _coerce(values[f.name], hints[f.name], f, where)
+            kwargs[f.name] = _coerce(values[f.name], hints[f.name], f, origins.get(f.name, where))
         elif is_required(f):
             raise ConfigError(f"{where}: {describe(f)} is required")
     try:
@@ -159,18 +169,67 @@ def _build(cls: type, values: Mapping[str, Any], where: str) -> Any:
 
 
 def _coerce(value: Any, hint: Any, f: dataclasses.Field, where: str) -> Any:
-    """Lists become tuples, mappings dicts; choices are checked (the schema checks the rest)."""
+    """Lists become tuples, mappings dicts; every value is checked against the declaration
+    (type, choices, bounds, pattern: what the schema checks in a config file)."""
     if value is None:
         return None
-    kind, _, _ = _type_info(hint)
+    kind, inner, _ = _type_info(hint)
+    meta = f.metadata
+
+    def refuse(problem: str) -> ConfigError:
+        return ConfigError(f"{where}: {describe(f)} is {value!r}; {problem}")
+
     if kind == "list":
-        value = (value,) if isinstance(value, str) and f.metadata.get("single") else tuple(value)
+        if isinstance(value, str) and meta.get("single"):
+            value = (value,)
+        elif not isinstance(value, list | tuple):
+            raise refuse(f"expected a list of {inner} values")
+        value = tuple(_scalar_value(v, inner, refuse) for v in value)  # item_pattern: the
+        # class that declares one names the bad item better (NiahSettings: unknown task(s))
     elif kind == "map":
-        value = dict(value)
+        if not isinstance(value, Mapping):
+            raise refuse(f"expected a mapping of KEY to {inner} values")
+        value = {str(k): _scalar_value(v, inner, refuse) for k, v in value.items()}
+        allowed = meta["value_choices"]
+        bad = [v for v in value.values() if allowed and v not in allowed]
+        if bad:
+            raise refuse(f"its values must be one of {list(allowed)}, not {bad[0]!r}")
+    else:
+        value = _scalar_value(value, kind, refuse)
+        if meta["minimum"] is not None and value < meta["minimum"]:
+            raise refuse(f"the minimum is {meta['minimum']}")
+        if meta["maximum"] is not None and value > meta["maximum"]:
+            raise refuse(f"the maximum is {meta['maximum']}")
+        if meta["pattern"] is not None and not re.search(meta["pattern"], value):
+            raise refuse(f"it must match {meta['pattern']}")
     choices = choices_of(f, hint)
     if choices and value not in choices:
-        raise ConfigError(f"{where}: {describe(f)} is {value!r}; choose one of {list(choices)}")
+        raise refuse(f"choose one of {list(choices)}")
     return value
+
+
+def _scalar_value(value: Any, kind: str | None, refuse: Callable[[str], ConfigError]) -> Any:
+    """`value` as a setting of `kind` (str, int, float, bool), or an error saying what is
+    expected: no strings for numbers, no booleans for numbers, no NaN or infinity; a whole
+    float (6.0) is an int, an int a float."""
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        raise refuse("expected true or false")
+    if kind == "str":
+        if isinstance(value, str):
+            return value
+        raise refuse("expected a string")
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number:
+        raise refuse(f"expected {'an integer' if kind == 'int' else 'a number'}")
+    if not math.isfinite(value):
+        raise refuse("expected a finite number")
+    if kind == "int":
+        if isinstance(value, float) and not value.is_integer():
+            raise refuse("expected an integer")
+        return int(value)
+    return float(value)
 
 
 def to_flat(settings: Any) -> dict[str, Any]:
@@ -246,7 +305,11 @@ class _KeyValues(argparse.Action):
         key, sep, value = str(values).partition("=")
         if not sep:
             parser.error(f"{option_string} expects KEY=VALUE, got {values!r}")
-        current[key] = type(self).value_type(value)
+        try:
+            current[key] = type(self).value_type(value)
+        except ValueError:
+            kind = type(self).value_type.__name__
+            parser.error(f"argument {option_string}: {key}={value!r}: the value is not {kind}")
         setattr(namespace, self.dest, current)
 
 
@@ -289,17 +352,41 @@ def _argparse_kind(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
 
 
 def from_args(args: argparse.Namespace, *classes: type) -> tuple[Any, ...]:
-    """Each of `classes` from `--settings` overlaid with the options given on the command line."""
-    values = json.loads(args.settings) if getattr(args, "settings", None) else {}
+    """Each of `classes` from `--settings` overlaid with the options given on the command line.
+    Every value is checked as a config file's is (type, choices, bounds): an error names the
+    option, or the `--settings` key, and the problem."""
+    values = _settings_json(getattr(args, "settings", None))
     own = {f.name for cls in classes for f, _ in flat_fields(cls)}
     unknown = sorted(set(values) - own)
     if unknown:
         raise ConfigError(f"--settings holds unknown setting(s) {unknown}")
-    values.update({name: value for name, value in vars(args).items() if name in own})
+    origins = {name: f"--settings key {name!r}" for name in values}
+    given = {name: value for name, value in vars(args).items() if name in own}
+    values.update(given)
+    for name in given:
+        origins.pop(name, None)
     return tuple(
-        from_flat(cls, values, "command line", ignore=own - {f.name for f, _ in flat_fields(cls)})
+        from_flat(
+            cls,
+            values,
+            "command line",
+            ignore=own - {f.name for f, _ in flat_fields(cls)},
+            origins=origins,
+        )
         for cls in classes
     )
+
+
+def _settings_json(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--settings is not valid JSON: {err}") from err
+    if not isinstance(values, dict):
+        raise ConfigError(f"--settings must be a JSON object, got {type(values).__name__}")
+    return values
 
 
 # ---- JSON schema -----------------------------------------------------------------------------
