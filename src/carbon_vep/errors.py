@@ -25,3 +25,7 @@ class TokenizerMismatchError(RuntimeError):
 class EngineError(RuntimeError):
     """A model engine cannot run the job as configured (vLLM not installed, or not starting
     with these settings); the message names the job and the setting to change."""
+
+
+class ContextTooLongError(ValueError):
+    """A window needs more positions than the model was built for (a setting to lower)."""

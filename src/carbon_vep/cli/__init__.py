@@ -26,7 +26,12 @@ from carbon_vep.cli import (
     variants,
 )
 from carbon_vep.config.fields import ConfigError
-from carbon_vep.errors import EngineError, InputError, TokenizerMismatchError
+from carbon_vep.errors import (
+    ContextTooLongError,
+    EngineError,
+    InputError,
+    TokenizerMismatchError,
+)
 from carbon_vep.model.job_record import job_record
 
 log = logging.getLogger("carbon_vep")
@@ -48,7 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with job_record(args.command, getattr(args, "out", None)):  # a model job's count
             code = args.func(args)  # a gate (compare) returns its verdict
-    except (InputError, ConfigError, TokenizerMismatchError, EngineError) as err:
+    except (
+        InputError,
+        ConfigError,
+        TokenizerMismatchError,
+        EngineError,
+        ContextTooLongError,
+    ) as err:
         log.error("%s", err)
+        return 2
+    except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as err:
+        log.error("%s: %s", err.filename, err.strerror)  # a path that cannot be written
         return 2
     return code or 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,26 @@ from carbon_vep.config.tasks import SWEEP_KEY
 from carbon_vep.errors import InputError
 
 log = logging.getLogger("carbon_vep")
+
+
+def check_output_files(*paths: str | Path | None) -> None:
+    """Refuse output file paths that cannot be written, before any work or any output: a path
+    that is a directory, one under a regular file, one in a directory we may not write to.
+    (A command writing several files checks them all first, so none is left without the
+    others.)"""
+    for path in paths:
+        if path is None:
+            continue
+        final = Path(path)
+        if final.is_dir():
+            raise InputError(final, "is a directory; give the path of a file to write")
+        parent = final.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if parent.exists() and not parent.is_dir():
+            raise InputError(final, f"cannot be written: {parent} is a file, not a directory")
+        if parent.is_dir() and not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(final, f"cannot be written: no permission to write in {parent}")
 
 
 def pairs(items: list[str]) -> dict[str, Any]:

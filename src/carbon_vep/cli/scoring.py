@@ -9,7 +9,7 @@ import time
 import polars as pl
 
 from carbon_vep import atomic
-from carbon_vep.cli.common import log, recipe_windows
+from carbon_vep.cli.common import check_output_files, log, recipe_windows
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import (
     LabelSettings,
@@ -18,6 +18,7 @@ from carbon_vep.config.stages import (
     RecipeSettings,
     ShardSettings,
 )
+from carbon_vep.errors import InputError
 from carbon_vep.model.job import load_engine
 
 
@@ -57,6 +58,7 @@ def add_score_shard(sub) -> None:
 
 def score_shard(args: argparse.Namespace) -> None:
     model, recipe = from_args(args, ModelSettings, RecipeSettings)
+    check_output_files(args.out)
     shard = pl.read_parquet(args.shard)
     engine = load_engine(model, args.shard)  # first: a missing cache or GPU fails fast
     from carbon_vep.genome.reference import open_reference
@@ -77,12 +79,30 @@ def add_merge(sub) -> None:
 
 
 def merge(args: argparse.Namespace) -> None:
-    from carbon_vep.scoring.merge import merge_scores
+    from carbon_vep.scoring.merge import MergeError, merge_scores
 
-    checked = pl.read_parquet(args.checked)
-    merged = merge_scores(checked, [pl.read_parquet(p) for p in args.scores])
+    check_output_files(args.out)
+    checked = _read_table(args.checked)
+    scores = [_read_table(p) for p in args.scores]
+    try:
+        merged = merge_scores(checked, scores)
+    except MergeError as err:  # shards missing or scored twice: which files were given
+        given = ", ".join(args.scores) or "none"
+        raise InputError(
+            args.checked,
+            f"the shard scores do not match this checked panel: {err} "
+            f"(score files: {given}); give every shard's scores once",
+        ) from err
     atomic.write_parquet(merged, args.out)
     log.info("merged %d rows", merged.height)
+
+
+def _read_table(path: str) -> pl.DataFrame:
+    """A Parquet table a command was given, or an error naming it."""
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.ComputeError) as err:
+        raise InputError(path, f"cannot read this Parquet file: {err}") from err
 
 
 def add_score(sub) -> None:
@@ -99,12 +119,19 @@ def score(args: argparse.Namespace) -> None:
     from carbon_vep.genome.reference import open_reference
     from carbon_vep.scoring.merge import merge_scores
     from carbon_vep.variants.ingest import ingest_panel
+    from carbon_vep.variants.summary import NothingScoreableError, log_summary
 
     model, panel, labels, recipe = from_args(
         args, ModelSettings, PanelSettings, LabelSettings, RecipeSettings
     )
+    check_output_files(args.out)
     with open_reference(args.reference) as reference:
-        checked, _ = ingest_panel(args.panel, reference, panel, labels)
+        try:
+            checked, summary = ingest_panel(args.panel, reference, panel, labels)
+        except NothingScoreableError as err:  # say what the check found, then stop
+            log_summary(err.summary or {})
+            raise
+        log_summary(summary)
         engine = load_engine(model, args.panel)  # after the panel checks: bad input fails fast
         from carbon_vep.scoring.shard import score_shard
 
@@ -146,6 +173,7 @@ def annotate(args: argparse.Namespace) -> None:
     record = read_scan(args.scan)
     args.build = resolve_build(record, args.build, args.scan)
     settings = from_args(args, PanelSettings, LabelSettings)
+    check_output_files(args.out)
     checked = checked_panel(record, args.checked, args.panel, args.reference, settings)
     began = time.monotonic()
     annotated = annotate_panel(checked, args.scan, args.reference, args.calibration)

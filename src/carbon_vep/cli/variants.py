@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from carbon_vep import atomic
-from carbon_vep.cli.common import log
+from carbon_vep.cli.common import check_output_files
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import LabelSettings, PanelSettings
 from carbon_vep.errors import InputError
@@ -27,6 +27,7 @@ def check_panel(args: argparse.Namespace) -> None:
     from carbon_vep.variants.summary import NothingScoreableError
 
     panel, labels = from_args(args, PanelSettings, LabelSettings)
+    check_output_files(args.out, args.summary)
     with open_reference(args.reference) as reference:
         try:
             summary = write_checked_panel(args.panel, reference, panel, labels, args.out)
@@ -41,10 +42,10 @@ def check_panel(args: argparse.Namespace) -> None:
 
 
 def _checked_written(args: argparse.Namespace, summary: dict) -> None:
+    from carbon_vep.variants.summary import log_summary
+
     atomic.write_json(summary, args.summary)
-    log.info("checked %d rows: %s", summary.get("n_rows", 0), summary.get("status_counts"))
-    for note in summary.get("notes", []):
-        log.warning("%s: %s", args.panel, note)
+    log_summary(summary)
 
 
 COMMANDS = (add_check_panel,)

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from carbon_vep.errors import ContextTooLongError
 from carbon_vep.model import normaliser
 from carbon_vep.model.attention import for_planned_passes
 from carbon_vep.model.batching import run_sorted
@@ -36,10 +37,6 @@ from carbon_vep.model.normaliser import CPU_LSE_TILE
 from carbon_vep.model.tokens import DnaVocab, base_codes
 
 T = TypeVar("T")
-
-
-class ContextTooLongError(ValueError):
-    """A window needs more positions than the model was built for."""
 
 
 @dataclass(frozen=True)

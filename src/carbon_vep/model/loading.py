@@ -125,6 +125,9 @@ def long_context_attention(device: torch.device, dtype: str) -> str:
     return LOWER_RIGHT_SDPA
 
 
+TOKENIZER_CONFIG = "tokenizer_config.json"  # what AutoTokenizer reads first
+
+
 def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
     """The model's tokenizer and our adapter of it (its 6-mer block), remote code checked
     first: what an engine other than ours (vLLM) needs from the checkpoint."""
@@ -134,9 +137,19 @@ def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
 
     folder, from_hub = model_folder(spec)
     check_remote_code(spec, folder, from_hub)  # before any code of the checkpoint runs
-    tokenizer = AutoTokenizer.from_pretrained(
-        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-    )
+    if not from_hub and not (folder / TOKENIZER_CONFIG).is_file():
+        raise InputError(
+            folder / TOKENIZER_CONFIG,
+            "missing: the model folder has no tokenizer configuration (copy the checkpoint's "
+            "tokenizer files next to its weights)",
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+    except (OSError, ValueError) as err:  # a checkpoint's incomplete or unreadable files
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(folder, f"cannot load the model's tokenizer: {first}") from err
     try:
         vocab = dna_vocab(tokenizer)
     except TokenizerMismatchError as err:  # name the model: it is not a 6-mer DNA model

@@ -96,6 +96,7 @@ def checked_panel(
     if not panel:
         raise InputError("command line", "annotate needs --panel (or --checked)")
     from carbon_vep.variants.ingest import ingest_panel
+    from carbon_vep.variants.summary import log_summary
 
     path = reference or record["reference"]
     if not Path(path).is_file():
@@ -104,7 +105,8 @@ def checked_panel(
     with open_reference(path) as opened:
         if reference:
             check_reference(record, opened.lengths, reference)
-        rows, _ = ingest_panel(panel, opened, *settings)
+        rows, summary = ingest_panel(panel, opened, *settings)
+    log_summary(summary)
     return rows
 
 

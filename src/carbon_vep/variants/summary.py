@@ -5,6 +5,7 @@ panel on disk is aggregated in bounded memory."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import polars as pl
 
 from carbon_vep.columns import Status
 from carbon_vep.errors import PanelUnusableError
+
+log = logging.getLogger("carbon_vep")
 
 _REF_CHECKED = (Status.OK.value, Status.REF_MISMATCH.value)
 
@@ -134,3 +137,29 @@ def summarize(
     if sum(counts.values()) != summary["n_rows"]:  # cannot happen; guards the promise above
         raise AssertionError("status counts do not add up to the rows")
     return summary
+
+
+def log_summary(summary: dict, reasons: int = 3) -> None:
+    """Say what the check of a panel found (every command that checks one: check-panel, score,
+    annotate): the status counts, the contigs mapped to the reference's names, the commonest
+    reasons rows are not scored, and the reader's notes (blank lines, renamed columns, header
+    lengths), as warnings."""
+    panel = summary.get("panel", "panel")
+    log.info("checked %d rows: %s", summary.get("n_rows", 0), summary.get("status_counts"))
+    aliases = summary.get("contig_aliases") or {}
+    if aliases:
+        mapped = ", ".join(f"{chrom} -> {ref}" for chrom, ref in sorted(aliases.items()))
+        log.info("%s: contigs mapped to the reference's names: %s", panel, mapped)
+    n_rows, n_ok = summary.get("n_rows", 0), summary.get("n_scoreable", 0)
+    if n_rows > n_ok:
+        top = list((summary.get("top_reasons") or {}).items())[:reasons]
+        said = "; ".join(f"{reason} ({n})" for reason, n in top)
+        log.warning(
+            "%s: %d of %d rows will not be scored%s",
+            panel,
+            n_rows - n_ok,
+            n_rows,
+            f", e.g. {said}" if said else "",
+        )
+    for note in summary.get("notes", []):
+        log.warning("%s: %s", panel, note)
