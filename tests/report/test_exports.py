@@ -1,10 +1,20 @@
 """Exports, read back the way annotation tools read them (pysam tabix / VariantFile)."""
 
+import shutil
+import subprocess
+
 import polars as pl
 import pysam
 import pytest
 
-from carbon_vep.report.exports import write_results_vcf, write_tabix_tsv
+from carbon_vep.config.stages import PanelSettings
+from carbon_vep.report.exports import (
+    carried_infos,
+    export_vcf,
+    write_results_vcf,
+    write_tabix_tsv,
+)
+from carbon_vep.variants.panel import read_panel
 
 SNVS = pl.DataFrame(
     {
@@ -118,6 +128,124 @@ def test_results_vcf_default_fields_recipe_lines_and_plain_text(tmp_path):
         "##carbon_vep_recipe=centered" in text and "##carbon_vep_normalization=full_vocab" in text
     )
     info = set(pysam.VariantFile(str(out)).header.info)
-    assert info == {"CVEP_STATUS", "CVEP_REASON", "CVEP_SCORE", "CVEP_LABEL_CONFLICT"}
+    # END: the reserved key htslib writes on the <DEL> record
+    assert info == {"END", "CVEP_STATUS", "CVEP_REASON", "CVEP_SCORE", "CVEP_LABEL_CONFLICT"}
     with pytest.raises(ValueError, match="delta"):
         write_results_vcf(merged, {"chr1": 1000}, out, {"delta": "d"})
+
+
+def _bcftools() -> str:
+    path = shutil.which("bcftools")
+    if path is None:
+        pytest.skip("bcftools is not installed (Debian package; .ci/run installs it)")
+    return path
+
+
+def test_results_vcf_with_a_symbolic_alt_reads_in_bcftools(tmp_path):
+    """htslib writes END on a symbolic ALT's record: the header declares it (reserved key),
+    so bcftools converts the file to BCF and splits it."""
+    out = tmp_path / "results.vcf.gz"
+    write_results_vcf(_merged(), {"chr1": 1000, "chr2": 500}, out, {"score": "s"})
+    end = pysam.VariantFile(str(out)).header.info["END"]
+    assert (end.number, end.type) == (1, "Integer")
+    bcftools = _bcftools()
+    for argv in (["view", "-Ob", "-o", str(tmp_path / "r.bcf")], ["norm", "-m-", "-Ov"]):
+        done = subprocess.run(
+            [bcftools, *argv, str(out)], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert "not defined in the header" not in done.stderr
+    records = list(pysam.VariantFile(str(tmp_path / "r.bcf")))
+    assert [(r.pos, r.stop) for r in records if r.alts[0] == "<DEL>"] == [(5, 5)]
+
+
+PANEL_VCF = """##fileformat=VCFv4.2
+##contig=<ID=1,length=1000>
+##FILTER=<ID=q10,Description="Quality below 10">
+##INFO=<ID=AC,Number=A,Type=Integer,Description="Allele count">
+##INFO=<ID=AF_R,Number=R,Type=Float,Description="Frequency of REF and each ALT">
+##INFO=<ID=GENES,Number=.,Type=String,Description="Genes">
+##INFO=<ID=DB,Number=0,Type=Flag,Description="in dbSNP">
+##INFO=<ID=score,Number=1,Type=Float,Description="the panel's own score">
+#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO
+1\t3\trs1\tG\tT,C\t50\tPASS\tAC=4,5;AF_R=0.5,0.25,0.25;GENES=A,B;DB;score=0.5
+1\t10\t.\tC\tA\t.\tq10\tAC=1
+1\t20\trs3\tA\t<DEL>\t7.5\t.\tGENES=C
+"""
+
+
+def test_results_vcf_carries_the_panels_fields_as_it_declares_them(tmp_path):
+    panel = tmp_path / "panel.vcf"
+    panel.write_text(PANEL_VCF)
+    info_fields = ("AC", "AF_R", "GENES", "DB", "score")
+    rows = read_panel(panel, info_fields=info_fields)
+    assert {"id", "qual", "filter", "panel_score"} <= set(rows.columns)
+    merged = rows.with_columns(
+        pl.lit("chr1").alias("ref_chrom"),
+        pl.lit("skipped").alias("status"),
+        pl.lit("r").alias("reason"),
+        pl.lit(None, pl.Float64).alias("score"),
+    )
+    merged.write_parquet(tmp_path / "scores.parquet")
+    fasta = tmp_path / "ref.fa"
+    fasta.write_text(">chr1\n" + "ACGT" * 250 + "\n")
+    out = tmp_path / "results.vcf.gz"
+    settings = PanelSettings(build="hg38", info_fields=info_fields)
+    export_vcf(str(tmp_path / "scores.parquet"), str(fasta), {}, str(out), str(panel), settings)
+
+    vcf = pysam.VariantFile(str(out))
+    info = vcf.header.info
+    declared = {k: (info[k].number, info[k].type) for k in ("AC", "AF_R", "GENES", "DB", "score")}
+    assert declared == {
+        "AC": ("A", "Integer"),
+        "AF_R": (".", "String"),  # REF's and this ALT's value, as text
+        "GENES": (".", "String"),
+        "DB": (0, "Flag"),
+        "score": (1, "Float"),  # the panel's own key, beside CVEP_SCORE
+    }
+    assert info["AC"].description == "Allele count"
+    assert vcf.header.filters["q10"].description == "Quality below 10"
+    assert list(vcf.header.contigs) == ["chr1"]  # the reference's spelling, as the records
+    assert any(
+        r.key == "carbon_vep_panel_contigs" and r.value == "1->chr1" for r in vcf.header.records
+    )
+    records = [(r.pos, r.id, r.qual, list(r.filter), r.alts[0], dict(r.info)) for r in vcf]
+    assert [r[:5] for r in records] == [
+        (3, "rs1", 50.0, ["PASS"], "T"),
+        (3, "rs1", 50.0, ["PASS"], "C"),
+        (10, None, None, ["q10"], "A"),
+        (20, "rs3", 7.5, [], "<DEL>"),
+    ]
+    first, second = records[0][5], records[1][5]
+    assert (first["AC"], second["AC"]) == ((4,), (5,))
+    assert first["AF_R"] == ("0.5", "0.25") and first["GENES"] == ("A", "B")
+    assert first["DB"] is True and first["score"] == 0.5
+    assert records[3][5]["GENES"] == ("C",)
+    bcftools = _bcftools()
+    done = subprocess.run(
+        [bcftools, "norm", "-m-", "-Ov", str(out)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and "not defined" not in done.stderr, done.stderr
+    assert len([line for line in done.stdout.splitlines() if line.startswith("chr1")]) == 4
+
+
+def test_results_vcf_carries_a_table_panels_columns_as_strings(tmp_path):
+    merged = _merged().with_columns(
+        pl.Series("gene name", ["A", "B", "C", None, "E", "F"]),
+        pl.Series("id", ["v1", None, "v 3", "v4", "v5", "v6"]),
+    )
+    carried = carried_infos(merged, ["gene name", "*"], None)
+    assert carried == {
+        "gene name": {
+            "ID": "gene_name",
+            "Number": "1",
+            "Type": "String",
+            "Description": "gene name, carried from the panel",
+        }
+    }
+    out = tmp_path / "results.vcf"
+    write_results_vcf(merged, {"chr1": 1000, "chr2": 500}, out, {}, carried=carried)
+    records = {(r.chrom, r.pos, r.alts[0]): r for r in pysam.VariantFile(str(out))}
+    assert records[("chr2", 5, "<DEL>")].id == "v_3"
+    assert records[("chr1", 3, "T")].info["gene_name"] == "B"
+    assert "gene_name" not in records[("chr1", 10, "G")].info

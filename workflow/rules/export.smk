@@ -1,6 +1,9 @@
+# The panel with its scores as a VCF: the panel's ID, QUAL, FILTER and requested INFO fields
+# (declared as the panel's header declares them), the scores in CVEP_ INFO fields.
 rule export_vcf:
     input:
         merged=rules.merge_scores.output,
+        panel=JOBS.dataset_file("panel"),
         reference=JOBS.dataset_file("reference"),
     output:
         vcf=PATHS.vcf_export,
@@ -9,6 +12,9 @@ rule export_vcf:
         PATHS.job_log(PATHS.dataset_model_dir, "export_vcf"),
     conda:
         "../../envs/carbon-vep.yaml"
+    params:
+        settings=JOBS.dataset_settings("checks"),
     shell:
-        "carbon-vep export-vcf --merged {input.merged} --reference {input.reference}"
+        "carbon-vep export-vcf --merged {input.merged} --panel {input.panel}"
+        " --reference {input.reference} --settings {params.settings}"
         " --out {output.vcf} > {log} 2>&1"

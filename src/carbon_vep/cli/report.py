@@ -8,7 +8,9 @@ import argparse
 from pathlib import Path
 
 from carbon_vep.cli.common import pairs
+from carbon_vep.config.fields import ConfigError, add_flags, flat_fields, from_args
 from carbon_vep.config.run import TRACK_REFERENCES
+from carbon_vep.config.stages import PanelSettings
 
 
 def add_results_table(sub) -> None:
@@ -93,6 +95,13 @@ def add_export_vcf(sub) -> None:
     p = sub.add_parser("export-vcf", help="a panel's results as a VCF, scores in INFO")
     p.add_argument("--merged", required=True)
     p.add_argument("--reference", required=True)
+    p.add_argument(
+        "--panel",
+        help="the panel the results are of, with its settings as check-panel takes them "
+        "(--settings, --build, --info-field, ...): its requested INFO fields are carried, "
+        "declared as its header declares them; without it, none are carried",
+    )
+    add_flags(p, PanelSettings)
     p.add_argument("--field", action="append", default=[], help="extra COLUMN=DESCRIPTION")
     p.add_argument("--out", required=True, help=".vcf, or .vcf.gz (bgzipped + tabix index)")
     p.set_defaults(func=export_vcf)
@@ -101,7 +110,14 @@ def add_export_vcf(sub) -> None:
 def export_vcf(args: argparse.Namespace) -> None:
     from carbon_vep.report.exports import export_vcf
 
-    export_vcf(args.merged, args.reference, pairs(args.field), args.out)
+    settings = None
+    if args.panel is not None:
+        (settings,) = from_args(args, PanelSettings)
+    elif args.settings is not None or any(
+        f.name in vars(args) for f, _ in flat_fields(PanelSettings)
+    ):
+        raise ConfigError("export-vcf: the panel's settings are given without --panel")
+    export_vcf(args.merged, args.reference, pairs(args.field), args.out, args.panel, settings)
 
 
 def add_export_tabix(sub) -> None:

@@ -6,6 +6,7 @@ UCSC hub and IGV sessions), and the documentation tables generated from their on
 (`doc_tables`). Each command of `cli.report` calls one function of these, which reads the
 command's files and writes its outputs.
 
-May import: `evaluate`, `scan` (a scan's outputs and calibration), `config`, `genome` and the
-shared modules (`atomic`, `columns`, `errors`, `provenance`). No torch.
+May import: `evaluate`, `scan` (a scan's outputs and calibration), `variants` (what a VCF
+panel's header declares, for the VCF export), `config`, `genome` and the shared modules
+(`atomic`, `columns`, `errors`, `provenance`). No torch.
 """

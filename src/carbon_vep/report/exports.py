@@ -4,16 +4,19 @@
   ref alt ...` header line, sorted by contig then position, indexed on column 1 (sequence) and
   column 2 (start = end = POS, 1-based). vcfanno reads it (`columns=[5]`; the `ref`/`alt` header
   names make it match alleles, not only positions), as do tools that read CADD tables.
-- `write_results_vcf`: one VCF record per panel row (ALT), scores in INFO fields with
-  Number/Type/Description, `##contig` lines from the reference; rows that were not scored keep
-  their status (and reason) and carry no score, so nothing is dropped. Bgzipped and
-  tabix-indexed when the name ends in `.gz` (Ensembl VEP `--custom ...,format=vcf`).
+- `write_results_vcf`: one VCF record per panel row (ALT) that has CHROM, POS and REF, with
+  the panel's ID, QUAL, FILTER and requested INFO fields, scores in INFO fields with
+  Number/Type/Description, `##contig` lines from the reference (records on the reference's
+  contig names); rows that were not scored keep their status (and reason) and carry no score.
+  Every INFO key and FILTER written is declared. Bgzipped and tabix-indexed when the name ends
+  in `.gz` (Ensembl VEP `--custom ...,format=vcf`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,12 @@ import pysam
 
 from carbon_vep import columns
 from carbon_vep.atomic import indexed_bgzf, indexed_file
+from carbon_vep.config.stages import PanelSettings
 from carbon_vep.genome.reference import open_reference
+from carbon_vep.variants.panel import panel_declarations
+from carbon_vep.variants.panel_columns import ALL_INFO
+from carbon_vep.variants.panel_vcf import VcfDeclarations
+from carbon_vep.variants.panel_vcf_info import InfoSpec
 
 log = logging.getLogger("carbon_vep")
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
@@ -72,6 +80,18 @@ def write_tabix_tsv(
 
 
 # ---- VCF -----------------------------------------------------------------------------------
+# VCF 4.x reserved INFO key: htslib (pysam) writes END on every record with a symbolic ALT
+END_INFO = {
+    "ID": "END",
+    "Number": "1",
+    "Type": "Integer",
+    "Description": "End position of the variant described in this record",
+}
+_INFO_LIST_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_"})  # commas separate
+_ID_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_"})
+_FILTER_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_", ";": "_"})
+
+
 def info_header(name: str, dtype: pl.DataType, description: str) -> dict[str, str]:
     kind = next((v for k, v in _VCF_TYPES.items() if dtype == k), None)
     if kind is None:
@@ -84,21 +104,84 @@ def info_header(name: str, dtype: pl.DataType, description: str) -> dict[str, st
     }
 
 
-def _info_value(value: object) -> object:
+def _info_value(value: object, info: Mapping[str, str]) -> object:
+    """A value as its INFO declaration takes it (None: not written)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    if isinstance(value, str):
-        return value.translate(_INFO_UNSAFE) or None
+    if info["Type"] == "Flag":
+        return bool(value)
+    if info["Type"] in ("String", "Character"):
+        unsafe = _INFO_LIST_UNSAFE if info["Number"] == "." else _INFO_UNSAFE
+        return str(value).translate(unsafe) or None
     return value
 
 
+def _info_id(name: str) -> str:
+    """A column name as an INFO key (`[A-Za-z_][0-9A-Za-z_.]*`, VCF 4.3)."""
+    key = re.sub(r"[^0-9A-Za-z_.]", "_", name)
+    return key if re.match(r"[A-Za-z_]", key) else f"_{key}"
+
+
+def _carried_header(
+    name: str, dtype: pl.DataType, spec: InfoSpec | None, description: str
+) -> dict[str, str]:
+    """The declaration of a carried INFO field: the panel header's where the column holds the
+    value as declared (a Flag; Number 1 or A of its Type), else Number=. String (other lists,
+    held as their comma-joined text; values read as raw text; fields the header does not
+    declare); Number=1 String for a table panel's columns (no header declares them)."""
+    text = description or f"{name}, carried from the panel"
+    if spec is None:
+        if name == "END" and dtype.is_integer():
+            return dict(END_INFO)
+        return {"ID": _info_id(name), "Number": "1", "Type": "String", "Description": text}
+    if spec.declared and spec.kind == "Flag" and dtype == pl.Boolean:
+        return {"ID": name, "Number": "0", "Type": "Flag", "Description": text}
+    held_as_declared = {
+        "Integer": dtype.is_integer(),
+        "Float": dtype.is_float(),
+        "String": dtype == pl.Utf8,
+        "Character": dtype == pl.Utf8,
+    }
+    if spec.declared and spec.number in ("1", "A") and held_as_declared.get(spec.kind):
+        if name == "END":
+            return dict(END_INFO)
+        return {"ID": name, "Number": spec.number, "Type": spec.kind, "Description": text}
+    if spec.declared:
+        text += f" (declared Number={spec.number},Type={spec.kind}; carried as text)"
+    key = "panel_END" if name == "END" else name  # END must be an Integer
+    return {"ID": key, "Number": ".", "Type": "String", "Description": text}
+
+
+def carried_infos(
+    frame: pl.DataFrame, info_fields: Sequence[str], declarations: VcfDeclarations | None
+) -> dict[str, dict[str, str]]:
+    """Column -> INFO declaration of each requested panel INFO field the table holds, under
+    its own key (`_carried_header`). `declarations`: the VCF panel's header (None for a table
+    panel, whose columns named in `info_fields` are carried as String)."""
+    if declarations is not None:
+        carried = [(c.column, c.spec.name, c.spec, c.description) for c in declarations.info]
+    else:
+        named = [name for name in dict.fromkeys(info_fields) if name != ALL_INFO]
+        carried = [(name, name, None, "") for name in named]
+    return {
+        column: _carried_header(name, frame[column].dtype, spec, description)
+        for column, name, spec, description in carried
+        if column in frame.columns
+    }
+
+
 def _vcf_header(
-    contigs: Sequence[tuple[str, int | None]], infos: Sequence[dict[str, str]], source: str
+    contigs: Sequence[tuple[str, int | None]],
+    infos: Sequence[Mapping[str, str]],
+    filters: Mapping[str, str],
+    source: str,
 ) -> pysam.VariantHeader:
     header = pysam.VariantHeader()
     header.add_meta("source", source)
     for contig, length in contigs:
         header.contigs.add(contig, length=length)
+    for name, description in filters.items():
+        header.filters.add(name, None, None, description)
     for info in infos:
         header.add_meta("INFO", items=list(info.items()))
     return header
@@ -138,6 +221,8 @@ def _placed_rows(
         pl.col("chrom").is_not_null() & pl.col("pos").is_not_null() & pl.col("ref").is_not_null()
     )
     rows = merged.with_columns(contig.alias("_contig")).filter(placeable)
+    if "qual" in rows.columns and not rows["qual"].dtype.is_numeric():
+        rows = rows.with_columns(pl.col("qual").cast(pl.Float64, strict=False))
     extra = [c for c in dict.fromkeys(rows["_contig"].to_list()) if c not in contig_lengths]
     contigs = [*contig_lengths.items(), *((c, None) for c in extra)]
     rank = {c: i for i, (c, _) in enumerate(contigs)}
@@ -147,16 +232,56 @@ def _placed_rows(
     return rows, contigs
 
 
-def _vcf_record(vcf: Any, row: dict, ids: Mapping[str, str]) -> Any:
-    """One row as a record: its alleles (a missing ALT as `.`), its set INFO fields."""
+def _row_filters(value: object) -> list[str]:
+    """A row's FILTER values (`;`-joined in scores.parquet; null or `.`: none)."""
+    if value is None or str(value) in ("", "."):
+        return []
+    return [f.strip().translate(_FILTER_UNSAFE) for f in str(value).split(";") if f.strip()]
+
+
+def _vcf_record(vcf: Any, row: dict, infos: Mapping[str, Mapping[str, str]]) -> Any:
+    """One row as a record: its alleles (a missing ALT as `.`), the panel's ID, QUAL and FILTER
+    where it had them, its set INFO fields (a carried END as the record's end)."""
+    ref, alt = row["ref"], row["alt"] or "."
+    start = row["pos"] - 1
+    end = next((row[c] for c, info in infos.items() if info["ID"] == "END"), None)
     record = vcf.new_record(
-        contig=row["_contig"], start=row["pos"] - 1, alleles=(row["ref"], row["alt"] or ".")
+        contig=row["_contig"],
+        start=start,
+        stop=start + len(ref) if end is None else max(end, start + 1),
+        alleles=(ref, alt),
     )
-    for column, info_id in ids.items():
-        value = _info_value(row[column])
-        if value is not None and value is not False:
-            record.info[info_id] = value
+    if row.get("id") not in (None, ".", ""):
+        record.id = str(row["id"]).translate(_ID_UNSAFE)
+    qual = row.get("qual")
+    if qual is not None and not math.isnan(qual):
+        record.qual = qual
+    for name in _row_filters(row.get("filter")):
+        record.filter.add(name)
+    for column, info in infos.items():
+        value = _info_value(row[column], info)
+        if info["ID"] != "END" and value is not None and value is not False:
+            record.info[info["ID"]] = value
     return record
+
+
+def _filter_lines(rows: pl.DataFrame, declared: Mapping[str, str]) -> dict[str, str]:
+    """A `##FILTER` line for every FILTER value the records carry (PASS is built in), with the
+    panel header's description."""
+    if "filter" not in rows.columns:
+        return {}
+    used = dict.fromkeys(f for v in rows["filter"].drop_nulls().to_list() for f in _row_filters(v))
+    return {
+        name: declared.get(name) or f"{name}, carried from the panel"
+        for name in used
+        if name != "PASS"
+    }
+
+
+def _renamed_contigs(rows: pl.DataFrame) -> str:
+    """`panel->reference` for each panel contig written under the reference's name."""
+    pairs = rows.filter(pl.col("chrom") != pl.col("_contig")).select("chrom", "_contig").unique()
+    return ",".join(f"{a}->{b}" for a, b in sorted(pairs.iter_rows()))
 
 
 def write_results_vcf(
@@ -166,14 +291,24 @@ def write_results_vcf(
     fields: Mapping[str, str] | None = None,
     prefix: str = "CVEP_",
     source: str = "carbon-vep",
+    carried: Mapping[str, Mapping[str, str]] | None = None,
+    filters: Mapping[str, str] | None = None,
 ) -> int:
     """Write every row of a merged scores table as a VCF record, scores in INFO.
 
     `fields` maps a column to its INFO description (default: the score columns present, see
-    `SCORE_FIELDS`); INFO ids are `prefix` + column in upper case. The recipe and
-    normalisation of the scored rows go in `##carbon_vep_recipe` / `_normalization` lines.
-    `status` and `reason` are always written, so unscored rows say why. Records use the
-    reference contig (`ref_chrom`, else the panel's `chrom`) in reference order; contigs not in
+    `SCORE_FIELDS`); INFO ids are `prefix` + column in upper case. `carried` maps a panel
+    column to its own INFO declaration (`carried_infos`: the panel's INFO fields under their
+    own keys). ID, QUAL and FILTER are the panel's (columns `id`, `qual`, `filter`) where it
+    had them; each FILTER value gets a `##FILTER` line, described as in `filters` (the panel
+    header's). The recipe and normalisation of the scored rows go in `##carbon_vep_recipe` /
+    `_normalization` lines. `status` and `reason` are always written, so unscored rows say
+    why. Every INFO key a record holds is declared (END, reserved in VCF 4.x, where a record
+    has a symbolic ALT: htslib writes it on such records).
+
+    Records use the reference contig (`ref_chrom`, else the panel's `chrom`) in reference
+    order, as the `##contig` lines and the tabix index do; panel contigs written under the
+    reference's name are listed in `##carbon_vep_panel_contigs` (`17->chr17`). Contigs not in
     the reference (status `unknown_contig`) get a header line without a length and come last.
     Rows without CHROM/POS/REF cannot be VCF records: they are counted in a
     `##carbon_vep_rows_not_written` header line and the count is returned.
@@ -184,14 +319,26 @@ def write_results_vcf(
         "reason": "why the row was not scored (absent when scored)",
         **(default_fields(merged) if fields is None else fields),
     }
-    missing = [c for c in (*KEY_COLUMNS, *all_fields) if c not in merged.columns]
+    carried = dict(carried or {})
+    missing = [c for c in (*KEY_COLUMNS, *all_fields, *carried) if c not in merged.columns]
     if missing:
         raise ValueError(f"columns {missing} missing from the table to export")
     rows, contigs = _placed_rows(merged, contig_lengths)
     n_unwritable = merged.height - rows.height
-    ids = {column: prefix + column.upper() for column in all_fields}
-    infos = [info_header(ids[c], merged[c].dtype, text) for c, text in all_fields.items()]
-    header = _vcf_header(contigs, infos, source)
+    infos = {c: info_header(prefix + c.upper(), merged[c].dtype, t) for c, t in all_fields.items()}
+    infos.update({c: dict(info) for c, info in carried.items() if c not in infos})
+    keys = [info["ID"] for info in infos.values()]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise ValueError(f"INFO key(s) {repeated} would be declared twice")
+    declared = list(infos.values())
+    symbolic = rows["alt"].str.starts_with("<").any()
+    if "END" not in keys and symbolic:
+        declared.insert(0, END_INFO)
+    header = _vcf_header(contigs, declared, _filter_lines(rows, filters or {}), source)
+    renamed = _renamed_contigs(rows)
+    if renamed:
+        header.add_meta("carbon_vep_panel_contigs", renamed)
     if n_unwritable:
         header.add_meta("carbon_vep_rows_not_written", f"{n_unwritable}")
     for column in ("recipe", "normalization"):
@@ -202,7 +349,7 @@ def write_results_vcf(
     def write(path: Path) -> None:
         with pysam.VariantFile(str(path), "wz" if indexed else "w", header=header) as vcf:
             for row in rows.iter_rows(named=True):
-                vcf.write(_vcf_record(vcf, row, ids))
+                vcf.write(_vcf_record(vcf, row, infos))
 
     indexed = out_path.name.endswith(".gz")
     with indexed_file(out_path, {"preset": "vcf"} if indexed else None) as work:
@@ -210,17 +357,37 @@ def write_results_vcf(
     return n_unwritable
 
 
-def export_vcf(merged: str, reference: str, extra_fields: Mapping[str, str], out: str) -> None:
+def export_vcf(
+    merged: str,
+    reference: str,
+    extra_fields: Mapping[str, str],
+    out: str,
+    panel: str | None = None,
+    settings: PanelSettings | None = None,
+) -> None:
     """A panel's merged results (Parquet) as the VCF `out` (`write_results_vcf`), contigs from
-    the reference, INFO fields: the score columns present and `extra_fields` (column ->
-    description)."""
+    the reference, INFO fields: the score columns present, `extra_fields` (column ->
+    description) and the panel's INFO fields named in `settings.info_fields` (declared as the
+    `panel`'s header declares them when it is a VCF, else String); FILTER lines described as
+    the panel's header describes them."""
     with open_reference(reference) as fasta:
         lengths = dict(fasta.lengths)
     frame = pl.read_parquet(merged)
     fields = {**default_fields(frame), **extra_fields}
-    unwritten = write_results_vcf(frame, lengths, out, fields)
+    info_fields = settings.info_fields if settings is not None else ()
+    declarations = None
+    if panel is not None:
+        fmt = settings.format if settings is not None else "auto"
+        declarations = panel_declarations(panel, fmt, info_fields)
+    carried = carried_infos(frame, info_fields, declarations)
+    filters = declarations.filters if declarations is not None else {}
+    unwritten = write_results_vcf(frame, lengths, out, fields, carried=carried, filters=filters)
     if unwritten:
-        log.warning("%d rows without CHROM/POS/REF are not VCF records (see Parquet)", unwritten)
+        log.warning(
+            "%d rows without CHROM/POS/REF cannot be VCF records; they are in %s with their status",
+            unwritten,
+            merged,
+        )
 
 
 def export_tabix(scores: str, value_columns: list[str], reference: str | None, out: str) -> None:

@@ -23,7 +23,12 @@ from carbon_vep.config.run import setting_name
 from carbon_vep.errors import InputError
 from carbon_vep.variants.panel_columns import INPUT_COLUMNS
 from carbon_vep.variants.panel_text import read_table, table_format
-from carbon_vep.variants.panel_vcf import ReadAgain, vcf_batches
+from carbon_vep.variants.panel_vcf import (
+    ReadAgain,
+    VcfDeclarations,
+    vcf_batches,
+    vcf_declarations,
+)
 
 _BATCH_ROWS = 100_000  # rows of a table checked at a time (a table is read whole by polars)
 _VCF_SUFFIXES = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
@@ -52,6 +57,16 @@ def detect_format(path: str | Path) -> str:
         "cannot tell the panel format from the name (.vcf, .vcf.gz, .bcf, .parquet, .tsv, "
         f".csv, .gz too); set {setting_name('format')}",
     )
+
+
+def panel_declarations(
+    path: str | Path, fmt: str = "auto", info_fields: Sequence[str] = ()
+) -> VcfDeclarations | None:
+    """What a VCF/BCF panel's header declares of the INFO fields and FILTERs its rows carry
+    (`vcf_declarations`); None for a table panel (no header declares its columns)."""
+    if (detect_format(path) if fmt == "auto" else fmt) != "vcf":
+        return None
+    return vcf_declarations(Path(path), info_fields)
 
 
 def read_panel(

@@ -18,6 +18,7 @@ import shutil
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -258,6 +259,47 @@ def vcf_batches(reader: PanelReaderState) -> Iterator[pl.DataFrame]:
                 records.text.close()
                 vcf.close()
     _end_of_vcf(reader, records, messages, declared_info, renames)
+
+
+@dataclass(frozen=True)
+class CarriedInfo:
+    """A requested INFO field as the panel's header declares it, and the column it is in."""
+
+    column: str
+    spec: InfoSpec
+    description: str
+
+
+@dataclass(frozen=True)
+class VcfDeclarations:
+    """What a VCF panel's header says about what the reader carries: the requested INFO fields
+    (in request order; `*` = every declared field) and every declared FILTER."""
+
+    info: tuple[CarriedInfo, ...]
+    filters: dict[str, str]  # FILTER id -> description
+
+
+def vcf_declarations(path: Path, info_fields: Sequence[str]) -> VcfDeclarations:
+    """The header declarations of the INFO fields and FILTERs a VCF/BCF panel's rows carry
+    (for writers that put them back in a VCF: results.vcf.gz). Only the header is read."""
+    header = text_header(path)
+    with _vcf_stream(path, header) as handle:
+        vcf = _open_vcf(handle, path)
+        try:
+            specs = info_specs(vcf.header, info_fields, {})
+            renames = _carried_renames(specs)
+            info = tuple(
+                CarriedInfo(
+                    renames.get(spec.name, spec.name),
+                    spec,
+                    (vcf.header.info[spec.name].description or "") if spec.declared else "",
+                )
+                for spec in specs
+            )
+            filters = {name: f.description or "" for name, f in vcf.header.filters.items()}
+        finally:
+            vcf.close()
+    return VcfDeclarations(info, filters)
 
 
 def _carried_renames(specs: list[InfoSpec]) -> dict[str, str]:
