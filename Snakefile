@@ -1,17 +1,29 @@
 from snakemake.utils import min_version
 
-from carbon_vep.config.workflow import demo_config, resolve_shipped_resources
+from carbon_vep.config.workflow import (
+    config_source,
+    demo_config_path,
+    resolve_shipped_resources,
+    wants_demo,
+)
 
 min_version("9.19")
 
 
-# A config given with --configfile / --config defines the run alone. With none, the demo runs
-# (config/config.yaml, its resources found next to this Snakefile, wherever snakemake runs); to
-# add the demo to a config of your own, give both: --configfile config/config.yaml mine.yaml
+# With no --configfile, the demo runs (config/config.yaml, its resources found next to this
+# Snakefile, wherever snakemake runs), with --config and a profile's `config:` laid over it; a
+# config file given with --configfile defines the run alone (to add the demo to a config of
+# your own, give both: --configfile config/config.yaml mine.yaml).
 # Paths to the shipped inputs (resources/demo/, resources/genome/) resolve next to this Snakefile.
 WORKFLOW_DIR = workflow.current_basedir.get_path_or_uri(secret_free=True)
-if not config:
-    config.update(demo_config(WORKFLOW_DIR))
+if wants_demo(
+    config, workflow.config_settings.configfiles, workflow.config_settings.config
+):
+
+    configfile: demo_config_path(WORKFLOW_DIR)
+
+
+CONFIG_SOURCE = config_source(workflow.configfiles, workflow.config_settings.config)
 config.update(resolve_shipped_resources(config, WORKFLOW_DIR))
 
 

@@ -430,3 +430,21 @@ def test_a_dry_run_prints_the_bill_before_its_plan(tmp_path):
     assert "## The bill before the run" in result.stderr
     assert f"| `score_niah [demo_niah]` | {jobs} |" in result.stderr
     assert "The bill before the run" not in result.stdout  # the plan stays as it was
+
+
+def test_the_cli_reads_the_config_as_the_workflow_does(tmp_path, caplog):
+    config = tmp_path / "c.yaml"
+    dataset = (
+        f"{{panel: {tmp_path}/nope.tsv, reference: {ROOT}/resources/demo/chr17.hg19.part.fa, "
+        "build: hg19, recipe: centered, window_bp: 240}"
+    )
+    config.write_text(f"models: {{m: {{path: {EIGHT_B}, revision: '{COMMIT}'}}}}\n")
+    config.write_text(config.read_text() + f"datasets: {{d: {dataset}}}\n")
+    text = bill_text(str(config), None)  # a bill may come before the data: said, not refused
+    assert "**Snakemake refuses this config until these inputs are here**" in text
+    assert f"- datasets.d.panel: {tmp_path}/nope.tsv\n" in text
+    config.write_text(config.read_text().replace("window_bp: 240", "window_bp: '240bp'"))
+    assert main(["estimate", "--config", str(config)]) == 2
+    assert f"config {config}: datasets.d.window_bp: '240bp' is not of type" in caplog.text
+    assert main(["estimate", "--config", str(ROOT / "README.md")]) == 2
+    assert "README.md: not YAML at line" in caplog.text

@@ -257,3 +257,24 @@ def test_gpu_guard_names_the_shard(demo_model_dir, tmp_path):
     assert f"{shard}: device 'cuda' requested but no CUDA device is visible" in message
     assert "Traceback" not in result.stderr and not (tmp_path / "out.parquet").exists()
     assert "set the model's device to 'cpu'" in message
+
+
+def test_the_documented_smoke_test_dry_runs_the_demo_under_the_profiles_config(tmp_path):
+    """docs/cluster.md's smoke test gives no --configfile: the demo runs, the profiles'
+    `config:` entries laid over it (they once made the config non-empty, so the demo was not
+    read and the schema refused the profile's keys alone)."""
+    profiles = ["--profile", "profiles/slurm-a10", "--profile", "profiles/slurm-local"]
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", *profiles, "--workflow-profile", "none"]
+        + ["--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile")],
+        cwd=ROOT,
+        env=workflow_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rule check_panel:" in result.stdout
+    assert "wildcards: dataset=demo_centered" in result.stdout
+    extended = "config/config.yaml is extended by additional config specified via the command line"
+    assert extended in result.stdout + result.stderr

@@ -8,15 +8,14 @@ import os
 import shlex
 import sys
 
-from snakemake.utils import validate
-
 from carbon_vep.config.fields import INTERFACE_VARIABLE, spec_json
-from carbon_vep.config.run import RunConfig
 from carbon_vep.config.workflow import (
     MODEL_RULES,
     check_gpu_profile,
     check_niah_profile,
     profile_gpu_class,
+    read_run_config,
+    resolve_baseline,
 )
 from carbon_vep.estimate.bill import estimate, is_dry_run
 from carbon_vep.estimate.table import render
@@ -26,11 +25,21 @@ from carbon_vep.workflow.paths import RunPaths
 from carbon_vep.workflow.scans import ScanInputs, read_plan
 from carbon_vep.workflow.targets import Targets, names_pattern
 
-# The schema is generated from carbon_vep.config.schema (`carbon-vep config-schema`); RunConfig
-# is the same config typed, every default filled in, builds and model keys checked.
-os.environ[INTERFACE_VARIABLE] = "workflow"  # errors name config keys, not CLI flags
-validate(config, schema="../schemas/config.schema.yaml")
-RUN = RunConfig.from_dict(config)
+# the comparison gate's baseline and the published NIAH points are found next to the Snakefile
+WORKFLOW_ROOT = os.path.normpath(
+    os.path.join(
+        workflow.current_basedir.get_path_or_uri(secret_free=True), os.pardir, os.pardir
+    )
+)
+# The config checked against the schema (carbon_vep.config.schema, which also writes
+# workflow/schemas/config.schema.yaml), typed with every default filled in (RunConfig), and
+# every local input it names found: read as `carbon-vep estimate` reads it, errors naming the
+# config file and key. A missing input must stop the run here: Snakemake ignores the missing
+# inputs of jobs whose outputs exist, and an old result would stand for the new config.
+os.environ[INTERFACE_VARIABLE] = (
+    "workflow"  # jobs' errors name config keys, not CLI flags
+)
+RUN = read_run_config(config, CONFIG_SOURCE, WORKFLOW_ROOT)
 PROFILES = {
     name: {k: v.raw for k, v in resources.items()}
     for name, resources in workflow.resource_settings.overwrite_resources.items()
@@ -42,13 +51,7 @@ check_niah_profile(PROFILES.get("score_niah", {}), RUN)
 if workflow.is_main_process and is_dry_run(sys.argv):
     print(render(estimate(RUN, PROFILES)), file=sys.stderr)
 
-# the comparison gate's baseline: as given, or a relative path shipped with the workflow
-WORKFLOW_ROOT = os.path.join(
-    workflow.current_basedir.get_path_or_uri(secret_free=True), os.pardir, os.pardir
-)
-BASELINE = RUN.baseline
-if BASELINE and not os.path.isabs(BASELINE) and not os.path.exists(BASELINE):
-    BASELINE = os.path.normpath(os.path.join(WORKFLOW_ROOT, BASELINE))
+BASELINE = resolve_baseline(RUN.baseline, WORKFLOW_ROOT) if RUN.baseline else None
 # the published Genomic-NIAH points the report draws beside a run's own
 PUBLISHED_NIAH = os.path.normpath(
     os.path.join(WORKFLOW_ROOT, "baselines", "published_niah.yaml")
@@ -60,7 +63,7 @@ JOBS = Jobs(
     RUN,
     CONFIG_SHA256,
     profile_gpu_class(PROFILES.get("score_niah", {})),
-    os.path.normpath(WORKFLOW_ROOT),
+    WORKFLOW_ROOT,
     profile_gpu_class(PROFILES.get("score_recovery", {})),
 )
 SCANS = ScanInputs(RUN)

@@ -376,10 +376,13 @@ class RunConfig:
                     raise ConfigError(f"{section}.{key}: unknown model(s) {missing}")
         for key, dataset in self.datasets.items():
             self._check_scan_lookup(key, dataset)
-        check_shared_references(
-            [(f"dataset {k!r}", d.reference, d.build) for k, d in self.datasets.items()]
-            + [(f"scan {k!r}", s.reference, s.build) for k, s in self.scans.items()]
-        )
+        try:
+            check_shared_references(
+                [(f"datasets.{k}", d.reference, d.build) for k, d in self.datasets.items()]
+                + [(f"scans.{k}", s.reference, s.build) for k, s in self.scans.items()]
+            )
+        except ValueError as err:  # two builds declared for one reference
+            raise ConfigError(str(err)) from None
 
     def _check_scan_lookup(self, key: str, dataset: DatasetConfig) -> None:
         """A from_scan dataset names a scan of this config that runs each of its models."""

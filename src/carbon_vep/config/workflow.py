@@ -1,9 +1,12 @@
 """What the Snakefile needs from the package while it parses: the demo config and the
-shipped inputs' paths, and the check that a GPU profile runs models on CUDA.
+shipped inputs' paths, the config read and checked (`read_run_config`, also what `carbon-vep
+estimate` reads a config with: schema, RunConfig, the local inputs found), and the check that a
+GPU profile runs models on CUDA.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -166,11 +169,190 @@ def resolve_shipped_resources(config: Any, workflow_dir: str) -> Any:
     return config
 
 
-def demo_config(workflow_dir: str) -> dict[str, Any]:
-    """The demo config (what snakemake runs when given no config), read from `workflow_dir`."""
-    import os
+def demo_config_path(workflow_dir: str) -> str:
+    """The demo config (what snakemake runs when given no config file) under `workflow_dir`."""
+    return os.path.join(workflow_dir, DEMO_CONFIG)
 
+
+def wants_demo(config: Mapping[str, Any], configfiles: Any, overrides: Mapping[str, Any]) -> bool:
+    """Whether a run was given no config of its own: no --configfile, and nothing in `config`
+    but the --config / profile `config:` overrides (`overrides`; a module's config, passed by
+    the importing workflow, is a config of its own). Then the demo config is read, the
+    overrides on top (Snakemake's `configfile:`)."""
+    return not configfiles and set(config) <= set(overrides)
+
+
+def config_source(configfiles: Any, overrides: Mapping[str, Any]) -> str:
+    """What a run's config was read from, as errors name it: the config file(s), and the
+    --config / profile `config:` keys laid over them."""
+    files = [str(f) for f in configfiles or ()]
+    where = f"config {', '.join(files)}" if files else "the config passed to the workflow"
+    if overrides:
+        where += f" (with --config/profile overrides of {sorted(overrides)})"
+    return where
+
+
+# ---- reading a config: the Snakefile and `carbon-vep estimate` read it the same way ------------
+def read_config_file(path: str) -> dict[str, Any]:
+    """A workflow config file as a mapping; a missing file, YAML that does not parse or a
+    document that is not a mapping of keys is a ConfigError naming the file."""
     import yaml
 
-    with open(os.path.join(workflow_dir, DEMO_CONFIG)) as handle:
-        return yaml.safe_load(handle)
+    try:
+        with open(path) as handle:
+            data = yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config {path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config {path}: cannot be read ({err})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"config {path}: not YAML{where} ({problem})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config {path}: expected a mapping of config keys (models:, datasets:, ...), "
+            f"found a {type(data).__name__}"
+        )
+    return data
+
+
+def read_run_config(
+    config: dict[str, Any], source: str, workflow_root: str = ".", check_inputs: bool = True
+) -> Any:
+    """The one way a workflow config is read (the Snakefile's common.smk, `carbon-vep
+    estimate`): checked against the schema (config.schema, the same the workflow's schema file
+    is written from; the schema's defaults are filled into `config`), typed and checked as a
+    whole (`RunConfig`), and with `check_inputs` every local input it names found
+    (`missing_inputs`). Every refusal is a ConfigError naming `source` (the config file(s)
+    read) and the config key; settings are named by their config keys, not CLI flags."""
+    from carbon_vep.config.fields import INTERFACE_VARIABLE
+    from carbon_vep.config.run import RunConfig
+
+    previous = os.environ.get(INTERFACE_VARIABLE)
+    os.environ[INTERFACE_VARIABLE] = "workflow"
+    try:
+        check_schema(config, source)
+        try:
+            run = RunConfig.from_dict(config)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+    finally:
+        if previous is None:
+            del os.environ[INTERFACE_VARIABLE]
+        else:
+            os.environ[INTERFACE_VARIABLE] = previous
+    if check_inputs:
+        missing = missing_inputs(run, workflow_root)
+        if missing:
+            raise ConfigError(
+                f"{source}: input file(s) not found (relative paths are read from "
+                f"{os.path.abspath(os.curdir)}): {'; '.join(missing)}"
+            )
+    return run
+
+
+def check_schema(config: dict[str, Any], source: str) -> None:
+    """`config` against the workflow's JSON schema, the schema's defaults set into it (as
+    Snakemake's `validate` does); the first error as one line naming `source` and the key
+    (no schema dump)."""
+    from jsonschema import Draft202012Validator, validators
+
+    from carbon_vep.config.schema import json_schema
+
+    schema = json_schema()
+    validate_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, subschema):
+        for name, prop in properties.items():
+            if "default" in prop and isinstance(instance, dict):
+                instance.setdefault(name, prop["default"])
+        yield from validate_properties(validator, properties, instance, subschema)
+
+    with_defaults = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    errors = sorted(with_defaults(schema).iter_errors(config), key=lambda e: list(e.path))
+    if not errors:
+        return
+    error = errors[0]
+    where = ".".join(str(part) for part in error.path)
+    if error.validator == "required":
+        missing = sorted(set(error.validator_value) - set(error.instance))
+        problem = f"missing required key(s) {missing}" + (
+            f" (`{where}`)" if where else " at the top level"
+        )
+        if "models" in missing and not where:
+            problem += ": `models:` names the models to run (config/README.md)"
+        raise ConfigError(f"{source}: {problem}")
+    if "propertyNames" in error.schema_path:
+        raise ConfigError(
+            f"{source}: {where}: entry key {error.instance!r} may hold only letters, digits, "
+            "`_`, `.` and `-` (it is used in output paths)"
+        )
+    if error.validator == "minProperties":
+        raise ConfigError(f"{source}: {where}: needs at least one entry")
+    raise ConfigError(f"{source}: {where or 'top level'}: {error.message}")
+
+
+# inputs that a head-node rule fetches or builds are no user's to bring
+def _produced(run: Any) -> set[str]:
+    outs = {entry.out for entry in [*run.hub_files.values(), *run.downloads.values()]}
+    outs |= {m.path for m in run.models.values() if m.build_demo}
+    return {os.path.normpath(p) for p in outs}
+
+
+def local_inputs(run: Any, workflow_root: str = ".") -> list[tuple[str, str]]:
+    """(config key, path) of every local file the config names as an input that no rule of
+    the workflow writes (Hub files, downloads and the demo model are written by rules): panels,
+    references, task files, scans' BED files and neutral regions, local model directories
+    (paths that start with /, . or ~; a Hub id is fetched), and the baseline."""
+    paths: list[tuple[str, str]] = []
+    for key, dataset in run.datasets.items():
+        paths += [(f"datasets.{key}.panel", dataset.panel)]
+        paths += [(f"datasets.{key}.reference", dataset.reference)]
+    for key, scan in run.scans.items():
+        paths += [(f"scans.{key}.reference", scan.reference)]
+        paths += [
+            (f"scans.{key}.regions", region)
+            for region in scan.regions
+            if region.endswith((".bed", ".bed.gz")) or os.path.isfile(region)
+        ]
+        if scan.calibration.neutral_regions:
+            paths += [(f"scans.{key}.neutral_regions", scan.calibration.neutral_regions)]
+    paths += [(f"tasks.{key}.path", task.path) for key, task in run.tasks.items()]
+    paths += [
+        (f"niah.{key}.reference", entry.reference)
+        for key, entry in run.niah.items()
+        if entry.source == "build" and entry.reference
+    ]
+    paths += [
+        (f"models.{key}.path", model.path)
+        for key, model in run.models.items()
+        if not model.build_demo and model.path.startswith(("/", ".", "~"))
+    ]
+    produced = _produced(run)
+    out = [(key, path) for key, path in paths if os.path.normpath(path) not in produced]
+    if run.baseline:
+        out.append(("baseline", resolve_baseline(run.baseline, workflow_root)))
+    return out
+
+
+def resolve_baseline(baseline: str, workflow_root: str) -> str:
+    """The comparison gate's baseline: as given, or a relative path shipped with the workflow
+    (found under `workflow_root`, the checkout)."""
+    if os.path.isabs(baseline) or os.path.exists(baseline):
+        return baseline
+    return os.path.normpath(os.path.join(workflow_root, baseline))
+
+
+def missing_inputs(run: Any, workflow_root: str = ".") -> list[str]:
+    """`KEY: PATH` for each local input of the config (`local_inputs`) that is not there.
+    Snakemake reruns nothing whose outputs exist, so it would not notice these (an old result
+    would stand for the new config)."""
+    return [
+        f"{key}: {path}"
+        for key, path in local_inputs(run, workflow_root)
+        if not os.path.exists(os.path.expanduser(path))
+    ]

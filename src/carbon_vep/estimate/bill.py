@@ -22,6 +22,8 @@ from carbon_vep.config.workflow import (
     DEFAULT_GPU_CLASS,
     profile_gpu_class,
     profile_runtime_minutes,
+    read_config_file,
+    read_run_config,
 )
 from carbon_vep.errors import InputError
 from carbon_vep.estimate.costs import (
@@ -361,15 +363,16 @@ def _set_resources(items: Mapping[str, Any] | list[str]) -> dict[str, dict[str, 
 
 
 def load_run(config: str, profile: str | None) -> tuple[RunConfig, dict[str, dict[str, Any]]]:
-    """The config as a run under `profile` sees it (its `config:` list applied), and the
-    profile's resources."""
-    import yaml
-
+    """The config as a run under `profile` sees it (its `config:` list applied), read and
+    checked as the workflow reads it (`read_run_config`: errors name the config file and key),
+    and the profile's resources. Local inputs not found are not refused here (a bill may come
+    before the data): `missing_inputs` says them beside the bill."""
     resources, overrides = read_profile(profile)
-    if not Path(config).is_file():
-        raise InputError(config, "config file not found")
-    raw = yaml.safe_load(Path(config).read_text()) or {}
-    return RunConfig.from_dict({**raw, **overrides}), resources
+    source = f"config {config}"
+    if overrides:
+        source += f" (with profile {profile}'s `config:` overrides of {sorted(overrides)})"
+    raw = {**read_config_file(config), **overrides}
+    return read_run_config(raw, source, check_inputs=False), resources
 
 
 def is_dry_run(argv: Sequence[str]) -> bool:

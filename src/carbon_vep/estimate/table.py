@@ -5,6 +5,7 @@ the arithmetic's assumptions under them. No torch, no Snakemake.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 
 from carbon_vep import markdown
@@ -16,6 +17,7 @@ from carbon_vep.config.workflow import (
     MODEL_RULES,
     check_gpu_profile,
     check_niah_profile,
+    missing_inputs,
 )
 from carbon_vep.estimate.bill import Bill, GpuLine, LongJob, Resources, estimate, load_run
 
@@ -47,14 +49,21 @@ def bill_text(config: str, profile: str | None) -> str:
 
 
 def _refusals(run: RunConfig, resources: Resources) -> str:
-    """The parse-time checks of the workflow (common.smk), as a note instead of an error."""
+    """The parse-time checks of the workflow (common.smk), as a note instead of an error: the
+    profile's, and the local inputs the config names that are not here (yet)."""
+    notes = ""
     try:
         for rule in MODEL_RULES:
             check_gpu_profile(rule, resources.get(rule, {}), run.models)
         check_niah_profile(resources.get("score_niah", {}), run)
     except ConfigError as err:
-        return f"\n**Snakemake refuses this config under this profile**: {err}\n"
-    return ""
+        notes += f"\n**Snakemake refuses this config under this profile**: {err}\n"
+    missing = missing_inputs(run)
+    if missing:
+        notes += "\n**Snakemake refuses this config until these inputs are here** "
+        notes += f"(relative paths from {os.path.abspath(os.curdir)}):\n\n"
+        notes += "".join(f"- {line}\n" for line in missing)
+    return notes
 
 
 def render(bill: Bill, where: str = "this run's profile") -> str:
