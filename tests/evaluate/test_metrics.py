@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 
 from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
+from carbon_vep.errors import InputError
 from carbon_vep.evaluate.metrics import (
     auprc_trapezoid,
     auroc,
@@ -224,3 +225,13 @@ def test_clinvar_labels_need_no_second_setting(tmp_path):
     ]
     assert cli.main(argv) == 0
     assert json.loads(out.read_text())["metrics"]["auroc"] == pytest.approx(0.75)
+
+
+def test_a_label_column_the_scored_table_lacks_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv("CARBON_VEP_INTERFACE", "workflow")
+    merged = _merged([0.1, 0.9], ["0", "1"])
+    missing = LabelSettings(label_column="LBL")
+    with pytest.raises(InputError, match=r"^s\.parquet: label column 'LBL' \(the config key"):
+        vep_metrics(merged, missing, NO_BOOTSTRAP, "s.parquet")
+    result = vep_metrics(merged, LabelSettings(), NO_BOOTSTRAP)  # none configured: no metrics
+    assert result["metrics"] == {} and result["warnings"]

@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 from support.files import random_dna, write_fasta
 
-from carbon_vep.config.stages import PanelSettings
+from carbon_vep.config.stages import LabelSettings, PanelSettings
 from carbon_vep.errors import PanelUnusableError
 from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import open_reference
@@ -362,3 +362,20 @@ def test_dash_breakend_and_negative_position_reasons_read_as_written(genome):
     assert reasons[4] == "POS -5 outside chr1:1-3000"
     assert reasons[5] == "POS -5 to -3 outside chr1:1-3000"
     assert classify(c1[237], "-")[1] == reasons[0]
+
+
+def test_a_label_column_the_panel_lacks_stops_the_check_naming_it(tmp_path, genome, monkeypatch):
+    monkeypatch.delenv("CARBON_VEP_INTERFACE", raising=False)
+    path, contigs = genome
+    c1 = contigs["chr1"].upper()
+    table = tmp_path / "panel.tsv"
+    rows = [(*row, "1") for row in _snv_rows(c1, "chr1", range(101, 301, 20))]
+    frame = pl.DataFrame(rows, schema=["chrom", "pos", "ref", "alt", "label"], orient="row")
+    frame.write_csv(table, separator="\t")
+    missing = r"label column 'LBL' \(`--label-column`\) is not a column of the panel; its "
+    with open_reference(path) as ref:
+        with pytest.raises(PanelUnusableError, match=rf"panel\.tsv: {missing}.*'label'"):
+            ingest_panel(table, ref, PanelSettings("hg19"), LabelSettings(label_column="LBL"))
+        ingest_panel(table, ref, PanelSettings("hg19"), LabelSettings(label_column="label"))
+        with pytest.raises(PanelUnusableError, match=rf"panel\.tsv: {missing}"):
+            check_panel(_panel([r[:4] for r in rows[:3]]), ref, CheckPolicy(label_column="LBL"))

@@ -30,7 +30,7 @@ def metrics(args: argparse.Namespace) -> None:
 
     labels, settings = from_args(args, LabelSettings, MetricSettings)
     merged = pl.read_parquet(args.merged)
-    result = vep_metrics(merged, labels, settings)
+    result = vep_metrics(merged, labels, settings, args.merged)
     write_task_result(result, args, list(settings.headline_metrics))
     if args.rows_out:
         atomic.write_parquet(evaluated_rows(merged, labels), args.rows_out)

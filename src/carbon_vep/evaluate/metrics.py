@@ -17,6 +17,7 @@ from sklearn.metrics import auc, average_precision_score, precision_recall_curve
 
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
+from carbon_vep.errors import InputError
 
 SIGN_FLIP_AUROC = 0.35
 CI_LEVEL = 0.95
@@ -287,7 +288,10 @@ def breakdowns(labelled: pl.DataFrame, columns: Sequence[str]) -> dict[str, list
 
 # ---- the whole dataset ---------------------------------------------------------------------
 def vep_metrics(
-    merged: pl.DataFrame, labels: LabelSettings, options: MetricSettings | None = None
+    merged: pl.DataFrame,
+    labels: LabelSettings,
+    options: MetricSettings | None = None,
+    source: str = "the scored table",
 ) -> dict:
     """Status counts, global metrics, by-chromosome averages, Spearman, breakdowns and
     bootstrap intervals on the scored, labelled rows; every number named and defined.
@@ -298,9 +302,17 @@ def vep_metrics(
     result = _vep_result(merged, labels, options.evaluation)
     if options.spearman_column:
         _add_spearman(merged, options, result)
-    if not labels.column or labels.column not in merged.columns:
-        result["warnings"].append("no label column: label metrics not computed")
+    if not labels.column:
+        result["warnings"].append("no label column configured: label metrics not computed")
         return result
+    if labels.column not in merged.columns:
+        from carbon_vep.config.run import setting_name
+
+        raise InputError(
+            source,
+            f"label column {labels.column!r} ({setting_name('label_column')}) is not a column "
+            f"of it; its columns are {merged.columns}",
+        )
     _count_label_conflicts(merged, result)
     labelled = labelled_rows(merged, labels.column, labels.positive_labels, labels.negative_labels)
     _count_labels(merged, labelled, labels, result)

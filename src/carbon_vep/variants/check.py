@@ -267,12 +267,29 @@ def check_panel(
     carries the checked table. Notes of `assert_usable` are logged as warnings.
     """
     check = PanelCheck(reference, policy, _panel_source(panel))
+    require_label_column(panel, check.policy.label_column, check.source)
     checked = check.rows(panel)
     for note in check.assert_usable(header_mismatches, lambda: checked):
         log.warning("%s: %s", check.source, note)  # no summary here to carry it
     checked = flag_duplicates(checked.drop(WORKING_COLUMNS), check.policy.label_column)
     assert_something_scoreable(checked, check.source)
     return checked
+
+
+def require_label_column(batch: pl.DataFrame, column: str | None, source: object) -> None:
+    """The configured label column must be a column of the panel (as read: a VCF's INFO
+    fields are columns when `info_fields` names them): else the labels would be silently
+    missing and the metrics empty."""
+    if column and column not in batch.columns:
+        from carbon_vep.config.run import setting_name
+
+        found = [c for c in batch.columns if c not in (*WORKING_COLUMNS, "source", "row_id")]
+        raise PanelUnusableError(
+            source,
+            f"label column {column!r} ({setting_name('label_column')}) is not a column of the "
+            "panel; its "
+            f"columns are {found} (a VCF's INFO field is a column when `info_fields` names it)",
+        )
 
 
 def _with_input_columns(panel: pl.DataFrame) -> pl.DataFrame:

@@ -23,7 +23,12 @@ from carbon_vep.atomic import atomic_path
 from carbon_vep.config.stages import LabelSettings, PanelSettings
 from carbon_vep.genome.builds import check_reference_build
 from carbon_vep.genome.reference import Reference
-from carbon_vep.variants.check import PanelCheck, duplicate_key_hash, flag_duplicates
+from carbon_vep.variants.check import (
+    PanelCheck,
+    duplicate_key_hash,
+    flag_duplicates,
+    require_label_column,
+)
 from carbon_vep.variants.genome_match import WORKING_COLUMNS, contig_length_mismatches
 from carbon_vep.variants.labels import CONFLICT_COLUMN, add_clnsig_labels
 from carbon_vep.variants.panel import PanelReader, ReadAgain
@@ -131,6 +136,8 @@ def _check_batches(
                     batch = add_clnsig_labels(
                         batch, clnsig.clnsig_field, clnsig.clnsig_labels, str(reader.path)
                     )
+                if number == 0:
+                    require_label_column(batch, policy.label_column, reader.path)
                 checked = check.rows(batch)
                 hashes.append(duplicate_key_hash(checked))
                 parts.append(parts_dir / f"part-{number:06d}.parquet")
