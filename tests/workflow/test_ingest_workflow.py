@@ -124,7 +124,8 @@ def pitfall_panel(path: Path) -> list[tuple[str, str, str]]:
     add("scaffold", 100, "A", "G", ["unknown_contig"], chrom="chrUn_gl000220")
     add("past_end", 40_001, "A", "G", ["out_of_bounds"])
     add("spans_end", 39_999, s[39_998:40_000] + "A", "A", ["out_of_bounds"])
-    add("first_base", 1, s[0], _other(1), ["scored"])
+    # right-end: nothing left of the contig's first base to condition on (no_context)
+    add("first_base", 1, s[0], _other(1), [("scored", "no_context")])
     add("near_start", 50, s[49], _other(50), ["scored"])
     add("last_base", 40_000, s[39_999], _other(40_000), [("contig_end", "scored")])  # 6-mer tail
     add("dup_a", 30_000, s[29_999], _other(30_000), ["scored"], "Pathogenic")
@@ -251,7 +252,5 @@ def test_two_builds_on_one_fasta_stop_at_workflow_start(tmp_path):
     result = _snakemake(tmp_path, config, "-n")
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert (
-        "dataset 'brca2' (build GRCh37) and dataset 'clinvar' (build hg38) use the same" in output
-    )
+    assert "datasets.brca2 (build GRCh37) and datasets.clinvar (build hg38) use the same" in output
     assert "brca2_again" not in output and "check_panel" not in output  # no job planned

@@ -203,13 +203,13 @@ def test_sharded_workflow_equals_single_process_cli(demo_run, tmp_path):
 
 def test_unusable_panel_stops_before_scoring(tmp_path):
     panel = tmp_path / "shifted.tsv"
-    lines = ["chrom\tpos\tref\talt"]
+    lines = ["chrom\tpos\tref\talt\tLABEL"]  # the demo config's label column
     seq = "".join(
         line.strip() for line in (DEMO / "chr17.hg19.part.fa").read_text().splitlines()[1:]
     ).upper()
     for pos0 in range(1000, 31000, 1000):  # 0-based positions, as from a BED file
         ref = seq[pos0]
-        lines.append(f"chr17\t{pos0}\t{ref}\t{'A' if ref != 'A' else 'C'}")
+        lines.append(f"chr17\t{pos0}\t{ref}\t{'A' if ref != 'A' else 'C'}\t{pos0 % 2}")
     panel.write_text("\n".join(lines) + "\n")
     config = _config(tmp_path, tmp_path / "m", panel=panel)
     # one dataset's scores asked for: the scan, tasks and NIAH cells of the config need not run
