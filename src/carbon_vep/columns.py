@@ -291,7 +291,8 @@ def markdown_table(columns: Iterable[Column]) -> str:
     return markdown.table(["column", "type", "meaning"], rows)
 
 
-def status_table(statuses: Iterable[Status] = OUTPUT_STATUSES) -> str:
+def status_table(statuses: Iterable[Status] = (Status.OK, *OUTPUT_STATUSES)) -> str:
+    """Every status a file holds (`ok`: checked.parquet's, before scoring), with its meaning."""
     return markdown.table(["status", "meaning"], [[f"`{s}`", s.description] for s in statuses])
 
 

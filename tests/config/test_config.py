@@ -131,6 +131,25 @@ def test_config_mistakes_are_named():
     task = {"kind": "sequence_recovery", "path": "t.tsv", "scoring": "bp"}
     with pytest.raises(ConfigError, match=r"\['scoring'\] do not apply"):
         RunConfig.from_dict({**base, "datasets": {"d": dataset}, "tasks": {"t": task}})
+    with pytest.raises(ConfigError, match=r"datasets\.d: `models` is empty"):
+        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "models": []}}})
+
+
+def test_a_sha256_pin_must_name_a_file_the_run_hashes():
+    """A pin on a dataset's panel or reference, a task file or a file under a model's path is
+    checked by the record_*_inputs rules; one on any other path (a typo) is refused."""
+    digest = "0" * 64
+    base = {"models": {"m": {"path": "models/m"}}}
+    dataset = {"panel": "data/p.tsv", "reference": "r.fa", "build": "hg38", "recipe": "centered"}
+    task = {"kind": "sequence_recovery", "path": "t.parquet"}
+    pins = ["data/p.tsv", "r.fa", "t.parquet", "models/m/model.safetensors"]
+    config = {**base, "datasets": {"d": dataset}, "tasks": {"t": task}}
+    assert set(
+        RunConfig.from_dict({**config, "sha256": dict.fromkeys(pins, digest)}).sha256
+    ) == set(pins)
+    for typo in ("data/panle.tsv", "models/mm/model.safetensors"):
+        with pytest.raises(ConfigError, match=rf"sha256: '{typo}' is no input this config"):
+            RunConfig.from_dict({**config, "sha256": {typo: digest}})
 
 
 @pytest.mark.parametrize(

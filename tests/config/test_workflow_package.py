@@ -60,7 +60,7 @@ def _run(tmp_path, **extra) -> RunConfig:
                 "tracks": True,
             }
         },
-        "sha256": {"p.vcf": "1" * 64, f"{local}/config.json": "2" * 64, "other": "3" * 64},
+        "sha256": {"p.vcf": "1" * 64, f"{local}/config.json": "2" * 64},
         **extra,
     }
     return RunConfig.from_dict(config)

@@ -235,3 +235,17 @@ def test_a_table_without_rows_is_a_line_saying_why():
         "<p class='empty'>Nothing scanned yet.</p>"
     )
     assert "<tbody><tr>" in html_table(["a", "b"], [["x", 1]])
+
+
+def test_brackets_are_explained_only_where_there_are_intervals(run):
+    """With `bootstrap: 0` no metric has an interval: neither the dataset's report nor the
+    results table says "Brackets" (it used to, over numbers without any)."""
+    with_intervals = run[0].metrics
+    assert "Brackets: 95% bootstrap interval." in render_report(_scores(0), with_intervals, "t")
+    assert "Brackets:" in results_markdown([with_intervals])
+    options = MetricSettings(evaluation=EvaluationSettings(bootstrap=0))
+    plain = _named(vep_metrics(_scores(0), LABELS, options), "ds", "m1", ["auroc"])
+    assert not plain.get("confidence_intervals")
+    assert "Brackets" not in render_report(_scores(0), plain, "t")
+    table = results_markdown([plain])
+    assert "| ds | auroc |" in table and "Brackets" not in table

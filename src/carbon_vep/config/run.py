@@ -10,6 +10,7 @@ builds a `RunConfig` while it parses the Snakefile.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -371,9 +372,15 @@ class RunConfig:
             task.check(key)
         for section in ("datasets", "scans", "tasks", "niah"):
             for key, entry in getattr(self, section).items():
+                if entry.models is not None and not entry.models:
+                    raise ConfigError(
+                        f"{section}.{key}: `models` is empty, so it would run nothing; name "
+                        "the models, or leave the key out to run every model"
+                    )
                 missing = sorted(set(entry.models or ()) - set(self.models))
                 if missing:
                     raise ConfigError(f"{section}.{key}: unknown model(s) {missing}")
+        self._check_pins()
         for key, dataset in self.datasets.items():
             self._check_scan_lookup(key, dataset)
         try:
@@ -383,6 +390,22 @@ class RunConfig:
             )
         except ValueError as err:  # two builds declared for one reference
             raise ConfigError(str(err)) from None
+
+    def _check_pins(self) -> None:
+        """Every `sha256:` pin names a file the record_*_inputs rules hash (a dataset's panel or
+        reference, a task file, a file under a model's path): a pin matching none, a path
+        mistyped, would check nothing and say nothing."""
+        pinnable = {d.panel for d in self.datasets.values()}
+        pinnable |= {d.reference for d in self.datasets.values()}
+        pinnable |= {t.path for t in self.tasks.values()}
+        models = tuple(os.path.join(os.path.normpath(m.path), "") for m in self.models.values())
+        unused = sorted(p for p in self.sha256 if p not in pinnable and not p.startswith(models))
+        if unused:
+            raise ConfigError(
+                f"sha256: {unused[0]!r} is no input this config hashes (a dataset's panel or "
+                "reference, a task file, MODEL_PATH/FILE), so its pin would check nothing; "
+                f"the files it could pin: {sorted(pinnable)[:6]}"
+            )
 
     def _check_scan_lookup(self, key: str, dataset: DatasetConfig) -> None:
         """A from_scan dataset names a scan of this config that runs each of its models."""

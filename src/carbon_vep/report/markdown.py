@@ -79,7 +79,11 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
             f"{metrics.get('n_labelled', 0)} labelled scored rows, "
             f"{metrics.get('n_positive', 0)} positive"
             + (f"; {excluded} rows with conflicting labels excluded" if excluded else "")
-            + ". Brackets: 95% bootstrap interval.",
+            + (
+                ". Brackets: 95% bootstrap interval."
+                if metrics.get("confidence_intervals")
+                else "."
+            ),
             _metrics_table(metrics),
         ]
     for metric, conventions in metrics.get("by_chromosome", {}).items():

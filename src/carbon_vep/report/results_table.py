@@ -91,7 +91,8 @@ def results_markdown(results: Sequence[dict]) -> str:
     definitions = long.unique(["metric", "definition"], maintain_order=True)
     lines += ["", "Definitions:", ""]
     lines += [f"- `{r['metric']}` ({r['kind']}): {r['definition']}" for r in definitions.to_dicts()]
-    lines.append("\nBrackets: 95% percentile bootstrap interval over rows.")
+    if long["ci_low"].is_not_null().any():  # none with `bootstrap: 0`
+        lines.append("\nBrackets: 95% percentile bootstrap interval over rows.")
     return "\n".join(lines) + "\n"
 
 
