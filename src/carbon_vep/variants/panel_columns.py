@@ -9,6 +9,7 @@ import gzip
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -59,11 +60,20 @@ def parse_positions(raw: pl.Expr) -> pl.Expr:
     return pl.when(whole).then(digits.cast(pl.Int64, strict=False)).otherwise(None)
 
 
-def open_text(path: Path) -> io.TextIOBase:
+def _gzipped(path: Path) -> bool:
     with open(path, "rb") as handle:
-        compressed = handle.read(2) == b"\x1f\x8b"
-    raw = gzip.open(path, "rt", newline="") if compressed else open(path, newline="")  # noqa: SIM115
+        return handle.read(2) == b"\x1f\x8b"
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """A text file, plain or gzipped, read as text (line ends as written)."""
+    raw = gzip.open(path, "rt", newline="") if _gzipped(path) else open(path, newline="")  # noqa: SIM115
     return raw  # type: ignore[return-value]
+
+
+def open_binary(path: Path) -> Any:
+    """A text file, plain or gzipped, read as bytes."""
+    return gzip.open(path, "rb") if _gzipped(path) else open(path, "rb")  # noqa: SIM115
 
 
 def not_utf8(raw: bytes) -> str | None:
@@ -81,9 +91,7 @@ def not_utf8(raw: bytes) -> str | None:
 
 def first_non_utf8_line(path: Path) -> tuple[int, str] | None:
     """(line number, what is wrong) of the first line of a text file that is not UTF-8."""
-    with open(path, "rb") as handle:
-        compressed = handle.read(2) == b"\x1f\x8b"
-    with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
+    with open_binary(path) as handle:
         for number, line in enumerate(handle, start=1):
             problem = not_utf8(line)
             if problem is not None:
@@ -94,9 +102,7 @@ def first_non_utf8_line(path: Path) -> tuple[int, str] | None:
 def utf16_problem(path: Path) -> str | None:
     """Why a text file that starts as UTF-16 text (a UTF-16 byte-order mark, or NUL bytes
     between the characters of its first line) cannot be read; None for other files."""
-    with open(path, "rb") as handle:
-        compressed = handle.read(2) == b"\x1f\x8b"
-    with gzip.open(path, "rb") if compressed else open(path, "rb") as handle:
+    with open_binary(path) as handle:
         start = handle.read(64)
     if start[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in start:
         return "the file is UTF-16 text (as Excel's 'Unicode Text' writes); save it as UTF-8"

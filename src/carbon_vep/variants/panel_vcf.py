@@ -28,7 +28,7 @@ import pysam
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import InputError
 from carbon_vep.genome.htslib import Messages, captured_messages
-from carbon_vep.variants.panel_columns import INPUT_COLUMNS, carry_name
+from carbon_vep.variants.panel_columns import INPUT_COLUMNS, carry_name, open_binary
 from carbon_vep.variants.panel_vcf_info import (
     InfoSpec,
     RecordText,
@@ -41,7 +41,6 @@ from carbon_vep.variants.panel_vcf_lines import (
     blank_from,
     first_at,
     header_line_number,
-    open_binary,
     refuse_space_separated,
     text_header,
     text_line,

@@ -5,7 +5,6 @@ inside the header are lines like any other: htslib skips them, and they count.""
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from carbon_vep.errors import InputError
-from carbon_vep.variants.panel_columns import not_utf8, open_text
+from carbon_vep.variants.panel_columns import not_utf8, open_binary, open_text
 
 _NO_WHITESPACE = {"id": "ID", "ref": "REF", "alt": "ALT", "filter": "FILTER"}  # VCF forbids it
 _UNDEFINED_TAG = re.compile(r"^(INFO|FILTER) '(.*)' at (\S+):(\d+) is not defined")
@@ -33,12 +32,6 @@ class TextHeader:
         """`#CHROM ... INFO FORMAT` without a sample: other tools read it, htslib refuses it."""
         columns = self.chrom_line.rstrip("\r\n\t ").split("\t")
         return len(columns) == 9 and columns[-1] == "FORMAT"
-
-
-def open_binary(path: Path) -> Any:
-    with open(path, "rb") as handle:
-        compressed = handle.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
 
 
 def text_header(path: Path) -> TextHeader | None:
