@@ -68,6 +68,9 @@ def test_score_logs_the_panel_check(demo_model_dir, tmp_path, caplog):
     assert main([*args, "--window-bp", "60"]) == 0
     assert "checked 2 rows: {'invalid': 1, 'ok': 1}" in caplog.text
     assert "1 of 2 rows will not be scored" in caplog.text
+    # the check's note (one REF compared: too few to vouch for the build), said once
+    notes = [r for r in caplog.records if "too few to confirm" in r.getMessage()]
+    assert len(notes) == 1
 
 
 def test_a_window_longer_than_the_model_is_a_user_error(demo_model_dir, tmp_path, caplog):

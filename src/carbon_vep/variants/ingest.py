@@ -10,7 +10,6 @@ is checked in bounded memory.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -36,8 +35,6 @@ from carbon_vep.variants.panel_columns import ALL_INFO
 from carbon_vep.variants.policy import CheckPolicy
 from carbon_vep.variants.summary import NothingScoreableError, summarize, unscoreable_reason
 
-log = logging.getLogger("carbon_vep")
-
 # What the summary (and the stop when nothing can be scored) reads back of every row.
 _SUMMARY_COLUMNS = ("chrom", "ref_chrom", "status", "reason", "variant_type")
 
@@ -51,7 +48,7 @@ def ingest_panel(
     """(checked table with every input row, summary) for a panel file against a reference.
 
     When no row can be scored, the `NothingScoreableError` carries the table and the summary.
-    The summary's notes are logged as warnings (`check-panel` logs them from its summary).
+    The callers say what the summary holds, its notes too (variants.summary.log_summary).
     """
     with tempfile.TemporaryDirectory(prefix="carbon-vep-ingest-") as tmp:
         out = Path(tmp) / "checked.parquet"
@@ -60,8 +57,6 @@ def ingest_panel(
         except NothingScoreableError as err:
             err.checked = pl.read_parquet(out)
             raise
-        for note in summary["notes"]:  # no summary file is written: say them here
-            log.warning("%s: %s", panel_path, note)
         return pl.read_parquet(out), summary
 
 
