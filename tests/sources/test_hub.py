@@ -40,6 +40,19 @@ def test_require_cached_finds_the_snapshot_or_says_how_to_fetch_it(demo_model_di
         require_cached("other-org/other-model", None, cache)
 
 
+def test_a_mistyped_local_model_path_is_named_as_such(tmp_path, monkeypatch):
+    """`models/carbon-3b` (a typo of models/carbon_3b/) is a valid Hub id: the error says both."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models/carbon_3b").mkdir(parents=True)
+    cache = tmp_path / "hf/hub"
+    with pytest.raises(ModelNotCachedError) as err:
+        require_cached("models/carbon-3b", None, cache)
+    assert "no local folder models/carbon-3b, though models/ exists" in str(err.value)
+    with pytest.raises(ModelNotCachedError) as err:  # a real Hub id: no hint
+        require_cached("other-org/other-model", None, cache)
+    assert "local folder" not in str(err.value)
+
+
 def test_remote_code_in_other_repositories_is_found(tmp_path):
     (tmp_path / "config.json").write_text(
         json.dumps({"auto_map": {"AutoConfig": "code-org/dna-code--configuration_dna.DnaConfig"}})

@@ -85,6 +85,17 @@ def is_local_model(path: str) -> bool:
     return Path(path).is_dir()
 
 
+def _typo_hint(repo_id: str) -> str:
+    """Where a Hub id's owner is a local folder, the id was most likely a mistyped local path."""
+    owner = Path(repo_id).parts[0] if "/" in repo_id else ""
+    if owner and Path(owner).is_dir():
+        return (
+            f" (there is no local folder {repo_id}, though {owner}/ exists: a mistyped path "
+            "is read as a Hub id)"
+        )
+    return ""
+
+
 def cache_location(cache_dir: str | Path | None = None) -> str:
     return str(cache_dir or constants.HF_HUB_CACHE)
 
@@ -105,7 +116,8 @@ def require_cached(repo_id: str, revision: str | None, cache_dir: str | Path | N
         raise ModelNotCachedError(
             repo_id,
             f"revision {revision or 'main'} is not in the Hugging Face cache "
-            f"{cache_location(cache_dir)}, and this job runs offline (HF_HUB_OFFLINE=1: compute "
+            f"{cache_location(cache_dir)}{_typo_hint(repo_id)}, and this job runs offline "
+            "(HF_HUB_OFFLINE=1: compute "
             "nodes have no internet). Fetch it into the same HF_HOME from a machine with "
             "internet: the workflow's fetch_model rule does so on the head node before any "
             f"scoring job, or run `{fetch} --out FILE`",
@@ -159,7 +171,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
         raise InputError(
             repo_id,
             "no such local directory, and no such repository on the Hub (a gated or private "
-            "one needs `hf auth login` first)",
+            f"one needs `hf auth login` first){_typo_hint(repo_id)}",
         ) from err
     except RevisionNotFoundError as err:
         raise InputError(repo_id, f"the Hub has no revision {revision!r}") from err
@@ -167,7 +179,7 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
         raise ModelNotCachedError(
             repo_id,
             f"could not be downloaded into {cache_location(cache_dir)} (no internet, or "
-            f"HF_HUB_OFFLINE=1) and is not cached there: {err}",
+            f"HF_HUB_OFFLINE=1) and is not cached there{_typo_hint(repo_id)}: {err}",
         ) from err
 
 
