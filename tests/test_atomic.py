@@ -202,3 +202,44 @@ def test_losing_the_rename_race_keeps_the_winners_directory(tmp_path, monkeypatc
     with pytest.raises(OSError), atomic.shared_dir(out, _done) as staging:
         _build(staging, "ours")
     assert sorted(tmp_path.iterdir()) == [out]  # the staging is removed all the same
+
+
+def test_the_index_kind_follows_what_a_tbi_can_hold():
+    assert atomic.index_suffix(0) == atomic.index_suffix(atomic.TBI_MAX_POSITION) == ".tbi"
+    assert atomic.index_suffix(atomic.TBI_MAX_POSITION + 1) == ".csi"  # 536,870,913 bp
+
+
+def _far_rows(handle, pos: int = 600_000_000) -> None:
+    handle.write(f"#chrom\tpos\tscore\nchr1\t5\t0.5\nchr1\t{pos}\t1.5\n".encode())
+
+
+def test_a_table_past_2_to_the_29_gets_a_csi_that_readers_find(tmp_path):
+    out = tmp_path / "snvs.tsv.gz"
+    with pytest.raises(OSError), atomic.indexed_bgzf(out) as handle:  # what crashed the scans
+        _far_rows(handle)
+    assert list(tmp_path.iterdir()) == []
+    with atomic.indexed_bgzf(out, longest=600_000_000) as handle:
+        _far_rows(handle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz", "snvs.tsv.gz.csi"]
+    assert atomic.index_of(out) == tmp_path / "snvs.tsv.gz.csi"
+    with pysam.TabixFile(str(out), index=str(atomic.index_of(out))) as tabix:
+        rows = [line.split("\t")[1] for line in tabix.fetch("chr1", 599_999_990, 600_000_010)]
+    assert rows == ["600000000"]
+    assert (
+        atomic.indexed_bytes(out)
+        == out.stat().st_size + (tmp_path / "snvs.tsv.gz.csi").stat().st_size
+    )
+
+
+def test_an_index_of_the_other_kind_is_not_left_behind(tmp_path):
+    """htslib reads a .csi before a .tbi: a stale one of the other kind would answer."""
+    out = tmp_path / "snvs.tsv.gz"
+    with atomic.indexed_bgzf(out, longest=600_000_000) as handle:
+        _far_rows(handle)
+    with atomic.indexed_bgzf(out) as handle:  # rewritten for a genome a .tbi holds
+        _rows(handle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz", "snvs.tsv.gz.tbi"]
+    assert atomic.index_of(out) == tmp_path / "snvs.tsv.gz.tbi"
+    with atomic.indexed_bgzf(out, longest=600_000_000) as handle:
+        _far_rows(handle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz", "snvs.tsv.gz.csi"]

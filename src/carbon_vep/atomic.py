@@ -168,31 +168,67 @@ def write_text(text: str, path: str | Path) -> None:
 # tabix's column options for a `#chrom pos ...` table with 1-based positions (CADD's layout)
 TSV_TABIX = {"seq_col": 0, "start_col": 1, "end_col": 1, "meta_char": "#", "zerobased": False}
 
+# The last position a .tbi can hold: 2^29 (htslib's hts_idx_check_range; 14 + 5 x 3 bits of
+# bins). Past it (wheat, barley, conifers, axolotl: contigs over 536,870,912 bp) only a CSI can.
+TBI_MAX_POSITION = 1 << 29
+INDEX_SUFFIXES = (".tbi", ".csi")
+
+
+def index_suffix(longest: int) -> str:
+    """The index a tabix-indexed file gets, from its longest contig (or its last position):
+    `.tbi`, which tools expect, unless a position passes `TBI_MAX_POSITION`; then `.csi`."""
+    return ".csi" if longest > TBI_MAX_POSITION else ".tbi"
+
+
+def index_of(path: str | Path) -> Path:
+    """The index beside a tabix-indexed file: its `.csi` where there is one, else its `.tbi`
+    (which may not exist). pysam.TabixFile looks for the .tbi only: pass this as `index`."""
+    csi = Path(f"{path}.csi")
+    return csi if csi.exists() else Path(f"{path}.tbi")
+
+
+def indexed_bytes(path: str | Path) -> int:
+    """A tabix-indexed file's size with its index's."""
+    return Path(path).stat().st_size + index_of(path).stat().st_size
+
 
 @contextmanager
-def indexed_file(path: str | Path, tabix: dict[str, Any] | None = TSV_TABIX) -> Iterator[Path]:
+def indexed_file(
+    path: str | Path, tabix: dict[str, Any] | None = TSV_TABIX, longest: int = 0
+) -> Iterator[Path]:
     """Yield a temporary path with `path`'s own suffix (pysam decides compression by it) to
     write the file to; then tabix-index it (`tabix`: pysam.tabix_index's column options; None:
-    no index) and rename it and its `.tbi` into place. Nothing of a failed write survives."""
+    no index) and rename it and its index into place: a `.tbi`, or a `.csi` where `longest`
+    (the longest contig the file may hold, or its last position) passes what a .tbi can hold
+    (`index_suffix`). An index of the other kind left by an earlier write is removed (htslib
+    would read a stale .csi before the .tbi). Nothing of a failed write survives."""
     import pysam
 
     final = Path(path)
+    suffix = index_suffix(longest)
     with atomic_path(final, suffix=f"-{final.name}") as work:
-        index = Path(f"{work}.tbi")
+        index = Path(f"{work}{suffix}")
         try:
             yield work
             if tabix is not None:
-                pysam.tabix_index(str(work), force=True, keep_original=True, **tabix)
-                os.replace(index, f"{final}.tbi")
+                pysam.tabix_index(
+                    str(work), force=True, keep_original=True, csi=suffix == ".csi", **tabix
+                )
+                os.replace(index, f"{final}{suffix}")
+                for other in INDEX_SUFFIXES:
+                    if other != suffix:
+                        Path(f"{final}{other}").unlink(missing_ok=True)
         finally:
             index.unlink(missing_ok=True)
 
 
 @contextmanager
-def indexed_bgzf(path: str | Path, tabix: dict[str, Any] = TSV_TABIX) -> Iterator[Any]:
+def indexed_bgzf(
+    path: str | Path, tabix: dict[str, Any] = TSV_TABIX, longest: int = 0
+) -> Iterator[Any]:
     """A bgzipped table written through the yielded handle, then tabix-indexed and renamed into
-    place with its `.tbi` (`indexed_file`)."""
+    place with its `.tbi` or `.csi` (`indexed_file`)."""
     from pysam.libcbgzf import BGZFile
 
-    with indexed_file(path, tabix) as work, BGZFile(str(work), "wb") as handle:
+    with indexed_file(path, tabix, longest) as work, BGZFile(str(work), "wb") as handle:
         yield handle

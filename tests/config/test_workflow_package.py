@@ -318,9 +318,9 @@ def test_run_paths_format_to_the_paths_the_rules_always_wrote():
     assert paths.job_log(paths.inputs_dir, "niah_{niah}.{cell}") == (
         "logs/out/inputs/niah_{niah}.{cell}.log"
     )
-    assert paths.vcf_export_index == "out/{dataset}/{model}/results.vcf.gz.tbi"
-    assert paths.scan_snvs_index.format(scan="g", model="m", file="chr1") == (
-        "out/scans/g/m/snvs/chr1.tsv.gz.tbi"
+    assert paths.vcf_export == "out/{dataset}/{model}/results.vcf.gz"  # index: .tbi or .csi
+    assert paths.scan_snvs.format(scan="g", model="m", file="chr1") == (
+        "out/scans/g/m/snvs/chr1.tsv.gz"
     )
     assert paths.scan_calibration_counts.format(scan="g", model="m", file="chr1") == (
         "out/scans/g/m/calibration/counts/chr1.parquet"

@@ -7,6 +7,7 @@ import polars as pl
 import pysam
 import pytest
 
+from carbon_vep.atomic import index_of
 from carbon_vep.config.stages import PanelSettings
 from carbon_vep.report.exports import (
     carried_infos,
@@ -249,3 +250,31 @@ def test_results_vcf_carries_a_table_panels_columns_as_strings(tmp_path):
     assert records[("chr2", 5, "<DEL>")].id == "v_3"
     assert records[("chr1", 3, "T")].info["gene_name"] == "B"
     assert "gene_name" not in records[("chr1", 10, "G")].info
+
+
+@pytest.mark.parametrize(
+    ("chr1_bp", "index"), [(248_956_422, "tbi"), (700_000_000, "csi")], ids=["hg38", "wheat"]
+)
+def test_results_vcf_index_is_a_csi_past_what_a_tbi_holds(tmp_path, chr1_bp, index):
+    """A contig over 2^29 bp (wheat's 1H..7D, conifers, axolotl): htslib cannot store it in a
+    .tbi; the field's tools expect a .tbi for every other genome."""
+    out = tmp_path / "results.vcf.gz"
+    write_results_vcf(_merged(), {"chr1": chr1_bp, "chr2": 500}, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "results.vcf.gz",
+        f"results.vcf.gz.{index}",
+    ]
+    with pysam.VariantFile(str(out)) as vcf:  # htslib finds the .csi itself
+        assert [r.alts[0] for r in vcf.fetch("chr1", 9, 10)] == ["A", "G"]
+
+
+def test_tabix_table_with_positions_past_2_to_the_29_gets_a_csi(tmp_path):
+    frame = pl.DataFrame(
+        {"chrom": ["1H", "1H"], "pos": [5, 600_000_000], "ref": ["A", "C"], "alt": ["G", "T"]}
+    ).with_columns(pl.Series("score", [0.5, 1.5]))
+    out = write_tabix_tsv(frame, tmp_path / "scan.tsv.gz", ["score"])
+    assert (tmp_path / "scan.tsv.gz.csi").is_file() and not (tmp_path / "scan.tsv.gz.tbi").exists()
+    with pysam.TabixFile(str(out), index=str(index_of(out))) as table:
+        assert [r.split("\t")[1] for r in table.fetch("1H", 599_999_999, 600_000_000)] == [
+            "600000000"
+        ]

@@ -5,6 +5,8 @@ refuses chunks out of order."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pysam
@@ -12,9 +14,17 @@ import pytest
 from support.files import random_dna, write_fasta
 
 from carbon_vep import columns
-from carbon_vep.genome.reference import open_reference
+from carbon_vep.atomic import index_of, write_json
+from carbon_vep.genome.reference import Reference, open_reference
 from carbon_vep.scan.calibrate import Calibration, counts_meta, read_counts
-from carbon_vep.scan.outputs import BaseWriter, merge_group, write_tsv
+from carbon_vep.scan.outputs import (
+    RECORD_LAYOUT,
+    SCAN_RECORD,
+    BaseWriter,
+    concat_tsv,
+    merge_group,
+    write_tsv,
+)
 from carbon_vep.scan.snvs import snv_rows, with_cells
 
 # the genome the rows are on (a scan's `ref` is the genome's base, which the contexts read)
@@ -135,3 +145,46 @@ def test_chunks_out_of_order_stop_the_merge_and_leave_nothing(chunks, reference,
     with pytest.raises(ValueError, match="out of order"):  # contigs in another order
         merge_group(chunks, ["HLA-C*01:02", "B"], parquet, counts, meta, reference, None)
     assert not list(tmp_path.glob("bad*"))
+
+
+class _FarContig(Reference):
+    """One contig of 600,000,100 bp (wheat's chromosomes are longer) that no file holds: its
+    bases a function of their position, read only where asked."""
+
+    path = Path("far.fa")
+    lengths = {"1H": 600_000_100}  # noqa: RUF012 (a test double's fixed lengths)
+
+    def _fetch(self, contig: str, start: int, end: int) -> str:
+        return "".join("ACGT"[(i * 7919 >> 3) % 4] for i in range(start, end))
+
+
+def test_a_contig_past_2_to_the_29_gets_a_csi_that_concat_reads(tmp_path):
+    """A .tbi cannot hold positions past 2^29: the TSV of such a contig crashed after the
+    GPU work (`hts_idx_check_range`); it gets a .csi, which the reading side finds."""
+    genome, first = _FarContig(), 599_999_998
+    frame = _bases("A", 1, 5, 7).with_columns(  # bases 599,999,998-600,000,002
+        pl.lit("1H").alias("chrom"),
+        pl.Series("pos", range(first, first + 5)),
+        pl.Series("ref", list(genome.fetch("1H", first - 1, first + 4))),
+    )
+    chunk = _chunk(tmp_path / "c0.parquet", frame)
+    scan = tmp_path / "scan"
+    parquet, counts = scan / "positions/1H.parquet", scan / "counts/1H.parquet"
+    meta = counts_meta({}, 4, None)
+    merge_group([chunk], ["1H"], parquet, counts, meta, genome, None)
+    calibration = Calibration.build(*read_counts([counts])[:2], meta, min_count=1)
+    tsv = scan / "snvs/1H.tsv.gz"
+    stats = write_tsv(parquet, ["1H"], tsv, {}, calibration, genome)
+    assert sorted(p.name for p in tsv.parent.iterdir()) == ["1H.tsv.gz", "1H.tsv.gz.csi"]
+    assert stats["tsv_bytes"] == tsv.stat().st_size + Path(f"{tsv}.csi").stat().st_size
+    with pysam.TabixFile(str(tsv), index=str(index_of(tsv))) as tabix:
+        rows = [line.split("\t") for line in tabix.fetch("1H", 600_000_000, 600_000_001)]
+    assert [(r[1], r[2]) for r in rows] == [
+        ("600000001", genome.fetch("1H", 600_000_000, 600_000_001))
+    ] * 3
+    write_json(
+        {"layout": RECORD_LAYOUT, "files": [{"name": "1H", "contigs": ["1H"]}]}, scan / SCAN_RECORD
+    )
+    stats = concat_tsv(scan, tmp_path / "all.tsv.gz")
+    assert (tmp_path / "all.tsv.gz.csi").is_file() and not (tmp_path / "all.tsv.gz.tbi").exists()
+    assert stats["contigs"] == 1

@@ -205,3 +205,9 @@ def test_the_plan_lists_output_files_with_their_chunks(tmp_path):
         }
         assert entry["chunks"] == sorted(held)
     assert "output files: 4" in describe_plan(plan)
+    assert {f["index"] for f in plan["files"]} == {"tbi"} and ".csi" not in describe_plan(plan)
+    # a genome with a contig over 2^29 bp (wheat's): its file gets a .csi, which the plan says
+    plan["files"][0]["index"] = "csi"
+    assert "tabix index: .csi for 1 file(s) with a contig over 536,870,912 bp" in (
+        describe_plan(plan)
+    )

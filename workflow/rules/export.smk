@@ -1,5 +1,6 @@
 # The panel with its scores as a VCF: the panel's ID, QUAL, FILTER and requested INFO fields
-# (declared as the panel's header declares them), the scores in CVEP_ INFO fields.
+# (declared as the panel's header declares them), the scores in CVEP_ INFO fields. Its index is
+# written with it, not declared: a .tbi, or a .csi where a contig passes 2^29 bp.
 rule export_vcf:
     input:
         merged=rules.merge_scores.output,
@@ -7,7 +8,6 @@ rule export_vcf:
         reference=JOBS.dataset_file("reference"),
     output:
         vcf=PATHS.vcf_export,
-        tbi=PATHS.vcf_export_index,
     log:
         PATHS.job_log(PATHS.dataset_model_dir, "export_vcf"),
     conda:

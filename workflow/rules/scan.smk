@@ -94,6 +94,8 @@ rule calibrate_scan:
         " --out {params.folder} > {log} 2>&1"
 
 
+# The TSV's index is written with it, not declared: a .tbi, or a .csi where a contig of the
+# file passes 2^29 bp (a .tbi cannot hold it; the plan's `files[].index` says which).
 rule write_scan_tsv:
     input:
         plan=PATHS.scan_plan,
@@ -102,7 +104,6 @@ rule write_scan_tsv:
         reference=lambda wc: RUN.scans[wc.scan].reference,
     output:
         tsv=PATHS.scan_snvs,
-        tbi=PATHS.scan_snvs_index,
     log:
         PATHS.job_log(PATHS.scan_dir, "write_scan_tsv_{file}"),
     conda:

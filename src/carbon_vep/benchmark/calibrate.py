@@ -38,6 +38,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from carbon_vep.atomic import indexed_bytes
 from carbon_vep.benchmark.harness import carbon_vep_job, run_step, write_json
 from carbon_vep.benchmark.synthetic import write_synthetic_scan
 from carbon_vep.markdown import table as markdown_table
@@ -114,7 +115,7 @@ def tsv_job(f: Path) -> dict:
 
 
 def _bytes(tsv: Path) -> int:
-    return tsv.stat().st_size + Path(f"{tsv}.tbi").stat().st_size
+    return indexed_bytes(tsv)
 
 
 # ---- the reference approaches (no job gives them: functions run in a fresh process) -----------

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from carbon_vep.atomic import indexed_bytes
 from carbon_vep.benchmark.harness import PROJECT_ROOT, carbon_vep_job, write_json
 
 LAMBDA = PROJECT_ROOT / "resources/genome/lambda_phage.fa"
@@ -145,7 +146,7 @@ def merge(work: Path, chunks: list[str]) -> dict:
         written = ("--parquet", parquet, "--calibration", calibration, "--out-tsv", tsv)
         jobs["write-scan-tsv"] = _run("write-scan-tsv", *file_job, *written)
         bases = pl.read_parquet(parquet)
-        snvs, tsv_bytes = 3 * bases.height, tsv.stat().st_size + Path(f"{tsv}.tbi").stat().st_size
+        snvs, tsv_bytes = 3 * bases.height, indexed_bytes(tsv)
         x = snv_rows(bases)["score"].to_numpy().astype(np.float64)
         y = pl.read_csv(tsv, separator="\t", comment_prefix="#", has_header=False)[:, 4]
         y = y.to_numpy()

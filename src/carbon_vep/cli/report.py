@@ -125,7 +125,7 @@ def add_export_tabix(sub) -> None:
     p.add_argument("--scores", required=True, help="Parquet with chrom, pos, ref, alt, ...")
     p.add_argument("--column", action="append", required=True, help="value column to export")
     p.add_argument("--reference", default=None, help="FASTA whose contig order to follow")
-    p.add_argument("--out", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.add_argument("--out", required=True, help="*.tsv.gz (index: .tbi; .csi past 2^29 bp)")
     p.set_defaults(func=export_tabix)
 
 

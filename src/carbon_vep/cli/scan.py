@@ -133,7 +133,7 @@ def add_write_scan_tsv(sub) -> None:
     p.add_argument("--reference", required=True, help="the scan's reference (SNV contexts)")
     add_flags(p, CalibrationSettings)
     p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
-    p.add_argument("--out-tsv", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.add_argument("--out-tsv", required=True, help="*.tsv.gz (index: .tbi; .csi past 2^29 bp)")
     p.set_defaults(func=write_scan_tsv)
 
 
@@ -178,7 +178,7 @@ def add_concat_scan(sub) -> None:
         "concat-scan", help="a scan's tabix TSVs as one file (for `bcftools annotate -a`)"
     )
     p.add_argument("--scan", required=True, help="a scan's output folder (holds scan.json)")
-    p.add_argument("--out", required=True, help="*.tsv.gz (index: *.tsv.gz.tbi)")
+    p.add_argument("--out", required=True, help="*.tsv.gz (index: .tbi; .csi past 2^29 bp)")
     p.set_defaults(func=concat_scan)
 
 

@@ -74,7 +74,8 @@ def write_tabix_tsv(
         .rename({"chrom": "#chrom"})
     )
 
-    with indexed_bgzf(out_path) as handle:
+    longest = int(table["pos"].max() or 0)  # a .csi where a position passes what a .tbi holds
+    with indexed_bgzf(out_path, longest=longest) as handle:
         handle.write(table.write_csv(None, separator="\t", null_value=".").encode())
     return out_path
 
@@ -232,6 +233,18 @@ def _placed_rows(
     return rows, contigs
 
 
+def _longest(rows: pl.DataFrame, contigs: Sequence[tuple[str, int | None]]) -> int:
+    """The longest of the records' contigs (their `##contig` lengths), or the last position a
+    record reaches (POS + len(REF) - 1) where that is further: a VCF's index is a .csi where
+    it passes what a .tbi holds (`atomic.index_suffix`)."""
+    if rows.is_empty():
+        return 0
+    present = set(rows["_contig"].to_list())
+    lengths = [n for c, n in contigs if c in present and n]
+    end = rows.select((pl.col("pos") + pl.col("ref").str.len_chars() - 1).max()).item()
+    return max([int(end or 0), *lengths])
+
+
 def _row_filters(value: object) -> list[str]:
     """A row's FILTER values (`;`-joined in scores.parquet; null or `.`: none)."""
     if value is None or str(value) in ("", "."):
@@ -352,7 +365,9 @@ def write_results_vcf(
                 vcf.write(_vcf_record(vcf, row, infos))
 
     indexed = out_path.name.endswith(".gz")
-    with indexed_file(out_path, {"preset": "vcf"} if indexed else None) as work:
+    with indexed_file(
+        out_path, {"preset": "vcf"} if indexed else None, _longest(rows, contigs)
+    ) as work:
         write(work)
     return n_unwritable
 

@@ -14,10 +14,10 @@ plan order (which is reference order), into
 
 Then `write_tsv` writes, from the Parquet file and the calibration,
 
-- `snvs/<name>.tsv.gz` (+ `.tbi`): per-SNV scores and their PHRED, bgzipped and tabix-indexed
-  (every contig of the file answers region queries), 3 rows per base, with `##` header lines
-  (ASCII only) naming the model, revision, normalisation, sign convention, the calibration,
-  columns and contigs.
+- `snvs/<name>.tsv.gz` (+ `.tbi`, or `.csi` past 2^29 bp): per-SNV scores and their PHRED,
+  bgzipped and tabix-indexed (every contig of the file answers region queries), 3 rows per
+  base, with `##` header lines (ASCII only) naming the model, revision, normalisation, sign
+  convention, the calibration, columns and contigs.
 
 `<name>` is the contig's name encoded (`genome.contigs.encode_name`), or
 `<first contig>+<N more>` for a shared file. Nothing is half-written: every file goes to a
@@ -40,7 +40,13 @@ import pyarrow.parquet as pq
 import pysam
 
 from carbon_vep import columns, markdown
-from carbon_vep.atomic import PendingFile, indexed_bgzf
+from carbon_vep.atomic import (
+    TBI_MAX_POSITION,
+    PendingFile,
+    index_of,
+    indexed_bgzf,
+    indexed_bytes,
+)
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.calibrate import (
@@ -274,7 +280,8 @@ def write_tsv(
     table = columns.SCAN_TSV_CALIBRATED if with_calibrated else columns.SCAN_TSV
     decimals, tsv_out, start = calibration.decimals, Path(tsv_out), time.monotonic()
     parquet = pq.ParquetFile(parquet_in)
-    with indexed_bgzf(tsv_out) as out:
+    longest = max((reference.lengths.get(c, 0) for c in contigs), default=0)  # .tbi or .csi
+    with indexed_bgzf(tsv_out, longest=longest) as out:
         out.write(tsv_header(contigs, provenance, table, calibration).encode("ascii"))
         for group in range(parquet.num_row_groups):
             bases = pl.from_arrow(parquet.read_row_group(group))
@@ -283,7 +290,7 @@ def write_tsv(
                 out.write(tsv_text(calibration.annotate(snvs), table, decimals).encode())
     return {
         "snvs": 3 * parquet.metadata.num_rows,
-        "tsv_bytes": tsv_out.stat().st_size + Path(f"{tsv_out}.tbi").stat().st_size,
+        "tsv_bytes": indexed_bytes(tsv_out),
         "tsv_s": round(time.monotonic() - start, 3),
     }
 
@@ -300,7 +307,7 @@ def summarize(
     totals = dict(plan["totals"])
     written = sum(s["bases"] for s in chunk_stats)
     parquet = sum(Path(p).stat().st_size for p in parquet_files)
-    tsv = sum(Path(p).stat().st_size + Path(f"{p}.tbi").stat().st_size for p in tsv_files)
+    tsv = sum(indexed_bytes(p) for p in tsv_files)
     snvs = max(totals["snvs"], 1)
     if written != totals["scored_bp"]:
         raise ValueError(f"chunks wrote {written} bases; the plan scores {totals['scored_bp']}")
@@ -449,16 +456,18 @@ def concat_tsv(scan_dir: str | Path, out: str | Path) -> dict[str, Any]:
     files = read_scan(scan_dir)["files"]
     names = [entry["name"] for entry in files]
     snvs = Path(scan_dir) / "snvs"
-    with pysam.TabixFile(str(snvs / f"{names[0]}.tsv.gz")) as first:
+    paths = [snvs / f"{name}.tsv.gz" for name in names]
+    with pysam.TabixFile(str(paths[0]), index=str(index_of(paths[0]))) as first:
         lines = list(first.header)
+    csi = any(index_of(p).suffix == ".csi" for p in paths)  # a contig past what a .tbi holds
     contigs = [c for entry in files for c in entry["contigs"]]
     header = [h for h in lines if not h.startswith(("##contig=", "#chrom"))]
     header += [ascii_header(f"##contig={c}") for c in contigs]
     header.append(lines[-1])  # `#chrom ...`: the files' columns
     out = Path(out)
-    with indexed_bgzf(out) as handle:
+    with indexed_bgzf(out, longest=TBI_MAX_POSITION + 1 if csi else 0) as handle:
         handle.write(("\n".join(header) + "\n").encode("ascii"))
-        for name in names:
-            for block in _data_bytes(snvs / f"{name}.tsv.gz"):
+        for path in paths:
+            for block in _data_bytes(path):
                 handle.write(block)
     return {"files": len(names), "contigs": len(contigs), "bytes": out.stat().st_size}

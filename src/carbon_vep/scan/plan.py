@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from carbon_vep import markdown
+from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
     CARBON_SHAPES,
@@ -267,6 +268,10 @@ def plan_scan(
     files = output_files({c: n.scored_bp for c, n in per_contig.items()}, chunks.group_bp)
     for entry in files:
         entry["chunks"] = sorted({i for c in entry["contigs"] for i in per_contig[c].chunks})
+        # the TSV's index: a .tbi, or a .csi where a contig passes 2^29 bp (write_tsv decides
+        # the same from the reference)
+        longest = max(per_contig[c].length for c in entry["contigs"])
+        entry["index"] = index_suffix(longest).lstrip(".")
         for contig in entry["contigs"]:
             contigs[contig]["file"] = entry["name"]
     totals["files"] = len(files)
@@ -381,6 +386,13 @@ def describe_plan(plan: Mapping[str, Any], title: str = "scan plan") -> str:
         f"- output files: {t['files']:,} Parquet + {t['files']:,} tabix TSV (merge jobs: "
         f"{t['files']:,}; contigs under {plan['group_bp']:,} scored bases share files)",
     ]
+    csi = [f["name"] for f in plan["files"] if f.get("index") == "csi"]
+    if csi:
+        lines.append(
+            f"- tabix index: .csi for {len(csi):,} file(s) with a contig over "
+            f"{TBI_MAX_POSITION:,} bp, which a .tbi cannot hold ({', '.join(csi[:5])}"
+            f"{', ...' if len(csi) > 5 else ''}); .tbi for the others"
+        )
     est = plan["estimates"]
     out = est["output_bytes"]
     lines.append(

@@ -103,12 +103,9 @@ class RunPaths:
 
     @property
     def vcf_export(self) -> str:
-        """The scores as a bgzipped VCF (`export_vcf: true`)."""
+        """The scores as a bgzipped VCF (`export_vcf: true`), with its index beside it (`.tbi`,
+        or `.csi` past 2^29 bp: `atomic.index_suffix`; written with it, not declared)."""
         return f"{self.dataset_model_dir}/results.vcf.gz"
-
-    @property
-    def vcf_export_index(self) -> str:
-        return f"{self.vcf_export}.tbi"
 
     @property
     def metrics(self) -> str:
@@ -210,12 +207,10 @@ class RunPaths:
 
     @property
     def scan_snvs(self) -> str:
-        """An output file's SNVs, calibrated, as a bgzipped TSV."""
+        """An output file's SNVs, calibrated, as a bgzipped TSV, with its index beside it
+        (`.tbi`, or `.csi` past 2^29 bp: the plan's `files[].index`; written with it, not
+        declared)."""
         return f"{self.scan_dir}/snvs/{{file}}.tsv.gz"
-
-    @property
-    def scan_snvs_index(self) -> str:
-        return f"{self.scan_snvs}.tbi"
 
     @property
     def scan_summary(self) -> str:
