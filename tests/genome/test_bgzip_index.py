@@ -17,7 +17,7 @@ import pytest
 from support.files import random_dna, write_fasta
 
 from carbon_vep.errors import InputError
-from carbon_vep.genome import reference
+from carbon_vep.genome import fai_check, reference
 from carbon_vep.genome.reference import open_reference
 
 # Random bases bgzip to ~4 blocks a contig: a change early in the file moves every later block.
@@ -93,7 +93,7 @@ def test_the_reported_stale_fai_no_longer_reads_header_bytes(tmp_path, caplog):
 def test_fresh_bgzip_index_is_used_without_rebuilding(versions, monkeypatch, caplog):
     _, new = versions
     before = {p.name: p.stat().st_mtime_ns for p in new.parent.iterdir()}
-    assert reference._index_problem(new, Path(f"{new}.fai"), Path(f"{new}.gzi")) is None
+    assert fai_check.index_problem(new, Path(f"{new}.fai"), Path(f"{new}.gzi")) is None
 
     def no_rebuild(*_):
         raise AssertionError("a fresh index was rebuilt")
@@ -117,7 +117,7 @@ def test_concatenated_bgzip_with_its_fresh_index_passes(tmp_path):
     genome = folder / "g.fa.gz"
     genome.write_bytes(b"".join(halves))
     pysam.faidx(str(genome))
-    assert reference._index_problem(genome, Path(f"{genome}.fai"), Path(f"{genome}.gzi")) is None
+    assert fai_check.index_problem(genome, Path(f"{genome}.fai"), Path(f"{genome}.gzi")) is None
     with open_reference(genome) as ref:
         assert ref.fetch("b", 149_930, 150_000) == OLD["b"][-70:]
 
@@ -154,7 +154,7 @@ def test_index_problem_names_a_broken_gzi(versions, change):
     _, new = versions
     gzi = Path(f"{new}.gzi")
     gzi.write_bytes(change(gzi.read_bytes()))
-    found = reference._index_problem(new, Path(f"{new}.fai"), gzi)
+    found = fai_check.index_problem(new, Path(f"{new}.fai"), gzi)
     assert found is not None and found[0] == gzi
 
 
@@ -168,5 +168,5 @@ def test_a_gzi_missing_a_middle_block_is_found(versions):
     pairs = list(struct.iter_unpack("<QQ", data[8:]))
     assert count == len(pairs) >= 4
     gzi.write_bytes(_gzi(pairs[:2] + pairs[3:]))
-    found = reference._index_problem(new, Path(f"{new}.fai"), gzi)
+    found = fai_check.index_problem(new, Path(f"{new}.fai"), gzi)
     assert found is not None and found[0] == gzi and "does not list the block" in found[1]

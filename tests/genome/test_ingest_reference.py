@@ -12,7 +12,7 @@ import pytest
 from support.files import random_dna, write_fasta
 
 from carbon_vep.errors import InputError
-from carbon_vep.genome import reference
+from carbon_vep.genome import fai_check, reference
 from carbon_vep.genome.contigs import canonical_contig, resolve_contigs
 from carbon_vep.genome.reference import FastaReference, ParquetReference, open_reference
 from carbon_vep.variants.check import check_panel
@@ -101,9 +101,9 @@ def test_index_problem_finds_a_changed_fasta(tmp_path, change):
     path = write_fasta(tmp_path / "g.fa", CONTIGS)
     with open_reference(path):
         pass
-    assert reference._index_problem(path, tmp_path / "g.fa.fai") is None
+    assert fai_check.index_problem(path, tmp_path / "g.fa.fai") is None
     path.write_bytes(change(path.read_text()).encode())
-    assert reference._index_problem(path, tmp_path / "g.fa.fai") is not None
+    assert fai_check.index_problem(path, tmp_path / "g.fa.fai") is not None
 
 
 def test_plain_gzip_fasta_is_refused_with_the_fix(tmp_path):
