@@ -9,6 +9,7 @@ from support.files import random_dna, write_fasta
 
 from carbon_vep.cli import build_parser, main
 from carbon_vep.columns import Status
+from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.niah_grid import niah_config_name as config_name
 from carbon_vep.config.stages import EvaluationSettings
 from carbon_vep.errors import InputError
@@ -281,8 +282,24 @@ def test_genome_too_short_for_the_context_is_named(tmp_path):
     ],
 )
 def test_bad_cell_geometry_is_refused(tmp_path, gappy_genome, spec, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         write_cell(spec, gappy_genome, tmp_path / "x.parquet")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--rows", "0"], "--rows must be at least 1"), (["--value-bp", "25"], "--value-bp 25")],
+)
+def test_build_niah_refuses_a_bad_flag_in_one_line_with_status_2(
+    tmp_path, gappy_genome, caplog, flags, message
+):
+    """An input error like any other: one ERROR line naming the flag, exit 2, nothing written."""
+    out = tmp_path / "cell.parquet"
+    argv = ["build-niah", "--reference", str(gappy_genome), "--task", "niah", "--ctx", "400"]
+    assert main([*argv, *flags, "--out", str(out)]) == 2
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0].getMessage()
+    assert not out.exists()
 
 
 def test_config_names_are_the_hub_names():
