@@ -328,6 +328,29 @@ def test_a_built_cell_reads_back(tmp_path, good_cell):
     ]
 
 
+def test_a_soft_masked_prompt_is_upper_cased_and_counted(tmp_path, good_cell, caplog):
+    """Lower-case (soft-masked) bases are read as their bases, as recovery and perturbation
+    read them, and counted in the log; the cell is not refused for them."""
+    soft = good_cell.with_columns(
+        pl.when(pl.int_range(pl.len()) == 1)
+        .then(pl.col(c).str.slice(0, 30).str.to_lowercase() + pl.col(c).str.slice(30))
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c in ("prompt", "positive_sequence", "negative_sequence")
+    )
+    assert soft["prompt"][1] != good_cell["prompt"][1]
+    with caplog.at_level("INFO", logger="carbon_vep"):
+        cell = read_cell(_write(tmp_path, soft))
+    assert cell["prompt"].to_list() == good_cell["prompt"].to_list()
+    assert any("1 rows hold soft-masked" in r.getMessage() for r in caplog.records)
+
+
+def test_a_prompt_with_a_real_non_acgt_base_is_still_refused(tmp_path, good_cell):
+    bad = _bad(good_cell, "prompt", "acgtnn" + good_cell["prompt"][1][6:])
+    with pytest.raises(InputError, match=r"row 2 .* other than A, C, G, T"):
+        read_cell(_write(tmp_path, bad))
+
+
 def _bad(good: pl.DataFrame, column: str, value) -> pl.DataFrame:
     values = good[column].to_list()
     values[1] = value
