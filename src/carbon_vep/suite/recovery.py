@@ -10,7 +10,8 @@ docs/suite-conventions.md#recipes) adds, and we follow it: `accuracy_mode` fixed
 or prediction_length (matches / min(len label, len prediction), 0 when that is 0); `label_source`
 dataset, sequence_tail (the last rollout bp of `sequence` are the label, the rest the prompt,
 cut before the prompt is truncated) or auto (the tail for the whole table when the rollout is
-longer than its shortest label); `species_tags` (the `type`'s tag before the DNA prefix).
+longer than its shortest label; ours refuses labels on both sides of it, `table_label_source`);
+`species_tags` (the `type`'s tag before the DNA prefix).
 
 The rollouts on our engine, their decoders (the published `token` one and two FNS decoders) and
 their KV cache are suite.rollouts'; vLLM's are suite.recovery_vllm. Both hand their texts to
