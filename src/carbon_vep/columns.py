@@ -33,8 +33,12 @@ class Status(StrEnum):
     OK = "ok", "passed every check; to be scored (checked.parquet only)"
     INVALID = (
         "invalid",
-        "missing CHROM, POS or REF, or a POS that is not an integer (`POS '1,234' is not an "
-        "integer`)",
+        "panel: missing CHROM, POS or REF, or a POS that is not an integer (`POS '1,234' is not "
+        "an integer`). Suite task rows: perturbation `missing original_sequence or sequence`, "
+        "`lengths differ`, `shorter than 12 bp`; recovery `missing sequence or label` (`missing "
+        "sequence` with sequence_tail labels), `prompt shorter than one 6-mer`, `non-ACGT base "
+        "in the prompt's last 6-mer`. Invalid rows are out of the means; a task with no other "
+        "row stops with exit 2",
     )
     UNKNOWN_CONTIG = "unknown_contig", "contig not in the reference under any alias"
     OUT_OF_BOUNDS = "out_of_bounds", "POS (or the end of REF) outside the contig"

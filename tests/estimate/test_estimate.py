@@ -448,3 +448,17 @@ def test_the_cli_reads_the_config_as_the_workflow_does(tmp_path, caplog):
     assert f"config {config}: datasets.d.window_bp: '240bp' is not of type" in caplog.text
     assert main(["estimate", "--config", str(ROOT / "README.md")]) == 2
     assert "README.md: not YAML at line" in caplog.text
+
+
+def test_vcf_rows_count_each_alt(tmp_path):
+    """A multi-allelic record is one row per ALT in the run, so the bill counts its ALTs (the
+    demo panel: 44 records, 56 rows), and a missing ALT is still one row."""
+    from carbon_vep.estimate.counts import local_rows
+
+    vcf = tmp_path / "p.vcf"
+    vcf.write_text(
+        "##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
+        "1\t10\t.\tA\tC\t.\t.\t.\n1\t20\t.\tA\tC,G,T\t.\t.\t.\n1\t30\t.\tA\t.\t.\t.\t.\n"
+    )
+    assert local_rows(str(vcf)) == 5
+    assert local_rows(str(ROOT / "resources/demo/demo_panel.vcf")) == 56

@@ -249,3 +249,25 @@ def test_brackets_are_explained_only_where_there_are_intervals(run):
     assert "Brackets" not in render_report(_scores(0), plain, "t")
     table = results_markdown([plain])
     assert "| ds | auroc |" in table and "Brackets" not in table
+
+
+def test_results_table_refuses_two_metrics_of_one_task_and_model(tmp_path, caplog):
+    """Two metrics JSON of one (task, model) cannot share a cell: the command names the task,
+    the model and both files (exit 2, nothing written), not a polars pivot error."""
+    from carbon_vep.cli import main
+
+    result = {"kind": "perturbation", "metrics": {"accuracy": 0.5}, "definitions": {}}
+    paths = []
+    for name, value in (("a", 0.5), ("b", 0.75)):
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "metrics.json"
+        named = _named(result, "pert", "demo", ["accuracy"])
+        path.write_text(json.dumps({**named, "metrics": {"accuracy": value}}))
+        paths.append(str(path))
+    out = {f: str(tmp_path / f"table.{f}") for f in ("parquet", "tsv", "md")}
+    argv = ["results-table", "--metrics", *paths, "--out-parquet", out["parquet"]]
+    code = main([*argv, "--out-tsv", out["tsv"], "--out-md", out["md"]])
+    assert code == 2
+    (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "'pert'" in error and "'demo'" in error and paths[0] in error and paths[1] in error
+    assert not any((tmp_path / f"table.{f}").exists() for f in out)

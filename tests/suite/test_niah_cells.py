@@ -9,6 +9,7 @@ from support.files import random_dna, write_fasta
 
 from carbon_vep.cli import build_parser, main
 from carbon_vep.columns import Status
+from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.niah_grid import niah_config_name as config_name
 from carbon_vep.config.stages import EvaluationSettings
 from carbon_vep.errors import InputError
@@ -281,8 +282,24 @@ def test_genome_too_short_for_the_context_is_named(tmp_path):
     ],
 )
 def test_bad_cell_geometry_is_refused(tmp_path, gappy_genome, spec, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         write_cell(spec, gappy_genome, tmp_path / "x.parquet")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--rows", "0"], "--rows must be at least 1"), (["--value-bp", "25"], "--value-bp 25")],
+)
+def test_build_niah_refuses_a_bad_flag_in_one_line_with_status_2(
+    tmp_path, gappy_genome, caplog, flags, message
+):
+    """An input error like any other: one ERROR line naming the flag, exit 2, nothing written."""
+    out = tmp_path / "cell.parquet"
+    argv = ["build-niah", "--reference", str(gappy_genome), "--task", "niah", "--ctx", "400"]
+    assert main([*argv, *flags, "--out", str(out)]) == 2
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0].getMessage()
+    assert not out.exists()
 
 
 def test_config_names_are_the_hub_names():
@@ -309,6 +326,29 @@ def test_a_built_cell_reads_back(tmp_path, good_cell):
         s[len(p) :]
         for s, p in zip(good_cell["negative_sequence"], good_cell["prompt"], strict=True)
     ]
+
+
+def test_a_soft_masked_prompt_is_upper_cased_and_counted(tmp_path, good_cell, caplog):
+    """Lower-case (soft-masked) bases are read as their bases, as recovery and perturbation
+    read them, and counted in the log; the cell is not refused for them."""
+    soft = good_cell.with_columns(
+        pl.when(pl.int_range(pl.len()) == 1)
+        .then(pl.col(c).str.slice(0, 30).str.to_lowercase() + pl.col(c).str.slice(30))
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c in ("prompt", "positive_sequence", "negative_sequence")
+    )
+    assert soft["prompt"][1] != good_cell["prompt"][1]
+    with caplog.at_level("INFO", logger="carbon_vep"):
+        cell = read_cell(_write(tmp_path, soft))
+    assert cell["prompt"].to_list() == good_cell["prompt"].to_list()
+    assert any("1 rows hold soft-masked" in r.getMessage() for r in caplog.records)
+
+
+def test_a_prompt_with_a_real_non_acgt_base_is_still_refused(tmp_path, good_cell):
+    bad = _bad(good_cell, "prompt", "acgtnn" + good_cell["prompt"][1][6:])
+    with pytest.raises(InputError, match=r"row 2 .* other than A, C, G, T"):
+        read_cell(_write(tmp_path, bad))
 
 
 def _bad(good: pl.DataFrame, column: str, value) -> pl.DataFrame:

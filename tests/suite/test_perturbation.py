@@ -92,3 +92,24 @@ def test_accuracy_counts_ties_as_wrong_by_hand():
     assert result["metrics"]["mean_margin"] == pytest.approx(0.1)
     assert result["status_counts"] == {"invalid": 1, "scored": 4}
     assert "ties count as wrong" in result["definitions"]["accuracy"]
+
+
+def test_score_perturbation_with_no_pair_to_score_stops_before_the_model_loads(tmp_path, caplog):
+    """Every pair invalid (lengths differ): exit 2 with one ERROR naming the file and the
+    reasons, nothing written, no model loaded (the model named does not exist); not exit 0
+    with a null accuracy."""
+    from carbon_vep.cli import main
+
+    tasks = tmp_path / "pert.tsv"
+    tasks.write_text(
+        "original_sequence\tsequence\n"
+        "ACGTACGTACGTACGT\tACGTACGTACGTACG\nACGTACGTACGTAC\tACGTACGTACGTACGT\n"
+    )
+    out, metrics = tmp_path / "p.parquet", tmp_path / "p.json"
+    argv = ["score-perturbation", "--tasks-file", str(tasks), "--model", str(tmp_path / "none")]
+    argv += ["--out", str(out), "--metrics", str(metrics), "--task", "p", "--model-key", "m"]
+    assert main(argv) == 2
+    (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert str(tasks) in error and "none of the 2 rows can be scored" in error
+    assert "lengths differ (16 vs 15 bp)" in error
+    assert not out.exists() and not metrics.exists()

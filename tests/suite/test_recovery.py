@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList
 
+from carbon_vep.cli import main
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
 from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.model.loading import load_model
@@ -17,6 +18,7 @@ from carbon_vep.model.tokens import BASES, suppressed_token_ids
 from carbon_vep.suite.recovery import (
     base_matches,
     prompt_bases,
+    recover_with,
     recovery_metrics,
     rollout_bp,
     row_accuracy,
@@ -302,11 +304,12 @@ CASES = {
     ),
     # auto keeps the dataset labels: 30 bp is not longer than the shortest label (30)
     "auto_dataset": (dict(), [157, 95, 64, 131], [30, 31, 40, 128]),
-    # auto takes the tail: 48 bp is longer than the shortest label (40)
+    # auto takes the tail: 48 bp is longer than the labels (40; a table whose labels fall on
+    # both sides of the rollout is refused: test_auto_refuses_labels_on_both_sides_of_the_rollout)
     "auto_sequence_tail": (
         dict(accuracy_mode="prediction_length", new_tokens=8),
         [157, 95, 64, 131],
-        [40, 128, 128, 128],
+        [40, 40, 40, 40],
     ),
     # fixed_bp with a tail: the tail is score_bp long (the script's requested rollout)
     "fixed_sequence_tail": (
@@ -352,7 +355,12 @@ def tagged(demo_model_dir):
 def test_species_tags_go_before_the_prefix_as_in_the_script(tagged, accuracy_mode, monkeypatch):
     types = ["vertebrate_mammalian", "fungi", "not_a_species", "plant", "vertebrate_mammalian"]
     rows = _rows(8, [66, 66, 66, 90, 157], [30, 40, 48, 60, 128], types)
-    settings = RecoverySettings(accuracy_mode=accuracy_mode, species_tags=True, new_tokens=8)
+    # the 48 bp rollout of prediction_length lies within these labels: auto refuses such a
+    # table, so the tail the published auto takes is asked for by name
+    source = "sequence_tail" if accuracy_mode == "prediction_length" else "auto"
+    settings = RecoverySettings(
+        accuracy_mode=accuracy_mode, species_tags=True, new_tokens=8, label_source=source
+    )
     got, expected = _compare_with_script(tagged, rows, settings, monkeypatch, True)
     vocab, dna = tagged.tokenizer.get_vocab(), tagged.vocab.prefix_id
     for row, (*_, ids) in zip(rows, expected, strict=True):  # tag, <dna>, 6-mers; or no tag
@@ -391,7 +399,10 @@ def test_accuracy_per_mode_and_the_auto_rule():
     assert row_accuracy("", "ACG", by_prediction) == (0, 0, 0.0)  # nothing to score: 0
     assert rollout_bp(fixed, 6) == 30 and rollout_bp(by_prediction, 6) == 30  # 5 tokens
     assert table_label_source(fixed, 6, [30, 128]) == "dataset"  # 30 is not longer than 30
-    assert table_label_source(fixed, 6, [29, 128]) == "sequence_tail"
+    assert table_label_source(fixed, 6, [29, 20]) == "sequence_tail"
+    assert table_label_source(fixed, 6, []) == "sequence_tail"  # no label at all
+    with pytest.raises(InputError, match="1 of 2 labels are shorter than the 30 bp rollout"):
+        table_label_source(fixed, 6, [29, 128])  # one short label among long ones
     assert table_label_source(RecoverySettings(label_source="dataset"), 6, [1]) == "dataset"
     assert table_label_source(RecoverySettings(label_source="sequence_tail"), 6, [999]) == (
         "sequence_tail"
@@ -489,12 +500,12 @@ def _echo(prompts: list[str], leads) -> list[str]:
 def test_parts_cover_every_row_once_and_decide_the_label_source_on_the_whole_table():
     """A part generates and returns only its I/N share of the rows; the shares, merged, are the
     one job's table exactly. auto's label source is the whole table's even in a part whose
-    own labels would decide otherwise (row 0's 12 bp label is shorter than the 30 bp rollout:
-    every row's label is its sequence's tail, in every part)."""
+    own labels would decide otherwise (rows 0-1 have no label and rows 2-6 12 bp labels, shorter
+    than the 30 bp rollout: every row's label is its sequence's tail, in every part)."""
     from carbon_vep.suite.recovery import merged_parts, recover_with
     from carbon_vep.suite.tasks import Part
 
-    table = _part_table(["ACGTAC" * 2] + ["ACGTAC" * 10] * 6)
+    table = _part_table([None] * 2 + ["ACGTAC" * 2] * 5)
     settings = RecoverySettings()
     whole = recover_with(table, 6, settings, _echo)
     assert set(whole["label_source"]) == {"sequence_tail"}
@@ -503,8 +514,12 @@ def test_parts_cover_every_row_once_and_decide_the_label_source_on_the_whole_tab
     assert [s["row_id"].to_list() for s in shares] == [[0, 1], [2, 3], [4, 5, 6]]
     assert all(set(s["label_source"]) == {"sequence_tail"} for s in shares)
     assert merged_parts("t.tsv", 7, shares[::-1]).equals(whole)  # any order in, file order out
-    alone = recover_with(table[2:], 6, settings, _echo)  # the last rows as a table of their own
-    assert set(alone["label_source"]) == {"dataset"}  # what a part deciding alone would take
+    alone = recover_with(table[:2], 6, settings, _echo)  # the first rows as a table of their own
+    assert set(alone["label_source"]) == {"sequence_tail"}
+    labelled = _part_table([None] * 2 + ["ACGTAC" * 10] * 5)  # the labels cover the rollout
+    assert set(recover_with(labelled, 6, settings, _echo)["label_source"]) == {"dataset"}
+    alone = recover_with(labelled[:2], 6, settings, _echo)  # no label: what a part alone takes
+    assert set(alone["label_source"]) == {"sequence_tail"}
     # more parts than rows: the empty shares keep the columns and their types
     many = [recover_with(table[:2], 6, settings, _echo, part=Part(i, 4)) for i in range(4)]
     assert [m.height for m in many] == [0, 1, 0, 1]
@@ -593,4 +608,77 @@ def test_merge_recovery_writes_the_one_jobs_table_and_metrics(tmp_path, caplog):
     metrics.unlink()
     assert main([*common, "--parts", parts[1]]) == 2
     assert f"{tasks}: the parts hold 3 rows for the file's 5" in caplog.text
+    assert not out.exists() and not metrics.exists()
+
+
+# ---- rows that cannot be scored ---------------------------------------------------------------
+def _table(sequences: list[str | None], labels: list[str | None]) -> pl.DataFrame:
+    return pl.DataFrame({"sequence": sequences, "label": labels}).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("row_id"),
+        pl.format("t.tsv:line {}", pl.int_range(pl.len()) + 2).alias("source"),
+    )
+
+
+def test_a_row_without_a_usable_prompt_is_invalid_and_not_generated():
+    """An empty prompt (a sequence shorter than one 6-mer) and a prompt whose last 6-mer holds
+    a non-ACGT base would have the model continue its prefix or an <oov>: both rows are
+    `invalid` with their reason, never sent to the model, and out of the mean. A non-ACGT
+    base earlier in the prompt is still scored, as published."""
+    good = "ACGTAC" * 10
+    table = _table([good, "ACG", good + "ACTR", "N" + good], ["ACGTAC" * 5] * 4)
+    sent: list[str] = []
+
+    def generate(prompts, leads):
+        sent.extend(prompts)
+        return ["ACGTAC" * 5 for _ in prompts]
+
+    out = recover_with(table, 6, RecoverySettings(), generate)
+    assert out["status"].to_list() == ["scored", "invalid", "invalid", "scored"]
+    assert out["reason"][1].startswith("prompt shorter than one 6-mer (3 bp")
+    assert out["reason"][2].startswith("non-ACGT base in the prompt's last 6-mer (ACACTR)")
+    assert out["prediction"][1] is None and out["accuracy"][2] is None
+    assert sent == [good, good]  # row 3's prompt is its last 60 bases (its N cut off)
+    result = recovery_metrics(out, RecoverySettings(), EvaluationSettings(bootstrap=0))
+    assert result["n_scored"] == 2 and result["metrics"]["accuracy"] == 1.0
+
+
+def test_auto_refuses_labels_on_both_sides_of_the_rollout():
+    """One short label among labels that cover the rollout would switch the whole table to
+    the sequence tail under the published rule: refused, naming the rows, before any
+    generation. An empty label is no label; explicit label sources are taken as given."""
+    seqs = ["ACGTAC" * 10] * 3
+    table = _table(seqs, ["ACGT", "ACGTAC" * 5, "ACGTAC" * 5])
+    with pytest.raises(
+        InputError, match=r"t\.tsv: label_source auto: 1 of 3 labels .*line 2: 4 bp"
+    ):
+        recover_with(table, 6, RecoverySettings(), _echo)
+    dataset = recover_with(table, 6, RecoverySettings(label_source="dataset"), _echo)
+    assert dataset["status"].to_list() == ["scored"] * 3  # its missing bases count as wrong
+    empty = recover_with(
+        _table(seqs, ["", "ACGTAC" * 5, "ACGTAC" * 5]), 6, RecoverySettings(), _echo
+    )
+    assert empty["label_source"].to_list() == ["dataset"] * 3
+    assert empty["status"].to_list() == ["invalid", "scored", "scored"]
+
+
+def test_a_table_with_no_row_to_score_is_refused():
+    """No row left to generate: refused naming the file and the commonest reasons, rather than
+    a null headline with exit 0."""
+    table = _table(["ACG", "ACGTAC" * 10], ["ACGTAC" * 5, None])
+    with pytest.raises(InputError, match=r"t\.tsv: none of the 2 rows can be scored \(1 × "):
+        recover_with(table, 6, RecoverySettings(label_source="dataset"), _echo)
+
+
+def test_score_recovery_with_no_row_to_score_stops_before_the_model_loads(tmp_path, caplog):
+    """The command exits 2 with one ERROR naming the file, writes nothing, and loads no model
+    (the model named does not exist)."""
+    tasks = tmp_path / "rec.tsv"
+    tasks.write_text("sequence\tlabel\nACGTACGTACGTACGTAAAA\t\n\tACGT\n")
+    out, metrics = tmp_path / "r.parquet", tmp_path / "r.json"
+    argv = ["score-recovery", "--tasks-file", str(tasks), "--model", str(tmp_path / "none")]
+    argv += ["--label-source", "dataset", "--out", str(out), "--metrics", str(metrics)]
+    assert main([*argv, "--task", "r", "--model-key", "m"]) == 2
+    (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert str(tasks) in error and "none of the 2 rows can be scored" in error
+    assert "missing sequence or label" in error
     assert not out.exists() and not metrics.exists()

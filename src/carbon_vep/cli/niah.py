@@ -53,6 +53,7 @@ def build_niah(args: argparse.Namespace) -> None:
         args.distractors,
         haystack=args.haystack,
     )
+    spec.check()  # a flag the cell cannot have, refused before the genome is read
     n = write_cell(spec, args.reference, args.out)
     log.info(
         "%s: %d rows of %s at %d tokens, %s haystacks",

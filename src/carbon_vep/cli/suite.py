@@ -50,11 +50,12 @@ def _part(text: str):
 
 def score_task(kind: TaskKind, args: argparse.Namespace) -> None:
     """A task kind's command: its table (refused before a model loads), its job, its outputs."""
-    from carbon_vep.suite.jobs import TASK_JOBS
+    from carbon_vep.suite.jobs import TASK_JOBS, check_task
     from carbon_vep.suite.tasks import read_task_table
 
     model, settings, evaluation = from_args(args, ModelSettings, kind.settings, EvaluationSettings)
     table = read_task_table(args.tasks_file, kind.columns)
+    check_task(kind.name, table, settings)  # no row to score: refused before the model loads
     part = {"part": args.part} if kind.generation else {}
     run = TASK_JOBS[kind.name](table, model, settings, evaluation, args.tasks_file, **part)
     atomic.write_parquet(run.rows, args.out)

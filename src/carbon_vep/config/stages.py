@@ -359,7 +359,8 @@ class RecoverySettings:
         "auto",
         help="dataset: the `label` column; sequence_tail: the last rollout bp of `sequence` "
         "(score_bp, or new_tokens x 6 under prediction_length), the prompt cut before it; auto "
-        "(published default): sequence_tail when the rollout is longer than the shortest label",
+        "(published default): sequence_tail when the rollout is longer than the labels, dataset "
+        "when they cover it; a table with labels on both sides of it is refused",
     )
     species_tags: bool = setting(
         False,

@@ -74,9 +74,10 @@ def hub_count(path: str, run: RunConfig) -> Count | None:
 
 
 def local_rows(path: str) -> int | None:
-    """Rows of a local Parquet file (its metadata), or data lines of a small plain VCF / TSV /
-    CSV; None when the file is absent, compressed, large or unreadable (the bill never stops a
-    run: the checks that read the file name its problem)."""
+    """Rows of a local Parquet file (its metadata), the data lines of a small plain TSV / CSV,
+    or the ALT alleles of a small plain VCF's records (a multi-allelic record becomes one row per
+    ALT, as ingest splits it); None when the file is absent, compressed, large or unreadable
+    (the bill never stops a run: the checks that read the file name its problem)."""
     if not os.path.isfile(path):
         return None
     if path.endswith(".parquet"):
@@ -94,8 +95,15 @@ def local_rows(path: str) -> int | None:
     except OSError:
         return None
     if path.endswith(".vcf"):
-        return sum(not line.startswith("#") for line in lines)
+        return sum(vcf_alt_count(line) for line in lines if not line.startswith("#"))
     return max(0, len(lines) - 1)  # a table's header
+
+
+def vcf_alt_count(line: str) -> int:
+    """The rows a VCF data line becomes: its ALT alleles (column 5, comma-separated; `.` or a
+    line too short to have one is still one row, which the checks then name)."""
+    fields = line.split("\t", 5)
+    return fields[4].count(",") + 1 if len(fields) > 4 else 1
 
 
 def local_sequence_bp(path: str) -> int | None:

@@ -33,8 +33,9 @@ ASSUMPTIONS = (
     "(the interpreter, imports, CUDA's start, the inputs read, the weights loaded), at what an "
     "H200 measured a job of the product's (2026-11-28: 9.5 s, and the weights at 1.73 GB/s from "
     "local disk; a shared filesystem may load slower), the same on every class; in neither "
-    "column, a job's compile (`compile_layers`) and vLLM's start. Items are an input's rows: "
-    "checks skip some, so a bound. A variant "
+    "column, a job's compile (`compile_layers`) and vLLM's start. Items are an input's rows (a "
+    "VCF record counts once per ALT, as ingest splits it): checks skip some, so a bound. A "
+    "variant "
     "is taken as its own site (alternates of one site share the reference window). Carbon-8B's "
     "shape is Llama 3-8B's, as the Carbon report states (its config.json not seen)."
 )

@@ -107,11 +107,27 @@ def load_results(paths: Sequence[str | Path]) -> list[dict]:
     return results
 
 
+def refuse_duplicates(paths: Sequence[str | Path], results: Sequence[dict]) -> None:
+    """One metrics JSON a (task, model) in a results table: a second one is refused naming the
+    task, the model and both files (which of the two values to show cannot be guessed)."""
+    seen: dict[tuple[str, str], str | Path] = {}
+    for path, result in zip(paths, results, strict=True):
+        key = (str(result["task"]), str(result["model_key"]))
+        if key in seen:
+            raise InputError(
+                path,
+                f"task {key[0]!r} of model {key[1]!r} is already in {seen[key]}: a results "
+                "table takes one metrics JSON per task and model; pass one of the two",
+            )
+        seen[key] = path
+
+
 def write_results_table(
     metrics: Sequence[str | Path], out_parquet: str, out_tsv: str, out_md: str
 ) -> None:
     """The results table of the metrics JSON files, as Parquet, TSV and Markdown."""
     results = load_results(metrics)
+    refuse_duplicates(metrics, results)
     table = results_table(results)
     atomic.write_parquet(table, out_parquet)
     with atomic.atomic_path(out_tsv) as tmp:

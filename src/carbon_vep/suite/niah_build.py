@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from carbon_vep import atomic
+from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.niah_grid import NIAH_TASKS as TASKS
 from carbon_vep.config.niah_grid import niah_config_name as config_name
 from carbon_vep.errors import InputError
@@ -100,22 +101,23 @@ class CellSpec:
         return "stitched" if self.ctx >= STITCH_FROM_TOKENS else "contiguous"
 
     def check(self) -> None:
-        """Refuse geometry the task cannot have, naming the flag."""
+        """Refuse geometry the task cannot have, naming the flag (ConfigError: the command
+        line cannot mean what it says; the CLI prints it on one line and exits 2)."""
         if self.task not in TASKS:
-            raise ValueError(f"--task {self.task!r}: one of {', '.join(TASKS)}")
+            raise ConfigError(f"--task {self.task!r}: one of {', '.join(TASKS)}")
         if self.haystack not in HAYSTACK_MODES:
-            raise ValueError(f"--haystack {self.haystack!r}: one of {', '.join(HAYSTACK_MODES)}")
+            raise ConfigError(f"--haystack {self.haystack!r}: one of {', '.join(HAYSTACK_MODES)}")
         for name, bp in (("--key-bp", self.key_bp), ("--value-bp", self.value_bp)):
             if bp <= 0 or bp % self.k:
-                raise ValueError(f"{name} {bp}: a positive multiple of {self.k} (whole tokens)")
+                raise ConfigError(f"{name} {bp}: a positive multiple of {self.k} (whole tokens)")
         if self.hamming > self.key_bp:
-            raise ValueError(f"--task {self.task}: Hamming distance above --key-bp")
+            raise ConfigError(f"--task {self.task}: Hamming distance above --key-bp")
         if self.hamming and self.distractors < 8:
-            raise ValueError(f"--distractors {self.distractors}: at least 8 in neardup tasks")
+            raise ConfigError(f"--distractors {self.distractors}: at least 8 in neardup tasks")
         if self.haystack_bp < self.k:
-            raise ValueError(f"--ctx {self.ctx} leaves no haystack for the planted pairs")
+            raise ConfigError(f"--ctx {self.ctx} leaves no haystack for the planted pairs")
         if self.rows < 1:
-            raise ValueError("--rows must be at least 1")
+            raise ConfigError("--rows must be at least 1")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ another value) and `context_length_tokens`; `depth` where the builder recorded i
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -60,6 +61,7 @@ DEFINITIONS = {
     "before the planted pair), where the cell records `depth`",
 }
 _ACGT = re.compile(r"^[ACGT]*$")
+log = logging.getLogger("carbon_vep")
 
 
 def cell_task(path: str | Path, columns: Iterable[str], given: str | None) -> str | None:
@@ -103,6 +105,7 @@ def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataF
             for c in ("uid", "prompt", "value", "positive_sequence", "negative_sequence")
         ),
     )
+    frame = _upper_cased(frame, Path(path))
     _check_cell(frame, Path(path), k)
     if "task" not in frame.columns:
         frame = frame.with_columns(pl.lit(task, pl.Utf8).alias("task"))
@@ -127,6 +130,18 @@ def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataF
     ).select(keep)
 
 
+def _upper_cased(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """The cell with its bases upper-cased, as recovery and perturbation take soft-masked
+    (lower-case) sequence; the rows that had any are counted in the log. Other characters stay
+    for the checks to refuse, naming the row."""
+    columns = ("prompt", "value", "positive_sequence", "negative_sequence")
+    soft = pl.any_horizontal(pl.col(c).str.contains("[a-z]").fill_null(False) for c in columns)
+    n = frame.select(soft.sum()).item()
+    if n:
+        log.info("%s: %d rows hold soft-masked (lower-case) bases: upper-cased", path, n)
+    return frame.with_columns(pl.col(c).str.to_uppercase() for c in columns)
+
+
 def _first_bad(frame: pl.DataFrame, bad: pl.Expr) -> dict | None:
     rows = frame.filter(bad).select("uid", "source").head(1).to_dicts()
     return rows[0] if rows else None
@@ -137,8 +152,8 @@ def _row_checks(k: int) -> list[tuple[pl.Expr, str]]:
     return [
         (
             ~pl.col("prompt").str.contains(_ACGT.pattern),
-            "the prompt holds characters other "
-            "than upper-case A, C, G, T (the task's prompts are ACGT only)",
+            "the prompt holds characters other than A, C, G, T (soft-masked lower case is "
+            "upper-cased; the task's prompts are ACGT only)",
         ),
         (
             pl.col("prompt").str.len_chars() % k != 0,

@@ -20,7 +20,7 @@ from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.job import load_engine
 from carbon_vep.model.tokens import non_acgt_count
-from carbon_vep.suite.tasks import TaskRun
+from carbon_vep.suite.tasks import TaskRun, require_scorable, task_file
 
 
 def whole_kmers(seq: str, k: int) -> str:
@@ -36,6 +36,12 @@ def _problem(original: str | None, perturbed: str | None, k: int) -> str:
     if len(original) < 2 * k:
         return f"shorter than {2 * k} bp: fewer than two {k}-mer tokens"
     return ""
+
+
+def row_reasons(table: pl.DataFrame, k: int) -> list[str]:
+    """Each pair's reason not to be scored ("" for a pair to score), no model needed."""
+    pairs = table.select(pl.col("original_sequence", "sequence").cast(pl.Utf8)).rows()
+    return [_problem(original, perturbed, k) for original, perturbed in pairs]
 
 
 def score_pairs(
@@ -54,6 +60,7 @@ def score_pairs(
         pl.col("sequence").cast(pl.Utf8).str.to_uppercase(),
     ).to_dicts()
     problems = [_problem(r["original_sequence"], r["sequence"], k) for r in rows]
+    require_scorable(task_file(table), problems)
     unique = list(
         dict.fromkeys(
             whole_kmers(r[c], k)

@@ -10,7 +10,8 @@ docs/suite-conventions.md#recipes) adds, and we follow it: `accuracy_mode` fixed
 or prediction_length (matches / min(len label, len prediction), 0 when that is 0); `label_source`
 dataset, sequence_tail (the last rollout bp of `sequence` are the label, the rest the prompt,
 cut before the prompt is truncated) or auto (the tail for the whole table when the rollout is
-longer than its shortest label); `species_tags` (the `type`'s tag before the DNA prefix).
+longer than its shortest label; ours refuses labels on both sides of it, `table_label_source`);
+`species_tags` (the `type`'s tag before the DNA prefix).
 
 The rollouts on our engine, their decoders (the published `token` one and two FNS decoders) and
 their KV cache are suite.rollouts'; vLLM's are suite.recovery_vllm. Both hand their texts to
@@ -31,7 +32,7 @@ from carbon_vep.config.tasks import SEQUENCE_RECOVERY
 from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
 from carbon_vep.model.tokens import non_acgt_count
-from carbon_vep.suite.tasks import Part
+from carbon_vep.suite.tasks import Part, require_scorable, task_file
 
 CHANCE_ACCURACY = 0.25
 # the published map from the dataset's `type` to the tag put before the DNA prefix
@@ -64,13 +65,36 @@ def rollout_bp(settings: RecoverySettings, k: int) -> int:
     return settings.score_bp if settings.accuracy_mode == "fixed_bp" else settings.new_tokens * k
 
 
-def table_label_source(settings: RecoverySettings, k: int, label_lengths: list[int]) -> str:
-    """`dataset` or `sequence_tail`, for the whole table. auto takes the tail when the rollout is
-    longer than the shortest label (and when no row has a label at all)."""
+def table_label_source(
+    settings: RecoverySettings,
+    k: int,
+    label_lengths: list[int],
+    where: str = "the task file",
+    sources: list[str] | None = None,
+) -> str:
+    """`dataset` or `sequence_tail`, for the whole table, decided from the rows that have a
+    label. auto takes the tail when the rollout is longer than the labels (and when no row has
+    a label at all), the dataset labels when they all cover it: on a table whose labels are all
+    one length, as the published datasets', that is the published rule (the tail when the
+    rollout is longer than the shortest label). A table whose labels fall on both sides is
+    refused (InputError naming `where`): the published rule would drop every dataset label for
+    the few short ones, silently."""
     if settings.label_source != "auto":
         return settings.label_source
-    longer = not label_lengths or rollout_bp(settings, k) > min(label_lengths)
-    return "sequence_tail" if longer else "dataset"
+    rollout = rollout_bp(settings, k)
+    short = [i for i, n in enumerate(label_lengths) if n < rollout]
+    if short and len(short) < len(label_lengths):
+        named = [sources[i] for i in short[:3]] if sources else []
+        raise InputError(
+            where,
+            f"label_source auto: {len(short)} of {len(label_lengths)} labels are shorter than "
+            f"the {rollout} bp rollout ({', '.join(named) or 'e.g. row ' + str(short[0])}: "
+            f"{label_lengths[short[0]]} bp) while the others cover it; "
+            "the published rule would take the sequence tail for every row and ignore all the "
+            "dataset labels. Fix or drop the short labels, or choose: label_source dataset "
+            "(short labels scored with their missing bases wrong) or sequence_tail",
+        )
+    return "sequence_tail" if short or not label_lengths else "dataset"
 
 
 def row_accuracy(prediction: str, label: str, settings: RecoverySettings) -> tuple[int, int, float]:
@@ -112,6 +136,76 @@ _ROW_SCHEMA = {
 }
 
 
+def _row_plan(
+    table: pl.DataFrame, k: int, settings: RecoverySettings
+) -> tuple[list[dict], str, dict[int, tuple[str, str]], dict[int, str], dict[int, str]]:
+    """What each row of the whole table becomes, before any model runs: the rows (bases
+    upper-cased), the table's label source, the held-out (sequence the prompt is cut from,
+    label) and prompt of each row to generate, and the reason of each row that is `invalid`.
+    Stops (InputError) where the published script stops: a sequence not longer than a
+    sequence_tail label; and on labels auto cannot decide on (`table_label_source`)."""
+    where = task_file(table)
+    rows = table.select(
+        "row_id",
+        "source",
+        pl.col("sequence").cast(pl.Utf8).str.to_uppercase(),
+        pl.col("label").cast(pl.Utf8).str.to_uppercase(),
+        pl.col("type").cast(pl.Utf8),
+    ).to_dicts()
+    labelled = [r for r in rows if r["label"]]  # an empty label is no label
+    lengths, sources = [len(r["label"]) for r in labelled], [r["source"] for r in labelled]
+    source = table_label_source(settings, k, lengths, where, sources)
+    tail = rollout_bp(settings, k) if source == "sequence_tail" else 0
+    short = [r for r in rows if r["sequence"] and len(r["sequence"]) <= tail]
+    if short:
+        raise InputError(
+            short[0]["source"],
+            f"sequence of {len(short[0]['sequence'])} bp is not longer than the {tail} bp "
+            f"sequence_tail label (label_source {settings.label_source}; {len(short)} such "
+            "row(s)): drop them, or use label_source dataset",
+        )
+    held_out: dict[int, tuple[str, str]] = {}  # row -> (what the prompt is cut from, label)
+    prompts: dict[int, str] = {}
+    invalid: dict[int, str] = {}
+    for r in rows:
+        i = r["row_id"]
+        if r["sequence"] and tail:  # the tail is cut first, then the prompt truncated
+            held_out[i] = (r["sequence"][:-tail], r["sequence"][-tail:])
+        elif r["sequence"] and r["label"]:
+            held_out[i] = (r["sequence"], r["label"])
+        else:
+            invalid[i] = "missing sequence" if tail else "missing sequence or label"
+            continue
+        prompt = prompt_bases(held_out[i][0], settings.max_prompt_bp, k)
+        if not prompt:
+            invalid[i] = (
+                f"prompt shorter than one {k}-mer ({len(held_out[i][0])} bp to prompt with): "
+                "the model would continue its prefix alone"
+            )
+        elif non_acgt_count(prompt[-k:]):
+            invalid[i] = (
+                f"non-ACGT base in the prompt's last {k}-mer ({prompt[-k:]}): the model would "
+                "continue an <oov> token"
+            )
+        else:
+            prompts[i] = prompt
+    return rows, source, held_out, prompts, invalid
+
+
+def row_reasons(table: pl.DataFrame, k: int, settings: RecoverySettings) -> list[str]:
+    """Each row's reason not to be scored ("" for a row to generate), no model needed."""
+    _, _, _, _, invalid = _row_plan(_with_type(table, settings), k, settings)
+    return [invalid.get(i, "") for i in table["row_id"].to_list()]
+
+
+def _with_type(table: pl.DataFrame, settings: RecoverySettings) -> pl.DataFrame:
+    if "type" in table.columns:
+        return table
+    if settings.species_tags and table.height:
+        raise InputError(task_file(table), "species_tags needs a `type` column; found none")
+    return table.with_columns(pl.lit(None, pl.Utf8).alias("type"))
+
+
 def recover_with(
     table: pl.DataFrame,
     k: int,
@@ -127,39 +221,17 @@ def recover_with(
 
     The label source is decided for the whole table (`table_label_source`), a part's too; with
     sequence_tail, a sequence not longer than the tail stops the run naming its row, as the
-    published script stops (it has no per-row status for it)."""
-    if "type" not in table.columns:
-        if settings.species_tags and table.height:
-            where = str(table["source"][0]).rsplit(":", 1)[0]
-            raise InputError(where, "species_tags needs a `type` column; found none")
-        table = table.with_columns(pl.lit(None, pl.Utf8).alias("type"))
-    rows = table.select(
-        "row_id",
-        "source",
-        pl.col("sequence").cast(pl.Utf8).str.to_uppercase(),
-        pl.col("label").cast(pl.Utf8).str.to_uppercase(),
-        pl.col("type").cast(pl.Utf8),
-    ).to_dicts()
-    label_lengths = [len(r["label"]) for r in rows if r["label"] is not None]
-    source = table_label_source(settings, k, label_lengths)
-    tail = rollout_bp(settings, k) if source == "sequence_tail" else 0
-    short = [r for r in rows if r["sequence"] and len(r["sequence"]) <= tail]
-    if short:
-        raise InputError(
-            short[0]["source"],
-            f"sequence of {len(short[0]['sequence'])} bp is not longer than the {tail} bp "
-            f"sequence_tail label (label_source {settings.label_source}; {len(short)} such "
-            "row(s)): drop them, or use label_source dataset",
-        )
+    published script stops (it has no per-row status for it). A row without a sequence or
+    label, whose prompt is shorter than one k-mer or whose prompt's last k-mer holds a base
+    other than ACGT is `invalid`, with its reason, and not generated; a table with no row left
+    to generate stops (InputError naming the file and the commonest reasons)."""
+    table = _with_type(table, settings)
+    rows, source, held_out, prompt_of, invalid = _row_plan(table, k, settings)
+    require_scorable(task_file(table), [invalid.get(r["row_id"], "") for r in rows])
     if part is not None:
         rows = rows[part.rows(len(rows))]
-    held_out: dict[int, tuple[str, str]] = {}  # row -> (what the prompt is cut from, label)
-    for r in rows:
-        if r["sequence"] and tail:  # the tail is cut first, then the prompt truncated
-            held_out[r["row_id"]] = (r["sequence"][:-tail], r["sequence"][-tail:])
-        elif r["sequence"] and r["label"]:
-            held_out[r["row_id"]] = (r["sequence"], r["label"])
-    prompt_of = {i: prompt_bases(s, settings.max_prompt_bp, k) for i, (s, _) in held_out.items()}
+        mine = {r["row_id"] for r in rows}
+        prompt_of = {i: p for i, p in prompt_of.items() if i in mine}
     if settings.species_tags and tokenizer is None:
         raise ValueError("recover_with: species_tags needs the model's tokenizer")
     tag_id = species_tag_ids(tokenizer, [r["type"] for r in rows]) if settings.species_tags else {}
@@ -167,18 +239,19 @@ def recover_with(
     leads = [(tag_id[tags[i]],) if tags[i] in tag_id else () for i in prompt_of]
     generated = generate(list(prompt_of.values()), leads)
     predictions = dict(zip(prompt_of, generated, strict=True))
-    missing = "missing sequence" if tail else "missing sequence or label"
     out = []
     for r in rows:
-        record = {**r, "status": Status.INVALID.value, "reason": missing, "label_source": source}
+        i = r["row_id"]
+        record = {**r, "status": Status.INVALID.value, "reason": invalid.get(i, "")}
+        record.update(label_source=source)
         record.update(dict.fromkeys(("prompt_bp", "prompt_non_acgt", "n_match", "scored_bp")))
         record.update(accuracy=None, prediction=None)
-        if r["row_id"] in held_out:
-            record["label"] = held_out[r["row_id"]][1]
-        if r["row_id"] in predictions and predictions[r["row_id"]] is None:
+        if i in held_out:
+            record["label"] = held_out[i][1]
+        if i in predictions and predictions[i] is None:
             record.update(status=Status.FAILED.value, reason=FAILED_ALONE)
-        elif r["row_id"] in predictions:
-            pred, prompt = predictions[r["row_id"]], prompt_of[r["row_id"]]
+        elif i in predictions:
+            pred, prompt = predictions[i], prompt_of[i]
             matches, scored_bp, accuracy = row_accuracy(pred, record["label"], settings)
             record.update(
                 status=Status.SCORED.value,
@@ -234,8 +307,8 @@ def recovery_metrics(
     add_mean_interval(result, "accuracy", accuracy, evaluation)
     if settings.label_source == "auto" and result["label_source"] == "sequence_tail":
         result["warnings"].append(
-            "label_source auto took the sequence tail: the rollout is longer than the shortest "
-            "label, so every row's label is the end of its sequence (published rule)"
+            "label_source auto took the sequence tail: the rollout is longer than the labels, "
+            "so every row's label is the end of its sequence (published rule)"
         )
     if settings.species_tags:
         tagged = pl.col("type").is_in(list(SPECIES_TAGS)).fill_null(False)

@@ -6,6 +6,7 @@ JSON beside the job's outputs)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,22 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
             "{}:{} {}", pl.lit(str(path)), pl.lit(unit), pl.int_range(pl.len()) + first
         ).alias("source"),
     )
+
+
+def require_scorable(where: str | Path, reasons: Sequence[str]) -> None:
+    """Stop a task none of whose rows can be scored (`reasons`: each row's, "" for a scorable
+    row), naming the task file and the commonest reasons, as check_panel stops a panel with
+    no row to score: exit 2 and no output, rather than a null headline."""
+    if not reasons or any(not reason for reason in reasons):
+        return
+    top = "; ".join(f"{n} × {reason}" for reason, n in Counter(reasons).most_common(4))
+    problem = f"none of the {len(reasons)} rows can be scored ({top}); nothing to score"
+    raise InputError(where, problem)
+
+
+def task_file(table: pl.DataFrame) -> str:
+    """The task file a table was read from (its rows' `source` without the row)."""
+    return str(table["source"][0]).rsplit(":", 1)[0] if table.height else "the task file"
 
 
 @dataclass(frozen=True)
