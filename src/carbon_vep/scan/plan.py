@@ -15,7 +15,8 @@ alleles, a draft assembly's contigs) share files, consecutive in reference order
 `group_bp` scored bases a file, so that a genome of thousands of contigs is merged by a few
 dozen jobs. File names are the contig names encoded (`genome.contigs.encode_name`: `@XX` for
 each byte other than letters, digits and `._-`); a file of several contigs is named
-`<first contig>+<how many more>`.
+`<first contig>+<how many more>`; names that differ in case alone (ctg1, CTG1: one file on a
+case-insensitive file system) get `+c<digest>` (output_files).
 
 The plan also carries the estimates printed before any model job: SNVs, jobs, GPU-hours per GPU
 class for each model (arithmetic, docs/performance.md#the-recipes-at-the-ceiling: FLOPs per
@@ -28,6 +29,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -415,8 +417,16 @@ def output_files(scored_bp: Mapping[str, int], group_bp: int) -> list[dict[str, 
         {"name": file_stem(g), "contigs": g, "scored_bp": sum(scored_bp[c] for c in g)}
         for g in groups
     ]
-    names = [f["name"] for f in files]
-    if len(set(names)) != len(names):  # only through a hash collision of two long names
+    # names that differ in case alone (contigs ctg1 and CTG1) are one file on a case-insensitive
+    # file system (macOS, Windows): those, and only those, get `+c` and 8 hex digits of the
+    # SHA-1 of their contigs' names (`+` never occurs in an encoded name)
+    folded = Counter(f["name"].lower() for f in files)
+    for entry in files:
+        if folded[entry["name"].lower()] > 1:
+            digest = hashlib.sha1("\n".join(entry["contigs"]).encode()).hexdigest()[:8]
+            entry["name"] += f"+c{digest}"
+    names = [f["name"].lower() for f in files]
+    if len(set(names)) != len(names):  # only through a hash collision
         raise InputError("scan plan", f"two output files would share a name: {names}")
     return files
 
