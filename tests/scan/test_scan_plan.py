@@ -211,3 +211,15 @@ def test_the_plan_lists_output_files_with_their_chunks(tmp_path):
     assert "tabix index: .csi for 1 file(s) with a contig over 536,870,912 bp" in (
         describe_plan(plan)
     )
+
+
+def test_names_differing_in_case_alone_get_distinct_file_names():
+    """ctg1 and CTG1 would be one file on a case-insensitive file system (macOS, Windows):
+    those two, and only those, get `+c` and a digest of their contigs; others keep their name."""
+    files = output_files({"ctg1": 50, "CTG1": 50, "chr2": 50, "a": 1, "A": 1}, group_bp=10)
+    names = [f["name"] for f in files]
+    assert names[2] == "chr2" and len({n.lower() for n in names}) == len(names) == 4
+    assert re.fullmatch(r"ctg1\+c[0-9a-f]{8}", names[0])
+    assert re.fullmatch(r"CTG1\+c[0-9a-f]{8}", names[1])
+    assert names[3] == "a+1"  # a and A share a file: no collision, its name unchanged
+    assert [f["name"] for f in output_files({"ctg1": 50, "chr2": 50}, 10)] == ["ctg1", "chr2"]

@@ -17,9 +17,10 @@ checkpoint plan_scan:
         settings=JOBS.plan_settings,
         regions=JOBS.scan_regions,
         models=JOBS.scan_model_paths,
+        neutral=JOBS.scan_neutral_flag,
     shell:
         "carbon-vep plan-scan --reference {input.reference} --regions {params.regions}"
-        " --settings {params.settings} {params.models} --title {wildcards.scan}"
+        " --settings {params.settings} {params.models} {params.neutral} --title {wildcards.scan}"
         " --out {output.plan} --report {output.report} > {log} 2>&1"
 
 

@@ -44,7 +44,18 @@ def add_plan_scan(sub) -> None:
         help="`all`, contig names, CHROM:START-END (1-based inclusive) or BED files",
     )
     add_flags(p, TileSettings, ScanChunkSettings)
-    p.add_argument("--model", action="append", default=[], help="KEY=PATH, for the estimates")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="KEY=PATH: the estimates, and tile_bp checked against a local model's context",
+    )
+    p.add_argument(
+        "--neutral-regions",
+        default=None,
+        help="the scan's neutral_regions BED, checked against the reference before any model "
+        "job (contigs the reference lacks are ignored and named)",
+    )
     p.add_argument("--title", default="scan")
     p.add_argument("--out", required=True, help="plan JSON")
     p.add_argument("--report", default=None, help="the plan as Markdown")
@@ -57,7 +68,15 @@ def plan_scan(args: argparse.Namespace) -> None:
     tiles, chunks = from_args(args, TileSettings, ScanChunkSettings)
     models = pairs(args.model)
     text = write_plan(
-        args.reference, args.regions, tiles, chunks, models, args.title, args.out, args.report
+        args.reference,
+        args.regions,
+        tiles,
+        chunks,
+        models,
+        args.title,
+        args.out,
+        args.report,
+        args.neutral_regions,
     )
     print(text, end="")
 

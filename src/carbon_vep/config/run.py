@@ -40,7 +40,12 @@ from carbon_vep.config.stages import (
 )
 from carbon_vep.config.task_entry import TaskConfig, check_task_keys, kind_titles, split_sweeps
 from carbon_vep.config.tasks import SweepPoint
-from carbon_vep.genome.builds import canonical_build, check_shared_references
+from carbon_vep.genome.builds import (
+    UCSC_GENOMES,
+    canonical_build,
+    check_shared_references,
+    ucsc_genome,
+)
 
 # ---- config entries ----------------------------------------------------------------------
 ENTRY_KEY = r"^[A-Za-z0-9_.-]+$"
@@ -103,6 +108,23 @@ class ScanConfig:
     tiles: TileSettings = group(TileSettings)
     chunks: ScanChunkSettings = group(ScanChunkSettings)
     calibration: CalibrationSettings = group(CalibrationSettings)
+
+    def check(self, key: str) -> None:
+        """What the last jobs would refuse, refused when the config is read: IGV sessions
+        naming the build's genome id need a build IGV and UCSC host; the tiles must leave
+        bases to score."""
+        try:
+            self.tiles.check()
+        except ConfigError as err:
+            raise ConfigError(f"scans.{key}: {err}") from None
+        if self.tracks and self.tracks_reference == "genome" and ucsc_genome(self.build) is None:
+            hosted = ", ".join(sorted({*UCSC_GENOMES, *UCSC_GENOMES.values()}))
+            raise ConfigError(
+                f"scans.{key}: tracks_reference: genome names the build's IGV / UCSC genome id, "
+                f"but build {self.build!r} is none they host ({hosted}); set tracks_reference: "
+                "relative (the FASTA by a relative path) or copy (the FASTA put into the "
+                "tracks folder), or auto (relative for this build)"
+            )
 
 
 # The Genomic-NIAH dataset as its card declares it: each config's test split at
@@ -368,6 +390,8 @@ class RunConfig:
             self._check_draft(key, model)
         for key, entry in self.niah.items():
             entry.check(key)
+        for key, scan in self.scans.items():
+            scan.check(key)
         for key, task in self.tasks.items():
             task.check(key)
         for section in ("datasets", "scans", "tasks", "niah"):

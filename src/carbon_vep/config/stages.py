@@ -244,6 +244,21 @@ class TileSettings:
         24000, minimum=0, help="left context guaranteed to every scored base"
     )
 
+    def check(self) -> None:
+        """A tile scores the bases after its first `min_context`: at least one 6-mer of them
+        (the scan commands and a config's scans refuse it before the plan or a model job; not
+        a class invariant, as a dataset whose recipe tiles nothing may set tile_bp alone)."""
+        window = self.tile_bp - self.tile_bp % 6  # whole 6-mer tokens
+        if window - self.min_context < 6:
+            tile_bp, min_context = fields(self)
+            raise ConfigError(
+                f"{describe(min_context)} = {self.min_context:,} leaves no bases to score in a "
+                f"tile of {describe(tile_bp)} = {self.tile_bp:,} ({window:,} bp of whole 6-mers): "
+                f"a tile scores the bases after its min_context, at least one 6-mer; lower "
+                f"min_context to at most {max(window - 6, 0):,} or raise tile_bp to at least "
+                f"{(self.min_context + 6 + 5) // 6 * 6:,}"
+            )
+
 
 @dataclass(frozen=True)
 class RecipeSettings:
@@ -472,7 +487,8 @@ class CalibrationSettings:
     neutral_regions: str | None = setting(
         None,
         help="BED file of neutral regions (e.g. ancestral repeats): the context means are taken "
-        "over the scanned SNVs inside them; default: every scanned SNV",
+        "over the scanned SNVs inside them; default: every scanned SNV. Checked by the plan: "
+        "contigs the reference lacks (a UCSC BED's _alt/_fix/_random) are ignored and named",
     )
     context_min_count: int = setting(
         100,

@@ -40,10 +40,25 @@ CHROMOSOME_LENGTHS = {
     "GRCm38": {"1": 195_471_971, "2": 182_113_224, "X": 171_031_299},
 }
 
+# The genome ids IGV and the UCSC browser host, by canonical build (a scan's tracks_reference
+# `genome` names one; report.track_hub's sessions and hub)
+UCSC_GENOMES = {
+    "GRCh38": "hg38",
+    "GRCh37": "hg19",
+    "NCBI36": "hg18",
+    "GRCm39": "mm39",
+    "GRCm38": "mm10",
+}
+
 
 def canonical_build(build: str) -> str:
     """`hg38` -> `GRCh38`; names not in the synonym table are returned as given."""
     return BUILD_SYNONYMS.get(build.lower(), build)
+
+
+def ucsc_genome(build: str) -> str | None:
+    """The IGV / UCSC genome id of `build` (hg38 for GRCh38); None for a build they don't host."""
+    return UCSC_GENOMES.get(canonical_build(build))
 
 
 def builds_of(lengths: Mapping[str, int]) -> list[str]:

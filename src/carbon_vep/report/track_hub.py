@@ -22,20 +22,13 @@ from xml.sax.saxutils import quoteattr
 from carbon_vep import atomic
 from carbon_vep.config.run import TRACK_REFERENCES
 from carbon_vep.errors import InputError
-from carbon_vep.genome.builds import canonical_build
+from carbon_vep.genome.builds import UCSC_GENOMES, ucsc_genome
 from carbon_vep.genome.reference import index_paths
 from carbon_vep.report.track_list import Track
 from carbon_vep.report.tracks import export_tracks, scan_inputs
 from carbon_vep.scan.calibrate import Calibration
 
 # UCSC's assembly names for the builds it hosts (canonical build -> UCSC `genome` line)
-UCSC_GENOMES = {
-    "GRCh38": "hg38",
-    "GRCh37": "hg19",
-    "NCBI36": "hg18",
-    "GRCm39": "mm39",
-    "GRCm38": "mm10",
-}
 HUB_EMAIL = "not-set@example.org"  # hub.txt needs a contact; export-tracks --email sets it
 log = logging.getLogger("carbon_vep")
 
@@ -95,10 +88,6 @@ def data_views(
 
 
 # ---- hub, IGV ----------------------------------------------------------------------------------
-def ucsc_genome(build: str) -> str | None:
-    return UCSC_GENOMES.get(canonical_build(build))
-
-
 def _model_label(model: str | None) -> str | None:
     """A model as a published label: a Hub id as it is, a local checkpoint by its folder name
     (a local path means nothing where the hub is read)."""

@@ -31,7 +31,17 @@ from carbon_vep.scan.outputs import (
     summary_markdown,
     write_tsv,
 )
-from carbon_vep.scan.plan import chunk_pieces, describe_plan, plan_file, plan_scan, resolve_targets
+from carbon_vep.scan.plan import (
+    check_tile_context,
+    chunk_pieces,
+    describe_plan,
+    plan_file,
+    plan_scan,
+    resolve_neutral,
+    resolve_targets,
+    skipped_note,
+    target_pieces,
+)
 from carbon_vep.scan.tiling import parse_region
 
 log = logging.getLogger("carbon_vep")
@@ -46,24 +56,35 @@ def scan_region_files(
     out: str,
     snv_out: str | None,
 ) -> None:
-    """Every possible SNV of `region`: per-position Parquet at `out`, per-SNV at `snv_out`."""
+    """Every possible SNV of `region`: per-position Parquet at `out`, per-SNV at `snv_out`.
+    The region is planned as a workflow scan's targets are (scan.plan.target_pieces: N and
+    other non-ACGT bases skipped and logged, context restarting after a gap), and the region,
+    the tiles against the model's context and a region without a scorable base are refused
+    before the model loads."""
     from carbon_vep.model.job import load_engine
 
-    chrom, start, end = parse_region(region)  # a bad region refused before the model loads
-    engine = load_engine(model, region)
-    from carbon_vep.scan.tiles import scan_region, snv_scores
-
+    chrom, start, end = parse_region(region)
+    tiles.check()
+    for note in check_tile_context(tiles, {"--model": model.path}):
+        log.info("%s", note)
     with open_reference(reference_path) as reference:
         if chrom not in reference.lengths:
             raise InputError(reference_path, f"contig {chrom!r} of --region not in the reference")
-        positions = scan_region(engine, reference, chrom, start, end, tiles)
+        length = reference.lengths[chrom]
+        if end > length:
+            raise InputError("--region", f"{region} ends past the end of {chrom} ({length:,} bp)")
+        pieces, counts = target_pieces(reference, {chrom: [(start, end)]})
+        note = skipped_note(counts)
+        if note:
+            log.warning("%s: %s", region, note)
+        engine = load_engine(model, region)
+        from carbon_vep.scan.tiles import scan_pieces, snv_scores
+
+        positions = scan_pieces(engine, reference, pieces, tiles)
     atomic.write_parquet(positions, out)
     if snv_out:
         atomic.write_parquet(snv_scores(positions), snv_out)
-    missing = (end - start) - positions.height
     log.info("scanned %d positions of %s", positions.height, region)
-    if missing:
-        log.warning("%d bases at the contig end fit no whole 6-mer tile: not scored", missing)
 
 
 def write_plan(
@@ -75,12 +96,21 @@ def write_plan(
     title: str,
     out: str,
     report: str | None,
+    neutral_regions: str | None = None,
 ) -> str:
     """The plan of a scan (targets -> chunks, one job each) at `out`, with its counts and
-    estimates as Markdown (at `report` too, if given), which is returned."""
+    estimates as Markdown (at `report` too, if given), which is returned. The scan's
+    neutral_regions BED, if any, is checked against the reference here, before any model job
+    (its contigs the reference lacks noted in the plan)."""
     with open_reference(reference_path) as reference:
         targets = resolve_targets(regions, reference.lengths)
-        plan = plan_scan(reference, targets, tiles, chunks, models)
+        notes = []
+        if neutral_regions:
+            note = resolve_neutral(neutral_regions, reference.lengths)[1]
+            notes += [note] if note else []
+        plan = plan_scan(reference, targets, tiles, chunks, models, notes)
+    for note in plan["notes"]:
+        log.warning("%s", note)
     atomic.write_json(plan, out)
     text = describe_plan(plan, f"scan plan: {title}")
     if report:

@@ -29,6 +29,7 @@ reference, model and which file holds each contig (what `carbon-vep annotate` re
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -69,6 +70,8 @@ _WRITE_OPTIONS: dict[str, Any] = {
 }
 ROW_GROUP_ROWS = 1 << 20  # bases per row group of the merged dataset (~12 MB written)
 SNV_BATCH_BASES = 1 << 18  # bases whose SNVs are counted or written at a time (memory per job)
+
+log = logging.getLogger("carbon_vep")
 
 
 class BaseWriter:
@@ -200,9 +203,12 @@ def neutral_regions(bed: str | None, lengths: dict[str, int]) -> NeutralRegions 
     """The neutral BED's intervals on the reference's contigs (aliases as for scan regions)."""
     if bed is None:
         return None
-    from carbon_vep.scan.plan import resolve_targets
+    from carbon_vep.scan.plan import resolve_neutral
 
-    return NeutralRegions(resolve_targets([bed], lengths))
+    targets, note = resolve_neutral(bed, lengths)
+    if note:
+        log.warning("%s", note)
+    return NeutralRegions(targets)
 
 
 def merge_plan_file(

@@ -15,7 +15,8 @@ alleles, a draft assembly's contigs) share files, consecutive in reference order
 `group_bp` scored bases a file, so that a genome of thousands of contigs is merged by a few
 dozen jobs. File names are the contig names encoded (`genome.contigs.encode_name`: `@XX` for
 each byte other than letters, digits and `._-`); a file of several contigs is named
-`<first contig>+<how many more>`.
+`<first contig>+<how many more>`; names that differ in case alone (ctg1, CTG1: one file on a
+case-insensitive file system) get `+c<digest>` (output_files).
 
 The plan also carries the estimates printed before any model job: SNVs, jobs, GPU-hours per GPU
 class for each model (arithmetic, docs/performance.md#the-recipes-at-the-ceiling: FLOPs per
@@ -28,8 +29,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ import numpy as np
 
 from carbon_vep import markdown
 from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
+from carbon_vep.config.fields import describe
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
     CARBON_SHAPES,
@@ -47,10 +50,11 @@ from carbon_vep.config.gpus import (
     output_flops,
 )
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
-from carbon_vep.errors import InputError
+from carbon_vep.errors import ContextTooLongError, InputError
 from carbon_vep.genome.contigs import alias_candidates, encode_name
 from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.tiling import parse_region, tile_segment
+from carbon_vep.sources.hub import local_positions
 
 K = 6
 _ACGT = np.zeros(256, dtype=bool)
@@ -115,9 +119,14 @@ def _bed_intervals(path: Path) -> Iterator[tuple[str, int, int, str]]:
 
 
 def resolve_targets(
-    regions: Sequence[str], lengths: Mapping[str, int], base_dir: Path | None = None
+    regions: Sequence[str],
+    lengths: Mapping[str, int],
+    base_dir: Path | None = None,
+    absent: dict[str, int] | None = None,
 ) -> dict[str, list[tuple[int, int]]]:
-    """Merged 0-based half-open intervals per reference contig, in reference order."""
+    """Merged 0-based half-open intervals per reference contig, in reference order. A contig
+    that is not in the reference (under any alias) is refused, or with `absent` counted there
+    (name -> intervals) and ignored."""
     contigs = list(lengths)
     raw: list[tuple[str, int, int, str]] = []
     for item in regions:
@@ -127,7 +136,7 @@ def resolve_targets(
         elif item in lengths:  # a whole contig, named exactly (before reading it as a region)
             raw.append((item, 0, -1, f"region {item}"))
         elif _REGION.match(item) and not path.is_file():
-            chrom, start, end = parse_region(item)
+            chrom, start, end = parse_region(item, "regions (--regions)")
             raw.append((chrom, start, end, f"region {item}"))
         elif item.lower().endswith((".bed", ".bed.gz")) or path.is_file():
             if not path.is_file():
@@ -137,6 +146,9 @@ def resolve_targets(
             raw.append((item, 0, -1, f"region {item}"))  # a whole contig, by name
     merged: dict[str, list[tuple[int, int]]] = {}
     for chrom, start, end, where in raw:
+        if absent is not None and chrom not in lengths and not alias_candidates(chrom, contigs):
+            absent[chrom] = absent.get(chrom, 0) + 1
+            continue
         contig = _reference_contig(chrom, contigs, where)
         length = lengths[contig]
         end = length if end == -1 else end
@@ -154,6 +166,33 @@ def resolve_targets(
         if spans:
             out[contig] = spans
     return out
+
+
+def resolve_neutral(bed: str, lengths: Mapping[str, int]) -> tuple[dict, str | None]:
+    """A scan's neutral_regions BED on the reference's contigs, and a note naming the contigs
+    it holds that the reference has not (None if none). A UCSC BED routinely holds
+    _alt/_fix/_random contigs a no-alt analysis set lacks: no SNV of the scan lies on them, so
+    they are ignored, counted and named, not refused. A BED none of whose contigs is in the
+    reference (another build's or naming's) is refused, as are bad lines and intervals past a
+    contig's end."""
+    absent: dict[str, int] = {}
+    targets = resolve_targets([bed], lengths, absent=absent)
+    if not targets:
+        names = ", ".join(list(absent)[:5]) or "none"
+        raise InputError(
+            bed,
+            f"neutral_regions: no interval lies on a contig of the reference (its contigs: "
+            f"{names}; the reference's: {', '.join(list(lengths)[:5])}): a BED of another build?",
+        )
+    if not absent:
+        return targets, None
+    shown = ", ".join(list(absent)[:8])
+    shown += f" and {len(absent) - 8:,} more" if len(absent) > 8 else ""
+    note = (
+        f"neutral_regions {bed}: {sum(absent.values()):,} intervals on {len(absent):,} contigs "
+        f"not in the reference ignored ({shown})"
+    )
+    return targets, note
 
 
 # ---- ACGT runs and chunks ------------------------------------------------------------------
@@ -222,38 +261,74 @@ def _contig_runs(reference: Reference, chrom: str, spans, counts: ContigCounts):
             yield Piece(chrom, s, e, a, b)
 
 
+def target_pieces(
+    reference: Reference, targets: Mapping[str, list[tuple[int, int]]]
+) -> tuple[list[Piece], dict[str, ContigCounts]]:
+    """The scored pieces of the targets, one per ACGT run of at least one 6-mer (clipped to
+    the targets), and each contig's counts: the one planning of what a scan scores, for the
+    workflow's plan and the one-region `carbon-vep scan` alike. A target without a scorable
+    base is refused."""
+    pieces: list[Piece] = []
+    per_contig: dict[str, ContigCounts] = {}
+    for chrom, spans in targets.items():
+        counts = per_contig.setdefault(chrom, ContigCounts())
+        pieces += _contig_runs(reference, chrom, spans, counts)
+    if not pieces:
+        spans = [f"{c}:{s + 1:,}-{e:,}" for c, held in targets.items() for s, e in held]
+        what = ", ".join(spans[:3]) + (f" and {len(spans) - 3:,} more" if len(spans) > 3 else "")
+        skipped = sum(c.skipped_non_acgt_bp for c in per_contig.values())
+        short = sum(c.unscorable_bp for c in per_contig.values())
+        raise InputError(
+            str(reference.path),
+            f"nothing to scan: the targets ({what}) hold no run of at least 6 ACGT bases "
+            f"({skipped:,} bp N / non-ACGT, {short:,} ACGT bp in runs shorter than one 6-mer)",
+        )
+    return pieces, per_contig
+
+
+def skipped_note(per_contig: Mapping[str, ContigCounts]) -> str | None:
+    """What the targets hold that is not scored (N and other non-ACGT bases, ACGT runs shorter
+    than one 6-mer), as one line, or None."""
+    skipped = sum(c.skipped_non_acgt_bp for c in per_contig.values())
+    runs = sum(c.n_runs for c in per_contig.values())
+    short = sum(c.unscorable_bp for c in per_contig.values())
+    if not skipped and not short:
+        return None
+    return (
+        f"not scored: {skipped:,} N / non-ACGT bases in {runs:,} runs (never fed to the model; "
+        f"context restarts after each), {short:,} ACGT bases in runs shorter than one 6-mer"
+    )
+
+
 def plan_scan(
     reference: Reference,
     targets: Mapping[str, list[tuple[int, int]]],
     tiles: TileSettings,
     chunks: ScanChunkSettings,
     models: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The scan's plan: chunks of pieces (JSON-ready), per-contig counts, totals, estimates."""
+    """The scan's plan: chunks of pieces (JSON-ready), per-contig counts, totals, estimates.
+    A tile longer than a model's context is refused here (check_tile_context), before any
+    model job; `notes` (the models not checked, the neutral BED's contigs ignored) are kept
+    in the plan and printed with it."""
+    tiles.check()
+    notes = [*check_tile_context(tiles, models or {}), *notes]
     plan_chunks: list[list[Piece]] = [[]]
     filled = 0
-    per_contig: dict[str, ContigCounts] = {}
-    for chrom, spans in targets.items():
-        counts = per_contig.setdefault(chrom, ContigCounts())
-        for piece in _contig_runs(reference, chrom, spans, counts):
-            start = piece.start
-            while start < piece.end:
-                if filled >= chunks.chunk_bp:
-                    plan_chunks.append([])
-                    filled = 0
-                end = min(piece.end, start + chunks.chunk_bp - filled)
-                plan_chunks[-1].append(
-                    Piece(chrom, start, end, piece.seg_start, piece.seg_end, piece.start)
-                )
-                filled += end - start
-                start = end
-    if not plan_chunks[-1] and len(plan_chunks) > 1:
-        plan_chunks.pop()
-    if not plan_chunks[0]:
-        raise InputError(
-            str(reference.path),
-            "nothing to scan: the targets hold no run of at least 6 ACGT bases (all N?)",
-        )
+    pieces, per_contig = target_pieces(reference, targets)
+    for piece in pieces:
+        start = piece.start
+        while start < piece.end:
+            if filled >= chunks.chunk_bp:
+                plan_chunks.append([])
+                filled = 0
+            end = min(piece.end, start + chunks.chunk_bp - filled)
+            plan_chunks[-1].append(
+                Piece(piece.chrom, start, end, piece.seg_start, piece.seg_end, piece.start)
+            )
+            filled += end - start
+            start = end
     for index, chunk in enumerate(plan_chunks):
         for chrom in dict.fromkeys(p.chrom for p in chunk):
             per_contig[chrom].chunks.append(index)
@@ -286,7 +361,34 @@ def plan_scan(
         "files": files,
         "chunks": [[asdict(p) for p in chunk] for chunk in plan_chunks],
         "estimates": estimates(totals, tiles, models or {}),
+        "notes": notes,
     }
+
+
+def tile_tokens(tiles: TileSettings) -> int:
+    """Positions a full tile takes: its whole 6-mers and the `<dna>` prefix."""
+    return (tiles.tile_bp - tiles.tile_bp % K) // K + 1
+
+
+def check_tile_context(tiles: TileSettings, models: Mapping[str, str]) -> list[str]:
+    """Refuse a tile longer than a model's context (ContextTooLongError, as a VEP window is),
+    from the positions a local checkpoint's config.json declares (no torch); the models it
+    cannot check yet (a Hub id, a model an earlier job builds) as notes: their chunk jobs
+    check when they load them."""
+    tokens, notes = tile_tokens(tiles), []
+    tile_bp = fields(TileSettings)[0]
+    for key, path in models.items():
+        limit, why = local_positions(path)
+        if limit is None:
+            notes.append(f"model {key}: tile_bp not checked against its context here: {why}")
+        elif tokens > limit:
+            raise ContextTooLongError(
+                f"model {key} ({path}): tiles of {describe(tile_bp)} {tiles.tile_bp:,} need "
+                f"{tokens:,} positions but the model supports {limit:,} (max_position_embeddings "
+                f"in its config.json); lower tile_bp to at most {(limit - 1) * K:,} "
+                "(and min_context below it)"
+            )
+    return notes
 
 
 def chunk_pieces(plan: Mapping[str, Any], index: int) -> list[Piece]:
@@ -320,8 +422,16 @@ def output_files(scored_bp: Mapping[str, int], group_bp: int) -> list[dict[str, 
         {"name": file_stem(g), "contigs": g, "scored_bp": sum(scored_bp[c] for c in g)}
         for g in groups
     ]
-    names = [f["name"] for f in files]
-    if len(set(names)) != len(names):  # only through a hash collision of two long names
+    # names that differ in case alone (contigs ctg1 and CTG1) are one file on a case-insensitive
+    # file system (macOS, Windows): those, and only those, get `+c` and 8 hex digits of the
+    # SHA-1 of their contigs' names (`+` never occurs in an encoded name)
+    folded = Counter(f["name"].lower() for f in files)
+    for entry in files:
+        if folded[entry["name"].lower()] > 1:
+            digest = hashlib.sha1("\n".join(entry["contigs"]).encode()).hexdigest()[:8]
+            entry["name"] += f"+c{digest}"
+    names = [f["name"].lower() for f in files]
+    if len(set(names)) != len(names):  # only through a hash collision
         raise InputError("scan plan", f"two output files would share a name: {names}")
     return files
 
@@ -393,6 +503,7 @@ def describe_plan(plan: Mapping[str, Any], title: str = "scan plan") -> str:
             f"{TBI_MAX_POSITION:,} bp, which a .tbi cannot hold ({', '.join(csi[:5])}"
             f"{', ...' if len(csi) > 5 else ''}); .tbi for the others"
         )
+    lines += [f"- note: {note}" for note in plan.get("notes", [])]
     est = plan["estimates"]
     out = est["output_bytes"]
     lines.append(

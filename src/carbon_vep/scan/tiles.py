@@ -16,6 +16,7 @@ damaging); `score_conditional` is the same with the conditional.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ from carbon_vep.model.timing import DeviceClock
 from carbon_vep.model.tokens import BASES, base_codes
 from carbon_vep.progress import Progress
 from carbon_vep.scan.background import BackgroundWriter
+from carbon_vep.scan.plan import target_pieces
 from carbon_vep.scan.snvs import at_base
-from carbon_vep.scan.tiling import Tile, tile_region
+from carbon_vep.scan.tiling import Tile
 
 _TO_ATCG = [BASES.index(b) for b in SCAN_BASES]
 
@@ -244,10 +246,23 @@ def snv_scores(positions: pl.DataFrame) -> pl.DataFrame:
 def scan_region(
     engine: Engine, reference: Reference, chrom: str, start: int, end: int, tiles: TileSettings
 ) -> pl.DataFrame:
-    """Per-position table for [start, end) (0-based, half-open) of `chrom`."""
-    length = reference.lengths[chrom]
-    cut = tile_region(length, start, end, tiles.tile_bp, tiles.min_context, engine.k)
-    return scan_tiles(engine, reference, chrom, cut)
+    """Per-position table for the ACGT bases of [start, end) (0-based, half-open) of `chrom`,
+    planned as the workflow's scans are (scan.plan.target_pieces: N and other non-ACGT bases
+    skipped, context restarting after a gap, the same window for a base as in a genome scan
+    from the same start)."""
+    pieces, _ = target_pieces(reference, {chrom: [(start, end)]})
+    return scan_pieces(engine, reference, pieces, tiles)
+
+
+def scan_pieces(engine: Engine, reference: Reference, pieces, tiles: TileSettings) -> pl.DataFrame:
+    """Per-position table (SCAN_POSITION) of the bases of `pieces` (scan.plan.Piece), in order."""
+    frames = [
+        scan_tiles(engine, reference, chrom, [t for p in group for t in p.tiles(tiles)])
+        for chrom, group in itertools.groupby(pieces, key=lambda p: p.chrom)
+    ]
+    if not frames:
+        return pl.DataFrame(schema=columns.schema(columns.SCAN_POSITION))
+    return pl.concat(frames)
 
 
 # ---- whole-genome chunks: streamed, bounded memory ------------------------------------------

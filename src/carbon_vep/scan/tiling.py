@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from carbon_vep.errors import InputError
+
 
 @dataclass(frozen=True)
 class Tile:
@@ -107,13 +109,18 @@ def tiles_for_positions(
     ]
 
 
-def parse_region(region: str) -> tuple[str, int, int]:
-    """'chr1:1,001-2,000' (1-based, inclusive) -> ('chr1', 1000, 2000) (0-based half-open)."""
+def parse_region(region: str, what: str = "--region") -> tuple[str, int, int]:
+    """'chr1:1,001-2,000' (1-based, inclusive) -> ('chr1', 1000, 2000) (0-based half-open); a
+    region that is not one is an InputError naming `what` (the flag or config key)."""
     chrom, _, span = region.rpartition(":")
-    if not chrom:
-        raise ValueError(f"region {region!r} is not CHROM:START-END")
-    first, _, last = span.replace(",", "").partition("-")
+    first, dash, last = span.replace(",", "").partition("-")
+    if not chrom or not dash or not first.isdigit() or not last.isdigit():
+        raise InputError(what, f"region {region!r} is not CHROM:START-END (1-based, inclusive)")
     start, end = int(first) - 1, int(last)
     if start < 0 or end <= start:
-        raise ValueError(f"region {region!r} is empty or starts before 1")
+        raise InputError(
+            what,
+            f"region {region!r} is empty or starts before 1 (START-END is 1-based and "
+            "inclusive, START <= END)",
+        )
     return chrom, start, end

@@ -85,6 +85,25 @@ def is_local_model(path: str) -> bool:
     return Path(path).is_dir()
 
 
+def local_positions(path: str) -> tuple[int | None, str]:
+    """The positions (`max_position_embeddings`) a local checkpoint's config.json declares,
+    read without torch or transformers: (positions, "") or (None, why not known: a Hub id, a
+    folder without config.json yet, no such key)."""
+    if not is_local_model(path):
+        return None, "a Hub model (its config is read when its job loads it)"
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return None, f"no {config} yet (a model built or copied by an earlier job)"
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError) as err:
+        raise InputError(config, f"the model's config is not readable JSON ({err})") from None
+    positions = data.get("max_position_embeddings") if isinstance(data, dict) else None
+    if not isinstance(positions, int) or isinstance(positions, bool):
+        return None, f"{config} declares no max_position_embeddings"
+    return positions, ""
+
+
 def _typo_hint(repo_id: str) -> str:
     """Where a Hub id's owner is a local folder, the id was most likely a mistyped local path."""
     owner = Path(repo_id).parts[0] if "/" in repo_id else ""

@@ -275,6 +275,11 @@ class Jobs:
         models = self.run.entry_models(self.run.scans[wc.scan])
         return " ".join(shlex.quote(f"--model={k}={self.run.models[k].path}") for k in models)
 
+    def scan_neutral_flag(self, wc: Any) -> str:
+        """plan-scan's --neutral-regions (checked against the reference at plan time), or ''."""
+        bed = self.run.scans[wc.scan].calibration.neutral_regions
+        return shlex.quote(f"--neutral-regions={bed}") if bed else ""
+
     def scan_neutral_regions(self, wc: Any) -> list[str]:
         """The scan's neutral-regions BED (an input of every merge), if it names one."""
         bed = self.run.scans[wc.scan].calibration.neutral_regions
