@@ -30,7 +30,7 @@ PROVENANCE = {
     "model": "org/model-{m}",
     "revision": "abc123",
     "dtype": "bfloat16",
-    "upcast_output_layer": True,
+    "upcast_output_layer": "false",
 }
 
 

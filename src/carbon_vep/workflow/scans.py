@@ -61,7 +61,8 @@ class ScanInputs:
     # ---- what a job takes from the plan (params: its rerun trigger) ---------------------------
     # The jobs after the plan read it with ancient(): a plan rewritten (another group_bp, another
     # model's estimate) does not rerun them by its date; each job's own part of it, as a
-    # fingerprint in its params, reruns it when that part changed (docs/scans.md#reruns).
+    # fingerprint in its params, reruns it when that part changed
+    # (docs/scans.md#what-a-config-edit-reruns).
     def _plan(self, wc: Any) -> dict:
         return read_plan(self.paths.scan_plan.format(scan=wc.scan))
 
