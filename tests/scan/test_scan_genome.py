@@ -133,8 +133,10 @@ def shared(tmp_path_factory) -> Path:
     return folder
 
 
-# the SLURM run's targets: each contig's positions file (its merge job writes the counts too)
+# the SLURM run's targets: each contig's positions file (merge_scan_file) and its counts
+# (count_scan_file)
 MERGED_FILES = tuple(f"{SCAN}/positions/{name}.parquet" for name in ("chrA", CHR_B_FILE))
+COUNTED_FILES = tuple(f"{SCAN}/calibration/counts/{name}.parquet" for name in ("chrA", CHR_B_FILE))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -160,6 +162,7 @@ def slurm_scan(request, tmp_path_factory, shared, demo_model_dir):
         f"chunk_bp={CHUNK_BP}",
         "--",
         *MERGED_FILES,
+        *COUNTED_FILES,
         timeout=900,
     )
     yield run, workdir
@@ -706,8 +709,9 @@ def test_scan_through_real_slurm_gives_the_local_files(genome_run, slurm_scan):
     assert [str(path.relative_to(genome_run)) for path in merged] == sorted(MERGED_FILES)
     plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
-    # plan, the model's input record (sha256 of its files), the chunks, a merge a file
-    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + len(merged)
+    # plan, the model's input record (sha256 of its files), the chunks, a merge and a count a
+    # file
+    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + 2 * len(merged)
     assert "record_model_inputs" in output and "rule calibrate_scan" not in output
     jobs = slurm_jobs(output)
     assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
