@@ -4,6 +4,7 @@ plan decides — checked without Snakemake (the rules name these; tests/workflow
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -104,7 +105,7 @@ def test_wildcard_patterns_split_entries_by_kind_and_match_nothing_when_empty(tm
 
 
 def test_batch_sizes_halve_on_each_retry_and_never_reach_zero(tmp_path):
-    jobs = Jobs(_run(tmp_path), "f" * 64)
+    jobs = Jobs(_run(tmp_path))
     demo, local = Wildcards(model="demo"), Wildcards(model="local")
     assert [jobs.attempt_batch_size(demo, a) for a in (1, 2, 3, 4, 5)] == [8, 4, 2, 1, 1]
     assert [jobs.attempt_batch_tokens(local, a) for a in (1, 2)] == [12_000, 6_000]
@@ -139,7 +140,7 @@ def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
         },
         "demo": {"path": str(tmp_path / "demo_model"), "build_demo": True},
     }
-    jobs = Jobs(_models_run(models), "f" * 64)
+    jobs = Jobs(_models_run(models))
     memory = {key: jobs.host_memory_mb(Wildcards(model=key)) for key in models}
     assert memory == {"c8": 20_000, "c3": 11_000, "demo": 4_000}
     local = tmp_path / "carbon_like"
@@ -158,7 +159,7 @@ def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
         )
     )
     run = _models_run({"l": {"path": str(local), "dtype": "bfloat16"}})
-    assert Jobs(run, "f" * 64).host_memory_mb(Wildcards(model="l")) == 11_000
+    assert Jobs(run).host_memory_mb(Wildcards(model="l")) == 11_000
     scoring = jobs.model_resources()
     assert scoring["mem_mb"] == jobs.host_memory_mb and scoring["runtime"] == 120
     assert scoring["gpu"] == jobs.gpu_count
@@ -167,7 +168,7 @@ def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
 
 
 def test_model_sources_are_the_demo_dir_the_hub_record_or_every_visible_file(tmp_path):
-    jobs = Jobs(_run(tmp_path), "f" * 64)
+    jobs = Jobs(_run(tmp_path))
     assert jobs.model_sources(Wildcards(model="demo")) == [str(tmp_path / "demo_model")]
     assert jobs.model_sources(Wildcards(model="hub")) == ["out/hub/hub.json"]
     local = tmp_path / "local_model"
@@ -180,7 +181,7 @@ def test_model_sources_are_the_demo_dir_the_hub_record_or_every_visible_file(tmp
 
 
 def test_pins_are_the_configs_hashes_of_exactly_these_files(tmp_path):
-    jobs = Jobs(_run(tmp_path), "f" * 64)
+    jobs = Jobs(_run(tmp_path))
     assert json.loads(shlex.split(jobs.pins(["p.vcf", "r.fa"]))[0]) == {"p.vcf": "1" * 64}
     model_pins = json.loads(shlex.split(jobs.model_pins(Wildcards(model="local")))[0])
     assert model_pins == {f"{tmp_path}/local_model/config.json": "2" * 64}
@@ -188,16 +189,19 @@ def test_pins_are_the_configs_hashes_of_exactly_these_files(tmp_path):
     assert args == ["--model", "org/model", "--revision", "a" * 40]
 
 
-def test_settings_leave_the_batch_sizes_to_the_resources_and_provenance_names_the_config(
+def test_settings_leave_the_batch_sizes_to_the_resources_and_provenance_names_the_settings(
     tmp_path,
 ):
-    jobs = Jobs(_run(tmp_path), "0123456789abcdef" + "f" * 48)
+    jobs = Jobs(_run(tmp_path))
     wc = Wildcards(dataset="d1", model="local")
     settings = json.loads(shlex.split(jobs.scoring_settings(wc))[0])
     assert settings["path"].endswith("local_model") and settings["recipe"] == "centered"
     assert not {"batch_size", "batch_tokens", "build_demo"} & set(settings)
     provenance = json.loads(shlex.split(jobs.dataset_provenance(wc))[0])
-    assert provenance["dataset"] == "d1" and provenance["config_sha256"] == "0123456789abcdef"
+    assert provenance["dataset"] == "d1" and "config_sha256" not in provenance
+    # the hash of the job's own settings: it changes with them and with nothing else
+    digest = hashlib.sha256(shlex.split(jobs.scoring_settings(wc))[0].encode()).hexdigest()
+    assert provenance["settings_sha256"] == digest[:16]
     scan = json.loads(shlex.split(jobs.scan_provenance(Wildcards(scan="g", model="demo")))[0])
     assert (scan["scan"], scan["tile_bp"], scan["model"]) == (
         "g",
@@ -210,7 +214,7 @@ def test_settings_leave_the_batch_sizes_to_the_resources_and_provenance_names_th
 
 def test_niah_jobs_cover_every_row_once(tmp_path):
     niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 250, "rows_per_job": 100}}
-    jobs = Jobs(_run(tmp_path, niah=niah), "f" * 64, niah_gpu="A10")
+    jobs = Jobs(_run(tmp_path, niah=niah), niah_gpu="A10")
     wc = {"niah": "n", "cell": "niah_1k", "model": "local"}
     rows = [jobs.niah_rows(Wildcards(**wc, part=f"{i:05d}")) for i in range(3)]
     assert rows == [f"{a}:{b} --cell-task niah" for a, b in ((0, 100), (100, 200), (200, 250))]
@@ -262,7 +266,7 @@ def test_vllm_jobs_run_in_the_vllm_environment_on_tensor_parallel_gpus(tmp_path)
     }
     niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 2}}
     run = RunConfig.from_dict({"models": models, "niah": niah, "vllm_env": "/opt/venv-vllm"})
-    jobs = Jobs(run, "f" * 64, workflow_root="/wf")
+    jobs = Jobs(run, workflow_root="/wf")
     v, t = Wildcards(model="v"), Wildcards(model="t")
     assert jobs.generation_command(v) == "/opt/venv-vllm/bin/carbon-vep"
     assert jobs.generation_command(t) == "carbon-vep"
@@ -271,7 +275,7 @@ def test_vllm_jobs_run_in_the_vllm_environment_on_tensor_parallel_gpus(tmp_path)
         1,
         1,
     )
-    relative = Jobs(RunConfig.from_dict({"models": models, "niah": niah}), "f" * 64, "A10", "/wf")
+    relative = Jobs(RunConfig.from_dict({"models": models, "niah": niah}), "A10", "/wf")
     assert relative.generation_command(v) == "/wf/.venv-vllm/bin/carbon-vep"
     generation = json.loads(shlex.split(jobs.model_settings(v, generation=True))[0])
     assert generation["engine"] == "vllm" and generation["tensor_parallel_size"] == 2
@@ -353,7 +357,7 @@ def test_scan_inputs_name_the_files_the_scan_rules_write(tmp_path):
         ("counts", paths.scan_calibration_counts),
     ):
         assert scans.output_files(wc, plan, kind) == [pattern.format(**names)]
-    jobs = Jobs(run, "f" * 64)
+    jobs = Jobs(run)
     cell = Wildcards(niah="n", cell="niah_1k", model="demo")
     for kind, pattern in (("rows", paths.niah_part_rows), ("metrics", paths.niah_part_metrics)):
         assert jobs.niah_parts(kind)(cell) == [
@@ -378,7 +382,7 @@ def test_a_recovery_jobs_time_limit_follows_its_rollouts(tmp_path):
     run = RunConfig.from_dict(
         {"models": {**models, "m": {**models["m"], "batch_tokens": 131_072}}, "tasks": tasks}
     )
-    jobs = Jobs(run, "f" * 64, recovery_gpu="H100")
+    jobs = Jobs(run, recovery_gpu="H100")
     headline = jobs.recovery_runtime(Wildcards(task="t", model="m", point=""))
     (point,) = [p for p in run.sweep_points("t")]
     folder = jobs.paths.sweep_point(point)

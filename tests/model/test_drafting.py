@@ -160,7 +160,7 @@ def test_config_draft_names_another_entry_and_jobs_get_its_path():
     resolved = run.draft_settings(run.models["big"])
     assert (resolved.draft_model, resolved.draft_revision) == ("org/Carbon-500M", "a" * 40)
     assert run.draft_settings(run.models["small"]) == run.models["small"]
-    jobs = Jobs(run, config_sha256="0" * 64)
+    jobs = Jobs(run)
     settings = json.loads(
         shlex.split(jobs.task_settings(SimpleNamespace(task="t", model="big")))[0]
     )

@@ -30,7 +30,7 @@ PROVENANCE = {
     "model": "org/model-{m}",
     "revision": "abc123",
     "dtype": "bfloat16",
-    "config_sha256": "0123456789abcdef",
+    "upcast_output_layer": "false",
 }
 
 
@@ -178,7 +178,7 @@ def test_html_comparison_table_status_counts_and_provenance(run, page):
     assert "average_precision_by_chrom_weighted_drop_single_class" in page
     assert "<td>ref_mismatch</td>" in page and "<td>unknown_contig</td>" in page
     assert "chr3 (20.0%)" in page  # the one-class chromosome and its weight of all rows
-    assert "org/model-m1" in page and "org/model-m2" in page and "0123456789abcdef" in page
+    assert "org/model-m1" in page and "org/model-m2" in page and "abc123" in page
     assert "&lt;b&gt;not bold&lt;/b&gt;" in page and "<b>not bold</b>" not in page
     assert "ties" in page and "chance = 0.25" in page
 

@@ -41,7 +41,7 @@ GROUP_BP = 1500  # chrA (3,000 scored bases) and chrB (1,800) each get their own
 CHR_B = "HLA-B*07:02:01"
 CHR_B_FILE = "HLA-B@2A07@3A02@3A01"
 SCAN = "results/scans/genome/demo"
-MERGED = ("positions/", "calibration/counts/")  # what merge_scan_file writes
+MERGED = ("positions/", "calibration/counts/")  # what merge_scan_file and count_scan_file write
 LOOKUP = "results/lookup/demo/scores.parquet"
 TARGETS = ("--cores", "2", f"{SCAN}/summary.json", f"{SCAN}/summary.md", LOOKUP)
 KILLED_CHUNK = 1  # the bases of chrA on both sides of its gap
@@ -133,8 +133,10 @@ def shared(tmp_path_factory) -> Path:
     return folder
 
 
-# the SLURM run's targets: each contig's positions file (its merge job writes the counts too)
+# the SLURM run's targets: each contig's positions file (merge_scan_file) and its counts
+# (count_scan_file)
 MERGED_FILES = tuple(f"{SCAN}/positions/{name}.parquet" for name in ("chrA", CHR_B_FILE))
+COUNTED_FILES = tuple(f"{SCAN}/calibration/counts/{name}.parquet" for name in ("chrA", CHR_B_FILE))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -160,6 +162,7 @@ def slurm_scan(request, tmp_path_factory, shared, demo_model_dir):
         f"chunk_bp={CHUNK_BP}",
         "--",
         *MERGED_FILES,
+        *COUNTED_FILES,
         timeout=900,
     )
     yield run, workdir
@@ -706,11 +709,127 @@ def test_scan_through_real_slurm_gives_the_local_files(genome_run, slurm_scan):
     assert [str(path.relative_to(genome_run)) for path in merged] == sorted(MERGED_FILES)
     plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", output)
-    # plan, the model's input record (sha256 of its files), the chunks, a merge a file
-    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + len(merged)
+    # plan, the model's input record (sha256 of its files), the chunks, a merge and a count a
+    # file
+    assert len(submitted) == 1 + 1 + plan["totals"]["chunks"] + 2 * len(merged)
     assert "record_model_inputs" in output and "rule calibrate_scan" not in output
     jobs = slurm_jobs(output)
     assert {(partition, state) for _, partition, state in jobs} == {("cpu", "COMPLETED")}
     assert _outputs(workdir) == {
         name: data for name, data in _outputs(genome_run).items() if name.startswith(MERGED)
     }
+
+
+# ---- what a config edit reruns ----------------------------------------------------------------
+JOB_LINE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):", re.MULTILINE)
+MODEL_AND_MERGE = {"scan_chunk", "merge_scan_file"}  # the GPU jobs, and what needs their chunks
+
+
+def _edited_config(workdir: Path, shared: Path, model_dir: Path, **scan_keys) -> Path:
+    """The finished scan's config with `scan_keys` set on its entry (None: the key removed),
+    and `_other` as a second scan entry when given."""
+    path = _config(workdir, shared, model_dir)
+    config = yaml.safe_load(path.read_text())
+    other = scan_keys.pop("_other", None)
+    config["scans"]["genome"].update(scan_keys)
+    if other:
+        config["scans"]["other"] = other
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _planned_jobs(result: subprocess.CompletedProcess) -> list[str]:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return JOB_LINE.findall(result.stdout + result.stderr)
+
+
+def test_a_complete_scan_plans_nothing(genome_run, shared, demo_model_dir):
+    config = _config(genome_run, shared, demo_model_dir)
+    result = run_snakemake(genome_run, config, "-n", *TARGETS)
+    assert _planned_jobs(result) == []
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"tracks": True},  # the tracks of a finished scan: exported from its outputs
+        {"tracks": True, "tracks_reference": "copy"},
+        {"tsv_calibrated": True},  # the TSV's columns
+        {"context_min_count": 5},  # the calibration
+        {"tsv_decimals": 3},  # the counts and TSVs: recounted from the Parquet files
+        {"_other": {"reference": "x", "build": "lambda_test", "regions": "chrA"}},
+    ],
+    ids=["tracks", "tracks_reference", "tsv_calibrated", "context_min_count", "decimals", "entry"],
+)
+def test_a_config_edit_reruns_no_chunk_of_a_finished_scan(
+    genome_run, shared, demo_model_dir, tmp_path, edit
+):
+    """`snakemake -n` after an edit that cannot change the scores: no scan_chunk job (nor a merge,
+    which would need the temporary chunks again); what the edit changes is planned."""
+    from support.cluster import copy_run
+
+    workdir = copy_run(genome_run, tmp_path / "edited")
+    if "_other" in edit:
+        edit["_other"]["reference"] = str(shared / "genome.fa")
+    config = _edited_config(workdir, shared, demo_model_dir, **edit)
+    jobs = _planned_jobs(run_snakemake(workdir, config, "-n", *TARGETS, f"{SCAN}/summary.json"))
+    assert not MODEL_AND_MERGE & set(jobs), jobs
+    if "tracks" in edit:
+        assert "scan_chunk" not in jobs and "export_track" not in jobs  # not asked for here
+    if "tsv_decimals" in edit:
+        recount = {"count_scan_file", "calibrate_scan", "write_scan_tsv", "summarize_scan"}
+        assert recount <= set(jobs) <= recount | {"annotate_from_scan"}, jobs
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_tracks_turned_on_export_the_finished_scan(genome_run, shared, demo_model_dir, tmp_path):
+    from support.cluster import copy_run
+
+    workdir = copy_run(genome_run, tmp_path / "tracks")
+    config = _edited_config(workdir, shared, demo_model_dir, tracks=True)
+    jobs = _planned_jobs(run_snakemake(workdir, config, "-n"))
+    assert "export_track" in jobs and "write_track_hub" in jobs
+    assert not MODEL_AND_MERGE & set(jobs) and "summarize_scan" not in jobs, jobs
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_new_group_bp_rewrites_the_plan_and_keeps_the_chunks(
+    genome_run, shared, demo_model_dir, tmp_path
+):
+    """group_bp rewrites plan.json (the checkpoint reruns, so a dry run cannot tell): the run
+    itself scores no chunk again and merges no file whose contigs stay the same (both contigs
+    keep their own files at 1,000 scored bases)."""
+    from support.cluster import copy_run
+
+    workdir = copy_run(genome_run, tmp_path / "regrouped")
+    config = _edited_config(workdir, shared, demo_model_dir, group_bp=1000)
+    result = run_snakemake(workdir, config, *TARGETS)
+    jobs = _planned_jobs(result)
+    assert "plan_scan" in jobs and not MODEL_AND_MERGE & set(jobs), jobs
+    plan = json.loads((workdir / "results/scans/genome/plan.json").read_text())
+    assert plan["group_bp"] == 1000
+    assert _outputs(workdir) == _outputs(genome_run)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_reference_path_with_a_space(shared, demo_model_dir, tmp_path):
+    """Every path a rule's command names is quoted: a reference (and outdir) with a space."""
+    workdir = tmp_path / "spaced"
+    workdir.mkdir()
+    (tmp_path / "my genome").mkdir()
+    fasta = tmp_path / "my genome" / "my genome.fa"
+    shutil.copy(shared / "genome.fa", fasta)
+    shutil.copy(shared / "panel.vcf", tmp_path / "my genome" / "my panel.vcf")
+    path = _config(workdir, shared, demo_model_dir)
+    config = yaml.safe_load(path.read_text())
+    config["outdir"] = "my results"
+    config["scans"]["genome"]["reference"] = str(fasta)
+    config["datasets"]["lookup"]["reference"] = str(fasta)
+    config["datasets"]["lookup"]["panel"] = str(tmp_path / "my genome" / "my panel.vcf")
+    path.write_text(yaml.safe_dump(config))
+    lookup = LOOKUP.replace("results/", "my results/", 1)
+    result = run_snakemake(workdir, path, "--cores", "2", lookup)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "unrecognized arguments" not in result.stdout + result.stderr
+    assert f"--reference '{fasta}'" in result.stdout + result.stderr  # printed as it ran
+    assert pl.read_parquet(workdir / lookup).height == 3

@@ -47,8 +47,9 @@ must be identical. Floats may differ by float rounding alone:
 - the scan TSV's `score` (printed to 2 decimals) and `phred` (1 decimal): one printed unit, as a
   score at a rounding edge may print one unit away and shift the ranks behind the PHRED.
 
-Provenance that legitimately differs is left out: `config_sha256` (the configs differ), found by
-diffing every JSON file and TSV header of the two runs: in the files compared nothing else
+Provenance that legitimately differs is left out: `settings_sha256` (compile_layers is among
+the jobs' settings), found by diffing every JSON file and TSV header of the two runs: in the
+files compared nothing else
 differed (no timings in them; the scan's summary.json and plan.json, not compared, hold its
 wall time and byte counts)."""
 
@@ -71,7 +72,7 @@ ABS_TOL = 1e-5  # float32 log-likelihood scales: see the module docstring
 DATASETS = ("demo_centered", "demo_nexttoken", "demo_scan_lookup")
 TASKS = ("demo_cag_expansion", "demo_recovery", "demo_synonymous_codon")
 NIAH_CELLS = ("niah_512", "niah_neardup_d2_512")
-IGNORED_KEYS = {"config_sha256"}  # provenance: the hash of the config, which differs
+IGNORED_KEYS = {"settings_sha256"}  # provenance: the hash of the job's settings, which differ
 RECUT = {
     "shard_size": 100,
     "chunk_bp": 1000,
@@ -228,8 +229,8 @@ def test_scan_positions_and_snv_tsv_do_not_move(runs):
         for path in _pair(runs, f"{scan}/snvs/chr17.tsv.gz")
     ]
     headers = [[line for line in lines if line.startswith("#")] for lines in tsv]
-    assert [h for h in headers[0] if not h.startswith("##config_sha256=")] == [
-        h for h in headers[1] if not h.startswith("##config_sha256=")
+    assert [h for h in headers[0] if not h.startswith("##settings_sha256=")] == [
+        h for h in headers[1] if not h.startswith("##settings_sha256=")
     ]
     rows = [[line.split("\t") for line in lines if not line.startswith("#")] for lines in tsv]
     assert len(rows[0]) == len(rows[1]) == 3 * 2_000

@@ -109,7 +109,7 @@ def test_targets_file_sweep_points_apart_from_the_results():
 def test_a_points_job_records_its_point_under_the_metrics_parameters(tmp_path):
     """The rule passes the point in the provenance (its command is the headline's); the command
     files it under `parameters.sweep`, and the headline's provenance is as before."""
-    jobs = Jobs(RunConfig.from_dict(_config()), "0" * 64)
+    jobs = Jobs(RunConfig.from_dict(_config()))
     point = Wildcards(task="t", model="b", point="sweep/new_tokens_640/")
     settings = json.loads(shlex.split(jobs.task_settings(point))[0])
     assert (settings["new_tokens"], settings["max_prompt_bp"]) == (640, 6144)

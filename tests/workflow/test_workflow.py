@@ -471,3 +471,50 @@ def _sort_column(page) -> list[float]:
     header.click()
     texts = page.locator("h2#results ~ table").first.locator("tbody tr td:nth-child(3)")
     return [float(t.split()[0]) for t in texts.all_text_contents() if t != "—"]
+
+
+MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["headline_metrics", "new_task", "scan_tracks", "new_dataset"],
+)
+def test_a_config_edit_reruns_no_model_job_it_cannot_change(demo_run, tmp_path, edit):
+    """`snakemake -n` on the finished CI run after an edit: no model job of an entry the edit
+    leaves alone (a report setting, another entry added, a scan's tracks), only the new
+    entry's own when one is added."""
+    import re
+
+    from support.cluster import copy_run
+
+    run = copy_run(demo_run, tmp_path / "run")
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    if edit == "headline_metrics":
+        config["datasets"]["demo_centered"]["headline_metrics"] = ["auroc"]
+    elif edit == "new_task":
+        config["tasks"]["demo_cag_again"] = dict(config["tasks"]["demo_cag_expansion"])
+    elif edit == "scan_tracks":
+        config["scans"]["demo_scan"]["tracks"] = True
+    else:
+        config["datasets"]["demo_again"] = dict(config["datasets"]["demo_nexttoken"])
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    result = run_snakemake(run, run / "config.yaml", "-n", "-p")
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    jobs = []  # (rule, wildcards) of each planned job, a block of the dry run's output each
+    for block in re.split(r"\n(?=(?:local)?(?:rule|checkpoint) \w+:)", log):
+        head = re.match(r"(?:local)?(?:rule|checkpoint) (\w+):", block)
+        if head:
+            wildcards = re.search(r"^\s+wildcards: (.*)$", block.split("\n\n")[0], re.M)
+            jobs.append((head.group(1), wildcards.group(1) if wildcards else ""))
+    model_jobs = [(rule, wc) for rule, wc in jobs if rule in MODEL_RULES]
+    if edit == "new_task":
+        assert model_jobs and all("task=demo_cag_again" in wc for _, wc in model_jobs), jobs
+    elif edit == "new_dataset":  # its shards come from a checkpoint: planned after it runs
+        assert all("dataset=demo_again" in wc for _, wc in model_jobs), jobs
+        assert ("check_panel", "dataset=demo_again") in jobs
+    else:
+        assert model_jobs == [], model_jobs
+    if edit == "headline_metrics":
+        assert ("compute_metrics", "dataset=demo_centered, model=demo") in jobs

@@ -2,7 +2,6 @@
 # constraints, and the input, params and resources functions the rules name. The Python behind
 # them is the package's (carbon_vep.workflow: targets, jobs, scans; unit-tested); here they are
 # bound to this run's config.
-import hashlib
 import json
 import os
 import shlex
@@ -56,12 +55,9 @@ BASELINE = resolve_baseline(RUN.baseline, WORKFLOW_ROOT) if RUN.baseline else No
 PUBLISHED_NIAH = os.path.normpath(
     os.path.join(WORKFLOW_ROOT, "baselines", "published_niah.yaml")
 )
-CONFIG_SHA256 = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
 TARGETS = Targets(RUN, BASELINE)
 JOBS = Jobs(
     RUN,
-    CONFIG_SHA256,
     profile_gpu_class(PROFILES.get("score_niah", {})),
     WORKFLOW_ROOT,
     profile_gpu_class(PROFILES.get("score_recovery", {})),

@@ -15,7 +15,7 @@ for hub_name, hub_file in RUN.hub_files.items():
         params:
             settings=spec_json(hub_file),
         shell:
-            "carbon-vep fetch-hub --settings {params.settings} > {log} 2>&1"
+            "carbon-vep fetch-hub --settings {params.settings} > {log:q} 2>&1"
 
 
 # Other public files (`downloads` in config, e.g. a reference genome): one head-node rule each,
@@ -35,5 +35,5 @@ for url_name, download in RUN.downloads.items():
         params:
             settings=spec_json(download),
         shell:
-            "carbon-vep fetch-url --settings {params.settings} > {log} 2>&1"
-            " || {{ tail -n 1 {log} >&2; exit 1; }}"
+            "carbon-vep fetch-url --settings {params.settings} > {log:q} 2>&1"
+            " || {{ tail -n 1 {log:q} >&2; exit 1; }}"

@@ -15,6 +15,6 @@ rule export_vcf:
     params:
         settings=JOBS.dataset_settings("checks"),
     shell:
-        "carbon-vep export-vcf --merged {input.merged} --panel {input.panel}"
-        " --reference {input.reference} --settings {params.settings}"
-        " --out {output.vcf} > {log} 2>&1"
+        "carbon-vep export-vcf --merged {input.merged:q} --panel {input.panel:q}"
+        " --reference {input.reference:q} --settings {params.settings}"
+        " --out {output.vcf:q} > {log:q} 2>&1"

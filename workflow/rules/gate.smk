@@ -15,5 +15,5 @@ if BASELINE:
         conda:
             "../../envs/carbon-vep.yaml"
         shell:
-            "carbon-vep compare --baseline {input.baseline} --results {input.results}"
-            " --junit {log.junit} --out {output} > {log.log} 2>&1"
+            "carbon-vep compare --baseline {input.baseline:q} --results {input.results:q}"
+            " --junit {log.junit:q} --out {output:q} > {log.log:q} 2>&1"

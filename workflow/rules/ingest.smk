@@ -16,6 +16,6 @@ rule check_panel:
     params:
         settings=JOBS.dataset_settings("checks", "labels"),
     shell:
-        "carbon-vep check-panel --panel {input.panel} --reference {input.reference}"
-        " --settings {params.settings} --out {output.checked} --summary {output.summary}"
-        " > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
+        "carbon-vep check-panel --panel {input.panel:q} --reference {input.reference:q}"
+        " --settings {params.settings} --out {output.checked:q} --summary {output.summary:q}"
+        " > {log:q} 2>&1 || {{ tail -n 1 {log:q} >&2; exit 1; }}"

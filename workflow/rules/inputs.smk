@@ -14,8 +14,8 @@ rule record_dataset_inputs:
     params:
         pins=lambda wc, input: JOBS.pins(input),
     shell:
-        "carbon-vep record-inputs --file {input.panel} --file {input.reference}"
-        " --pins {params.pins} --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
+        "carbon-vep record-inputs --file {input.panel:q} --file {input.reference:q}"
+        " --pins {params.pins} --out {output:q} > {log:q} 2>&1 || {{ tail -n 1 {log:q} >&2; exit 1; }}"
 
 
 rule record_task_inputs:
@@ -30,8 +30,8 @@ rule record_task_inputs:
     params:
         pins=lambda wc, input: JOBS.pins(input),
     shell:
-        "carbon-vep record-inputs --file {input} --pins {params.pins}"
-        " --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
+        "carbon-vep record-inputs --file {input:q} --pins {params.pins}"
+        " --out {output:q} > {log:q} 2>&1 || {{ tail -n 1 {log:q} >&2; exit 1; }}"
 
 
 rule record_model_inputs:
@@ -49,4 +49,4 @@ rule record_model_inputs:
     shell:
         "export HF_HUB_OFFLINE=1; "
         "carbon-vep record-inputs {params.source} --pins {params.pins}"
-        " --out {output} > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
+        " --out {output:q} > {log:q} 2>&1 || {{ tail -n 1 {log:q} >&2; exit 1; }}"

@@ -11,5 +11,5 @@ rule merge_scores:
     conda:
         "../../envs/carbon-vep.yaml"
     shell:
-        "carbon-vep merge --checked {input.checked} --scores {input.scores}"
-        " --out {output} > {log} 2>&1"
+        "carbon-vep merge --checked {input.checked:q} --scores {input.scores:q}"
+        " --out {output:q} > {log:q} 2>&1"

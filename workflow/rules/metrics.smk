@@ -14,8 +14,8 @@ rule compute_metrics:
         settings=JOBS.dataset_settings("labels", "metrics"),
         provenance=JOBS.dataset_provenance,
     shell:
-        "carbon-vep metrics --merged {input.merged} --settings {params.settings}"
+        "carbon-vep metrics --merged {input.merged:q} --settings {params.settings}"
         " --task {wildcards.dataset} --model-key {wildcards.model}"
-        " --provenance {params.provenance} --provenance @{input.dataset_inputs}"
-        " --provenance @{input.model_inputs} --out {output.metrics}"
-        " --rows-out {output.evaluated} > {log} 2>&1"
+        " --provenance {params.provenance} --provenance @{input.dataset_inputs:q}"
+        " --provenance @{input.model_inputs:q} --out {output.metrics:q}"
+        " --rows-out {output.evaluated:q} > {log:q} 2>&1"

@@ -11,7 +11,7 @@ for demo_name, demo_path in JOBS.demo_model_paths.items():
         conda:
             "../../envs/carbon-vep.yaml"
         shell:
-            "carbon-vep build-demo-model --out {output} > {log} 2>&1"
+            "carbon-vep build-demo-model --out {output:q} > {log:q} 2>&1"
 
 
 # A model given as a Hub id is fetched (weights, tokenizer, remote code) into the local Hub
@@ -27,4 +27,4 @@ rule fetch_model:
     params:
         settings=lambda wc: spec_json(JOBS.hub_models[wc.model]),
     shell:
-        "carbon-vep fetch-model --settings {params.settings} --out {output} > {log} 2>&1"
+        "carbon-vep fetch-model --settings {params.settings} --out {output:q} > {log:q} 2>&1"

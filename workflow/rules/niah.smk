@@ -16,7 +16,7 @@ rule fetch_niah_cell:
     params:
         settings=JOBS.niah_hub_settings,
     shell:
-        "carbon-vep fetch-hub --settings {params.settings} > {log} 2>&1"
+        "carbon-vep fetch-hub --settings {params.settings} > {log:q} 2>&1"
 
 
 rule build_niah_cell:
@@ -33,8 +33,8 @@ rule build_niah_cell:
     params:
         args=JOBS.niah_build_args,
     shell:
-        "carbon-vep build-niah --reference {input.reference} {params.args}"
-        " --out {output} > {log} 2>&1"
+        "carbon-vep build-niah --reference {input.reference:q} {params.args}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule record_niah_inputs:
@@ -49,8 +49,8 @@ rule record_niah_inputs:
     params:
         pins=lambda wc, input: JOBS.pins(input),
     shell:
-        "carbon-vep record-inputs --file {input} --pins {params.pins} --out {output}"
-        " > {log} 2>&1 || {{ tail -n 1 {log} >&2; exit 1; }}"
+        "carbon-vep record-inputs --file {input:q} --pins {params.pins} --out {output:q}"
+        " > {log:q} 2>&1 || {{ tail -n 1 {log:q} >&2; exit 1; }}"
 
 
 rule score_niah:
@@ -75,12 +75,12 @@ rule score_niah:
         provenance=JOBS.niah_provenance,
     shell:
         "export HF_HUB_OFFLINE=1; "
-        "{params.exe} score-niah --tasks-file {input.cell} --row-range {params.rows}"
+        "{params.exe} score-niah --tasks-file {input.cell:q} --row-range {params.rows}"
         " --settings {params.settings} --batch-size {resources.batch_size}"
         " --batch-tokens {resources.batch_tokens} --task {wildcards.niah}.{wildcards.cell}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
-        " --provenance @{input.model} --out {output.rows} --metrics {output.metrics}"
-        " > {log} 2>&1"
+        " --provenance @{input.model:q} --out {output.rows:q} --metrics {output.metrics:q}"
+        " > {log:q} 2>&1"
 
 
 rule merge_niah:
@@ -104,9 +104,9 @@ rule merge_niah:
         ),
         provenance=JOBS.niah_provenance,
     shell:
-        "carbon-vep merge-niah --cell {input.cell} --parts {input.parts}"
+        "carbon-vep merge-niah --cell {input.cell:q} --parts {input.parts:q}"
         " --settings {params.settings} --task {wildcards.niah}.{wildcards.cell}"
         " --model-key {wildcards.model} --parameters {params.parameters}"
-        " --provenance {params.provenance} --provenance @{input.cell_inputs}"
-        " --provenance @{input.model} --out {output.predictions}"
-        " --metrics {output.metrics} > {log} 2>&1"
+        " --provenance {params.provenance} --provenance @{input.cell_inputs:q}"
+        " --provenance @{input.model:q} --out {output.predictions:q}"
+        " --metrics {output.metrics:q} > {log:q} 2>&1"

@@ -16,8 +16,8 @@ rule write_report:
     params:
         title=lambda wc: f"{wc.dataset} scored by {wc.model}",
     shell:
-        "carbon-vep report --merged {input.merged} --metrics {input.metrics}"
-        " --title '{params.title}' --out {output} > {log} 2>&1"
+        "carbon-vep report --merged {input.merged:q} --metrics {input.metrics:q}"
+        " --title '{params.title}' --out {output:q} > {log:q} 2>&1"
 
 
 # One self-contained HTML page (and a Markdown summary) for the whole run, from what the
@@ -44,19 +44,24 @@ rule write_run_report:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
+        # paths the user names (outdir): quoted here, as `:q` quotes the rules' own
         tables=lambda wc, input: (
-            f"--results-table {input.table} --results-table-md {input.table_md}"
+            shlex.join(
+                ["--results-table", input.table, "--results-table-md", input.table_md]
+            )
             if "table" in input.keys()
             else ""
         ),
-        scans=" ".join(f"--scan {folder}" for folder in TARGETS.run_scan_dirs()),
-        published=lambda wc, input: " ".join(
-            f"--published-niah {path}" for path in input.published_niah
+        scans=shlex.join(
+            arg for folder in TARGETS.run_scan_dirs() for arg in ("--scan", folder)
         ),
-        sweeps=lambda wc, input: " ".join(
-            f"--sweep-metrics {path}" for path in input.sweeps
+        published=lambda wc, input: shlex.join(
+            arg for path in input.published_niah for arg in ("--published-niah", path)
+        ),
+        sweeps=lambda wc, input: shlex.join(
+            arg for path in input.sweeps for arg in ("--sweep-metrics", path)
         ),
     shell:
-        "carbon-vep html-report --metrics {input.metrics} --rows {input.rows} {params.tables}"
-        " {params.scans} {params.published} {params.sweeps} --out-html {output.html}"
-        " --out-md {output.summary} > {log} 2>&1"
+        "carbon-vep html-report --metrics {input.metrics:q} --rows {input.rows:q} {params.tables}"
+        " {params.scans} {params.published} {params.sweeps} --out-html {output.html:q}"
+        " --out-md {output.summary:q} > {log:q} 2>&1"

@@ -19,14 +19,18 @@ checkpoint plan_scan:
         models=JOBS.scan_model_paths,
         neutral=JOBS.scan_neutral_flag,
     shell:
-        "carbon-vep plan-scan --reference {input.reference} --regions {params.regions}"
-        " --settings {params.settings} {params.models} {params.neutral} --title {wildcards.scan}"
-        " --out {output.plan} --report {output.report} > {log} 2>&1"
+        "carbon-vep plan-scan --reference {input.reference:q} --regions {params.regions}"
+        " --settings {params.settings} {params.models} {params.neutral}"
+        " --title {wildcards.scan} --out {output.plan:q} --report {output.report:q}"
+        " > {log:q} 2>&1"
 
 
+# The jobs after the plan read it as ancient(): a plan rewritten (another group_bp, a model
+# added to the estimates) does not rerun them by its date. Each job's own part of the plan is
+# its params' `plan` (a fingerprint), which reruns it when that part changed (docs/scans.md).
 rule scan_chunk:
     input:
-        plan=PATHS.scan_plan,
+        plan=ancient(PATHS.scan_plan),
         reference=lambda wc: RUN.scans[wc.scan].reference,
         model=JOBS.model_files,
     output:
@@ -41,38 +45,55 @@ rule scan_chunk:
         **JOBS.model_resources(),
     params:
         settings=JOBS.model_settings,
+        plan=SCANS.chunk_key,
     shell:
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep scan-chunk --plan {input.plan} --chunk {wildcards.chunk}"
-        " --reference {input.reference} --settings {params.settings}"
+        "carbon-vep scan-chunk --plan {input.plan:q} --chunk {wildcards.chunk}"
+        " --reference {input.reference:q} --settings {params.settings}"
         " --batch-size {resources.batch_size}"
-        " --batch-tokens {resources.batch_tokens} --out {output.chunk} --stats {output.stats}"
-        " > {log} 2>&1"
+        " --batch-tokens {resources.batch_tokens} --out {output.chunk:q}"
+        " --stats {output.stats:q} > {log:q} 2>&1"
 
 
 # one job per output file: a large contig alone, or small contigs together (the plan's `files`)
 rule merge_scan_file:
     input:
-        plan=PATHS.scan_plan,
+        plan=ancient(PATHS.scan_plan),
         chunks=file_chunks,
         reference=lambda wc: RUN.scans[wc.scan].reference,
-        neutral=JOBS.scan_neutral_regions,
     output:
         parquet=PATHS.scan_positions,
-        counts=PATHS.scan_calibration_counts,
     log:
         PATHS.job_log(PATHS.scan_dir, "merge_scan_file_{file}"),
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=lambda wc: spec_json(
-            RUN.scans[wc.scan].chunks, RUN.scans[wc.scan].calibration
-        ),
-        provenance=JOBS.scan_provenance,
+        plan=SCANS.file_key,
     shell:
-        "carbon-vep merge-scan --plan {input.plan} --file {wildcards.file:q}"
-        " --chunks {input.chunks} --reference {input.reference} --settings {params.settings}"
-        " --provenance {params.provenance} --out-parquet {output.parquet:q}"
+        "carbon-vep merge-scan --plan {input.plan:q} --file {wildcards.file:q}"
+        " --chunks {input.chunks:q} --reference {input.reference:q}"
+        " --out-parquet {output.parquet:q} > {log:q} 2>&1"
+
+
+# an output file's SNVs counted per context cell and score, at the TSV's precision: apart from
+# the merge, so that tsv_decimals or the neutral set recount the file, not the chunks again
+rule count_scan_file:
+    input:
+        parquet=PATHS.scan_positions,
+        reference=lambda wc: RUN.scans[wc.scan].reference,
+        neutral=JOBS.scan_neutral_regions,
+    output:
+        counts=PATHS.scan_calibration_counts,
+    log:
+        PATHS.job_log(PATHS.scan_dir, "count_scan_file_{file}"),
+    conda:
+        "../../envs/carbon-vep.yaml"
+    params:
+        settings=JOBS.count_settings,
+        provenance=JOBS.scan_fingerprint,
+    shell:
+        "carbon-vep count-scan --parquet {input.parquet:q} --reference {input.reference:q}"
+        " --settings {params.settings} --provenance {params.provenance}"
         " --out-counts {output.counts:q} > {log:q} 2>&1"
 
 
@@ -88,18 +109,18 @@ rule calibrate_scan:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=lambda wc: spec_json(RUN.scans[wc.scan].calibration),
+        settings=JOBS.calibrate_settings,
         folder=lambda wc, output: os.path.dirname(output.json),
     shell:
         "carbon-vep calibrate-scan --counts {input.counts:q} --settings {params.settings}"
-        " --out {params.folder} > {log} 2>&1"
+        " --out {params.folder:q} > {log:q} 2>&1"
 
 
 # The TSV's index is written with it, not declared: a .tbi, or a .csi where a contig of the
 # file passes 2^29 bp (a .tbi cannot hold it; the plan's `files[].index` says which).
 rule write_scan_tsv:
     input:
-        plan=PATHS.scan_plan,
+        plan=ancient(PATHS.scan_plan),
         parquet=PATHS.scan_positions,
         calibration=PATHS.scan_calibration_json,
         reference=lambda wc: RUN.scans[wc.scan].reference,
@@ -110,13 +131,14 @@ rule write_scan_tsv:
     conda:
         "../../envs/carbon-vep.yaml"
     params:
-        settings=lambda wc: spec_json(RUN.scans[wc.scan].calibration),
+        plan=SCANS.file_key,
+        settings=JOBS.tsv_settings,
         provenance=JOBS.scan_provenance,
         calibration=lambda wc, input: os.path.dirname(input.calibration),
     shell:
-        "carbon-vep write-scan-tsv --plan {input.plan} --file {wildcards.file:q}"
-        " --parquet {input.parquet:q} --calibration {params.calibration}"
-        " --reference {input.reference} --settings {params.settings}"
+        "carbon-vep write-scan-tsv --plan {input.plan:q} --file {wildcards.file:q}"
+        " --parquet {input.parquet:q} --calibration {params.calibration:q}"
+        " --reference {input.reference:q} --settings {params.settings}"
         " --provenance {params.provenance} --out-tsv {output.tsv:q} > {log:q} 2>&1"
 
 
@@ -143,11 +165,11 @@ rule summarize_scan:
         provenance=JOBS.scan_provenance,
         calibration=lambda wc, input: os.path.dirname(input.calibration),
     shell:
-        "carbon-vep summarize-scan --plan {input.plan} --chunk-stats {input.stats}"
-        " --parquet {input.parquet:q} --tsv {input.tsv:q} --calibration {params.calibration}"
-        " --title '{wildcards.scan} / {wildcards.model}'"
-        " --provenance {params.provenance} --out-json {output.json} --out-md {output.md}"
-        " --out-record {output.record} > {log} 2>&1"
+        "carbon-vep summarize-scan --plan {input.plan:q} --chunk-stats {input.stats:q}"
+        " --parquet {input.parquet:q} --tsv {input.tsv:q}"
+        " --calibration {params.calibration:q} --title '{wildcards.scan} / {wildcards.model}'"
+        " --provenance {params.provenance} --out-json {output.json:q}"
+        " --out-md {output.md:q} --out-record {output.record:q} > {log:q} 2>&1"
 
 
 # Genome-browser tracks of a scan (`tracks: true`; docs/tracks.md): one job a bigWig (per
@@ -165,8 +187,8 @@ rule export_track:
         scan=lambda wc, input: os.path.dirname(input.summary),
         out=lambda wc, output: os.path.dirname(output[0]),
     shell:
-        "carbon-vep export-tracks --scan {params.scan} --out {params.out}"
-        " --track {wildcards.track} > {log} 2>&1"
+        "carbon-vep export-tracks --scan {params.scan:q} --out {params.out:q}"
+        " --track {wildcards.track} > {log:q} 2>&1"
 
 
 rule write_track_hub:
@@ -185,8 +207,8 @@ rule write_track_hub:
         out=lambda wc, output: os.path.dirname(output.hub),
         reference=lambda wc: RUN.scans[wc.scan].tracks_reference,
     shell:
-        "carbon-vep export-tracks --scan {params.scan} --out {params.out} --hub-only"
-        " --reference-mode {params.reference} > {log} 2>&1"
+        "carbon-vep export-tracks --scan {params.scan:q} --out {params.out:q} --hub-only"
+        " --reference-mode {params.reference} > {log:q} 2>&1"
 
 
 # A dataset with recipe from_scan: its panel looked up in the scan's outputs, no model (the
@@ -208,5 +230,5 @@ rule annotate_from_scan:
     params:
         scan=JOBS.lookup_scan_dir,
     shell:
-        "carbon-vep annotate --scan {params.scan} --checked {input.checked}"
-        " --out {output} > {log} 2>&1"
+        "carbon-vep annotate --scan {params.scan:q} --checked {input.checked:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -18,7 +18,7 @@ rule score_shard:
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep score-shard --shard {input.shard} --reference {input.reference}"
+        "carbon-vep score-shard --shard {input.shard:q} --reference {input.reference:q}"
         " --settings {params.settings} --batch-size {resources.batch_size}"
         " --batch-tokens {resources.batch_tokens}"
-        " --out {output} > {log} 2>&1"
+        " --out {output:q} > {log:q} 2>&1"

@@ -11,5 +11,5 @@ checkpoint make_shards:
     params:
         settings=JOBS.dataset_settings("scoring", "shards"),
     shell:
-        "carbon-vep make-shards --checked {input.checked} --reference {input.reference}"
-        " --settings {params.settings} --outdir {output.shards} > {log} 2>&1"
+        "carbon-vep make-shards --checked {input.checked:q} --reference {input.reference:q}"
+        " --settings {params.settings} --outdir {output.shards:q} > {log:q} 2>&1"

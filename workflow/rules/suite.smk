@@ -34,12 +34,12 @@ rule score_recovery:
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
-        "{params.exe} score-recovery --tasks-file {input.tasks} --settings {params.settings}"
+        "{params.exe} score-recovery --tasks-file {input.tasks:q} --settings {params.settings}"
         " --part {params.part} --batch-size {resources.batch_size}"
         " --batch-tokens {resources.batch_tokens} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
-        " --provenance @{input.task_inputs} --provenance @{input.model}"
-        " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
+        " --provenance @{input.task_inputs:q} --provenance @{input.model:q}"
+        " --out {output.predictions:q} --metrics {output.metrics:q} > {log:q} 2>&1"
 
 
 rule merge_recovery:
@@ -63,12 +63,12 @@ rule merge_recovery:
         settings=JOBS.task_merge_settings,
         provenance=JOBS.task_provenance,
     shell:
-        "carbon-vep merge-recovery --tasks-file {input.tasks} --parts {input.parts}"
-        " --part-metrics {input.part_metrics} --settings {params.settings}"
+        "carbon-vep merge-recovery --tasks-file {input.tasks:q} --parts {input.parts:q}"
+        " --part-metrics {input.part_metrics:q} --settings {params.settings}"
         " --task {wildcards.task} --model-key {wildcards.model}"
-        " --provenance {params.provenance} --provenance @{input.task_inputs}"
-        " --provenance @{input.model} --out {output.predictions}"
-        " --metrics {output.metrics} > {log} 2>&1"
+        " --provenance {params.provenance} --provenance @{input.task_inputs:q}"
+        " --provenance @{input.model:q} --out {output.predictions:q}"
+        " --metrics {output.metrics:q} > {log:q} 2>&1"
 
 
 rule score_perturbation:
@@ -94,12 +94,12 @@ rule score_perturbation:
     shell:
         # compute nodes are offline: the model comes from the Hub cache (fetch_model) or a dir
         "export HF_HUB_OFFLINE=1; "
-        "carbon-vep score-perturbation --tasks-file {input.tasks} --settings {params.settings}"
+        "carbon-vep score-perturbation --tasks-file {input.tasks:q} --settings {params.settings}"
         " --batch-size {resources.batch_size}"
         " --batch-tokens {resources.batch_tokens} --task {wildcards.task}"
         " --model-key {wildcards.model} --provenance {params.provenance}"
-        " --provenance @{input.task_inputs} --provenance @{input.model}"
-        " --out {output.predictions} --metrics {output.metrics} > {log} 2>&1"
+        " --provenance @{input.task_inputs:q} --provenance @{input.model:q}"
+        " --out {output.predictions:q} --metrics {output.metrics:q} > {log:q} 2>&1"
 
 
 rule make_results_table:
@@ -119,5 +119,5 @@ rule make_results_table:
     conda:
         "../../envs/carbon-vep.yaml"
     shell:
-        "carbon-vep results-table --metrics {input} --out-parquet {output.parquet}"
-        " --out-tsv {output.tsv} --out-md {output.md} > {log} 2>&1"
+        "carbon-vep results-table --metrics {input:q} --out-parquet {output.parquet:q}"
+        " --out-tsv {output.tsv:q} --out-md {output.md:q} > {log:q} 2>&1"

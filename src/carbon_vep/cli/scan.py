@@ -1,7 +1,8 @@
 """Scans: scan (one region, one process), and the whole-genome path the workflow runs:
 plan-scan (the checkpoint), scan-chunk (one job per chunk), merge-scan (one per output file: a
-large contig, or small contigs together), calibrate-scan (the rank scales and context means),
-write-scan-tsv (one per output file) and summarize-scan; concat-scan for bcftools."""
+large contig, or small contigs together), count-scan (one per output file: its SNVs counted for
+the calibration), calibrate-scan (the rank scales and context means), write-scan-tsv (one per
+output file) and summarize-scan; concat-scan for bcftools."""
 
 from __future__ import annotations
 
@@ -111,7 +112,11 @@ def add_merge_scan(sub) -> None:
     add_flags(p, ScanChunkSettings, CalibrationSettings)
     p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
     p.add_argument("--out-parquet", required=True)
-    p.add_argument("--out-counts", required=True, help="the file's SNVs per cell and score")
+    p.add_argument(
+        "--out-counts",
+        default=None,
+        help="the file's SNVs per cell and score (the workflow counts with count-scan)",
+    )
     p.set_defaults(func=merge_scan)
 
 
@@ -121,6 +126,29 @@ def merge_scan(args: argparse.Namespace) -> None:
     chunks, calibration = from_args(args, ScanChunkSettings, CalibrationSettings)
     job = FileJob(args.plan, args.file, args.reference, pairs(args.provenance))
     merge_file(job, args.chunks, chunks, calibration, args.out_parquet, args.out_counts)
+
+
+def add_count_scan(sub) -> None:
+    p = sub.add_parser(
+        "count-scan",
+        help="one output file's SNVs counted per context cell and score (from its Parquet)",
+    )
+    p.add_argument("--parquet", required=True, help="the file's Parquet (merge-scan)")
+    p.add_argument("--reference", required=True, help="the scan's reference (SNV contexts)")
+    add_flags(p, ScanChunkSettings, CalibrationSettings)
+    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
+    p.add_argument("--out-counts", required=True, help="the file's SNVs per cell and score")
+    p.set_defaults(func=count_scan)
+
+
+def count_scan(args: argparse.Namespace) -> None:
+    from carbon_vep.scan.jobs import count_file
+
+    chunks, calibration = from_args(args, ScanChunkSettings, CalibrationSettings)
+    provenance = pairs(args.provenance)
+    count_file(
+        args.parquet, args.reference, provenance, chunks.tsv_decimals, calibration, args.out_counts
+    )
 
 
 def add_calibrate_scan(sub) -> None:
@@ -212,6 +240,7 @@ COMMANDS = (
     add_plan_scan,
     add_scan_chunk,
     add_merge_scan,
+    add_count_scan,
     add_calibrate_scan,
     add_write_scan_tsv,
     add_summarize_scan,

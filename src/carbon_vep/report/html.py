@@ -340,15 +340,16 @@ def _provenance_section(run: Sequence[TaskResult]) -> str:
     models: dict[str, dict] = {}
     for r in run:
         models.setdefault(r.model, r.metrics.get("provenance", {}))
-    keys = ("model", "revision", "dtype", "config_sha256")
+    keys = ("model", "revision", "dtype", "upcast_output_layer")
     rows = [[m, *(p.get(k, "n/a") for k in keys)] for m, p in models.items()]
     versions = [[k, v] for k, v in package_versions().items()]
     return (
         "<footer><h2 id='provenance'>Provenance</h2>"
         "<p class='sub'>What made these numbers: each model as loaded (id or path, revision, "
-        "dtype), the hash of the run's config, and the versions of the packages.</p>"
+        "dtype, output layer upcast) and the versions of the packages; each result's metrics "
+        "JSON also records the hash of the settings it was made with (settings_sha256).</p>"
         + html_table(
-            ["model key", "model id / path", "revision", "dtype", "config sha256"],
+            ["model key", "model id / path", "revision", "dtype", "upcast output layer"],
             rows,
             numeric_from=99,
             empty="No model results in this run: a scan's model is recorded in its scan.json.",

@@ -24,7 +24,9 @@ from carbon_vep.genome.reference import open_reference
 from carbon_vep.scan.calibrate import Calibration, contexts_markdown, counts_meta, read_counts
 from carbon_vep.scan.outputs import (
     concat_tsv,
+    count_positions,
     merge_plan_file,
+    neutral_regions,
     read_json,
     scan_record,
     summarize,
@@ -154,10 +156,10 @@ def merge_file(
     chunk_settings: ScanChunkSettings,
     calibration: CalibrationSettings,
     out_parquet: str,
-    out_counts: str,
+    out_counts: str | None,
 ) -> None:
-    """The rows of the file's contigs in the chunks -> its Parquet file and its SNVs counted
-    for the calibration."""
+    """The rows of the file's contigs in the chunks -> its Parquet file and, with `out_counts`,
+    its SNVs counted for the calibration (the workflow counts apart: count_file)."""
     entry = plan_file(read_json(job.plan), job.name)
     meta = counts_meta(job.provenance, chunk_settings.tsv_decimals, calibration.neutral_regions)
     with open_reference(job.reference) as reference:
@@ -165,6 +167,23 @@ def merge_file(
             entry, chunks, out_parquet, out_counts, meta, reference, calibration.neutral_regions
         )
     log.info("merged %s: %s", job.name, stats)
+
+
+def count_file(
+    parquet: str,
+    reference_path: str,
+    provenance: Mapping[str, Any],
+    decimals: int,
+    calibration: CalibrationSettings,
+    out_counts: str,
+) -> None:
+    """An output file's Parquet (merge-scan) -> its SNVs counted for the calibration, at the
+    printed precision `decimals`, the neutral set from `calibration`."""
+    meta = counts_meta(provenance, decimals, calibration.neutral_regions)
+    with open_reference(reference_path) as reference:
+        neutral = neutral_regions(calibration.neutral_regions, reference.lengths)
+        stats = count_positions(parquet, out_counts, meta, reference, neutral)
+    log.info("counted %s: %s", parquet, stats)
 
 
 def calibrate(counts_paths: Paths, settings: CalibrationSettings, out: str) -> None:

@@ -215,14 +215,14 @@ def merge_plan_file(
     entry: Mapping[str, Any],
     chunks: Sequence[str | Path],
     parquet_out: str | Path,
-    counts_out: str | Path,
+    counts_out: str | Path | None,
     counts_meta: Mapping[str, Any],
     reference: Reference,
     neutral_bed: str | None,
 ) -> dict[str, Any]:
     """One output file of the plan (`entry`, scan.plan.plan_file) from its chunks: merge_group,
     then the bases written checked against the bases the plan scores."""
-    neutral = neutral_regions(neutral_bed, reference.lengths)
+    neutral = neutral_regions(neutral_bed, reference.lengths) if counts_out else None
     stats = merge_group(
         chunks, entry["contigs"], parquet_out, counts_out, counts_meta, reference, neutral
     )
@@ -239,20 +239,22 @@ def merge_group(
     chunks: Sequence[str | Path],
     contigs: Sequence[str],
     parquet_out: str | Path,
-    counts_out: str | Path,
+    counts_out: str | Path | None,
     counts_meta: Mapping[str, Any],
     reference: Reference,
     neutral: NeutralRegions | None,
 ) -> dict[str, Any]:
     """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file, and
-    count its SNVs for the calibration (cells read from `reference`)."""
-    decimals = int(counts_meta["decimals"])
+    count its SNVs for the calibration (cells read from `reference`) into `counts_out`, if given
+    (the workflow counts in a job of its own: count_positions)."""
+    decimals = int(counts_meta.get("decimals", 0))
     writer, counts = BaseWriter(parquet_out), CalibrationCounts()
     start, rows, bases = time.monotonic(), 0, dict.fromkeys(contigs, 0)
     try:
         for part in _row_groups(_in_order(read_chunk_rows(chunks, contigs), contigs)):
             writer.write(part)
-            count_snvs(counts, part, reference, decimals, neutral)
+            if counts_out is not None:
+                count_snvs(counts, part, reference, decimals, neutral)
             rows += part.height
             for chrom, n in part.group_by("chrom").len().iter_rows():
                 bases[chrom] += n
@@ -260,7 +262,8 @@ def merge_group(
         writer.abort()
         raise
     writer.close()
-    counts.write(counts_out, counts_meta)
+    if counts_out is not None:
+        counts.write(counts_out, counts_meta)
     return {
         "contigs": len(contigs),
         "bases": rows,
@@ -269,6 +272,31 @@ def merge_group(
         "neutral_snvs": int(counts.neutral_n.sum()),
         "parquet_bytes": Path(parquet_out).stat().st_size,
         "merge_s": round(time.monotonic() - start, 3),
+    }
+
+
+def count_positions(
+    parquet_in: str | Path,
+    counts_out: str | Path,
+    counts_meta: Mapping[str, Any],
+    reference: Reference,
+    neutral: NeutralRegions | None,
+) -> dict[str, Any]:
+    """The SNVs of an output file's Parquet (merge_group's) counted for the calibration, row
+    group by row group: the counts merge_group writes beside it, from the file instead of the
+    chunks, so that a change of the printed precision or the neutral set recounts the file and
+    never needs the (temporary) chunks again."""
+    decimals, counts, start = int(counts_meta["decimals"]), CalibrationCounts(), time.monotonic()
+    parquet = pq.ParquetFile(parquet_in)
+    for group in range(parquet.num_row_groups):
+        count_snvs(
+            counts, pl.from_arrow(parquet.read_row_group(group)), reference, decimals, neutral
+        )
+    counts.write(counts_out, counts_meta)
+    return {
+        "snvs": 3 * parquet.metadata.num_rows,
+        "neutral_snvs": int(counts.neutral_n.sum()),
+        "count_s": round(time.monotonic() - start, 3),
     }
 
 

@@ -7,6 +7,7 @@ job's wildcards: any object with the named attributes)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -29,16 +30,23 @@ def quoted_json(items: dict) -> str:
     return shlex.quote(json.dumps(items))
 
 
+def settings_sha256(settings: str) -> str:
+    """16 hex digits of the sha256 of a rule's `--settings` (a shell-quoted JSON object): what a
+    result records of the settings it was made with. It changes only with those settings, which
+    rerun the job anyway, so it adds no rerun (a hash of the whole config would rerun every
+    job on any edit: docs/reproducibility.md#what-reruns-a-job)."""
+    return hashlib.sha256(shlex.split(settings)[0].encode()).hexdigest()[:16]
+
+
 class Jobs:
     def __init__(
         self,
         run: RunConfig,
-        config_sha256: str,
         niah_gpu: str | None = None,
         workflow_root: str = ".",
         recovery_gpu: str | None = None,
     ) -> None:
-        self.run, self.config_sha256, self.niah_gpu = run, config_sha256, niah_gpu
+        self.run, self.niah_gpu = run, niah_gpu
         self.recovery_gpu = recovery_gpu  # the profile's GPU class of score_recovery, if named
         self._task_counts: dict[str, Count | None] = {}
         self.workflow_root = workflow_root
@@ -260,8 +268,34 @@ class Jobs:
         return spec_json(task.settings, task.evaluation)
 
     def plan_settings(self, wc: Any) -> str:
+        """plan-scan's settings: the tiles, chunk_bp and group_bp (not tsv_decimals, which the
+        plan does not use: a change of it must not rewrite the plan)."""
         scan = self.run.scans[wc.scan]
-        return spec_json(scan.tiles, scan.chunks)
+        return spec_json(scan.tiles, scan.chunks, exclude=("tsv_decimals",))
+
+    def count_settings(self, wc: Any) -> str:
+        """count-scan's settings: the printed precision and the neutral set, all it uses."""
+        scan = self.run.scans[wc.scan]
+        return shlex.quote(
+            json.dumps(
+                {
+                    "tsv_decimals": scan.chunks.tsv_decimals,
+                    "neutral_regions": scan.calibration.neutral_regions,
+                },
+                sort_keys=True,
+            )
+        )
+
+    def calibrate_settings(self, wc: Any) -> str:
+        """calibrate-scan's settings: the calibration's, but tsv_calibrated (the TSV's columns)."""
+        return spec_json(self.run.scans[wc.scan].calibration, exclude=("tsv_calibrated",))
+
+    def tsv_settings(self, wc: Any) -> str:
+        """write-scan-tsv's settings: whether the TSV carries the calibrated columns (the rest
+        of the calibration reaches it through the calibration folder, an input)."""
+        return shlex.quote(
+            json.dumps({"tsv_calibrated": self.run.scans[wc.scan].calibration.tsv_calibrated})
+        )
 
     def scan_regions(self, wc: Any) -> str:
         return " ".join(shlex.quote(r) for r in self.run.scans[wc.scan].regions)
@@ -286,34 +320,50 @@ class Jobs:
         return [bed] if bed else []
 
     # ---- provenance ---------------------------------------------------------------------------
+    # What a result records of how it was made. Every item follows from the job's own settings
+    # and wildcards, which rerun it when they change anyway; nothing that other config entries
+    # or later stages' settings change (no hash of the whole config: any edit would rerun every
+    # model job; docs/reproducibility.md#what-reruns-a-job).
     def model_provenance(self, model_key: str) -> dict:
-        """What a result records about the model and config that made it."""
+        """What a result records about the model that made it."""
         model = self.run.models[model_key]
         return {
             "model": model.path,
             "revision": model.revision or "default",
             "dtype": model.dtype,
             "upcast_output_layer": model.upcast_output_layer,
-            "config_sha256": self.config_sha256[:16],
         }
 
     def dataset_provenance(self, wc: Any) -> str:
         items = {"dataset": wc.dataset, "build": self.run.datasets[wc.dataset].build}
-        return quoted_json(items | self.model_provenance(wc.model))
+        items |= self.model_provenance(wc.model)
+        return quoted_json(items | {"settings_sha256": settings_sha256(self.scoring_settings(wc))})
 
     def task_provenance(self, wc: Any) -> str:
         """The task and model; a sweep job's point too (the command files it under the metrics'
         parameters), so that the rule's command stays the headline's."""
         point = self.sweep_point(wc)
         sweep = {SWEEP_KEY: point.record()} if point else {}
-        return quoted_json({"task": wc.task} | sweep | self.model_provenance(wc.model))
+        items = {"task": wc.task} | sweep | self.model_provenance(wc.model)
+        return quoted_json(items | {"settings_sha256": settings_sha256(self.task_settings(wc))})
 
     def niah_provenance(self, wc: Any) -> str:
-        items = {"niah": wc.niah, "cell": wc.cell}
-        return quoted_json(items | self.model_provenance(wc.model))
+        items = {"niah": wc.niah, "cell": wc.cell} | self.model_provenance(wc.model)
+        return quoted_json(items | {"settings_sha256": settings_sha256(self.niah_settings(wc))})
+
+    def scan_fingerprint(self, wc: Any) -> str:
+        """What a scan's counts record of the scores they count (calibrate.FINGERPRINT_KEYS: the
+        model as loaded, the tiles): all that count_scan_file is given, so that a label (the
+        build, the scan's other settings) never reruns it."""
+        tiles = self.run.scans[wc.scan].tiles
+        items = {"tile_bp": tiles.tile_bp, "min_context": tiles.min_context}
+        return quoted_json(self.model_provenance(wc.model) | items)
 
     def scan_provenance(self, wc: Any) -> str:
+        """A scan's TSV headers and record: the fingerprint, the scan, its build and the hash
+        of the settings its chunks were scored with (the model's and the tiles)."""
         scan = self.run.scans[wc.scan]
         items = {"scan": wc.scan, "build": scan.build, "tile_bp": scan.tiles.tile_bp}
         items["min_context"] = scan.tiles.min_context
+        items["settings_sha256"] = settings_sha256(self.model_settings(wc, scan.tiles))
         return quoted_json(items | self.model_provenance(wc.model))

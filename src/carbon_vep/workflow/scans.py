@@ -5,6 +5,7 @@ each output file, the chunk statistics, the output files themselves, and the pla
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 from typing import Any
@@ -22,6 +23,12 @@ def read_plan(path: str) -> dict:
 def _read_plan(path: str, mtime_ns: int) -> dict:
     with open(path) as handle:
         return json.load(handle)
+
+
+def fingerprint(items: Any) -> str:
+    """16 hex digits of the sha256 of `items` as canonical JSON."""
+    text = json.dumps(items, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class ScanInputs:
@@ -50,6 +57,26 @@ class ScanInputs:
             "tsv": self.paths.scan_snvs,
         }[kind]
         return [pattern.format(scan=wc.scan, model=wc.model, file=e["name"]) for e in plan["files"]]
+
+    # ---- what a job takes from the plan (params: its rerun trigger) ---------------------------
+    # The jobs after the plan read it with ancient(): a plan rewritten (another group_bp, another
+    # model's estimate) does not rerun them by its date; each job's own part of it, as a
+    # fingerprint in its params, reruns it when that part changed
+    # (docs/scans.md#what-a-config-edit-reruns).
+    def _plan(self, wc: Any) -> dict:
+        return read_plan(self.paths.scan_plan.format(scan=wc.scan))
+
+    def chunk_key(self, wc: Any) -> str:
+        """What a scan_chunk job reads from the plan: its pieces and the tiles."""
+        plan = self._plan(wc)
+        tiles = {"tile_bp": plan["tile_bp"], "min_context": plan["min_context"]}
+        return fingerprint({**tiles, "pieces": plan["chunks"][int(wc.chunk)]})
+
+    def file_key(self, wc: Any) -> str:
+        """What a job on one output file reads from the plan: the file's entry (its contigs,
+        scored bases and chunks)."""
+        files = {entry["name"]: entry for entry in self._plan(wc)["files"]}
+        return fingerprint(files[wc.file])
 
     def plan_notes(self) -> list[str]:
         """The plan (bases, SNVs, jobs, N skipped, GPU-hours, bytes) of every scan whose
