@@ -37,7 +37,7 @@ def test_a_config_reads_with_the_schemas_defaults_filled_in(tmp_path):
     config = _config(tmp_path)
     run = read_run_config(config, "config c.yaml")
     assert run.datasets["mine"].scoring.recipe == "centered"
-    assert config["outdir"] == "results"  # as snakemake's validate set it (config_sha256)
+    assert config["outdir"] == "results"  # as snakemake's validate set it
 
 
 @pytest.mark.parametrize(
