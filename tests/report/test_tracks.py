@@ -19,7 +19,7 @@ import yaml
 from support.cluster import run_snakemake
 from support.files import random_dna, write_fasta
 
-from carbon_vep.scan.plan import acgt_runs
+from carbon_vep.scan.targets import acgt_runs
 
 pytestmark = pytest.mark.workflow
 SCAN = "results/scans/browse/demo"

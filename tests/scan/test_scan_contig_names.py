@@ -34,7 +34,7 @@ from support.cluster import run_snakemake, workflow_env
 from support.files import random_dna, write_fasta
 
 from carbon_vep.genome.contigs import decode_name, encode_name
-from carbon_vep.scan.plan import acgt_runs
+from carbon_vep.scan.targets import acgt_runs
 
 pytestmark = pytest.mark.workflow
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ from support.files import write_fasta
 from support.slurm import REASON as SLURM_REASON
 from support.slurm import THROUGH_CPU_PARTITION, slurm_jobs
 
-from carbon_vep.scan.plan import acgt_runs
+from carbon_vep.scan.targets import acgt_runs
 
 pytestmark = pytest.mark.workflow
 ROOT = Path(__file__).resolve().parents[2]

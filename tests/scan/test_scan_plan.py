@@ -14,14 +14,13 @@ from carbon_vep.genome.contigs import encode_name
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.scan.plan import (
     MAX_STEM,
-    acgt_runs,
     chunk_pieces,
     describe_plan,
     file_stem,
     output_files,
     plan_scan,
-    resolve_targets,
 )
+from carbon_vep.scan.targets import acgt_runs, resolve_targets
 
 LENGTHS = {"chr1": 1000, "chr2": 500}
 

@@ -18,7 +18,8 @@ from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
 from carbon_vep.errors import ContextTooLongError
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.scan.plan import chunk_pieces, plan_scan, resolve_targets
+from carbon_vep.scan.plan import chunk_pieces, plan_scan
+from carbon_vep.scan.targets import resolve_targets
 
 GAP = (2500, 2900)  # 0-based: bases 2,501-2,900 are N
 
@@ -108,7 +109,7 @@ def test_region_without_a_scorable_base_is_refused_before_the_model_loads(edge, 
 
 
 def test_target_pieces_count_what_is_skipped(edge):
-    from carbon_vep.scan.plan import target_pieces
+    from carbon_vep.scan.targets import target_pieces
 
     fasta, _ = edge
     with open_reference(fasta) as reference:

@@ -190,7 +190,7 @@ def scan_chunks(bases: Count | None, chunk_bp: int) -> int | None:
 def scan_bases(scan: ScanConfig) -> Count | None:
     """The bases a scan targets: from the reference's .fai (N runs counted in, so a bound),
     CHROM:START-END regions alone, or a whole genome's documented ACGT count."""
-    from carbon_vep.scan.plan import resolve_targets
+    from carbon_vep.scan.targets import resolve_targets
     from carbon_vep.scan.tiling import parse_region
 
     fai = f"{scan.reference}.fai"

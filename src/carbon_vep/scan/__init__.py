@@ -1,5 +1,6 @@
 """Whole-genome and region scans, every possible SNV scored in one forward pass per tile: the
-plan (`plan`: targets, ACGT runs, chunks, output files, estimates), tile geometry (`tiling`),
+targets and their ACGT runs (`targets`), the plan (`plan`: chunks, output files, estimates),
+tile geometry (`tiling`),
 the tile loop on the model (`tiles`, writing on a worker thread: `background`), per-SNV values
 (`snvs`: scores, printed keys, context cells), the calibration (`calibrate`: counts, PHRED rank
 scales, context means), the outputs (`outputs`: chunk files, the merge into Parquet files,

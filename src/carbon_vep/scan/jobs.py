@@ -39,11 +39,8 @@ from carbon_vep.scan.plan import (
     describe_plan,
     plan_file,
     plan_scan,
-    resolve_neutral,
-    resolve_targets,
-    skipped_note,
-    target_pieces,
 )
+from carbon_vep.scan.targets import resolve_neutral, resolve_targets, skipped_note, target_pieces
 from carbon_vep.scan.tiling import parse_region
 
 log = logging.getLogger("carbon_vep")
@@ -59,7 +56,7 @@ def scan_region_files(
     snv_out: str | None,
 ) -> None:
     """Every possible SNV of `region`: per-position Parquet at `out`, per-SNV at `snv_out`.
-    The region is planned as a workflow scan's targets are (scan.plan.target_pieces: N and
+    The region is planned as a workflow scan's targets are (scan.targets.target_pieces: N and
     other non-ACGT bases skipped and logged, context restarting after a gap), and the region,
     the tiles against the model's context and a region without a scorable base are refused
     before the model loads."""

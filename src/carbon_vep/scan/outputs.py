@@ -203,7 +203,7 @@ def neutral_regions(bed: str | None, lengths: dict[str, int]) -> NeutralRegions 
     """The neutral BED's intervals on the reference's contigs (aliases as for scan regions)."""
     if bed is None:
         return None
-    from carbon_vep.scan.plan import resolve_neutral
+    from carbon_vep.scan.targets import resolve_neutral
 
     targets, note = resolve_neutral(bed, lengths)
     if note:

@@ -1,13 +1,9 @@
-"""Plan a scan: which bases of the genome are scored, and which job scores each (no torch).
+"""Plan a scan: which job scores each base of its targets, and which file holds it (no torch).
 
-`resolve_targets` turns a scan's `regions` (`all`, contig names and CHROM:START-END, or a BED
-file) into merged 0-based intervals on reference contigs (names aliased as for panels).
-`plan_scan` reads the targeted sequence once, splits it into runs of ACGT bases (anything else,
-N runs of assembly gaps above all, is skipped and counted, never tiled: the first base after a
-gap gets its context back to the gap's end, as at a contig start), and packs the runs into
-chunks of at most `chunk_bp` scored bases, one GPU job each, in reference order. Every ACGT base
-of the targets lands in exactly one chunk; runs shorter than one 6-mer cannot be scored and are
-counted as such.
+`plan_scan` packs the targets' ACGT runs (scan.targets: N runs of assembly gaps and other
+non-ACGT bases skipped and counted, never tiled) into chunks of at most `chunk_bp` scored
+bases, one GPU job each, in reference order. Every ACGT base of the targets lands in exactly
+one chunk.
 
 It also decides the output files (`output_files`): a contig with at least `group_bp` scored
 bases has its own Parquet file and tabix TSV; smaller ones (unplaced scaffolds, decoys, HLA
@@ -26,16 +22,12 @@ measured on the demo genome, docs/benchmarks.md).
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, fields
 from typing import Any
-
-import numpy as np
 
 from carbon_vep import markdown
 from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
@@ -51,15 +43,10 @@ from carbon_vep.config.gpus import (
 )
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
 from carbon_vep.errors import ContextTooLongError, InputError
-from carbon_vep.genome.contigs import alias_candidates, encode_name
+from carbon_vep.genome.contigs import encode_name
 from carbon_vep.genome.reference import Reference
-from carbon_vep.scan.tiling import parse_region, tile_segment
+from carbon_vep.scan.targets import K, Piece, target_pieces
 from carbon_vep.sources.hub import local_positions
-
-K = 6
-_ACGT = np.zeros(256, dtype=bool)
-_ACGT[list(b"ACGTacgt")] = True
-_REGION = re.compile(r"^.+:[0-9,]+-[0-9,]+$")  # the contig name may hold `:` (HLA alleles)
 
 # ---- the cost model (estimates: docs/performance.md#cost-per-token) -------------------------
 # FLOPs a token from Carbon's shapes (config.gpus): the body, the 4,096 DNA rows of the output
@@ -85,219 +72,6 @@ def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:
     """Estimated GPU-hours to scan `bases` with this tiling (arithmetic, not a measurement)."""
     flops = scan_flops(bases, tiles, CARBON_SHAPES[shape])
     return flops / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY) / 3600
-
-
-# ---- targets -------------------------------------------------------------------------------
-def _reference_contig(name: str, contigs: Sequence[str], where: str) -> str:
-    if name in contigs:
-        return name
-    hits = alias_candidates(name, contigs)
-    if len(hits) != 1:
-        problem = "matches several reference contigs" if hits else "is not in the reference"
-        raise InputError(where, f"contig {name!r} {problem} (under any alias)")
-    return hits[0]
-
-
-def _bed_intervals(path: Path) -> Iterator[tuple[str, int, int, str]]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip() or line.startswith(("#", "track", "browser")):
-                continue
-            fields = line.rstrip("\n").split("\t")
-            where = f"{path}:line {number}"
-            if len(fields) < 3:
-                raise InputError(where, "a BED line needs chrom, start and end (tab-separated)")
-            try:
-                start, end = int(fields[1]), int(fields[2])
-            except ValueError:
-                bad = f"start/end {fields[1]!r}, {fields[2]!r} not integers"
-                raise InputError(where, bad) from None
-            if start < 0 or end < start:
-                raise InputError(where, f"interval {start}-{end} is negative or reversed")
-            yield fields[0], start, end, where
-
-
-def resolve_targets(
-    regions: Sequence[str],
-    lengths: Mapping[str, int],
-    base_dir: Path | None = None,
-    absent: dict[str, int] | None = None,
-) -> dict[str, list[tuple[int, int]]]:
-    """Merged 0-based half-open intervals per reference contig, in reference order. A contig
-    that is not in the reference (under any alias) is refused, or with `absent` counted there
-    (name -> intervals) and ignored."""
-    contigs = list(lengths)
-    raw: list[tuple[str, int, int, str]] = []
-    for item in regions:
-        path = Path(item) if base_dir is None else base_dir / item
-        if item == "all":
-            raw += [(c, 0, n, "regions: all") for c, n in lengths.items()]
-        elif item in lengths:  # a whole contig, named exactly (before reading it as a region)
-            raw.append((item, 0, -1, f"region {item}"))
-        elif _REGION.match(item) and not path.is_file():
-            chrom, start, end = parse_region(item, "regions (--regions)")
-            raw.append((chrom, start, end, f"region {item}"))
-        elif item.lower().endswith((".bed", ".bed.gz")) or path.is_file():
-            if not path.is_file():
-                raise InputError(str(path), "BED file of the scan's regions not found")
-            raw += list(_bed_intervals(path))
-        else:
-            raw.append((item, 0, -1, f"region {item}"))  # a whole contig, by name
-    merged: dict[str, list[tuple[int, int]]] = {}
-    for chrom, start, end, where in raw:
-        if absent is not None and chrom not in lengths and not alias_candidates(chrom, contigs):
-            absent[chrom] = absent.get(chrom, 0) + 1
-            continue
-        contig = _reference_contig(chrom, contigs, where)
-        length = lengths[contig]
-        end = length if end == -1 else end
-        if end > length:
-            raise InputError(where, f"end {end} is past the end of {contig} ({length} bp)")
-        merged.setdefault(contig, []).append((start, end))
-    out = {}
-    for contig in contigs:  # reference order; overlapping and adjacent intervals merged
-        spans: list[tuple[int, int]] = []
-        for start, end in sorted(merged.get(contig, [])):
-            if spans and start <= spans[-1][1]:
-                spans[-1] = (spans[-1][0], max(spans[-1][1], end))
-            elif end > start:
-                spans.append((start, end))
-        if spans:
-            out[contig] = spans
-    return out
-
-
-def resolve_neutral(bed: str, lengths: Mapping[str, int]) -> tuple[dict, str | None]:
-    """A scan's neutral_regions BED on the reference's contigs, and a note naming the contigs
-    it holds that the reference has not (None if none). A UCSC BED routinely holds
-    _alt/_fix/_random contigs a no-alt analysis set lacks: no SNV of the scan lies on them, so
-    they are ignored, counted and named, not refused. A BED none of whose contigs is in the
-    reference (another build's or naming's) is refused, as are bad lines and intervals past a
-    contig's end."""
-    absent: dict[str, int] = {}
-    targets = resolve_targets([bed], lengths, absent=absent)
-    if not targets:
-        names = ", ".join(list(absent)[:5]) or "none"
-        raise InputError(
-            bed,
-            f"neutral_regions: no interval lies on a contig of the reference (its contigs: "
-            f"{names}; the reference's: {', '.join(list(lengths)[:5])}): a BED of another build?",
-        )
-    if not absent:
-        return targets, None
-    shown = ", ".join(list(absent)[:8])
-    shown += f" and {len(absent) - 8:,} more" if len(absent) > 8 else ""
-    note = (
-        f"neutral_regions {bed}: {sum(absent.values()):,} intervals on {len(absent):,} contigs "
-        f"not in the reference ignored ({shown})"
-    )
-    return targets, note
-
-
-# ---- ACGT runs and chunks ------------------------------------------------------------------
-def acgt_runs(seq: str | bytes) -> list[tuple[int, int]]:
-    """[start, end) of each maximal run of ACGT (either case) in `seq`."""
-    data = seq.encode("ascii") if isinstance(seq, str) else seq
-    ok = _ACGT[np.frombuffer(data, dtype=np.uint8)]
-    edges = np.flatnonzero(np.diff(np.concatenate(([False], ok, [False])).astype(np.int8)))
-    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Bases [start, end) of `chrom`, inside the ACGT run [seg_start, seg_end), tiled from
-    `anchor`: where the scan's target begins in that run (None: `start`). A chunk's piece of a
-    longer target keeps the target's anchor, so its tiles do not depend on chunk_bp."""
-
-    chrom: str
-    start: int
-    end: int
-    seg_start: int
-    seg_end: int
-    anchor: int | None = None
-
-    def tiles(self, tiles: TileSettings):
-        return tile_segment(
-            (self.seg_start, self.seg_end),
-            self.start,
-            self.end,
-            tiles.tile_bp,
-            tiles.min_context,
-            K,
-            anchor=self.anchor,
-        )
-
-
-@dataclass
-class ContigCounts:
-    length: int = 0  # the contig's length in the reference
-    targeted_bp: int = 0  # bases of the targets on this contig
-    scored_bp: int = 0  # ACGT bases in runs of >= 6: scored, 3 SNVs each
-    skipped_non_acgt_bp: int = 0  # N (assembly gaps) and other non-ACGT bases: not tiled
-    n_runs: int = 0  # runs of non-ACGT bases
-    unscorable_bp: int = 0  # ACGT bases in runs shorter than one 6-mer
-    chunks: list[int] = field(default_factory=list)
-
-
-def _contig_runs(reference: Reference, chrom: str, spans, counts: ContigCounts):
-    """ACGT runs of the contig clipped to the target spans, as Pieces."""
-    length = reference.lengths[chrom]
-    counts.length = length
-    seq = reference.fetch(chrom, 0, length)
-    runs = acgt_runs(seq)
-    for start, end in spans:
-        counts.targeted_bp += end - start
-        inside = [(max(a, start), min(b, end), a, b) for a, b in runs if a < end and b > start]
-        acgt = sum(e - s for s, e, _, _ in inside)
-        counts.skipped_non_acgt_bp += (end - start) - acgt
-        edges = [start, *(x for s, e, _, _ in inside for x in (s, e)), end]
-        counts.n_runs += sum(a < b for a, b in zip(edges[::2], edges[1::2], strict=True))
-        for s, e, a, b in inside:
-            if b - a < K:
-                counts.unscorable_bp += e - s
-                continue
-            counts.scored_bp += e - s
-            yield Piece(chrom, s, e, a, b)
-
-
-def target_pieces(
-    reference: Reference, targets: Mapping[str, list[tuple[int, int]]]
-) -> tuple[list[Piece], dict[str, ContigCounts]]:
-    """The scored pieces of the targets, one per ACGT run of at least one 6-mer (clipped to
-    the targets), and each contig's counts: the one planning of what a scan scores, for the
-    workflow's plan and the one-region `carbon-vep scan` alike. A target without a scorable
-    base is refused."""
-    pieces: list[Piece] = []
-    per_contig: dict[str, ContigCounts] = {}
-    for chrom, spans in targets.items():
-        counts = per_contig.setdefault(chrom, ContigCounts())
-        pieces += _contig_runs(reference, chrom, spans, counts)
-    if not pieces:
-        spans = [f"{c}:{s + 1:,}-{e:,}" for c, held in targets.items() for s, e in held]
-        what = ", ".join(spans[:3]) + (f" and {len(spans) - 3:,} more" if len(spans) > 3 else "")
-        skipped = sum(c.skipped_non_acgt_bp for c in per_contig.values())
-        short = sum(c.unscorable_bp for c in per_contig.values())
-        raise InputError(
-            str(reference.path),
-            f"nothing to scan: the targets ({what}) hold no run of at least 6 ACGT bases "
-            f"({skipped:,} bp N / non-ACGT, {short:,} ACGT bp in runs shorter than one 6-mer)",
-        )
-    return pieces, per_contig
-
-
-def skipped_note(per_contig: Mapping[str, ContigCounts]) -> str | None:
-    """What the targets hold that is not scored (N and other non-ACGT bases, ACGT runs shorter
-    than one 6-mer), as one line, or None."""
-    skipped = sum(c.skipped_non_acgt_bp for c in per_contig.values())
-    runs = sum(c.n_runs for c in per_contig.values())
-    short = sum(c.unscorable_bp for c in per_contig.values())
-    if not skipped and not short:
-        return None
-    return (
-        f"not scored: {skipped:,} N / non-ACGT bases in {runs:,} runs (never fed to the model; "
-        f"context restarts after each), {short:,} ACGT bases in runs shorter than one 6-mer"
-    )
 
 
 def plan_scan(

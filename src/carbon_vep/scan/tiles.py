@@ -36,8 +36,8 @@ from carbon_vep.model.timing import DeviceClock
 from carbon_vep.model.tokens import BASES, base_codes
 from carbon_vep.progress import Progress
 from carbon_vep.scan.background import BackgroundWriter
-from carbon_vep.scan.plan import target_pieces
 from carbon_vep.scan.snvs import at_base
+from carbon_vep.scan.targets import target_pieces
 from carbon_vep.scan.tiling import Tile
 
 _TO_ATCG = [BASES.index(b) for b in SCAN_BASES]
@@ -247,7 +247,7 @@ def scan_region(
     engine: Engine, reference: Reference, chrom: str, start: int, end: int, tiles: TileSettings
 ) -> pl.DataFrame:
     """Per-position table for the ACGT bases of [start, end) (0-based, half-open) of `chrom`,
-    planned as the workflow's scans are (scan.plan.target_pieces: N and other non-ACGT bases
+    planned as the workflow's scans are (scan.targets.target_pieces: N and other non-ACGT bases
     skipped, context restarting after a gap, the same window for a base as in a genome scan
     from the same start)."""
     pieces, _ = target_pieces(reference, {chrom: [(start, end)]})
@@ -255,7 +255,7 @@ def scan_region(
 
 
 def scan_pieces(engine: Engine, reference: Reference, pieces, tiles: TileSettings) -> pl.DataFrame:
-    """Per-position table (SCAN_POSITION) of the bases of `pieces` (scan.plan.Piece), in order."""
+    """Per-position table (SCAN_POSITION) of the bases of `pieces` (scan.targets.Piece), in order."""
     frames = [
         scan_tiles(engine, reference, chrom, [t for p in group for t in p.tiles(tiles)])
         for chrom, group in itertools.groupby(pieces, key=lambda p: p.chrom)
@@ -276,7 +276,7 @@ def scan_chunk(
     *,
     overlap: bool = True,
 ) -> dict[str, float]:
-    """Score every base of `pieces` (scan.plan.Piece) and hand each batch's rows to
+    """Score every base of `pieces` (scan.targets.Piece) and hand each batch's rows to
     `writer.write` as soon as they are on the host: memory holds a few batches of tiles,
     whatever the chunk's size. With `overlap` the rows are built and written on a worker thread
     while the device computes the next batch (the same calls in the same order: the same

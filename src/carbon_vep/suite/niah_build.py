@@ -49,7 +49,7 @@ from carbon_vep.config.niah_grid import NIAH_TASKS as TASKS
 from carbon_vep.config.niah_grid import niah_config_name as config_name
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.scan.plan import acgt_runs
+from carbon_vep.scan.targets import acgt_runs
 
 BASES = np.array(list("ACGT"))
 DEPTHS = (0.10, 0.25, 0.50, 0.75, 0.90)  # the published five needle depths (report §6.5)
