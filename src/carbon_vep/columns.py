@@ -273,6 +273,15 @@ RESERVED = frozenset(
 )
 
 
+# Every column name the pipeline defines: a table panel's other columns (carried by
+# `info_fields: "*"` into results.vcf.gz) are those of scores.parquet not among these.
+PIPELINE = frozenset(
+    c.name
+    for group in (PANEL, VCF_RECORD, LABEL, CHECK, WINDOW, SCORE, METRIC, CALIBRATED, ANNOTATION)
+    for c in group
+)
+
+
 def names(columns: Iterable[Column]) -> tuple[str, ...]:
     return tuple(c.name for c in columns)
 

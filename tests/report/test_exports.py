@@ -11,6 +11,7 @@ from carbon_vep.atomic import index_of
 from carbon_vep.config.stages import PanelSettings
 from carbon_vep.report.exports import (
     carried_infos,
+    export_tabix,
     export_vcf,
     write_results_vcf,
     write_tabix_tsv,
@@ -278,3 +279,180 @@ def test_tabix_table_with_positions_past_2_to_the_29_gets_a_csi(tmp_path):
         assert [r.split("\t")[1] for r in table.fetch("1H", 599_999_999, 600_000_000)] == [
             "600000000"
         ]
+
+
+def _fasta(tmp_path) -> str:
+    fasta = tmp_path / "ref.fa"
+    fasta.write_text(">chr1\n" + "ACGT" * 25 + "\n")  # 100 bp: POS 1 A, 2 C, 3 G, 4 T, ...
+    pysam.faidx(str(fasta))
+    return str(fasta)
+
+
+def _bcftools_ok(*argv: str) -> str:
+    done = subprocess.run([_bcftools(), *argv], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_results_vcf_leaves_out_rows_that_cannot_be_valid_records(tmp_path):
+    """POS 0 (pysam refused it: the export crashed after all scoring), a REF past the contig's
+    end, and alleles a table panel may hold that are not VCF's (`-`, IUPAC, a space): left out
+    and counted; what is written passes `bcftools norm -c e -f FASTA`."""
+    cases = [  # (pos, ref, alt)
+        (1, "A", "G"),  # the one valid record
+        (0, "A", "G"),
+        (100, "TA", "T"),  # REF ends past the 100 bp contig
+        (101, "A", "G"),
+        (2, "-", "T"),
+        (3, "G", "-"),
+        (4, "T", "R"),
+        (5, "A", "A C"),
+    ]
+    merged = pl.DataFrame(
+        {
+            "chrom": ["1"] * len(cases),
+            "ref_chrom": ["chr1"] * len(cases),
+            "pos": [c[0] for c in cases],
+            "ref": [c[1] for c in cases],
+            "alt": [c[2] for c in cases],
+            "status": ["scored"] + ["invalid"] * (len(cases) - 1),
+            "reason": [""] * len(cases),
+            "score": [0.5] + [None] * (len(cases) - 1),
+        }
+    )
+    out = tmp_path / "results.vcf.gz"
+    assert write_results_vcf(merged, {"chr1": 100}, out, {"score": "s"}) == len(cases) - 1
+    with pysam.VariantFile(str(out)) as vcf:
+        meta = {r.key: r.value for r in vcf.header.records if r.key.startswith("carbon_vep")}
+        assert meta["carbon_vep_rows_not_written"] == str(len(cases) - 1)
+        assert [(r.pos, r.ref, r.alts) for r in vcf] == [(1, "A", ("G",))]
+    _bcftools_ok("norm", "-c", "e", "-f", _fasta(tmp_path), "-Ov", str(out))
+
+
+def test_results_vcf_renames_panel_fields_that_collide_with_its_own(tmp_path):
+    """A panel annotated with an earlier results.vcf.gz (or the docs' bcftools / vcfanno
+    recipe) holds CVEP_SCORE and CVEP_PHRED: with `info_fields: "*"` they are carried as
+    panel_CVEP_*, the renames in a header line, instead of stopping the export at the end."""
+    panel = tmp_path / "panel.vcf"
+    panel.write_text(
+        "##fileformat=VCFv4.2\n##contig=<ID=1,length=100>\n"
+        '##INFO=<ID=CVEP_SCORE,Number=A,Type=Float,Description="an earlier score">\n'
+        '##INFO=<ID=CVEP_PHRED,Number=A,Type=Float,Description="an earlier phred">\n'
+        '##INFO=<ID=CVEP_DELTA,Number=A,Type=Float,Description="an earlier delta">\n'
+        "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
+        "1\t2\t.\tC\tT\t.\t.\tCVEP_SCORE=9.5;CVEP_PHRED=30;CVEP_DELTA=0.25\n"
+    )
+    rows = read_panel(panel, info_fields=("*",))
+    merged = rows.with_columns(
+        pl.lit("chr1").alias("ref_chrom"),
+        pl.lit("scored").alias("status"),
+        pl.lit("").alias("reason"),
+        pl.lit(1.25).alias("score"),
+        pl.lit(12.0).alias("phred"),
+    )
+    merged.write_parquet(tmp_path / "scores.parquet")
+    out = tmp_path / "results.vcf.gz"
+    settings = PanelSettings(build="hg38", info_fields=("*",))
+    export_vcf(
+        str(tmp_path / "scores.parquet"), _fasta(tmp_path), {}, str(out), str(panel), settings
+    )
+    with pysam.VariantFile(str(out)) as vcf:
+        meta = {r.key: r.value for r in vcf.header.records if r.key.startswith("carbon_vep")}
+        assert meta["carbon_vep_panel_info_renamed"] == (
+            "CVEP_SCORE->panel_CVEP_SCORE,CVEP_PHRED->panel_CVEP_PHRED,CVEP_DELTA->panel_CVEP_DELTA"
+        )
+        assert "CVEP_DELTA" not in vcf.header.info  # this run has no delta: the panel's renamed
+        assert "earlier score" in vcf.header.info["panel_CVEP_SCORE"].description
+        (record,) = list(vcf)
+    assert record.info["CVEP_SCORE"] == (1.25,) and record.info["panel_CVEP_SCORE"] == (9.5,)
+    assert record.info["CVEP_PHRED"] == (12.0,) and record.info["panel_CVEP_PHRED"] == (30.0,)
+    assert record.info["panel_CVEP_DELTA"] == (0.25,)
+    _bcftools_ok("view", "-Ob", "-o", str(tmp_path / "r.bcf"), str(out))
+
+
+def test_results_vcf_carries_all_of_a_table_panels_columns_typed_with_star(tmp_path):
+    """`info_fields: "*"` on a table panel carries its other columns (docs/inputs.md: "carried
+    to every output"), each INFO Type from its dtype; the pipeline's columns are not."""
+    merged = _merged().with_columns(
+        pl.Series("myid", ["a", "b", "c", "d", "e", "f"]),
+        pl.Series("af", [0.5, 0.25, None, 0.125, 0.0, 1.0]),
+        pl.Series("n", [1, 2, 3, 4, 5, 6]),
+        pl.Series("big", [1, 2, 3, 4, 5, 2**40]),  # past VCF's Integer: text
+        pl.Series("common", [True, False, True, True, False, False]),
+    )
+    carried = carried_infos(merged, ["*"], None)
+    types = {c: (info["Number"], info["Type"]) for c, info in carried.items()}
+    assert types == {
+        "myid": ("1", "String"),
+        "af": ("1", "Float"),
+        "n": ("1", "Integer"),
+        "big": ("1", "String"),
+        "common": ("0", "Flag"),
+    }
+    out = tmp_path / "results.vcf.gz"
+    write_results_vcf(merged, {"chr1": 1000, "chr2": 500}, out, {"score": "s"}, carried=carried)
+    records = {(r.chrom, r.pos, r.alts[0]): dict(r.info) for r in pysam.VariantFile(str(out))}
+    first = records[("chr1", 10, "A")]
+    assert (first["myid"], first["af"], first["n"], first["common"]) == ("a", 0.5, 1, True)
+    assert "common" not in records[("chr1", 3, "T")] and "af" not in records[("chr2", 5, "<DEL>")]
+    _bcftools_ok("view", "-Ob", "-o", str(tmp_path / "r.bcf"), str(out))
+
+
+def test_results_vcf_writes_padded_snvs_as_the_panel_wrote_them(tmp_path):
+    """A padded SNV (GG>AG, scored as G>A) keeps the panel's POS and alleles, so
+    `bcftools annotate -a results.vcf.gz` puts the score back on the user's own record."""
+    panel = tmp_path / "panel.vcf"
+    panel.write_text(  # chr1: POS 1 A, 2 C, 3 G, 4 T, 5 A, 6 C, 7 G
+        "##fileformat=VCFv4.2\n##contig=<ID=chr1,length=100>\n"
+        "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
+        "chr1\t2\tsuffix\tCG\tTG\t.\t.\t.\n"  # scored as C>T at 2
+        "chr1\t5\tprefix\tAC\tAT\t.\t.\t.\n"  # scored as C>T at 6
+    )
+    merged = pl.DataFrame(
+        {
+            "chrom": ["chr1", "chr1"],
+            "pos": [2, 6],
+            "ref": ["C", "C"],
+            "alt": ["T", "T"],
+            "input_pos": ["2", "5"],
+            "input_ref": ["CG", "AC"],
+            "input_alt": ["TG", "AT"],
+            "status": ["scored", "scored"],
+            "reason": ["", ""],
+            "score": [1.5, -0.5],
+        }
+    )
+    out = tmp_path / "results.vcf.gz"
+    assert write_results_vcf(merged, {"chr1": 100}, out, {"score": "s"}) == 0
+    with pysam.VariantFile(str(out)) as vcf:
+        assert [(r.pos, r.ref, r.alts[0]) for r in vcf] == [(2, "CG", "TG"), (5, "AC", "AT")]
+    _bcftools_ok("norm", "-c", "e", "-f", _fasta(tmp_path), "-Ov", str(out))
+    indexed = pysam.tabix_index(str(panel), preset="vcf")  # bcftools reads both indexed
+    annotated = _bcftools_ok("annotate", "-a", str(out), "-c", "INFO/CVEP_SCORE", indexed)
+    scores = [line.split("\t")[7] for line in annotated.splitlines() if line.startswith("chr1")]
+    assert scores == ["CVEP_SCORE=1.5", "CVEP_SCORE=-0.5"]
+
+
+def test_export_tabix_of_panel_scores_uses_reference_contigs_and_skips_unplaced(tmp_path):
+    """A panel's scores.parquet: rows on the reference's contig (`ref_chrom`, not the panel's
+    `17`); a row without POS or on a contig the reference lacks is left out and counted
+    (they stopped the export: contig order, `building of index failed`)."""
+    scores = tmp_path / "scores.parquet"
+    pl.DataFrame(
+        {
+            "chrom": ["1", "1", "1", "weird"],
+            "ref_chrom": ["chr1", "chr1", "chr1", None],
+            "pos": [3, None, 1, 7],
+            "ref": ["G", "A", "A", "A"],
+            "alt": ["T", "G", "C", "C"],
+            "score": [0.5, None, 1.5, None],
+        }
+    ).write_parquet(scores)
+    out = tmp_path / "scores.tsv.gz"
+    assert export_tabix(str(scores), ["score"], _fasta(tmp_path), str(out)) == 2
+    table = pysam.TabixFile(str(out))
+    assert list(table.contigs) == ["chr1"]
+    assert [r.split("\t")[1:] for r in table.fetch("chr1")] == [
+        ["1", "A", "C", "1.5"],
+        ["3", "G", "T", "0.5"],
+    ]

@@ -29,7 +29,7 @@ from carbon_vep.atomic import indexed_bgzf, indexed_file
 from carbon_vep.config.stages import PanelSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.variants.panel import panel_declarations
-from carbon_vep.variants.panel_columns import ALL_INFO
+from carbon_vep.variants.panel_columns import ALL_INFO, INPUT_COLUMNS, carry_name, parse_positions
 from carbon_vep.variants.panel_vcf import VcfDeclarations
 from carbon_vep.variants.panel_vcf_info import InfoSpec
 
@@ -134,7 +134,11 @@ def _carried_header(
     if spec is None:
         if name == "END" and dtype.is_integer():
             return dict(END_INFO)
-        return {"ID": _info_id(name), "Number": "1", "Type": "String", "Description": text}
+        kind = {"Flag": "Flag", "Float": "Float", "Integer": "Integer"}.get(
+            info_header(name, dtype, text)["Type"], "String"
+        )
+        number = "0" if kind == "Flag" else "1"
+        return {"ID": _info_id(name), "Number": number, "Type": kind, "Description": text}
     if spec.declared and spec.kind == "Flag" and dtype == pl.Boolean:
         return {"ID": name, "Number": "0", "Type": "Flag", "Description": text}
     held_as_declared = {
@@ -158,17 +162,33 @@ def carried_infos(
 ) -> dict[str, dict[str, str]]:
     """Column -> INFO declaration of each requested panel INFO field the table holds, under
     its own key (`_carried_header`). `declarations`: the VCF panel's header (None for a table
-    panel, whose columns named in `info_fields` are carried as String)."""
+    panel: its columns named in `info_fields`, or with `*` every column that is not one of the
+    pipeline's (`columns.PIPELINE`), each declared Number=1 with the Type of its dtype: Float,
+    Integer (values within VCF's 32-bit range), Flag for booleans, else String)."""
     if declarations is not None:
         carried = [(c.column, c.spec.name, c.spec, c.description) for c in declarations.info]
     else:
         named = [name for name in dict.fromkeys(info_fields) if name != ALL_INFO]
+        if ALL_INFO in info_fields:
+            named += [c for c in frame.columns if c not in columns.PIPELINE and c not in named]
         carried = [(name, name, None, "") for name in named]
     return {
-        column: _carried_header(name, frame[column].dtype, spec, description)
+        column: _carried_header(name, _vcf_dtype(frame[column]), spec, description)
         for column, name, spec, description in carried
         if column in frame.columns
     }
+
+
+_INT32 = (-(2**31) + 8, 2**31 - 1)  # VCF Integer (htslib reserves the lowest values)
+
+
+def _vcf_dtype(series: pl.Series) -> pl.DataType:
+    """A column's dtype, Utf8 for integers a VCF Integer cannot hold (written as text)."""
+    if series.dtype.is_integer() and series.drop_nulls().len():
+        low, high = series.min(), series.max()
+        if low < _INT32[0] or high > _INT32[1]:  # type: ignore[operator]
+            return pl.Utf8()
+    return series.dtype
 
 
 def _vcf_header(
@@ -211,17 +231,56 @@ def default_fields(frame: pl.DataFrame) -> dict[str, str]:
     }
 
 
+_BASES = r"^[ACGTNacgtn]+$"
+_VCF_ALT = (
+    r"^(?:[ACGTNacgtn]+|\*|\.|<[^<>\s,;=]+>"  # bases, `*`, missing, symbolic
+    r"|\.[ACGTNacgtn]+|[ACGTNacgtn]+\."  # single breakends
+    r"|[ACGTNacgtn]*[\[\]][^\s,;\[\]]+[\[\]][ACGTNacgtn]*)$"  # breakends
+)
+
+
+def _as_written(merged: pl.DataFrame) -> pl.DataFrame:
+    """`_pos`, `_ref`, `_alt`: the record as the panel wrote it (`input_pos` / `input_ref` /
+    `input_alt`, so a padded SNV `GG>AG` keeps its own POS and alleles and annotation tools
+    match it; one ALT per row), else the checked `pos` / `ref` / `alt`; plain bases
+    upper-cased, a missing ALT `.`."""
+
+    def allele(column: str) -> pl.Expr:
+        raw = pl.col(f"input_{column}").str.strip_chars() if has_input else pl.lit(None, pl.Utf8)
+        value = pl.coalesce(raw, pl.col(column))
+        return pl.when(value.str.contains(_BASES)).then(value.str.to_uppercase()).otherwise(value)
+
+    has_input = all(c in merged.columns for c in INPUT_COLUMNS)
+    pos = parse_positions(pl.col("input_pos")) if has_input else pl.lit(None, pl.Int64)
+    return merged.with_columns(
+        pl.coalesce(pos, pl.col("pos")).alias("_pos"),
+        allele("ref").alias("_ref"),
+        allele("alt").fill_null(".").alias("_alt"),
+    )
+
+
 def _placed_rows(
     merged: pl.DataFrame, contig_lengths: Mapping[str, int]
 ) -> tuple[pl.DataFrame, list[tuple[str, int | None]]]:
-    """The rows that can be VCF records (CHROM, POS and REF known) on their reference contig
-    (`_contig`) in reference order, and the header's contigs: the reference's, then those of
-    rows on contigs it lacks (no length)."""
+    """The rows that can be VCF records, as the panel wrote them (`_as_written`), on their
+    reference contig (`_contig`) in reference order, and the header's contigs: the
+    reference's, then those of rows on contigs it lacks (no length). A row is left out
+    without CHROM, POS or REF, at a POS below 1 or with a REF that ends past its contig's
+    end, or with alleles that are not VCF's (REF of A/C/G/T/N; ALT of bases, symbolic, `*`,
+    a breakend or missing: not `-`, IUPAC codes or text with spaces)."""
     contig = pl.coalesce("ref_chrom", "chrom") if "ref_chrom" in merged.columns else pl.col("chrom")
-    placeable = (
-        pl.col("chrom").is_not_null() & pl.col("pos").is_not_null() & pl.col("ref").is_not_null()
+    length = pl.col("_contig").replace_strict(
+        dict(contig_lengths), default=None, return_dtype=pl.Int64
     )
-    rows = merged.with_columns(contig.alias("_contig")).filter(placeable)
+    placeable = (
+        pl.col("chrom").is_not_null()
+        & pl.col("_pos").is_not_null()
+        & (pl.col("_pos") >= 1)
+        & pl.col("_ref").str.contains(_BASES).fill_null(False)
+        & pl.col("_alt").str.contains(_VCF_ALT).fill_null(False)
+        & (length.is_null() | (pl.col("_pos") + pl.col("_ref").str.len_chars() - 1 <= length))
+    )
+    rows = _as_written(merged).with_columns(contig.alias("_contig")).filter(placeable)
     if "qual" in rows.columns and not rows["qual"].dtype.is_numeric():
         rows = rows.with_columns(pl.col("qual").cast(pl.Float64, strict=False))
     extra = [c for c in dict.fromkeys(rows["_contig"].to_list()) if c not in contig_lengths]
@@ -229,7 +288,7 @@ def _placed_rows(
     rank = {c: i for i, (c, _) in enumerate(contigs)}
     rows = rows.with_columns(
         pl.col("_contig").replace_strict(rank, return_dtype=pl.Int64).alias("_rank")
-    ).sort("_rank", "pos", maintain_order=True)
+    ).sort("_rank", "_pos", maintain_order=True)
     return rows, contigs
 
 
@@ -241,7 +300,7 @@ def _longest(rows: pl.DataFrame, contigs: Sequence[tuple[str, int | None]]) -> i
         return 0
     present = set(rows["_contig"].to_list())
     lengths = [n for c, n in contigs if c in present and n]
-    end = rows.select((pl.col("pos") + pl.col("ref").str.len_chars() - 1).max()).item()
+    end = rows.select((pl.col("_pos") + pl.col("_ref").str.len_chars() - 1).max()).item()
     return max([int(end or 0), *lengths])
 
 
@@ -253,10 +312,11 @@ def _row_filters(value: object) -> list[str]:
 
 
 def _vcf_record(vcf: Any, row: dict, infos: Mapping[str, Mapping[str, str]]) -> Any:
-    """One row as a record: its alleles (a missing ALT as `.`), the panel's ID, QUAL and FILTER
-    where it had them, its set INFO fields (a carried END as the record's end)."""
-    ref, alt = row["ref"], row["alt"] or "."
-    start = row["pos"] - 1
+    """One row as a record: its POS and alleles as the panel wrote them (`_as_written`), the
+    panel's ID, QUAL and FILTER where it had them, its set INFO fields (a carried END as the
+    record's end)."""
+    ref, alt = row["_ref"], row["_alt"]
+    start = row["_pos"] - 1
     end = next((row[c] for c, info in infos.items() if info["ID"] == "END"), None)
     record = vcf.new_record(
         contig=row["_contig"],
@@ -297,6 +357,33 @@ def _renamed_contigs(rows: pl.DataFrame) -> str:
     return ",".join(f"{a}->{b}" for a, b in sorted(pairs.iter_rows()))
 
 
+def _carry_keys(
+    infos: dict[str, dict[str, str]], carried: Mapping[str, Mapping[str, str]], prefix: str
+) -> str:
+    """Add the `carried` declarations to `infos`, each under its own key unless a key already
+    there has it or it starts with the scores' `prefix` (a panel annotated with an earlier
+    results.vcf.gz holds `CVEP_SCORE`, and `CVEP_DELTA` of a recipe this run may not have):
+    then `panel_<key>`, as a table panel's column the pipeline uses becomes `panel_<name>`
+    (`carry_name`). Returns the renames as `CVEP_SCORE->panel_CVEP_SCORE,...` ('' if none)."""
+    taken = {info["ID"] for info in infos.values()}
+    renames = []
+    for column, info in carried.items():
+        if column in infos:
+            continue
+        ours = {info["ID"]} if prefix and info["ID"].startswith(prefix) else set()
+        key = carry_name(info["ID"], taken, reserved=ours)
+        if key != info["ID"]:
+            renames.append(f"{info['ID']}->{key}")
+            info = {
+                **info,
+                "ID": key,
+                "Description": f"{info['Description']} (panel's {info['ID']})",
+            }
+        infos[column] = dict(info)
+        taken.add(key)
+    return ",".join(renames)
+
+
 def write_results_vcf(
     merged: pl.DataFrame,
     contig_lengths: Mapping[str, int],
@@ -312,18 +399,22 @@ def write_results_vcf(
     `fields` maps a column to its INFO description (default: the score columns present, see
     `SCORE_FIELDS`); INFO ids are `prefix` + column in upper case. `carried` maps a panel
     column to its own INFO declaration (`carried_infos`: the panel's INFO fields under their
-    own keys). ID, QUAL and FILTER are the panel's (columns `id`, `qual`, `filter`) where it
-    had them; each FILTER value gets a `##FILTER` line, described as in `filters` (the panel
-    header's). The recipe and normalisation of the scored rows go in `##carbon_vep_recipe` /
-    `_normalization` lines. `status` and `reason` are always written, so unscored rows say
-    why. Every INFO key a record holds is declared (END, reserved in VCF 4.x, where a record
-    has a symbolic ALT: htslib writes it on such records).
+    own keys; a key starting with `prefix`, such as a `CVEP_SCORE` the panel held, becomes
+    `panel_<key>`, listed in `##carbon_vep_panel_info_renamed`). ID, QUAL and FILTER are the
+    panel's (columns `id`, `qual`, `filter`) where it had them; each FILTER value gets a
+    `##FILTER` line, described as in `filters` (the panel header's). The recipe and
+    normalisation of the scored rows go in `##carbon_vep_recipe` / `_normalization` lines.
+    `status` and `reason` are always written, so unscored rows say why. Every INFO key a
+    record holds is declared (END, reserved in VCF 4.x, where a record has a symbolic ALT:
+    htslib writes it on such records).
 
     Records use the reference contig (`ref_chrom`, else the panel's `chrom`) in reference
     order, as the `##contig` lines and the tabix index do; panel contigs written under the
     reference's name are listed in `##carbon_vep_panel_contigs` (`17->chr17`). Contigs not in
     the reference (status `unknown_contig`) get a header line without a length and come last.
-    Rows without CHROM/POS/REF cannot be VCF records: they are counted in a
+    Records are the panel's own POS, REF and ALT (`_as_written`: a padded SNV as written, not
+    its trimmed form). Rows that cannot be VCF records (`_placed_rows`: no CHROM/POS/REF, a
+    POS outside the contig, alleles that are not VCF's) are counted in a
     `##carbon_vep_rows_not_written` header line and the count is returned.
     """
     out_path = Path(out_path)
@@ -339,19 +430,21 @@ def write_results_vcf(
     rows, contigs = _placed_rows(merged, contig_lengths)
     n_unwritable = merged.height - rows.height
     infos = {c: info_header(prefix + c.upper(), merged[c].dtype, t) for c, t in all_fields.items()}
-    infos.update({c: dict(info) for c, info in carried.items() if c not in infos})
+    renamed_infos = _carry_keys(infos, carried, prefix)
     keys = [info["ID"] for info in infos.values()]
     repeated = sorted({k for k in keys if keys.count(k) > 1})
     if repeated:
         raise ValueError(f"INFO key(s) {repeated} would be declared twice")
     declared = list(infos.values())
-    symbolic = rows["alt"].str.starts_with("<").any()
+    symbolic = rows["_alt"].str.starts_with("<").any()
     if "END" not in keys and symbolic:
         declared.insert(0, END_INFO)
     header = _vcf_header(contigs, declared, _filter_lines(rows, filters or {}), source)
     renamed = _renamed_contigs(rows)
     if renamed:
         header.add_meta("carbon_vep_panel_contigs", renamed)
+    if renamed_infos:
+        header.add_meta("carbon_vep_panel_info_renamed", renamed_infos)
     if n_unwritable:
         header.add_meta("carbon_vep_rows_not_written", f"{n_unwritable}")
     for column in ("recipe", "normalization"):
@@ -399,17 +492,42 @@ def export_vcf(
     unwritten = write_results_vcf(frame, lengths, out, fields, carried=carried, filters=filters)
     if unwritten:
         log.warning(
-            "%d rows without CHROM/POS/REF cannot be VCF records; they are in %s with their status",
+            "%d rows cannot be VCF records (no CHROM/POS/REF, a POS outside the contig, or "
+            "alleles that are not VCF's); they are in %s with their status",
             unwritten,
             merged,
         )
 
 
-def export_tabix(scores: str, value_columns: list[str], reference: str | None, out: str) -> None:
+def export_tabix(scores: str, value_columns: list[str], reference: str | None, out: str) -> int:
     """Per-SNV scores (Parquet) as the tabix TSV `out` (`write_tabix_tsv`), contigs in the
-    reference's order when one is given."""
+    reference's order when one is given. A panel's scores.parquet is written on the
+    reference's contig (`ref_chrom` where present, as results.vcf.gz). Rows that cannot be
+    placed (no contig, POS or REF, POS below 1, a contig the reference lacks) are left out,
+    with a warning; returns their count."""
+    frame = pl.read_parquet(scores)
+    if "ref_chrom" in frame.columns:
+        frame = frame.with_columns(pl.coalesce("ref_chrom", "chrom").alias("chrom"))
     order = None
+    placeable = (
+        pl.col("chrom").is_not_null()
+        & pl.col("pos").is_not_null()
+        & (pl.col("pos") >= 1)
+        & pl.col("ref").is_not_null()
+    )
     if reference:
         with open_reference(reference) as fasta:
             order = list(fasta.lengths)
-    write_tabix_tsv(pl.read_parquet(scores), out, value_columns, order)
+        placeable &= pl.col("chrom").is_in(order)
+    placed = frame.filter(placeable.fill_null(False))
+    left_out = frame.height - placed.height
+    if left_out:
+        log.warning(
+            "%d rows of %s cannot be placed (no contig, POS or REF, POS below 1, or a contig "
+            "the reference lacks); left out of %s",
+            left_out,
+            scores,
+            out,
+        )
+    write_tabix_tsv(placed, out, value_columns, order)
+    return left_out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gzip
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,15 @@ def carried_names(
     return renames
 
 
-def carry_name(name: str, taken: set[str]) -> str:
-    """The name a carried column gets: itself, or `panel_<name>` when the pipeline uses it."""
-    if name not in RESERVED_COLUMNS and name not in taken:
+def carry_name(
+    name: str, taken: Collection[str], reserved: Collection[str] = RESERVED_COLUMNS
+) -> str:
+    """The name a carried column gets: itself, or `panel_<name>` when the pipeline uses it
+    (`reserved`: the pipeline's column names; results.vcf.gz passes its own INFO keys)."""
+    if name not in reserved and name not in taken:
         return name
     renamed = f"panel_{name}"
-    while renamed in taken or renamed in RESERVED_COLUMNS:
+    while renamed in taken or renamed in reserved:
         renamed = f"panel_{renamed}"
     return renamed
 
