@@ -19,6 +19,7 @@ reading only the row groups whose contig and position range hold a panel positio
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import polars as pl
@@ -29,11 +30,14 @@ from carbon_vep.columns import SCAN_BASES, Status
 from carbon_vep.config.stages import LabelSettings, PanelSettings
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import canonical_build
+from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import Reference, open_reference
 from carbon_vep.scan.calibrate import Calibration
 from carbon_vep.scan.outputs import read_scan
 from carbon_vep.scan.snvs import at_base, with_cells
 from carbon_vep.scoring.merge import merge_scores
+
+log = logging.getLogger("carbon_vep")
 
 RECIPE = "from_scan"
 NORMALIZATION = "dna_block"  # the scan's: softmax over the 4,096 6-mers, FNS marginals
@@ -81,6 +85,32 @@ def _lookup(scan_dir: str | Path, file: str | None, contig: str, positions: list
     return pl.from_arrow(pq.read_table(path, columns=_READ, filters=filters))
 
 
+def on_scan_contigs(rows: pl.DataFrame, record: dict, checked: str | Path) -> pl.DataFrame:
+    """A checked panel's `ref_chrom` in the scan's spelling: a panel checked against a copy of
+    the genome that names its contigs otherwise (`17` where the scan read `chr17`) is looked up
+    under the scan's names (one unambiguous alias, as ingest resolves a panel's contigs), so
+    its rows are not all `not_scanned`. A contig of the panel's that names none of the scan's
+    (a contig the scan's reference does not have) is left as it is. A panel of which no
+    scoreable row is on a contig of the scan's stops with the reason."""
+    scan_contigs = list(record["contigs"])
+    ok = rows.filter((pl.col("status") == Status.OK) & pl.col("ref_chrom").is_not_null())
+    names = ok["ref_chrom"].unique(maintain_order=True).to_list()
+    mapping = resolve_contigs(names, scan_contigs)
+    renamed = {k: v for k, v in mapping.items() if k != v}
+    if names and not mapping:
+        raise InputError(
+            checked,
+            f"none of the checked panel's contigs ({names[0]!r}, ...) is one of the scan's "
+            f"({scan_contigs[0]!r}, ...), under any alias: it was checked against another "
+            f"genome than the scan's reference {record['reference']}; check it against that "
+            "reference, or annotate with --panel",
+        )
+    if not renamed:
+        return rows
+    log.info("checked panel contigs looked up under the scan's names: %s", renamed)
+    return rows.with_columns(pl.col("ref_chrom").replace(renamed))
+
+
 def checked_panel(
     record: dict,
     checked: str | None,
@@ -92,7 +122,10 @@ def checked_panel(
     given (the workflow's check_panel output), else `panel` ingested against `reference` (which
     must be the scan's genome) or the scan's own reference."""
     if checked:
-        return pl.read_parquet(checked)
+        if reference:  # the SNVs' contexts are read there: it must be the scan's genome
+            with open_reference(reference) as opened:
+                check_reference(record, opened.lengths, reference)
+        return on_scan_contigs(pl.read_parquet(checked), record, checked)
     if not panel:
         raise InputError("command line", "annotate needs --panel (or --checked)")
     from carbon_vep.variants.ingest import ingest_panel
@@ -145,6 +178,7 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
         .then(pl.lit("position not in the scan"))
         .when(differs)
         .then(pl.format("the scan's base here is {}", pl.col("scan_ref")))
+        .otherwise(pl.lit(""))  # empty when scored, as every recipe writes it
         .alias("score_reason"),
         pl.when(valid).then(log_marginal("ref") - log_marginal("alt")).alias("score"),
         pl.when(valid).then(log_marginal("ref")).alias("ref_ll"),

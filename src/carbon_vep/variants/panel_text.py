@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from carbon_vep.columns import PANEL_KEY as KEY
+from carbon_vep.columns import VCF_RECORD
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import InputError
 from carbon_vep.variants.panel_columns import (
@@ -180,6 +181,10 @@ def read_table(path: Path, fmt: str, columns: Mapping[str, str]) -> tuple[pl.Dat
             frame = pl.read_parquet(path)
         else:
             overrides = {src: pl.Utf8 for std, src in sources.items() if std in KEY}
+            # the text columns of the standard ones read as text (`007` stays `007`)
+            texts = [std for std, dtype in _STANDARD.items() if dtype == pl.Utf8]
+            mapped = {sources.get(std, std) for std in texts}
+            overrides.update({name: pl.Utf8 for name in names if name in mapped})
             frame = read_text_table(path, fmt, overrides)
     except (pl.exceptions.PolarsError, OSError) as err:
         raise _read_error(path, fmt, err, len(names)) from err
@@ -225,10 +230,36 @@ def _standardize_table(
         pl.col("alt").cast(pl.Utf8).alias("input_alt"),
         parse_positions(pl.col("pos")).alias("pos"),
     )
+    frame = _standard_dtypes(frame, notes)
     if alt_lists:
         frame = _split_alts(frame)
         notes.append("ALT lists (`T,G`) split into one row per ALT (alt_index, n_alts_in_record)")
     return frame, notes
+
+
+_STANDARD = {c.name: c.dtype for c in VCF_RECORD if c.name in ("id", "qual", "filter")}
+
+
+def _standard_dtypes(frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
+    """A table's `id`, `qual` and `filter` columns in the dtypes a VCF panel's have (string,
+    float64, string; docs/outputs.md), also when empty (a Null column otherwise) or numeric
+    (an id of digits). A `qual` holding text other than a number or `.` stays as read."""
+    casts = []
+    for name, dtype in _STANDARD.items():
+        if name not in frame.columns or frame.schema[name] == dtype:
+            continue
+        column = pl.col(name)
+        if dtype == pl.Float64 and frame.schema[name] == pl.Utf8:
+            text = column.str.strip_chars()
+            number = pl.when(text.is_in(["", "."])).then(None).otherwise(text)
+            parsed = frame.select(number.cast(pl.Float64, strict=False)).to_series()
+            if parsed.null_count() != frame.select(number.is_null().sum()).item():
+                notes.append(f"column {name!r} holds text that is not a number: kept as text")
+                continue
+            casts.append(parsed.alias(name))
+        else:
+            casts.append(column.cast(dtype))
+    return frame.with_columns(casts) if casts else frame
 
 
 def _cite_lines(

@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from carbon_vep.variants.panel_columns import ALL_INFO
@@ -83,6 +84,15 @@ class Undecodable(Exception):  # noqa: N818 (a signal inside the reader, never u
         self.why = why
 
 
+def _as_written(value: Any) -> Any:
+    """A Float value as the panel wrote it: htslib holds floats as float32, and widening 0.1
+    gives 0.10000000149011612 (which `AF = 0.1` in SQL misses); the shortest decimal that
+    is the same float32 is what a panel writing up to 7 significant digits wrote."""
+    if type(value) is tuple:
+        return tuple(None if v is None else float(str(np.float32(v))) for v in value)
+    return None if value is None else float(str(np.float32(value)))
+
+
 def _joined(values: tuple) -> str:
     return ",".join("." if v is None else str(v) for v in values)
 
@@ -121,6 +131,17 @@ def _check_missing(spec: InfoSpec, value: Any, text: RecordText) -> None:
         raise Undecodable(spec, f"{raw!r} does not read as {spec.kind}")
 
 
+def _panel_end(text: RecordText) -> Any:
+    """The record's own INFO END: htslib takes it as the record's end (`record.stop`) and hides
+    it from `record.info`. A record whose end is the default one (POS + len(REF) - 1) holds END
+    only if its text says so (looked up only then: an SNV without END is the common case)."""
+    record = text.record
+    stop = record.stop
+    if stop == record.start + len(record.ref) and text.info("END") is None:
+        return None
+    return stop
+
+
 def decode_info(info: Any, spec: InfoSpec, alts: tuple | None, text: RecordText) -> Any:
     """One INFO field of a record: one value for every ALT row, or a list with one per ALT.
 
@@ -128,6 +149,8 @@ def decode_info(info: Any, spec: InfoSpec, alts: tuple | None, text: RecordText)
     other multi-valued fields are carried as their comma-joined text, flags as true/false.
     """
     name = spec.name
+    if name == "END" and spec.number == "1" and spec.dtype == pl.Int64:  # decodable Integer
+        return _panel_end(text)
     if spec.text_list:  # the common case (ClinVar's fields): a list of strings, joined
         try:
             value = info.get(name)
@@ -144,6 +167,8 @@ def decode_info(info: Any, spec: InfoSpec, alts: tuple | None, text: RecordText)
     if spec.kind == "Flag":
         return name in info
     if not spec.declared:  # htslib reads it as String (info.get() raises for such names)
+        if name == "END":  # hidden from record.info (htslib's record end): its text
+            return text.info(name)
         value = info[name] if name in info else None  # noqa: SIM401
         return _joined(value) if isinstance(value, tuple) else value
     try:
@@ -151,6 +176,8 @@ def decode_info(info: Any, spec: InfoSpec, alts: tuple | None, text: RecordText)
     except (ValueError, TypeError, KeyError) as err:
         raise Undecodable(spec, str(err)) from err
     numeric = spec.kind in _NUMERIC
+    if spec.kind == "Float":
+        value = _as_written(value)
     if value is None:
         if numeric and name in info:
             _check_missing(spec, value, text)
