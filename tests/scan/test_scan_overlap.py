@@ -33,6 +33,19 @@ def engine(loaded):
     return Engine(loaded.model, loaded.vocab, loaded.device, batch_size=3)
 
 
+@pytest.fixture
+def one_thread():
+    """Bit-equal values need one OpenMP thread: with two, torch's CPU kernels may split a
+    reduction by the batch's shape, and the reference copies per tile from other batches (the
+    test failed under `pytest -n 0` on 2 cores, passed under `make test`'s one thread a worker)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _cut(reference, start=1_000, end=2_500):
     length = reference.lengths["chr17"]
     return [("chr17", t) for t in tile_region(length, start, end, *TILES.__dict__.values())]
@@ -44,7 +57,7 @@ def _batches(engine, reference, cut, log=True):
 
 
 @pytest.mark.parametrize("log", [True, False])
-def test_one_copy_per_batch_gives_the_values_of_per_tile_copies(engine, reference, log):
+def test_one_copy_per_batch_gives_the_values_of_per_tile_copies(engine, reference, log, one_thread):
     cut = _cut(reference)
     ours = [values for batch in _batches(engine, reference, cut, log) for values in _scored(batch)]
     before = as_it_was.per_tile_scan_values(engine, reference, cut, log=log)
