@@ -255,7 +255,8 @@ def scan_region(
 
 
 def scan_pieces(engine: Engine, reference: Reference, pieces, tiles: TileSettings) -> pl.DataFrame:
-    """Per-position table (SCAN_POSITION) of the bases of `pieces` (scan.targets.Piece), in order."""
+    """Per-position table (SCAN_POSITION) of the bases of `pieces` (scan.targets.Piece), in
+    order."""
     frames = [
         scan_tiles(engine, reference, chrom, [t for p in group for t in p.tiles(tiles)])
         for chrom, group in itertools.groupby(pieces, key=lambda p: p.chrom)
