@@ -6,6 +6,7 @@ import subprocess
 import polars as pl
 import pysam
 import pytest
+from support.exports import export_unscored_panel
 
 from carbon_vep.atomic import index_of
 from carbon_vep.config.stages import PanelSettings
@@ -182,18 +183,7 @@ def test_results_vcf_carries_the_panels_fields_as_it_declares_them(tmp_path):
     info_fields = ("AC", "AF_R", "GENES", "DB", "score")
     rows = read_panel(panel, info_fields=info_fields)
     assert {"id", "qual", "filter", "panel_score"} <= set(rows.columns)
-    merged = rows.with_columns(
-        pl.lit("chr1").alias("ref_chrom"),
-        pl.lit("skipped").alias("status"),
-        pl.lit("r").alias("reason"),
-        pl.lit(None, pl.Float64).alias("score"),
-    )
-    merged.write_parquet(tmp_path / "scores.parquet")
-    fasta = tmp_path / "ref.fa"
-    fasta.write_text(">chr1\n" + "ACGT" * 250 + "\n")
-    out = tmp_path / "results.vcf.gz"
-    settings = PanelSettings(build="hg38", info_fields=info_fields)
-    export_vcf(str(tmp_path / "scores.parquet"), str(fasta), {}, str(out), str(panel), settings)
+    out = export_unscored_panel(tmp_path, panel, info_fields)
 
     vcf = pysam.VariantFile(str(out))
     info = vcf.header.info

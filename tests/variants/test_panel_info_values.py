@@ -11,9 +11,8 @@ import duckdb
 import polars as pl
 import pysam
 import pytest
+from support.exports import export_unscored_panel
 
-from carbon_vep.config.stages import PanelSettings
-from carbon_vep.report.exports import export_vcf
 from carbon_vep.variants.panel import read_panel
 
 SV_VCF = """\
@@ -70,19 +69,7 @@ def test_a_panels_own_end_is_read(tmp_path, kind):
 def test_the_exported_end_is_the_panels_and_tabix_finds_the_deletion(tmp_path):
     panel = _write(tmp_path, SV_VCF, "vcf")
     info_fields = ("END", "SVTYPE")
-    rows = read_panel(panel, info_fields=info_fields)
-    merged = rows.with_columns(
-        pl.lit("chr1").alias("ref_chrom"),
-        pl.lit("skipped").alias("status"),
-        pl.lit("r").alias("reason"),
-        pl.lit(None, pl.Float64).alias("score"),
-    )
-    merged.write_parquet(tmp_path / "scores.parquet")
-    fasta = tmp_path / "ref.fa"
-    fasta.write_text(">chr1\n" + "ACGT" * 250 + "\n")
-    out = tmp_path / "results.vcf.gz"
-    settings = PanelSettings(build="hg38", info_fields=info_fields)
-    export_vcf(str(tmp_path / "scores.parquet"), str(fasta), {}, str(out), str(panel), settings)
+    out = export_unscored_panel(tmp_path, panel, info_fields)
 
     vcf = pysam.VariantFile(str(out))
     assert "panel_END" not in vcf.header.info
