@@ -129,14 +129,13 @@ def _carried_header(
     """The declaration of a carried INFO field: the panel header's where the column holds the
     value as declared (a Flag; Number 1 or A of its Type), else Number=. String (other lists,
     held as their comma-joined text; values read as raw text; fields the header does not
-    declare); Number=1 String for a table panel's columns (no header declares them)."""
+    declare); a table panel's columns (no header declares them) Number=1 of their dtype's Type
+    (a Flag Number=0)."""
     text = description or f"{name}, carried from the panel"
     if spec is None:
         if name == "END" and dtype.is_integer():
             return dict(END_INFO)
-        kind = {"Flag": "Flag", "Float": "Float", "Integer": "Integer"}.get(
-            info_header(name, dtype, text)["Type"], "String"
-        )
+        kind = info_header(name, dtype, text)["Type"]  # Flag, Float, Integer or String
         number = "0" if kind == "Flag" else "1"
         return {"ID": _info_id(name), "Number": number, "Type": kind, "Description": text}
     if spec.declared and spec.kind == "Flag" and dtype == pl.Boolean:

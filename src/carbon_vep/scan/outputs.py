@@ -247,7 +247,7 @@ def merge_group(
     """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file, and
     count its SNVs for the calibration (cells read from `reference`) into `counts_out`, if given
     (the workflow counts in a job of its own: count_positions)."""
-    decimals = int(counts_meta.get("decimals", 0))
+    decimals = int(counts_meta["decimals"])
     writer, counts = BaseWriter(parquet_out), CalibrationCounts()
     start, rows, bases = time.monotonic(), 0, dict.fromkeys(contigs, 0)
     try:

@@ -141,7 +141,7 @@ def plan_scan(
 
 def tile_tokens(tiles: TileSettings) -> int:
     """Positions a full tile takes: its whole 6-mers and the `<dna>` prefix."""
-    return (tiles.tile_bp - tiles.tile_bp % K) // K + 1
+    return tiles.tile_bp // K + 1
 
 
 def check_tile_context(tiles: TileSettings, models: Mapping[str, str]) -> list[str]:

@@ -276,14 +276,11 @@ class Jobs:
     def count_settings(self, wc: Any) -> str:
         """count-scan's settings: the printed precision and the neutral set, all it uses."""
         scan = self.run.scans[wc.scan]
-        return shlex.quote(
-            json.dumps(
-                {
-                    "tsv_decimals": scan.chunks.tsv_decimals,
-                    "neutral_regions": scan.calibration.neutral_regions,
-                },
-                sort_keys=True,
-            )
+        return quoted_json(
+            {
+                "neutral_regions": scan.calibration.neutral_regions,
+                "tsv_decimals": scan.chunks.tsv_decimals,
+            }
         )
 
     def calibrate_settings(self, wc: Any) -> str:
@@ -293,9 +290,7 @@ class Jobs:
     def tsv_settings(self, wc: Any) -> str:
         """write-scan-tsv's settings: whether the TSV carries the calibrated columns (the rest
         of the calibration reaches it through the calibration folder, an input)."""
-        return shlex.quote(
-            json.dumps({"tsv_calibrated": self.run.scans[wc.scan].calibration.tsv_calibrated})
-        )
+        return quoted_json({"tsv_calibrated": self.run.scans[wc.scan].calibration.tsv_calibrated})
 
     def scan_regions(self, wc: Any) -> str:
         return " ".join(shlex.quote(r) for r in self.run.scans[wc.scan].regions)
