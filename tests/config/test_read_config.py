@@ -118,6 +118,9 @@ def test_whole_config_refusals_name_the_file_and_keys(tmp_path, monkeypatch):
     config = _config(tmp_path, scan="s")  # the config key, not a flag, outside the workflow too
     with pytest.raises(ConfigError, match="`scan` applies to recipe from_scan only"):
         read_run_config(config, "c.yaml")
+    config = _config(tmp_path, spearman_column="score")  # the panel's is `panel_score`
+    with pytest.raises(ConfigError, match=r"^c\.yaml: datasets\.mine: .*'score' names a column"):
+        read_run_config(config, "c.yaml")
 
 
 def test_a_config_without_models_says_what_is_missing_not_the_schema(tmp_path):

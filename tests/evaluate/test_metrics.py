@@ -4,6 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
 from carbon_vep.errors import InputError
 from carbon_vep.evaluate.metrics import (
@@ -156,6 +157,23 @@ def test_vep_metrics_by_chromosome_breakdowns_spearman_and_intervals():
     for name in ("auroc", "average_precision", "spearman_delta_vs_dms"):
         interval = result["confidence_intervals"][name]
         assert interval["low"] <= interval["high"]
+
+
+def test_a_spearman_column_the_pipeline_writes_itself_is_refused():
+    """A panel's DMS `score` is carried as `panel_score`; `spearman_column: score` named the
+    pipeline's own score, and ρ(score, delta = −score) came out −1 without a word."""
+    merged = _merged([0.1, 0.4, 0.35, 0.8], ["0", "0", "1", "1"], panel_score=[4.0, 1.0, 3.0, 2.0])
+    for column in ("score", "delta"):
+        options = MetricSettings(spearman_column=column, evaluation=EvaluationSettings(bootstrap=0))
+        with pytest.raises(ConfigError, match=f"'{column}' names a column the pipeline writes"):
+            vep_metrics(merged, LABEL, options)
+    options = MetricSettings(
+        spearman_column="panel_score", evaluation=EvaluationSettings(bootstrap=0)
+    )
+    result = vep_metrics(merged, LABEL, options)
+    delta = -np.array([0.1, 0.4, 0.35, 0.8])
+    expected = spearman(np.array([4.0, 1.0, 3.0, 2.0]), delta)
+    assert result["metrics"]["spearman_delta_vs_panel_score"] == pytest.approx(expected)
 
 
 def test_a_scans_calibrated_score_gets_its_metrics_beside_the_raw_ones():

@@ -407,6 +407,10 @@ class RunConfig:
         self._check_pins()
         for key, dataset in self.datasets.items():
             self._check_scan_lookup(key, dataset)
+            try:
+                dataset.metrics.check()
+            except ConfigError as err:
+                raise ConfigError(f"datasets.{key}: {err}") from None
         try:
             check_shared_references(
                 [(f"datasets.{k}", d.reference, d.build) for k, d in self.datasets.items()]

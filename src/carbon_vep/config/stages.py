@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from carbon_vep.columns import RESERVED as PIPELINE_COLUMNS
 from carbon_vep.config.fields import ConfigError, describe, group, setting
 from carbon_vep.config.recipes import NORMALIZATIONS, PUBLISHED, RECIPES, Recipe
 
@@ -345,9 +346,25 @@ class MetricSettings:
         help="columns whose groups get their own metrics (when present)",
     )
     spearman_column: str | None = setting(
-        None, help="continuous functional score column for Spearman against delta (BRCA2 DMS)"
+        None,
+        help="continuous functional score column for Spearman against delta (BRCA2 DMS); a "
+        "panel column named as one the pipeline writes (`score`) is `panel_<name>` here",
     )
     evaluation: EvaluationSettings = group(EvaluationSettings)
+
+    def check(self) -> None:
+        """A Spearman column the pipeline writes itself (`score`, `delta`, ...) is the score
+        or a part of it, never the panel's: a panel column of that name is carried as
+        `panel_<name>`, and ρ against delta would be the score against itself (−1 for `score`).
+        Refused by compute_metrics and when a config is read."""
+        column = self.spearman_column
+        if column in PIPELINE_COLUMNS:
+            spearman = next(f for f in fields(self) if f.name == "spearman_column")
+            raise ConfigError(
+                f"{describe(spearman)} = {column!r} names a column the pipeline writes itself, "
+                f"not the panel's: a panel column {column!r} is carried as 'panel_{column}' "
+                f"(set {describe(spearman, f'panel_{column}')})"
+            )
 
 
 @dataclass(frozen=True)

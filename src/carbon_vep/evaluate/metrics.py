@@ -299,6 +299,7 @@ def vep_metrics(
     The label column is `labels.column`: the configured one, or the `label` column that
     ingest derives from ClinVar's CLNSIG (so a ClinVar dataset needs no second setting)."""
     options = options or MetricSettings()
+    options.check()
     result = _vep_result(merged, labels, options.evaluation)
     if options.spearman_column:
         _add_spearman(merged, options, result)
