@@ -137,8 +137,8 @@ CHECK = _columns(
     (
         "label_conflict",
         pl.Boolean,
-        "rows of this variant carry different labels (or ClinVar says Conflicting); left out "
-        "of metrics",
+        "rows of this variant carry a positive and a negative label (or ClinVar says "
+        "Conflicting); left out of metrics",
     ),
     ("n_copies_in_panel", pl.UInt32, "rows of the panel with the same variant (after aliasing)"),
 )

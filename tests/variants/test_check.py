@@ -298,6 +298,27 @@ def test_duplicates_with_different_labels_are_kept_and_flagged(genome):
     assert [i for i, c in enumerate(conflict) if c] == [0, 30, 31]  # row 1's copy agrees
 
 
+def test_duplicates_whose_labels_name_one_class_do_not_conflict(genome):
+    """`Benign` and `Likely_benign` on one variant are both negative: no conflict (they were
+    one once, as different texts, and both rows left the metrics); `Pathogenic` against
+    `Likely_benign` is one, and a value that is no label (`VUS`) conflicts with no label."""
+    path, contigs = genome
+    rows = _snv_rows(contigs["chr1"].upper(), "chr1", range(100, 130))
+    rows += [rows[0], rows[1], rows[3]]
+    labels = ["Benign"] * 30 + ["Likely_benign", "Likely_benign", "VUS"]
+    labels[1] = "Pathogenic"
+    panel = _panel(rows).with_columns(pl.Series("clnsig", labels))
+    policy = CheckPolicy(
+        label_column="clnsig",
+        positive_labels=("Pathogenic", "Likely_pathogenic"),
+        negative_labels=("Benign", "Likely_benign"),
+    )
+    checked = check_panel(panel, open_reference(path), policy)
+    assert checked["duplicate_of"].to_list()[30:] == [0, 1, 3]
+    conflict = checked["label_conflict"].to_list()
+    assert [i for i, c in enumerate(conflict) if c] == [1, 31]  # Pathogenic vs Likely_benign
+
+
 def test_nothing_scoreable_stops_with_the_reasons(genome):
     path, contigs = genome
     c1 = contigs["chr1"].upper()

@@ -128,3 +128,30 @@ def test_clnsig_source_needs_the_field(tmp_path):
     path.write_text(text)
     with open_reference(reference) as ref, pytest.raises(InputError, match=r"CLNSIG"):
         ingest_panel(path, ref, PanelSettings("hg38"), LabelSettings("clinvar_clnsig"))
+
+
+def test_duplicates_labelled_in_words_of_one_class_stay_in_the_metrics(tmp_path):
+    """A table labelled in words, mapped by positive_labels / negative_labels: the same
+    variant as `Benign` and `Likely_benign` (both negative) is no label conflict, so neither
+    row leaves the metrics; as `Pathogenic` and `Likely_benign` it is one."""
+    seq = random_dna(2000, 23)
+    reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
+    lines = ["chrom\tpos\tref\talt\tsignificance"]
+    for i, pos in enumerate(range(100, 1300, 40)):
+        ref = seq[pos - 1]
+        lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\tBenign")
+    lines[1] = lines[1].replace("Benign", "Pathogenic")
+    lines += [lines[1].replace("Pathogenic", "Likely_benign")]  # row 0's variant
+    lines += [lines[2].replace("Benign", "Likely_benign")]  # row 1's variant, one class
+    path = tmp_path / "panel.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    labels = LabelSettings(
+        label_column="significance",
+        positive_labels=("Pathogenic", "Likely_pathogenic"),
+        negative_labels=("Benign", "Likely_benign"),
+    )
+    with open_reference(reference) as ref:
+        checked, summary = ingest_panel(path, ref, PanelSettings("hg38"), labels)
+    assert checked["duplicate_of"].to_list()[-2:] == [0, 1]
+    assert checked.filter("label_conflict")["row_id"].to_list() == [0, 30]
+    assert summary["n_label_conflicts"] == 2

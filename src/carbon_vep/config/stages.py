@@ -11,8 +11,11 @@ config entries that group them are in `config.run`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
+
+import polars as pl
 
 from carbon_vep.columns import RESERVED as PIPELINE_COLUMNS
 from carbon_vep.config.fields import ConfigError, describe, group, setting
@@ -230,6 +233,19 @@ class LabelSettings:
         if self.label_column:
             return self.label_column
         return CLNSIG_LABEL_COLUMN if self.label_source == "clinvar_clnsig" else None
+
+
+def label_classes(values: pl.Expr, positive: Sequence[str], negative: Sequence[str]) -> pl.Expr:
+    """1 / 0 / null: each label's text (`1`, `1.0`, `true` for a boolean) matched against the
+    values that mean positive and negative; any other value is no label."""
+    text = values.cast(pl.Utf8)
+    return (
+        pl.when(text.is_in(list(positive)))
+        .then(1)
+        .when(text.is_in(list(negative)))
+        .then(0)
+        .otherwise(None)
+    )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,12 @@ import polars as pl
 from sklearn.metrics import auc, average_precision_score, precision_recall_curve, roc_auc_score
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
+from carbon_vep.config.stages import (
+    EvaluationSettings,
+    LabelSettings,
+    MetricSettings,
+    label_classes,
+)
 from carbon_vep.errors import InputError
 
 SIGN_FLIP_AUROC = 0.35
@@ -73,16 +78,10 @@ def spearman_name(column: str) -> str:
 
 def binary_labels(values: pl.Series, positive: Sequence[str], negative: Sequence[str]) -> pl.Series:
     """1 / 0 / null from the raw label column, matching its string form against the lists."""
-    frame = pl.DataFrame({"value": values.cast(pl.Utf8)})
-    value = pl.col("value")
-    return frame.select(
-        pl.when(value.is_in(list(positive)))
-        .then(1)
-        .when(value.is_in(list(negative)))
-        .then(0)
-        .otherwise(None)
-        .alias("label01")
-    ).to_series()
+    frame = pl.DataFrame({"value": values})
+    return frame.select(label_classes(pl.col("value"), positive, negative).alias("label01"))[
+        "label01"
+    ]
 
 
 def labelled_rows(

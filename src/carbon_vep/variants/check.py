@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import polars as pl
 
 from carbon_vep.columns import Status
+from carbon_vep.config.stages import label_classes
 from carbon_vep.errors import PanelUnusableError
 from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import Reference
@@ -271,7 +272,7 @@ def check_panel(
     checked = check.rows(panel)
     for note in check.assert_usable(header_mismatches, lambda: checked):
         log.warning("%s: %s", check.source, note)  # no summary here to carry it
-    checked = flag_duplicates(checked.drop(WORKING_COLUMNS), check.policy.label_column)
+    checked = flag_duplicates(checked.drop(WORKING_COLUMNS), check.policy)
     assert_something_scoreable(checked, check.source)
     return checked
 
@@ -315,10 +316,11 @@ def duplicate_key_hash(checked: pl.DataFrame) -> pl.Series:
     return checked.select(pl.struct(_duplicate_key()).hash().alias("key_hash")).to_series()
 
 
-def flag_duplicates(checked: pl.DataFrame, label_column: str | None) -> pl.DataFrame:
+def flag_duplicates(checked: pl.DataFrame, policy: CheckPolicy) -> pl.DataFrame:
     """`duplicate_of`: row_id of the key's first row (null on that row and on unique keys);
     `n_copies_in_panel`: rows of the same variant (1 for a row without a usable key);
-    `label_conflict`: the key's rows carry different labels (or a label was conflicted already).
+    `label_conflict`: the key's rows carry a positive and a negative label (`policy`'s values;
+    `Benign` and `Likely_benign` agree), or a label was conflicted already.
 
     One key for all three: the contig as aliased to the reference (`chr1` and `1` are one
     variant), else as written. Duplicates are kept and, when scoreable, scored once;
@@ -329,9 +331,12 @@ def flag_duplicates(checked: pl.DataFrame, label_column: str | None) -> pl.DataF
     first = pl.col("row_id").min().over(key)
     duplicate_of = pl.when(has_key & (pl.col("row_id") != first)).then(first)
     conflict = pl.lit(False)
+    label_column = policy.label_column
     if label_column and label_column in checked.columns:
-        n_labels = pl.col(label_column).cast(pl.Utf8).drop_nulls().n_unique().over(key)
-        conflict = has_key & (n_labels > 1)
+        classes = label_classes(
+            pl.col(label_column), policy.positive_labels, policy.negative_labels
+        )
+        conflict = has_key & (classes.drop_nulls().n_unique().over(key) > 1)
     if "label_conflict" in checked.columns:
         conflict = conflict | pl.col("label_conflict").fill_null(False)
     copies = pl.when(has_key).then(pl.len().over(key)).otherwise(1)

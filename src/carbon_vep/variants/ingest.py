@@ -93,7 +93,7 @@ def write_checked_panel(
         build_notes = check.assert_usable(
             mismatches, lambda: pl.read_parquet(parts, columns=["ref_chrom", *WORKING_COLUMNS])
         )
-        flags = _duplicate_flags(parts, key_hashes, policy.label_column)
+        flags = _duplicate_flags(parts, key_hashes, policy)
         del key_hashes
         notes = reader.notes + [f"panel header: {m}" for m in mismatches] + build_notes
         on_disk = pl.scan_parquet(parts).select(_SUMMARY_COLUMNS)
@@ -143,13 +143,12 @@ def _check_batches(
                 part.unlink()
 
 
-def _duplicate_flags(
-    parts: list[Path], key_hashes: pl.Series, label_column: str | None
-) -> pl.DataFrame:
+def _duplicate_flags(parts: list[Path], key_hashes: pl.Series, policy: CheckPolicy) -> pl.DataFrame:
     """duplicate_of, label_conflict and n_copies_in_panel of every row (`flag_duplicates`'s
     columns). Only rows whose key hash recurs can be
     duplicates: their keys (and labels) are read back and compared by `flag_duplicates`."""
     schema = pl.read_parquet_schema(parts[0])
+    label_column = policy.label_column
     wanted = ["row_id", "chrom", "ref_chrom", "pos", "ref", "alt"]
     wanted += [c for c in (label_column, CONFLICT_COLUMN) if c and c in schema and c not in wanted]
     candidate = key_hashes.is_duplicated()
@@ -171,7 +170,7 @@ def _duplicate_flags(
         }
     )
     if candidate.any():
-        found = flag_duplicates(pl.concat(candidates), label_column)
+        found = flag_duplicates(pl.concat(candidates), policy)
         flags = flags.with_columns(
             flags["duplicate_of"].scatter(found["row_id"], found["duplicate_of"]),
             flags["label_conflict"].scatter(found["row_id"], found["label_conflict"]),

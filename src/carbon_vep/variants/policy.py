@@ -9,6 +9,7 @@ from carbon_vep.config.stages import LabelSettings, PanelSettings
 
 INDEL_POLICIES = ("skip",)
 _PANEL_DEFAULTS = {f.name: default_of(f) for f in fields(PanelSettings)}
+_LABEL_DEFAULTS = {f.name: default_of(f) for f in fields(LabelSettings)}
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,9 @@ class CheckPolicy:
 
     min_ref_concordance: float = _PANEL_DEFAULTS["min_ref_concordance"]
     indel_policy: str = _PANEL_DEFAULTS["indel_policy"]
-    label_column: str | None = None  # duplicates whose labels differ get label_conflict
+    label_column: str | None = None  # duplicates labelled positive and negative: label_conflict
+    positive_labels: tuple[str, ...] = _LABEL_DEFAULTS["positive_labels"]
+    negative_labels: tuple[str, ...] = _LABEL_DEFAULTS["negative_labels"]
     build: str | None = None  # the dataset's declared build, named in error messages
     # The build / 0-based check (`genome_match.assert_build_matches`): from this many rows whose
     # REF was compared with the reference, concordance below min_ref_concordance aborts ...
@@ -34,5 +37,7 @@ class CheckPolicy:
             min_ref_concordance=panel.min_ref_concordance,
             indel_policy=panel.indel_policy,
             label_column=labels.column,
+            positive_labels=labels.positive_labels,
+            negative_labels=labels.negative_labels,
             build=panel.build,
         )
