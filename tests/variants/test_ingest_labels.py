@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from support.files import random_dna, write_fasta
 
+from carbon_vep.config.fields import INTERFACE_VARIABLE
 from carbon_vep.config.stages import DEFAULT_CLNSIG_LABELS, LabelSettings, PanelSettings
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.variants.ingest import ingest_panel
+from carbon_vep.variants.ingest import ingest_panel, write_checked_panel
 from carbon_vep.variants.labels import clnsig_label
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ def test_duplicates_labelled_in_words_of_one_class_stay_in_the_metrics(tmp_path)
     seq = random_dna(2000, 23)
     reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
     lines = ["chrom\tpos\tref\talt\tsignificance"]
-    for i, pos in enumerate(range(100, 1300, 40)):
+    for pos in range(100, 1300, 40):
         ref = seq[pos - 1]
         lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\tBenign")
     lines[1] = lines[1].replace("Benign", "Pathogenic")
@@ -155,3 +156,40 @@ def test_duplicates_labelled_in_words_of_one_class_stay_in_the_metrics(tmp_path)
     assert checked["duplicate_of"].to_list()[-2:] == [0, 1]
     assert checked.filter("label_conflict")["row_id"].to_list() == [0, 30]
     assert summary["n_label_conflicts"] == 2
+
+
+def test_a_label_column_none_of_whose_values_is_a_label_stops_before_scoring(tmp_path, monkeypatch):
+    """`pathogenic` / `benign` against the default 1 / 0 / true / false: every row would be
+    unlabelled and the metrics empty after the scoring, with only a warning. The check stops,
+    naming the column, the values it holds and the settings to list them under, and writes
+    nothing; listed there, or with some rows labelled, the panel is read."""
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)  # the flags, as a user runs it
+    seq = random_dna(2000, 24)
+    reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
+    lines = ["chrom\tpos\tref\talt\tclass"]
+    for i, pos in enumerate(range(100, 1300, 40)):
+        ref = seq[pos - 1]
+        word = "pathogenic" if i % 3 else "benign"
+        lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\t{word}")
+    path = tmp_path / "panel.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "checked.parquet"
+    with open_reference(reference) as ref:
+        with pytest.raises(InputError) as err:
+            write_checked_panel(
+                path, ref, PanelSettings("hg38"), LabelSettings(label_column="class"), out
+            )
+        message = str(err.value)
+        assert "label column 'class'" in message and "'pathogenic' (20), 'benign' (10)" in message
+        assert "--positive" in message and "--negative" in message
+        assert not out.exists() and not list(tmp_path.glob(".checked.parquet*"))
+        named = LabelSettings(
+            label_column="class", positive_labels=("pathogenic",), negative_labels=("benign",)
+        )
+        checked, _ = ingest_panel(path, ref, PanelSettings("hg38"), named)
+        assert checked.height == 30
+        path.write_text(path.read_text().replace("benign", "0", 1))  # one row labelled
+        checked, _ = ingest_panel(
+            path, ref, PanelSettings("hg38"), LabelSettings(label_column="class")
+        )
+        assert checked.height == 30

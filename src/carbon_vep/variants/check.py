@@ -272,6 +272,8 @@ def check_panel(
     checked = check.rows(panel)
     for note in check.assert_usable(header_mismatches, lambda: checked):
         log.warning("%s: %s", check.source, note)  # no summary here to carry it
+    if check.policy.label_column:
+        require_label_values(checked[check.policy.label_column], check.policy, check.source)
     checked = flag_duplicates(checked.drop(WORKING_COLUMNS), check.policy)
     assert_something_scoreable(checked, check.source)
     return checked
@@ -291,6 +293,30 @@ def require_label_column(batch: pl.DataFrame, column: str | None, source: object
             "panel; its "
             f"columns are {found} (a VCF's INFO field is a column when `info_fields` names it)",
         )
+
+
+def require_label_values(labels: pl.Series, policy: CheckPolicy, source: object) -> None:
+    """A label column with values must hold some that mean positive or negative: else every
+    row would be unlabelled and the metrics empty after the whole scoring run (a table
+    labelled `pathogenic` / `benign`, or `TRUE` / `FALSE` text, against the defaults)."""
+    if policy.label_column is None or labels.drop_nulls().is_empty():
+        return
+    frame = pl.DataFrame({"value": labels})
+    classes = label_classes(pl.col("value"), policy.positive_labels, policy.negative_labels)
+    if frame.select(classes.is_not_null().any()).item():
+        return
+    from carbon_vep.config.run import setting_name
+
+    counts = labels.drop_nulls().cast(pl.Utf8).value_counts(sort=True, name="n")
+    found = ", ".join(f"{value!r} ({n})" for value, n in counts.head(5).iter_rows())
+    more = f" and {counts.height - 5} more" if counts.height > 5 else ""
+    raise PanelUnusableError(
+        source,
+        f"label column {policy.label_column!r} ({setting_name('label_column')}) holds no value "
+        f"of {setting_name('positive_labels')} {list(policy.positive_labels)} or "
+        f"{setting_name('negative_labels')} {list(policy.negative_labels)}, so no row would "
+        f"be labelled: its values are {found}{more}; list them under those settings",
+    )
 
 
 def _with_input_columns(panel: pl.DataFrame) -> pl.DataFrame:
