@@ -126,6 +126,25 @@ def test_label_conflicts_are_excluded_and_counted():
     assert any("conflicting labels" in w for w in result["warnings"])
 
 
+def test_by_chromosome_groups_on_the_reference_contig_not_the_panels_spelling():
+    # chromosome B written two ways (`B`, `chrB`) is one reference contig: one group, as if
+    # the panel had spelled it one way
+    spelled = ["A"] * 3 + ["B", "chrB", "B", "chrB"] + ["C"] * 3
+    merged = _merged(
+        list(CHROM_SCORES),
+        [str(v) for v in CHROM_LABELS],
+        chrom=spelled,
+        ref_chrom=list(CHROMS),
+    )
+    result = vep_metrics(merged, LABEL, NO_BOOTSTRAP)
+    expected = by_chromosome(CHROM_LABELS, CHROM_SCORES, CHROMS, "auroc", "drop_single_class")
+    assert result["metrics"]["auroc_by_chrom_weighted_drop_single_class"] == pytest.approx(
+        expected["value"]
+    )
+    kept = result["by_chromosome"]["auroc"]["drop_single_class"]["chromosomes"]
+    assert sorted(c["chrom"] for c in kept) == ["A", "B"]
+
+
 def test_vep_metrics_by_chromosome_breakdowns_spearman_and_intervals():
     merged = _merged(
         list(CHROM_SCORES),

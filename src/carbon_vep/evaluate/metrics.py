@@ -28,7 +28,10 @@ SIGN_FLIP_AUROC = 0.35
 CI_LEVEL = 0.95
 CONVENTIONS = ("drop_single_class", "keep_all")
 BY_CHROM_METRICS = ("auroc", "average_precision")
-CHROM_COLUMN = "chrom"  # by-chromosome metrics group on the panel's contig
+CHROM_COLUMN = "chrom"  # the name by-chromosome groups go by in the rows the report reads
+# They group on the reference's contig: a panel spelling one chromosome `17` and `chr17` has
+# one group (the panel's spelling only where a row has no reference contig)
+CHROM_KEY = ("ref_chrom", "chrom")
 CALIBRATED_SCORE = "calibrated"  # a scan's context-calibrated score (columns.CALIBRATED)
 
 DEFINITIONS = {
@@ -84,11 +87,20 @@ def binary_labels(values: pl.Series, positive: Sequence[str], negative: Sequence
     ]
 
 
+def _chromosome(merged: pl.DataFrame) -> list[pl.Expr]:
+    """The contig a row's by-chromosome group is named by (CHROM_KEY's first non-null value);
+    none without those columns."""
+    present = [pl.col(c).cast(pl.Utf8) for c in CHROM_KEY if c in merged.columns]
+    return [pl.coalesce(present).alias(CHROM_COLUMN)] if present else []
+
+
 def labelled_rows(
     merged: pl.DataFrame, label_column: str, positive: Sequence[str], negative: Sequence[str]
 ) -> pl.DataFrame:
     """Scored rows with a 0/1 `label01`, label conflicts excluded (the rows metrics use)."""
-    frame = merged.with_columns(binary_labels(merged[label_column], positive, negative))
+    frame = merged.with_columns(
+        binary_labels(merged[label_column], positive, negative), *_chromosome(merged)
+    )
     keep = (pl.col("status") == Status.SCORED) & pl.col("label01").is_not_null()
     if "label_conflict" in frame.columns:
         keep = keep & ~pl.col("label_conflict").fill_null(False)
@@ -360,7 +372,7 @@ def _vep_result(
             "negative_labels": list(labels.negative_labels),
             "bootstrap_resamples": evaluation.bootstrap,
             "seed": evaluation.seed,
-            "chrom_column": CHROM_COLUMN,
+            "chrom_column": " else ".join(CHROM_KEY),
             **_scoring_parameters(merged),
         },
     }
