@@ -192,6 +192,30 @@ def test_a_normalization_the_recipe_does_not_compute_is_refused(
         RecipeSettings(recipe, normalization=refused)
 
 
+@pytest.mark.parametrize("recipe", ["nexttoken", "scan", "from_scan"])
+def test_rc_average_on_a_recipe_that_ignores_it_is_refused(recipe, monkeypatch):
+    """Only the centered windows' scorer reads rc_average: nexttoken with `rc_average: true`
+    used to be accepted, scored forward only, while its provenance said rc_average true."""
+    base = {"models": {"m": {"path": "x"}}}
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": recipe}
+    if recipe == "from_scan":
+        base["scans"] = {"g": {"reference": "r", "build": "hg38", "regions": "all"}}
+        dataset["scan"] = "g"
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")
+    expected = (
+        rf"datasets\.d: the config key `rc_average` \(`rc_average: true`\): recipe {recipe} "
+        r"does not average with the reverse complement \(only centered and fns do\)"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "rc_average": True}}})
+    assert RunConfig.from_dict({**base, "datasets": {"d": dataset}}).datasets["d"]
+    monkeypatch.delenv(INTERFACE_VARIABLE)
+    with pytest.raises(ConfigError, match=rf"`--rc-average`: recipe {recipe} does not"):
+        RecipeSettings(recipe, rc_average=True)
+    for averaging in ("centered", "fns"):
+        assert RecipeSettings(averaging, rc_average=True).rc_average
+
+
 def test_every_normalization_a_recipe_computes_is_accepted():
     for name, recipe in RECIPES.items():
         for normalization in ("published", *recipe.normalizations):
