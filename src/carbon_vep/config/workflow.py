@@ -245,6 +245,13 @@ def read_run_config(
             del os.environ[INTERFACE_VARIABLE]
         else:
             os.environ[INTERFACE_VARIABLE] = previous
+    home = home_paths(run, workflow_root)
+    if home:
+        raise ConfigError(
+            f"{source}: `~` is not expanded in the config's paths (Snakemake would look for a "
+            "folder named `~`, and a model path that is no local folder is read as a Hub id): "
+            f"write them out in full: {'; '.join(home)}"
+        )
     if check_inputs:
         missing = missing_inputs(run, workflow_root)
         if missing:
@@ -347,6 +354,16 @@ def resolve_baseline(baseline: str, workflow_root: str) -> str:
     return os.path.normpath(os.path.join(workflow_root, baseline))
 
 
+def home_paths(run: Any, workflow_root: str = ".") -> list[str]:
+    """`KEY: PATH` for each path of the config written from the home folder (`~/...`): the
+    inputs (`local_inputs`), the outputs and the baseline."""
+    paths = [(key, path) for key, path in local_inputs(run, workflow_root) if key != "baseline"]
+    paths += [("outdir", run.outdir), ("baseline", run.baseline or "")]
+    paths += [(f"hub_files.{key}.out", entry.out) for key, entry in run.hub_files.items()]
+    paths += [(f"downloads.{key}.out", entry.out) for key, entry in run.downloads.items()]
+    return [f"{key}: {path}" for key, path in paths if path.startswith("~")]
+
+
 def missing_inputs(run: Any, workflow_root: str = ".") -> list[str]:
     """`KEY: PATH` for each local input of the config (`local_inputs`) that is not there.
     Snakemake reruns nothing whose outputs exist, so it would not notice these (an old result
@@ -354,5 +371,5 @@ def missing_inputs(run: Any, workflow_root: str = ".") -> list[str]:
     return [
         f"{key}: {path}"
         for key, path in local_inputs(run, workflow_root)
-        if not os.path.exists(os.path.expanduser(path))
+        if not os.path.exists(path)
     ]
