@@ -130,6 +130,39 @@ def check_gpu_profile(
         )
 
 
+# how the shipped SLURM profiles mark the values a site must write in (partitions, account)
+PLACEHOLDER_PREFIX = "FILL_IN_"
+
+
+def unfilled_profile(
+    defaults: Mapping[str, Any], rules: Mapping[str, Mapping[str, Any]]
+) -> str | None:
+    """What a profile still leaves to fill in (its default-resources and set-resources, the
+    raw values), as one message, or None: sbatch would refuse every job with "invalid
+    partition" or "invalid account", each job once more for every retry."""
+    layers = [("default-resources", "", defaults)]
+    layers += [("set-resources", rule, resources) for rule, resources in rules.items()]
+    # (resource, placeholder, section) -> the rules that hold it
+    where: dict[tuple[str, str, str], list[str]] = {}
+    for section, rule, resources in layers:
+        for name, raw in resources.items():
+            value = str(raw).strip("'\"")
+            if value.startswith(PLACEHOLDER_PREFIX):
+                where.setdefault((name, value, section), []).append(rule)
+    if not where:
+        return None
+    found = [
+        f"{name}: {value} ({section}{': ' + ', '.join(at) if any(at) else ''})"
+        for (name, value, section), at in where.items()
+    ]
+    return (
+        f"the profile still holds {len(found)} value(s) to fill in before a job can be "
+        f"submitted: {'; '.join(found)}. Write your cluster's partitions and account in its "
+        "config.yaml (`sinfo -s` lists partitions, `sacctmgr show associations user=$USER "
+        "format=account` your accounts; docs/cluster.md)"
+    )
+
+
 def niah_runtime_minutes(ctx: int, rows: int, model_path: str, gpu: str | None) -> int:
     """A score_niah job's time limit: its rows' prefills at the assumed efficiency of the
     profile's GPU class (DEFAULT_GPU_CLASS when none is named), three times over, plus 10
