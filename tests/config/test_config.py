@@ -35,7 +35,7 @@ from carbon_vep.config.run import (
 from carbon_vep.config.schema import json_schema, schema_yaml
 from carbon_vep.config.stages import LabelSettings, ModelSettings, PanelSettings, RecipeSettings
 from carbon_vep.config.task_entry import TaskConfig
-from carbon_vep.config.workflow import check_gpu_profile
+from carbon_vep.config.workflow import check_gpu_profile, unfilled_profile
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import check_reference_build, check_shared_references
 
@@ -192,6 +192,30 @@ def test_a_normalization_the_recipe_does_not_compute_is_refused(
         RecipeSettings(recipe, normalization=refused)
 
 
+@pytest.mark.parametrize("recipe", ["nexttoken", "scan", "from_scan"])
+def test_rc_average_on_a_recipe_that_ignores_it_is_refused(recipe, monkeypatch):
+    """Only the centered windows' scorer reads rc_average: nexttoken with `rc_average: true`
+    used to be accepted, scored forward only, while its provenance said rc_average true."""
+    base = {"models": {"m": {"path": "x"}}}
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": recipe}
+    if recipe == "from_scan":
+        base["scans"] = {"g": {"reference": "r", "build": "hg38", "regions": "all"}}
+        dataset["scan"] = "g"
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")
+    expected = (
+        rf"datasets\.d: the config key `rc_average` \(`rc_average: true`\): recipe {recipe} "
+        r"does not average with the reverse complement \(only centered and fns do\)"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "rc_average": True}}})
+    assert RunConfig.from_dict({**base, "datasets": {"d": dataset}}).datasets["d"]
+    monkeypatch.delenv(INTERFACE_VARIABLE)
+    with pytest.raises(ConfigError, match=rf"`--rc-average`: recipe {recipe} does not"):
+        RecipeSettings(recipe, rc_average=True)
+    for averaging in ("centered", "fns"):
+        assert RecipeSettings(averaging, rc_average=True).rc_average
+
+
 def test_every_normalization_a_recipe_computes_is_accepted():
     for name, recipe in RECIPES.items():
         for normalization in ("published", *recipe.normalizations):
@@ -291,6 +315,25 @@ def test_gpu_profile_check_lives_in_the_package():
     check_gpu_profile("score_shard", {"gpu": 1, "gpu_model": "'h100'"}, {"a": gpu})
     with pytest.raises(ConfigError, match="gives score_shard a GPU .*device 'cpu'"):
         check_gpu_profile("score_shard", {"gpu_model": "'a10'"}, {"a": cpu, "b": gpu})
+
+
+@pytest.mark.parametrize("name", ["slurm-a10", "slurm-h100"])
+def test_a_shipped_profile_not_yet_filled_in_is_named_value_by_value(name):
+    """The shipped GPU profiles' FILL_IN_ values, as Snakemake hands them to the Snakefile
+    (quotes kept, resources by rule): each named with where it is; none once written in."""
+    profile = yaml.safe_load((ROOT / f"profiles/{name}/config.yaml").read_text())
+    defaults, rules = profile["default-resources"], profile["set-resources"]
+    message = unfilled_profile({k: f"'{v}'" for k, v in defaults.items()}, rules)
+    assert message is not None
+    assert message.startswith("the profile still holds 3 value(s) to fill in")
+    assert "slurm_partition: FILL_IN_CPU_PARTITION (default-resources)" in message
+    assert "slurm_account: FILL_IN_ACCOUNT (default-resources)" in message
+    gpu_rules = "score_shard, scan_chunk, score_perturbation, score_recovery, score_niah"
+    assert f"slurm_partition: FILL_IN_GPU_PARTITION (set-resources: {gpu_rules})" in message
+    filled = yaml.safe_load(
+        (ROOT / f"profiles/{name}/config.yaml").read_text().replace("FILL_IN_", "lab_")
+    )
+    assert unfilled_profile(filled["default-resources"], filled["set-resources"]) is None
 
 
 # ---- the command line reads the same definitions --------------------------------------------

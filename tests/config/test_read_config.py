@@ -81,6 +81,28 @@ def test_a_local_model_directory_and_the_baseline_must_exist(tmp_path):
     assert missing_inputs(read_run_config(config, "c", str(ROOT)), str(ROOT)) == []
 
 
+def test_a_path_from_the_home_folder_is_refused_naming_its_key(tmp_path, monkeypatch):
+    """`~` is expanded by no one downstream: the input check used to find `~/model` while the
+    workflow sent it to fetch_model as a Hub id, and Snakemake refused `~/panel.vcf` only when
+    it built the DAG. Refused while the config is read, existing or not, for estimate too."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "model").mkdir()
+    config = _config(tmp_path, panel="~/panel.tsv")
+    config["models"]["demo"] = {"path": "~/model"}
+    for check_inputs in (True, False):
+        with pytest.raises(ConfigError) as err:
+            read_run_config(config, "config mine.yaml", check_inputs=check_inputs)
+        message = str(err.value)
+        assert message.startswith("config mine.yaml: `~` is not expanded in the config's paths")
+        assert message.endswith("datasets.mine.panel: ~/panel.tsv; models.demo.path: ~/model")
+    config = _config(tmp_path)
+    config["outdir"] = "~/results"
+    with pytest.raises(ConfigError, match=r"write them out in full: outdir: ~/results$"):
+        read_run_config(config, "c")
+    config["outdir"] = str(tmp_path / "results")
+    assert read_run_config(config, "c").outdir == str(tmp_path / "results")
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [

@@ -71,6 +71,24 @@ def test_no_profile_reckons_on_the_default_class_an_h100_profile_on_h100s():
     assert _niah_line(cpu, resources).hours is None  # a CPU model holds no GPU
 
 
+def test_a_gpu_model_the_bill_does_not_know_is_named_not_taken_for_none():
+    """A profile asking for L40S GPUs: reckoned on the default class, as the workflow's time
+    limits are, but the bill says the profile named one it has no figures for (it used to say
+    that the profile named no class)."""
+    run = _run()
+    resources = {"score_niah": {"gpu_model": "'l40s'"}}
+    line = _niah_line(run, resources)
+    assert (line.gpu, line.gpu_label) == ("A10", "A10 (default: l40s unknown)")
+    assert line.hours == pytest.approx(_niah_line(run, {}).hours)
+    text = render(estimate(run, resources))
+    assert "the profile names no GPU class" not in text
+    assert (
+        "GPU 'A10 (default: l40s unknown)': the profile's `gpu_model` names no class the bill "
+        "has figures for (A10, A100, H100, H200" in text
+    )
+    assert "names no class" not in render(estimate(run, {}))
+
+
 def test_measured_h100_rates_stand_beside_the_arithmetic_only_where_measured():
     three_b = {"m": {"path": "HuggingFaceBio/Carbon-3B", "device": "cuda", "revision": COMMIT}}
     h100 = {"score_niah": {"gpu_model": "h100"}}

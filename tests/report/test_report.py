@@ -271,3 +271,17 @@ def test_results_table_refuses_two_metrics_of_one_task_and_model(tmp_path, caplo
     (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert "'pert'" in error and "'demo'" in error and paths[0] in error and paths[1] in error
     assert not any((tmp_path / f"table.{f}").exists() for f in out)
+
+
+def test_every_output_in_the_snakemake_report_has_a_caption():
+    """`snakemake --report` shows each report() output with its caption: the scan summary's
+    was missing (an empty caption beside the datasets' and the run's)."""
+    from pathlib import Path
+
+    rules = Path(__file__).resolve().parents[2] / "workflow/rules"
+    for smk in sorted(rules.glob("*.smk")):
+        text = smk.read_text()
+        for call in re.finditer(r"report\(\n(.*?)\n\s*\)", text, re.S):
+            caption = re.search(r'caption="([^"]+)"', call.group(1))
+            assert caption, f"{smk.name}: report() without a caption: {call.group(1).strip()}"
+            assert (rules / caption.group(1)).resolve().is_file(), caption.group(1)

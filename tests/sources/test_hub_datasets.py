@@ -85,6 +85,19 @@ def test_a_revision_or_file_not_in_the_cache_names_the_repository(offline_cache,
     assert not list(tmp_path.glob("*.parquet"))
 
 
+def test_offline_and_not_cached_says_where_to_fetch_it(offline_cache, tmp_path):
+    """HF_HUB_OFFLINE=1 left set on the head node (a shell's profile), nothing cached: the
+    error says that the offline switch, not the network, stops the download, and what fetches
+    the file (it used to ask to check the internet connection)."""
+    with pytest.raises(InputError) as err:
+        fetch_hub_file("org/vep", "b.parquet", tmp_path / "b.parquet")
+    message = str(err.value)
+    assert f"it is not in the Hugging Face cache {offline_cache}" in message
+    assert "HF_HUB_OFFLINE=1 forbids downloading it" in message
+    assert "fetch_hub_<name> or fetch_niah_cell, or `carbon-vep fetch-hub`" in message
+    assert "check your connection" not in message and not list(tmp_path.glob("*.parquet"))
+
+
 def test_globs_match_folder_by_folder():
     assert glob_matches("data/niah_4k/test-00000-of-00001.parquet", "data/niah_4k/test-*.parquet")
     assert not glob_matches("data/niah_4k/x/test-0.parquet", "data/niah_4k/test-*.parquet")

@@ -214,6 +214,22 @@ def test_gpu_profile_refuses_a_cpu_model(sharded, demo_model_dir, tmp_path):
     assert "gives score_shard a GPU" in result.stderr and "device 'cpu'" in result.stderr
 
 
+def test_a_profile_not_yet_filled_in_submits_nothing(sharded, demo_model_dir, tmp_path):
+    """The shipped profile as it comes (FILL_IN_ partitions and account): refused while
+    parsing, naming the values; it used to submit each job three times (the retries) for
+    sbatch to refuse with "Invalid partition name specified". A dry run plans and says so."""
+    profile = ["--workflow-profile", str(ROOT / "profiles/slurm-h100")]
+    result, calls = _submit_one_shard(sharded, demo_model_dir, tmp_path, "cuda", *profile)
+    assert result.returncode != 0 and calls == []
+    unfilled = "the profile still holds 3 value(s) to fill in before a job can be submitted"
+    assert unfilled in result.stderr
+    assert "slurm_account: FILL_IN_ACCOUNT (default-resources)" in result.stderr
+    config = demo_config(tmp_path, demo_model_dir, device="cuda")
+    dry = run_snakemake(sharded, config, *profile, "-n", shard_scores(0))
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert f"Note: {unfilled}" in dry.stderr and "rule score_shard:" in dry.stdout
+
+
 def test_cpu_model_requests_no_gpu_and_cuda_model_one(sharded, demo_model_dir, tmp_path):
     """The rule's portable default: `gpu` follows the model's device (dry run, no profile)."""
     for device, gpus in (("cpu", "gpu=0"), ("cuda", "gpu=1")):

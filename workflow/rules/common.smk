@@ -7,11 +7,12 @@ import os
 import shlex
 import sys
 
-from carbon_vep.config.fields import INTERFACE_VARIABLE, spec_json
+from carbon_vep.config.fields import INTERFACE_VARIABLE, ConfigError, spec_json
 from carbon_vep.config.workflow import (
     MODEL_RULES,
     check_gpu_profile,
     check_niah_profile,
+    unfilled_profile,
     profile_gpu_class,
     read_run_config,
     resolve_baseline,
@@ -46,6 +47,16 @@ PROFILES = {
 for rule_name in MODEL_RULES:
     check_gpu_profile(rule_name, PROFILES.get(rule_name, {}), RUN.models)
 check_niah_profile(PROFILES.get("score_niah", {}), RUN)
+# a shipped SLURM profile's FILL_IN_ values: refused before any job is submitted (a dry run,
+# which submits none, prints the bill and says so)
+UNFILLED = unfilled_profile(
+    {k: v.raw for k, v in (workflow.resource_settings.default_resources or {}).items()},
+    PROFILES,
+)
+if UNFILLED and workflow.is_main_process:
+    if not is_dry_run(sys.argv):
+        raise ConfigError(UNFILLED)
+    print(f"Note: {UNFILLED}", file=sys.stderr)
 # the bill before the run (carbon-vep estimate) heads a dry run's plan; jobs do not reprint it
 if workflow.is_main_process and is_dry_run(sys.argv):
     print(render(estimate(RUN, PROFILES)), file=sys.stderr)

@@ -154,6 +154,7 @@ rule summarize_scan:
         record=PATHS.scan_record,
         md=report(
             PATHS.scan_summary_md,
+            caption="../report/scan_summary.rst",
             category="Scans",
             labels={"scan": "{scan}", "model": "{model}"},
         ),

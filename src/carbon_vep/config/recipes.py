@@ -38,6 +38,8 @@ class Recipe:
     normalizations: tuple[str, ...]  # what its scorer computes; the published one first
     likelihood: Literal["token", "bp", "next_base", "scan", "lookup"]
     scorer: str  # "module:function" in carbon_vep (needs torch: imported on use); "" = no model
+    # whether its scorer reads `rc_average` (the centered windows' reverse complement)
+    reverse_complement: bool = False
 
     @property
     def needs_model(self) -> bool:
@@ -59,6 +61,17 @@ class Recipe:
         return (
             f"recipe {self.name} computes {' or '.join(self.normalizations)} only, not "
             f"{requested}; choose one of {[PUBLISHED, *self.normalizations]}"
+        )
+
+    def unsupported_rc_average(self) -> str | None:
+        """Why `rc_average` cannot be set for this recipe (None when it can): its scorer would
+        ignore it, and the run would say it averaged when it did not."""
+        if self.reverse_complement:
+            return None
+        averaging = [r.name for r in RECIPES.values() if r.reverse_complement]
+        return (
+            f"recipe {self.name} does not average with the reverse complement (only "
+            f"{' and '.join(averaging)} do): drop it, or choose one of those recipes"
         )
 
     def add_windows(
@@ -87,6 +100,7 @@ RECIPES: dict[str, Recipe] = {
             ("full_vocab", "dna_block"),
             "token",
             "scoring.shard:score_windows",
+            reverse_complement=True,
         ),
         Recipe(
             "fns",
@@ -98,6 +112,7 @@ RECIPES: dict[str, Recipe] = {
             ("dna_block",),  # FNS marginals are over the 6-mer block
             "bp",
             "scoring.shard:score_windows",
+            reverse_complement=True,
         ),
         Recipe(
             "nexttoken",

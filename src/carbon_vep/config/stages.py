@@ -297,7 +297,9 @@ class RecipeSettings:
         help="window length: the centered window (centered, fns) or the left context "
         "(nexttoken); default: the recipe's published one",
     )
-    rc_average: bool = setting(False, help="average with the reverse-complement delta")
+    rc_average: bool = setting(
+        False, help="average with the reverse-complement delta (centered and fns only)"
+    )
     share_prefix: bool = setting(
         True, help="score alternates from the reference prefix's KV cache (same values)"
     )
@@ -313,6 +315,10 @@ class RecipeSettings:
         if problem:  # rows must never name a normalisation their scorer did not compute
             normalization = next(f for f in fields(self) if f.name == "normalization")
             raise ConfigError(f"{describe(normalization, self.normalization)}: {problem}")
+        problem = self.definition.unsupported_rc_average() if self.rc_average else None
+        if problem:  # a scorer that ignores it would leave rows and provenance saying it ran
+            rc_average = next(f for f in fields(self) if f.name == "rc_average")
+            raise ConfigError(f"{describe(rc_average, 'true', bool)}: {problem}")
 
     @property
     def definition(self) -> Recipe:

@@ -130,6 +130,39 @@ def check_gpu_profile(
         )
 
 
+# how the shipped SLURM profiles mark the values a site must write in (partitions, account)
+PLACEHOLDER_PREFIX = "FILL_IN_"
+
+
+def unfilled_profile(
+    defaults: Mapping[str, Any], rules: Mapping[str, Mapping[str, Any]]
+) -> str | None:
+    """What a profile still leaves to fill in (its default-resources and set-resources, the
+    raw values), as one message, or None: sbatch would refuse every job with "invalid
+    partition" or "invalid account", each job once more for every retry."""
+    layers = [("default-resources", "", defaults)]
+    layers += [("set-resources", rule, resources) for rule, resources in rules.items()]
+    # (resource, placeholder, section) -> the rules that hold it
+    where: dict[tuple[str, str, str], list[str]] = {}
+    for section, rule, resources in layers:
+        for name, raw in resources.items():
+            value = str(raw).strip("'\"")
+            if value.startswith(PLACEHOLDER_PREFIX):
+                where.setdefault((name, value, section), []).append(rule)
+    if not where:
+        return None
+    found = [
+        f"{name}: {value} ({section}{': ' + ', '.join(at) if any(at) else ''})"
+        for (name, value, section), at in where.items()
+    ]
+    return (
+        f"the profile still holds {len(found)} value(s) to fill in before a job can be "
+        f"submitted: {'; '.join(found)}. Write your cluster's partitions and account in its "
+        "config.yaml (`sinfo -s` lists partitions, `sacctmgr show associations user=$USER "
+        "format=account` your accounts; docs/cluster.md)"
+    )
+
+
 def niah_runtime_minutes(ctx: int, rows: int, model_path: str, gpu: str | None) -> int:
     """A score_niah job's time limit: its rows' prefills at the assumed efficiency of the
     profile's GPU class (DEFAULT_GPU_CLASS when none is named), three times over, plus 10
@@ -245,6 +278,13 @@ def read_run_config(
             del os.environ[INTERFACE_VARIABLE]
         else:
             os.environ[INTERFACE_VARIABLE] = previous
+    home = home_paths(run, workflow_root)
+    if home:
+        raise ConfigError(
+            f"{source}: `~` is not expanded in the config's paths (Snakemake would look for a "
+            "folder named `~`, and a model path that is no local folder is read as a Hub id): "
+            f"write them out in full: {'; '.join(home)}"
+        )
     if check_inputs:
         missing = missing_inputs(run, workflow_root)
         if missing:
@@ -347,6 +387,16 @@ def resolve_baseline(baseline: str, workflow_root: str) -> str:
     return os.path.normpath(os.path.join(workflow_root, baseline))
 
 
+def home_paths(run: Any, workflow_root: str = ".") -> list[str]:
+    """`KEY: PATH` for each path of the config written from the home folder (`~/...`): the
+    inputs (`local_inputs`), the outputs and the baseline."""
+    paths = [(key, path) for key, path in local_inputs(run, workflow_root) if key != "baseline"]
+    paths += [("outdir", run.outdir), ("baseline", run.baseline or "")]
+    paths += [(f"hub_files.{key}.out", entry.out) for key, entry in run.hub_files.items()]
+    paths += [(f"downloads.{key}.out", entry.out) for key, entry in run.downloads.items()]
+    return [f"{key}: {path}" for key, path in paths if path.startswith("~")]
+
+
 def missing_inputs(run: Any, workflow_root: str = ".") -> list[str]:
     """`KEY: PATH` for each local input of the config (`local_inputs`) that is not there.
     Snakemake reruns nothing whose outputs exist, so it would not notice these (an old result
@@ -354,5 +404,5 @@ def missing_inputs(run: Any, workflow_root: str = ".") -> list[str]:
     return [
         f"{key}: {path}"
         for key, path in local_inputs(run, workflow_root)
-        if not os.path.exists(os.path.expanduser(path))
+        if not os.path.exists(path)
     ]

@@ -128,6 +128,9 @@ def gpu_of(rule: str, device: str, resources: Resources) -> tuple[str | None, st
     named = profile_gpu_class(resources.get(rule, {}))
     if named:
         return named, named
+    given = str(resources.get(rule, {}).get("gpu_model", "")).strip("'\"")
+    if given:  # a class the bill has no figures for: reckoned as if none were named
+        return DEFAULT_GPU_CLASS, f"{DEFAULT_GPU_CLASS} (default: {given} unknown)"
     return DEFAULT_GPU_CLASS, f"{DEFAULT_GPU_CLASS} (default)"
 
 

@@ -103,6 +103,16 @@ def render(bill: Bill, where: str = "this run's profile") -> str:
             f"for the rule, so its CUDA models are reckoned on an {DEFAULT_GPU_CLASS}, as "
             "the workflow's time limits are.",
         ]
+    unknown = sorted({g.gpu_label for g in bill.gpu if g.gpu_label.endswith(" unknown)")})
+    if unknown:
+        lines += [
+            "",
+            f"GPU {', '.join(f'{label!r}' for label in unknown)}: the profile's `gpu_model` "
+            f"names no class the bill has figures for ({', '.join(GPU_CLASSES)}: a `gpu_model` "
+            f"holding one of these names is that class), so its CUDA models are reckoned on an "
+            f"{DEFAULT_GPU_CLASS}, as the workflow's time limits are, and no Genomic-NIAH cell "
+            "is checked against the GPU's memory.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from huggingface_hub import constants
 from huggingface_hub.errors import (
     EntryNotFoundError,
     HfHubHTTPError,
@@ -99,7 +100,17 @@ def fetch_hub_file(
     where = f"hf://{repo_type}s/{repo_id}@{revision or 'main'}"
     try:
         return _fetch_hub_file(repo_id, filename, out, revision, repo_type)
-    except (HfHubHTTPError, EntryNotFoundError, LocalEntryNotFoundError, HFValidationError) as err:
+    except LocalEntryNotFoundError as err:
+        if not constants.HF_HUB_OFFLINE:  # no network: huggingface_hub says so
+            raise InputError(where, f"cannot fetch {filename!r}: {err}") from err
+        raise InputError(
+            where,
+            f"cannot fetch {filename!r}: it is not in the Hugging Face cache "
+            f"{constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE=1 forbids downloading it. Run this "
+            "fetch (the workflow's head-node rule fetch_hub_<name> or fetch_niah_cell, or "
+            "`carbon-vep fetch-hub`) where the Hub can be reached, with HF_HUB_OFFLINE unset",
+        ) from err
+    except (HfHubHTTPError, EntryNotFoundError, HFValidationError) as err:
         raise InputError(where, f"cannot fetch {filename!r}: {err}") from err
 
 
