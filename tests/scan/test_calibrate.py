@@ -296,3 +296,22 @@ def test_a_calibration_of_another_model_is_refused(tmp_path):
         calibration.check_fingerprint({**META, "model": "other"}, "scan")
     with pytest.raises(InputError, match="tile_bp"):
         calibration.check_fingerprint({**META, "tile_bp": 96}, "scan")
+
+
+def test_only_bases_with_min_context_are_ranked_but_an_older_calibration_ranks_all():
+    """Counts that record their unranked SNVs (this version's) rank the SNVs of bases with at
+    least min_context bp of left context and give the others no PHRED; a calibration made
+    before (no unranked count: its scales hold every SNV) gives every SNV its PHRED."""
+    cells, keys, _ = _synthetic(1_000, 8)
+    counts = CalibrationCounts()
+    counts.add(cells, keys)
+    probe = pl.DataFrame({"cell": cells[:100], "key": keys[:100], "context_bp": range(100)})
+    now = Calibration.build(counts.counts(), counts.neutral(), {**META, "unranked_snvs": 0}, 10)
+    before = Calibration.build(counts.counts(), counts.neutral(), META, 10)
+    short = [c < META["min_context"] for c in range(100)]
+    for column in ("phred", "calibrated_phred"):
+        assert now.annotate(probe)[column].is_null().to_list() == short
+        assert before.annotate(probe)[column].null_count() == 0
+    assert now.annotate(probe)["calibrated"].null_count() == 0
+    with pytest.raises(ValueError, match="context_bp"):
+        now.annotate(probe.drop("context_bp"))

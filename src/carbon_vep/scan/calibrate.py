@@ -326,8 +326,10 @@ class Calibration:
 
     @property
     def min_context(self) -> int:
-        """The left context an SNV's base needs to be on these scales (`ranked`)."""
-        return min_context_of(self.meta)
+        """The left context an SNV's base needs to be on these scales (`ranked`); 0 for a
+        calibration whose counts record no unranked SNVs (made before any were left off: its
+        scales hold every SNV, and so its PHREDs)."""
+        return min_context_of(self.meta) if UNRANKED in self.meta else 0
 
     @property
     def unranked(self) -> int:
