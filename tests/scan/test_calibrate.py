@@ -315,3 +315,21 @@ def test_only_bases_with_min_context_are_ranked_but_an_older_calibration_ranks_a
     assert now.annotate(probe)["calibrated"].null_count() == 0
     with pytest.raises(ValueError, match="context_bp"):
         now.annotate(probe.drop("context_bp"))
+
+
+def test_counts_of_two_versions_do_not_add_up(tmp_path):
+    """Counts made before unranked SNVs were counted rank every SNV: read alone they make a
+    calibration that does so (no unranked count); beside this version's they are refused."""
+    import pyarrow.parquet as pq
+
+    cells, keys, _ = _synthetic(100, 9)
+    counts = CalibrationCounts()
+    counts.add(cells, keys)
+    counts.write(tmp_path / "now.parquet", META)
+    table = pq.read_table(tmp_path / "now.parquet")
+    metadata = {k: v for k, v in table.schema.metadata.items() if b"unranked" not in k}
+    pq.write_table(table.replace_schema_metadata(metadata), tmp_path / "before.parquet")
+    assert read_counts([tmp_path / "now.parquet"])[2]["unranked_snvs"] == 0
+    assert "unranked_snvs" not in read_counts([tmp_path / "before.parquet"])[2]
+    with pytest.raises(InputError, match="counts of two versions"):
+        read_counts([tmp_path / "now.parquet", tmp_path / "before.parquet"])

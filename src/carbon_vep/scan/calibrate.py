@@ -162,8 +162,8 @@ def _summed(counts: pl.DataFrame) -> pl.DataFrame:
 
 def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
     """Every job's counts summed: (counts, neutral sums, the metadata they share, with the
-    unranked SNVs summed)."""
-    counts, neutral, meta, unranked = [], [], None, 0
+    unranked SNVs summed; none where the counts predate them and rank every SNV)."""
+    counts, neutral, meta, unranked = [], [], None, []
     for path in paths:
         table = pq.read_table(path)
         raw = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
@@ -172,7 +172,13 @@ def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, di
             for k, v in raw.items()
             if k != f"carbon_vep.{SUMS}"
         }
-        unranked += int(own.pop(UNRANKED, 0))
+        unranked.append(own.pop(UNRANKED, None))
+        if (unranked[0] is None) != (unranked[-1] is None):
+            raise InputError(
+                path,
+                "counts of two versions (one ranks every SNV, one leaves bases with less than "
+                "min_context off): recount every file (snakemake --forcerun count_scan_file)",
+            )
         if meta is None:
             meta = own
         elif own != meta:
@@ -185,7 +191,10 @@ def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, di
         if neutral
         else pl.DataFrame(schema=NEUTRAL_SCHEMA)
     )
-    return summed, neutral_sums.sort("cell"), {**(meta or {}), UNRANKED: unranked}
+    meta = meta or {}
+    if unranked and unranked[0] is not None:
+        meta[UNRANKED] = sum(unranked)
+    return summed, neutral_sums.sort("cell"), meta
 
 
 # ---- the scales ---------------------------------------------------------------------------
