@@ -228,8 +228,9 @@ CALIBRATED = _columns(
     (
         "phred",
         pl.Float32,
-        "-10 log10(rank / total) of the score among every SNV of the scan (10 = top 10%, "
-        "20 = top 1%), to one decimal",
+        "-10 log10(rank / total) of the score among every SNV of the scan scored with at "
+        "least min_context bp of left context (10 = top 10%, 20 = top 1%), to one decimal; "
+        "none (`.` in a TSV) for an SNV whose base had less (a contig start, after a gap)",
     ),
     (
         "calibrated",
@@ -237,7 +238,11 @@ CALIBRATED = _columns(
         "score minus the mean score of neutral SNVs of the same pentanucleotide context and "
         "alternate base (or the trinucleotide's, or the global mean)",
     ),
-    ("calibrated_phred", pl.Float32, "the PHRED of the calibrated score among every SNV"),
+    (
+        "calibrated_phred",
+        pl.Float32,
+        "the PHRED of the calibrated score among the same SNVs (none where `phred` is none)",
+    ),
 )
 SCAN_TSV = (
     *_columns(

@@ -9,6 +9,8 @@ the helpers below are plain full-logits references. Our engine must agree within
 from __future__ import annotations
 
 import itertools
+import json
+import re
 
 import numpy as np
 import polars as pl
@@ -364,14 +366,44 @@ def test_self_check_catches_a_wrong_kmer_map(loaded):
 def test_window_longer_than_model_context_is_refused(loaded, tmp_path):
     from support.files import random_dna, write_fasta
 
-    from carbon_vep.model.engine import ContextTooLongError
+    from carbon_vep.errors import ContextTooLongError
 
     limit = loaded.model.config.max_position_embeddings  # 8,192 tokens for the demo model
     path = write_fasta(tmp_path / "long.fa", {"chrL": random_dna(6 * limit + 600, 3)})
     with open_reference(path) as ref:
         shard = shard_of(ref, snvs_on(ref, "chrL", [6 * limit + 300])[:1], "nexttoken", 6 * limit)
-        with pytest.raises(ContextTooLongError, match=f"supports {limit}"):
+        with pytest.raises(ContextTooLongError, match=f"supports {limit:,}.*`--window-bp`"):
             score_shard(shard, ref, engine_for(loaded), RecipeSettings("nexttoken"))
+
+
+def test_the_engine_and_the_plan_refuse_a_tile_alike(loaded, tmp_path):
+    """One definition of the usable context (model.context): the engine's refusal of the loaded
+    model and the plan's from a local config.json say the same, bar where the positions were
+    read; a tile of the usable context passes both."""
+    from carbon_vep.config.stages import TileSettings
+    from carbon_vep.errors import ContextTooLongError
+    from carbon_vep.model.context import usable_bp
+    from carbon_vep.scan.plan import check_tile_context
+
+    limit = loaded.model.config.max_position_embeddings
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"max_position_embeddings": limit}))
+    engine, fits = engine_for(loaded), usable_bp(limit, 6)
+    engine.check_window_bp(fits, "scan tiles", "tile_bp")
+    assert check_tile_context(TileSettings(fits, 24_000), {"m": str(folder)}) == []
+    with pytest.raises(ContextTooLongError) as at_load:
+        engine.check_window_bp(fits + 6, "scan tiles", "tile_bp")
+    with pytest.raises(ContextTooLongError) as at_plan:
+        check_tile_context(TileSettings(fits + 6, 24_000), {"m": str(folder)})
+    loaded_text, planned_text = str(at_load.value), str(at_plan.value)
+    assert "of its loaded config" in loaded_text and f"model m ({folder};" in planned_text
+
+    def without_the_model(text):
+        return re.sub(r" but model .* supports ", " but MODEL supports ", text)
+
+    assert without_the_model(loaded_text) == without_the_model(planned_text)
+    assert f"lower `--tile-bp` to at most {fits:,}" in loaded_text
 
 
 class _NoKmerAttribute(_WrongKmerMap):

@@ -138,6 +138,24 @@ def _synthetic(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cells.astype(np.int64), keys.astype(np.int64), rng.random(n) < 0.5
 
 
+def test_the_summary_lists_the_cells_with_their_own_means_or_says_there_are_none():
+    """contexts_markdown: the cells with the highest and lowest own means, from the context
+    table, largest first; a scan too small for any cell of its own says so instead."""
+    cells, keys, _ = _synthetic(20_000, 2)
+    counts = CalibrationCounts()
+    counts.add(cells, keys)
+    calibration = Calibration.build(counts.counts(), counts.neutral(), META, min_count=30)
+    text = calibrate.contexts_markdown(calibration, n=3)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0] == "| context | change | CpG | neutral SNVs | mean score |"
+    own = calibration.contexts.filter(pl.col("fallback") == "pentanucleotide")
+    means = sorted(own["mean_key"] / 100, reverse=True)
+    shown = [float(r.split("|")[5]) for r in rows[1:]]
+    assert len(shown) == 6 and shown == pytest.approx(means[:3] + means[-3:], abs=5e-4)
+    thin = Calibration.build(counts.counts(), counts.neutral(), META, min_count=10**6)
+    assert calibrate.contexts_markdown(thin) == calibrate.NO_OWN_MEANS + "\n"
+
+
 def test_cell_means_equal_a_direct_group_by_with_fallbacks():
     cells, keys, _ = _synthetic(20_000, 2)
     counts = CalibrationCounts()
@@ -208,7 +226,7 @@ def test_calibrated_scores_and_their_scale_equal_a_direct_computation():
         .to_series()
         .to_numpy()
     )
-    snvs = calibration.annotate(frame.select("cell", "key"))
+    snvs = calibration.annotate(frame.select("cell", "key", context_bp=META["min_context"]))
     ckeys = np.floor(keys - direct + 0.5).astype(np.int64)
     assert np.array_equal(np.round(snvs["calibrated"].to_numpy() * 100).astype(np.int64), ckeys)
     ranks = _direct_ranks(ckeys)
@@ -235,11 +253,12 @@ def test_counts_files_add_up_and_calibration_round_trips(tmp_path):
     summed, neutral, meta = read_counts(paths)
     whole = CalibrationCounts()
     whole.add(cells, keys)
-    assert summed.equals(whole.counts()) and neutral.equals(whole.neutral()) and meta == META
+    assert summed.equals(whole.counts()) and neutral.equals(whole.neutral())
+    assert meta == {**META, "unranked_snvs": 0}
     calibration = Calibration.build(summed, neutral, meta, min_count=50)
     calibration.write(tmp_path / "calibration")
     back = Calibration.read(tmp_path / "calibration")
-    probe = pl.DataFrame({"cell": cells[:500], "key": keys[:500]})
+    probe = pl.DataFrame({"cell": cells[:500], "key": keys[:500], "context_bp": range(500)})
     assert back.annotate(probe).equals(calibration.annotate(probe))
     assert back.meta == calibration.meta
 
@@ -277,3 +296,40 @@ def test_a_calibration_of_another_model_is_refused(tmp_path):
         calibration.check_fingerprint({**META, "model": "other"}, "scan")
     with pytest.raises(InputError, match="tile_bp"):
         calibration.check_fingerprint({**META, "tile_bp": 96}, "scan")
+
+
+def test_only_bases_with_min_context_are_ranked_but_an_older_calibration_ranks_all():
+    """Counts that record their unranked SNVs (this version's) rank the SNVs of bases with at
+    least min_context bp of left context and give the others no PHRED; a calibration made
+    before (no unranked count: its scales hold every SNV) gives every SNV its PHRED."""
+    cells, keys, _ = _synthetic(1_000, 8)
+    counts = CalibrationCounts()
+    counts.add(cells, keys)
+    probe = pl.DataFrame({"cell": cells[:100], "key": keys[:100], "context_bp": range(100)})
+    now = Calibration.build(counts.counts(), counts.neutral(), {**META, "unranked_snvs": 0}, 10)
+    before = Calibration.build(counts.counts(), counts.neutral(), META, 10)
+    short = [c < META["min_context"] for c in range(100)]
+    for column in ("phred", "calibrated_phred"):
+        assert now.annotate(probe)[column].is_null().to_list() == short
+        assert before.annotate(probe)[column].null_count() == 0
+    assert now.annotate(probe)["calibrated"].null_count() == 0
+    with pytest.raises(ValueError, match="context_bp"):
+        now.annotate(probe.drop("context_bp"))
+
+
+def test_counts_of_two_versions_do_not_add_up(tmp_path):
+    """Counts made before unranked SNVs were counted rank every SNV: read alone they make a
+    calibration that does so (no unranked count); beside this version's they are refused."""
+    import pyarrow.parquet as pq
+
+    cells, keys, _ = _synthetic(100, 9)
+    counts = CalibrationCounts()
+    counts.add(cells, keys)
+    counts.write(tmp_path / "now.parquet", META)
+    table = pq.read_table(tmp_path / "now.parquet")
+    metadata = {k: v for k, v in table.schema.metadata.items() if b"unranked" not in k}
+    pq.write_table(table.replace_schema_metadata(metadata), tmp_path / "before.parquet")
+    assert read_counts([tmp_path / "now.parquet"])[2]["unranked_snvs"] == 0
+    assert "unranked_snvs" not in read_counts([tmp_path / "before.parquet"])[2]
+    with pytest.raises(InputError, match="counts of two versions"):
+        read_counts([tmp_path / "now.parquet", tmp_path / "before.parquet"])

@@ -384,24 +384,51 @@ def test_killed_chunk_is_redone_alone_with_identical_files(
 
 # ---- calibration ----------------------------------------------------------------------------
 def _tsv_rows(run: Path) -> pl.DataFrame:
-    """Every row of the scan's tabix TSVs, as printed."""
+    """Every row of the scan's tabix TSVs, as printed (`.` read as no value)."""
     frames = [
-        pl.read_csv(path, separator="\t", comment_prefix="##", schema_overrides={"#chrom": pl.Utf8})
+        pl.read_csv(
+            path,
+            separator="\t",
+            comment_prefix="##",
+            schema_overrides={"#chrom": pl.Utf8, "phred": pl.Float32},
+            null_values=".",
+        )
         for path in sorted((run / SCAN / "snvs").glob("*.tsv.gz"))
     ]
     return pl.concat(frames).rename({"#chrom": "chrom"})
 
 
+def _ranked(run: Path, rows: pl.DataFrame) -> pl.Series:
+    """Which rows are on the scales: their base's left context (the Parquet's) is at least
+    min_context."""
+    bases = pl.read_parquet(run / SCAN / "positions", columns=["chrom", "pos", "context_bp"])
+    joined = rows.join(bases, on=["chrom", "pos"], how="left", maintain_order="left")
+    return joined["context_bp"] >= MIN_CONTEXT
+
+
+# the bases with less than MIN_CONTEXT bp of left context: the first MIN_CONTEXT of each ACGT run
+# long enough to tile (chrA: its start, after its gap; chrB: after its leading N, after the gap)
+SHORT_CONTEXT_BASES = 4 * MIN_CONTEXT
+
+
 def test_phred_of_every_tsv_row_equals_a_direct_sort(genome_run):
-    """PHRED = -10 log10(rank / total), rank = how many SNVs score at least as high (as
-    printed), computed here by sorting every score of the scan's TSVs."""
+    """PHRED = -10 log10(rank / total), rank = how many ranked SNVs score at least as high (as
+    printed), computed here by sorting the scores of the scan's TSVs whose base had at least
+    min_context bp of left context; the others (after a contig start or a gap) have none."""
     rows = _tsv_rows(genome_run)
     assert rows.columns == ["chrom", "pos", "ref", "alt", "score", "phred"]
+    assert rows["score"].null_count() == 0 and rows.height == 3 * 4800  # every SNV scored
+    ranked = _ranked(genome_run, rows)
+    assert rows["phred"].is_null().to_list() == (~ranked).to_list()
+    assert (~ranked).sum() == 3 * SHORT_CONTEXT_BASES
+    rows = rows.filter(ranked)
     scores = np.sort(rows["score"].to_numpy())
     at_least = len(scores) - np.searchsorted(scores, rows["score"].to_numpy(), side="left")
     expected = 10 * np.log10(len(scores) / at_least)
     assert np.allclose(rows["phred"].to_numpy(), expected, atol=0.05 + 1e-6)  # one decimal
-    assert len(scores) == 3 * 4800  # every SNV of both contigs is ranked
+    calibration = json.loads((genome_run / SCAN / "calibration/calibration.json").read_text())
+    assert calibration["total"] == len(scores) == 3 * (4800 - SHORT_CONTEXT_BASES)
+    assert calibration["unranked_snvs"] == 3 * SHORT_CONTEXT_BASES
     top = rows.filter(pl.col("score") == rows["score"].max())
     if top.height == 1:  # a unique highest score ranks first
         assert top["phred"][0] == pytest.approx(10 * np.log10(len(scores)), abs=0.05)
@@ -427,7 +454,10 @@ def _cells_by_hand(genome: dict[str, str], rows: pl.DataFrame) -> list[tuple[str
 
 
 def test_context_means_equal_a_direct_group_by_with_gaps_and_contig_ends(genome_run):
+    """The means of the ranked SNVs (those with min_context bp of left context), by hand; the
+    SNVs next to a gap or a contig end on their right fall back to coarser cells."""
     rows = _tsv_rows(genome_run)
+    rows = rows.filter(_ranked(genome_run, rows))
     cells = _cells_by_hand(_genome(), rows)
     frame = rows.with_columns(
         pl.Series("level", [c[0] for c in cells]),
@@ -451,17 +481,15 @@ def test_context_means_equal_a_direct_group_by_with_gaps_and_contig_ends(genome_
 
 
 def test_a_panel_from_the_scan_carries_phred_and_the_calibrated_score(genome_run):
-    """The from_scan dataset's rows: the TSV's PHRED for the same SNV; calibrated = the printed
-    score minus the mean its cell uses."""
+    """The from_scan dataset's rows: the TSV's PHRED for the same SNV (none at chrA:100, 99 bp
+    from the contig's start, as in the TSV); calibrated = the printed score minus the mean its
+    cell uses."""
     scores = pl.read_parquet(genome_run / LOOKUP).sort("row_id")
     scored = scores.filter(pl.col("status") == "scored")
-    assert (
-        scored.height == 2
-        and scored.select("phred", "calibrated", "calibrated_phred")
-        .null_count()
-        .sum_horizontal()[0]
-        == 0
-    )  # noqa: E501
+    assert scored["pos"].to_list() == [100, 2500] and scored["window_bp"].to_list() == [99, 599]
+    assert scored["phred"].is_null().to_list() == [True, False]
+    assert scored["calibrated_phred"].is_null().to_list() == [True, False]
+    assert scored["calibrated"].null_count() == 0
     rows = _tsv_rows(genome_run)
     contexts = pl.read_parquet(genome_run / SCAN / "calibration/contexts.parquet")
     genome = _genome()
@@ -471,7 +499,10 @@ def test_a_panel_from_the_scan_carries_phred_and_the_calibrated_score(genome_run
             & (pl.col("pos") == row["pos"])
             & (pl.col("alt") == row["alt"])
         )
-        assert row["phred"] == pytest.approx(tsv["phred"][0], abs=1e-5)  # the same, one decimal
+        if tsv["phred"][0] is None:
+            assert row["phred"] is None
+        else:
+            assert row["phred"] == pytest.approx(tsv["phred"][0], abs=1e-5)  # one decimal
         seq, i = genome[row["chrom"]].upper(), row["pos"] - 1
         cell = contexts.filter(
             (pl.col("level") == "pentanucleotide")

@@ -1,6 +1,7 @@
 """The shipped lambda phage scan (config/lambda_genome.yaml, what `make scan-lambda` runs) end to
 end through the Snakefile with the demo model: every SNV of the genome scored, calibrated and
-written with its PHRED and calibrated score; the summary and the run's HTML report show the
+written with its calibrated score, and its PHRED past the config's min_context (24,000 bp; the
+bases before have less left context, `.`); the summary and the run's HTML report show the
 distribution and the context cells; a panel annotated from the scan carries the scales, and its
 VCF export describes them in INFO header lines."""
 
@@ -16,10 +17,23 @@ import pytest
 import yaml
 from support.cluster import run_snakemake, workflow_env
 
+from carbon_vep.scan.calibrate import NO_OWN_MEANS
+
 pytestmark = pytest.mark.workflow
 ROOT = Path(__file__).resolve().parents[2]
 SCAN = "results/scans/lambda/demo"
 LAMBDA_SNVS = 3 * 48_502
+# the config's min_context: the genome's first 24,000 bases have less left context, no PHRED
+UNRANKED_SNVS = 3 * 24_000
+
+
+def _read_tsv(path: Path) -> pl.DataFrame:
+    """The TSV as annotation.md reads it: `.` no value, the PHREDs numbers (the first 72,000
+    rows have none, more than polars samples to guess a type)."""
+    phreds = dict.fromkeys(("phred", "calibrated_phred"), pl.Float32)
+    return pl.read_csv(
+        path, separator="\t", comment_prefix="##", null_values=".", schema_overrides=phreds
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +51,7 @@ def lambda_run(tmp_path_factory, demo_model_dir) -> Path:
 
 def test_every_snv_of_the_genome_is_in_the_tsv_with_its_scales(lambda_run):
     tsv = lambda_run / SCAN / "snvs/NC_001416.1.tsv.gz"
-    rows = pl.read_csv(tsv, separator="\t", comment_prefix="##")
+    rows = _read_tsv(tsv)
     assert rows.columns == [
         "#chrom",
         "pos",
@@ -48,13 +62,18 @@ def test_every_snv_of_the_genome_is_in_the_tsv_with_its_scales(lambda_run):
         "calibrated",
         "calibrated_phred",
     ]
-    assert rows.height == LAMBDA_SNVS and all(rows[c].null_count() == 0 for c in rows.columns)
+    assert rows.height == LAMBDA_SNVS
+    assert all(rows[c].null_count() == 0 for c in rows.columns if "phred" not in c)
+    short = (rows["pos"] <= 24_000).to_list()  # less than min_context bp of left context
+    assert rows["phred"].is_null().to_list() == rows["calibrated_phred"].is_null().to_list()
+    assert rows["phred"].is_null().to_list() == short
     assert rows["phred"].min() == 0.0 and rows["phred"].max() > 10
     with pysam.TabixFile(str(tsv)) as tabix:  # tabix answers; the header is ASCII
         assert len(list(tabix.fetch("NC_001416.1", 999, 1002))) == 9
         assert any(line.startswith("##calibrated=score minus") for line in tabix.header)
     calibration = json.loads((lambda_run / SCAN / "calibration/calibration.json").read_text())
-    assert calibration["total"] == LAMBDA_SNVS and calibration["decimals"] == 3
+    assert calibration["total"] == LAMBDA_SNVS - UNRANKED_SNVS and calibration["decimals"] == 3
+    assert calibration["unranked_snvs"] == UNRANKED_SNVS
 
 
 def test_the_summary_and_the_run_report_show_the_calibration(lambda_run):
@@ -62,10 +81,17 @@ def test_the_summary_and_the_run_report_show_the_calibration(lambda_run):
     thresholds = summary["calibration"]["thresholds"]["score"]
     assert thresholds["phred_10"] <= thresholds["phred_20"] <= thresholds["phred_30"]
     levels = summary["calibration"]["snvs_by_context_level"]
-    assert sum(levels.values()) == LAMBDA_SNVS and levels["global"] == 6  # 2 bases each end
+    assert sum(levels.values()) + UNRANKED_SNVS == LAMBDA_SNVS
+    assert levels["global"] == 3  # the last base (its start has less than min_context)
     text = (lambda_run / SCAN / "summary.md").read_text()
     assert "## calibration" in text and "| PHRED 20 (top 1%) |" in text
-    assert "| context | change | CpG |" in text
+    assert (
+        f"SNVs without a PHRED (less left context: a contig start, after a gap): {UNRANKED_SNVS:,}"
+        in text
+    )
+    # 73,506 ranked SNVs, ~24 a cell: no cell has its own mean (contexts_markdown's table:
+    # tests/scan/test_calibrate.py)
+    assert NO_OWN_MEANS in text
     html = (lambda_run / "results/report.html").read_text()
     assert "scan lambda / demo" in html and "Mean score of each context cell" in html
     assert html.count("data:image/png;base64,") >= 2  # the distribution and the context cells
@@ -99,15 +125,16 @@ def test_a_panel_from_the_scan_carries_the_scales_into_its_vcf(lambda_run, tmp_p
     )
     rows = pl.read_parquet(out)
     assert rows["status"].to_list() == ["scored"] * 3
-    scales = rows.select("phred", "calibrated", "calibrated_phred")
-    assert all(scales[c].null_count() == 0 for c in scales.columns)
-    tsv = pl.read_csv(
-        lambda_run / SCAN / "snvs/NC_001416.1.tsv.gz", separator="\t", comment_prefix="##"
-    )
+    assert rows["calibrated"].null_count() == 0
+    assert rows["phred"].is_null().to_list() == [True, True, False]  # 500, 20,000: < 24,000
+    tsv = _read_tsv(lambda_run / SCAN / "snvs/NC_001416.1.tsv.gz")
     for row in rows.iter_rows(named=True):
         line = tsv.filter((pl.col("pos") == row["pos"]) & (pl.col("alt") == row["alt"]))
         for column in ("phred", "calibrated", "calibrated_phred"):
-            assert row[column] == pytest.approx(line[column][0], abs=1e-6), column
+            if line[column][0] is None:
+                assert row[column] is None, column
+            else:
+                assert row[column] == pytest.approx(line[column][0], abs=1e-6), column
     reference = ROOT / "resources/genome/lambda_phage.fa"
     subprocess.run(
         [
@@ -127,5 +154,6 @@ def test_a_panel_from_the_scan_carries_the_scales_into_its_vcf(lambda_run, tmp_p
         info = variants.header.info
         assert {"CVEP_PHRED", "CVEP_CALIBRATED", "CVEP_CALIBRATED_PHRED"} <= set(info)
         assert "10 = top 10%" in info["CVEP_PHRED"].description
-        values = [record.info["CVEP_PHRED"][0] for record in variants]  # Number=A: one per ALT
-    assert values == pytest.approx(rows.sort("pos")["phred"].to_list(), abs=1e-4)
+        values = [record.info.get("CVEP_PHRED", [None])[0] for record in variants]  # Number=A
+    assert values[:2] == [None, None]  # no PHRED, no INFO value
+    assert values[2] == pytest.approx(rows.sort("pos")["phred"][2], abs=1e-4)

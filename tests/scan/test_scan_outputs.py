@@ -1,7 +1,7 @@
 """The merge of a scan's chunks into one output file of several contigs, without a model: rows
 of each contig in order and nowhere else, the chunks read once, the calibration's counts, the
-TSV written from the Parquet file with every SNV's PHRED, ASCII headers, and a merge that
-refuses chunks out of order."""
+TSV written from the Parquet file with every ranked SNV's PHRED (none for a base with less than
+the scan's min_context), ASCII headers, and a merge that refuses chunks out of order."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def test_a_file_of_several_contigs_holds_each_in_order(chunks, reference, tmp_pa
     source = pl.concat([pl.read_parquet(c) for c in chunks]).filter(pl.col("chrom") != "A")
     assert rows.equals(source)  # every value as the chunks hold it
     summed, neutral, got_meta = read_counts([counts])
-    assert got_meta == meta and summed["n"].sum() == 3 * 11 == stats["snvs"]
+    assert got_meta == {**meta, "unranked_snvs": 0}  # the provenance sets no min_context
+    assert summed["n"].sum() == 3 * 11 == stats["snvs"]
     calibration = Calibration.build(summed, neutral, got_meta, min_count=1)
     tsv = tmp_path / "out/snvs/B+1.tsv.gz"
     write_tsv(parquet, ["B", "HLA-C*01:02"], tsv, provenance, calibration, reference)
@@ -188,3 +189,65 @@ def test_a_contig_past_2_to_the_29_gets_a_csi_that_concat_reads(tmp_path):
     stats = concat_tsv(scan, tmp_path / "all.tsv.gz")
     assert (tmp_path / "all.tsv.gz.csi").is_file() and not (tmp_path / "all.tsv.gz.tbi").exists()
     assert stats["contigs"] == 1
+
+
+def test_bases_with_less_than_min_context_keep_their_scores_and_get_no_phred(
+    chunks, reference, tmp_path
+):
+    """A base the scan scored with less left context than its min_context (here the first two
+    bases of each chunk's contigs: a contig start, or after a gap) is left off the scales: its
+    SNVs are out of the rank scale and the context means, keep their score and calibrated
+    score, and have no PHRED: `.` in the TSV, null where a panel looks them up, no value in the
+    PHRED tracks. The other SNVs are ranked among themselves alone."""
+    from carbon_vep.report.tracks import base_values
+    from carbon_vep.scan.outputs import count_positions
+    from carbon_vep.scoring.annotate import calibrated_scores
+
+    provenance, contigs = {"model": "m", "min_context": 2}, ["B", "HLA-C*01:02"]
+    parquet, counts = tmp_path / "p.parquet", tmp_path / "c.parquet"
+    meta = counts_meta(provenance, 4, None)
+    merge_group(chunks, contigs, parquet, None, meta, reference, None)
+    stats = count_positions(parquet, counts, meta, reference, None)
+    bases = pl.read_parquet(parquet)
+    short = (bases["context_bp"] < 2).to_numpy()  # B 1-2 and 5-6, HLA-C 1-2: 6 of 11 bases
+    assert stats["unranked_snvs"] == 3 * short.sum() == 18
+    summed, neutral, got_meta = read_counts([counts])
+    calibration = Calibration.build(summed, neutral, got_meta, min_count=1)
+    assert (calibration.raw.total, calibration.unranked, calibration.min_context) == (15, 18, 2)
+    assert int(calibration.contexts["n_neutral"].sum()) == 15  # the means: ranked SNVs only
+    tsv = tmp_path / "t.tsv.gz"
+    write_tsv(parquet, contigs, tsv, provenance, calibration, reference, with_calibrated=True)
+    with pysam.TabixFile(str(tsv)) as tabix:
+        (phred_line,) = [h for h in tabix.header if h.startswith("##phred=")]
+        rows = [line.split("\t") for contig in contigs for line in tabix.fetch(contig)]
+    assert "the 18 with less (a contig start, after a gap) have . (no PHRED)" in phred_line
+    off = np.repeat(short, 3)
+    assert all(r[5] == r[7] == "." for r, o in zip(rows, off, strict=True) if o)
+    assert all("." not in (r[5], r[7]) for r, o in zip(rows, off, strict=True) if not o)
+    assert all("." not in (r[4], r[6]) for r in rows)  # every score and calibrated score kept
+    keys = np.array([round(float(r[4]) * 10**4) for r, o in zip(rows, off, strict=True) if not o])
+    direct = [10 * np.log10(15 / (keys >= k).sum()) for k in keys]  # ranked among themselves
+    got = [float(r[5]) for r, o in zip(rows, off, strict=True) if not o]
+    assert np.allclose(got, direct, atol=0.05 + 1e-6)
+    tracks = base_values(bases, calibration)
+    for track in ("phred_A", "phred_C", "phred_G", "phred_T", "max_phred"):
+        assert np.isnan(tracks[track][short]).all(), track
+    assert not np.isnan(tracks["max_phred"][~short]).any()
+    assert not np.isnan(tracks["max_score"]).any() and not np.isnan(tracks["surprise"]).any()
+    snvs = snv_rows(bases)  # a panel of every SNV, looked up as annotate does
+    scores = snvs.select(
+        pl.col("chrom").alias("ref_chrom"),
+        "pos",
+        "ref",
+        "alt",
+        pl.lit("scored").alias("score_status"),
+        pl.col("score").cast(pl.Float64).alias("ref_ll"),
+        pl.lit(0.0).alias("alt_ll"),
+        pl.col("context_bp").cast(pl.Int64).alias("window_bp"),
+    )
+    looked_up = calibrated_scores(scores, calibration, reference)
+    assert looked_up["phred"].is_null().to_list() == off.tolist()
+    assert looked_up["calibrated_phred"].is_null().to_list() == off.tolist()
+    assert looked_up["calibrated"].null_count() == 0
+    printed = [float(r[5]) for r, o in zip(rows, off, strict=True) if not o]
+    assert looked_up["phred"].drop_nulls().to_list() == pytest.approx(printed, abs=1e-5)

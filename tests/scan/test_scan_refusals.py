@@ -161,7 +161,7 @@ def test_a_tile_longer_than_the_models_context_is_refused_by_the_plan(edge, tmp_
     out = tmp_path / "plan.json"
     argv = ["plan-scan", "--reference", str(fasta), "--regions", "chr1", "--tile-bp", "96000"]
     code = main(argv + [f"--model=m={folder}", "--out", str(out)])
-    assert code == 2 and not out.exists() and "lower tile_bp to at most 49,146" in caplog.text
+    assert code == 2 and not out.exists() and "lower `--tile-bp` to at most 49,146" in caplog.text
 
 
 # ---- C: the neutral BED's contigs, checked at plan time ----------------------------------------

@@ -3,6 +3,7 @@
 import itertools
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -609,6 +610,42 @@ def test_merge_recovery_writes_the_one_jobs_table_and_metrics(tmp_path, caplog):
     assert main([*common, "--parts", parts[1]]) == 2
     assert f"{tasks}: the parts hold 3 rows for the file's 5" in caplog.text
     assert not out.exists() and not metrics.exists()
+
+
+def test_merge_recovery_reads_no_prompt_of_the_task_file(tmp_path, monkeypatch):
+    """merge-recovery needs the task file's row count, not its prompts (tens of thousands of
+    6 kbp sequences): it reads neither the whole table nor the Parquet file's values, and
+    writes what the parts and the whole table make."""
+    import carbon_vep.suite.tasks
+    from carbon_vep.cli import main
+    from carbon_vep.suite.recovery import recover_with
+    from carbon_vep.suite.tasks import Part
+
+    table = _part_table(["ACGTAC" * 5] * 7)
+    tasks = tmp_path / "t.parquet"
+    table.select("sequence", "label").write_parquet(tasks)
+    settings = RecoverySettings()
+    parts = []
+    for i in range(3):
+        path = tmp_path / f"p{i}.parquet"
+        recover_with(table, 6, settings, _echo, part=Part(i, 3)).write_parquet(path)
+        parts.append(str(path))
+    read_parquet = pl.read_parquet
+
+    def parts_only(source, *args, **kwargs):
+        assert Path(source) != tasks, "merge-recovery read the task file's values"
+        return read_parquet(source, *args, **kwargs)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("merge-recovery read the whole task table")
+
+    monkeypatch.setattr(pl, "read_parquet", parts_only)
+    monkeypatch.setattr(carbon_vep.suite.tasks, "read_task_table", refused)
+    out, metrics = tmp_path / "predictions.parquet", tmp_path / "metrics.json"
+    argv = ["merge-recovery", "--tasks-file", str(tasks), "--parts", *parts, "--task", "t"]
+    assert main([*argv, "--model-key", "m", "--out", str(out), "--metrics", str(metrics)]) == 0
+    monkeypatch.undo()
+    assert pl.read_parquet(out).equals(recover_with(table, 6, settings, _echo))
 
 
 # ---- rows that cannot be scored ---------------------------------------------------------------

@@ -14,7 +14,7 @@ import yaml
 from carbon_vep.cli import main
 from carbon_vep.errors import InputError
 from carbon_vep.report.results_table import load_results, results_markdown, results_table
-from carbon_vep.suite.tasks import read_task_table
+from carbon_vep.suite.tasks import count_task_rows, read_task_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +59,48 @@ def test_read_task_table_errors_name_the_file_and_problem(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(InputError, match="unknown task file type"):
         read_task_table(tmp_path / "x.json", ["sequence"])
+    for path, required in (
+        (tsv, ["original_sequence", "sequence"]),
+        (empty, ["sequence"]),
+        (tmp_path / "nope.tsv", ["sequence"]),
+        (tmp_path / "x.json", ["sequence"]),
+    ):  # the count merge-recovery takes refuses each file as the reader does
+        with pytest.raises(InputError) as read:
+            read_task_table(path, required)
+        with pytest.raises(InputError) as counted:
+            count_task_rows(path, required)
+        assert str(counted.value) == str(read.value)
+
+
+# Text tables polars reads with more or fewer rows than lines: blank lines (after the header a
+# row of nulls, even at the end; before it skipped), `##` comments, CRLF, a missing last line
+# end, quoted fields spanning lines (CSV only: in a TSV a quote is a character), a `##` inside
+# a quoted field (text, not a comment), a header that is not on line 1
+TEXT_TABLES = {  # name: (text, rows as polars reads them)
+    "plain.tsv": ("sequence\tlabel\nACGT\tAC\nGGCC\tTT\n", 2),
+    "unended.tsv": ("sequence\tlabel\nACGT\tAC\nGGCC\tTT", 2),
+    "blank_lines.tsv": ("\n\r\nsequence\tlabel\nACGT\tAC\n\nGGCC\tTT\n\n\n", 5),
+    "comments.tsv": ("##meta\nsequence\tlabel\n##x\nACGT\tAC\r\n\r\nGGCC\tTT\r\n", 3),
+    "quotes.tsv": ('sequence\tlabel\n"ACGT\tAC\nGGCC\tTT"\n', 2),
+    "quotes.csv": ('sequence,label\n"AC\nGT",AC\n"GG""\n##CC",TT\nAAAA,"T\n\nT"\n\n', 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_TABLES))
+@pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip"])
+def test_the_row_count_is_the_readers(tmp_path, name, gzipped):
+    """count_task_rows (merge-recovery's, which reads no row's values) counts the rows
+    read_task_table reads, on every text table above, gzipped too, and from a Parquet file's
+    footer."""
+    text, expected = TEXT_TABLES[name]
+    path = tmp_path / (name + (".gz" if gzipped else ""))
+    with gzip.open(path, "wt", newline="") if gzipped else open(path, "w", newline="") as out:
+        out.write(text)
+    rows = read_task_table(path, ["sequence", "label"]).height
+    assert count_task_rows(path, ["sequence", "label"]) == rows == expected
+    parquet = tmp_path / "t.parquet"
+    read_task_table(path, ["sequence"]).drop("row_id", "source").write_parquet(parquet)
+    assert count_task_rows(parquet, ["sequence", "label"]) == rows
 
 
 def _result(task, model, metric, value, ci=None, kind="vep"):

@@ -82,17 +82,18 @@ def add_merge_recovery(sub) -> None:
 
 def merge_recovery(args: argparse.Namespace) -> None:
     """The parts' rows, checked to cover the task file once, in its order; the metrics of the
-    whole (a draft's counts summed over the parts)."""
+    whole (a draft's counts summed over the parts). Of the task file only its rows are counted
+    (count_task_rows): the prompts are never read, so memory does not grow with them."""
     import json
 
     import polars as pl
 
     from carbon_vep.suite.recovery import merged_parts, merged_speculative, recovery_metrics
-    from carbon_vep.suite.tasks import read_task_table
+    from carbon_vep.suite.tasks import count_task_rows
 
     settings, evaluation = from_args(args, RecoverySettings, EvaluationSettings)
-    table = read_task_table(args.tasks_file, SEQUENCE_RECOVERY.columns)
-    rows = merged_parts(args.tasks_file, table.height, [pl.read_parquet(p) for p in args.parts])
+    height = count_task_rows(args.tasks_file, SEQUENCE_RECOVERY.columns)
+    rows = merged_parts(args.tasks_file, height, [pl.read_parquet(p) for p in args.parts])
     metrics = recovery_metrics(rows, settings, evaluation)
     drafts = [json.loads(Path(m).read_text()).get("speculative") for m in args.part_metrics]
     if drafts and all(drafts):

@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from carbon_vep.errors import ContextTooLongError
 from carbon_vep.model import normaliser
 from carbon_vep.model.attention import for_planned_passes
 from carbon_vep.model.batching import run_sorted
+from carbon_vep.model.context import check_context
 from carbon_vep.model.last_layer import kept, reading_last
 from carbon_vep.model.normaliser import CPU_LSE_TILE
 from carbon_vep.model.tokens import DnaVocab, base_codes
@@ -123,15 +123,19 @@ class Engine:
         memory once the device gets there (wait on a DeviceClock mark placed after it)."""
         return values.to("cpu", non_blocking=True)
 
-    def check_window_bp(self, window_bp: int, what: str) -> None:
-        """Raise before any forward pass when `window_bp` bases (+ the prefix) exceed the model."""
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        tokens = window_bp // self.k + 1
-        if limit is not None and tokens > limit:
-            raise ContextTooLongError(
-                f"{what} of {window_bp} bp need {tokens} tokens but the model supports {limit} "
-                f"({(limit - 1) * self.k} bp); lower window_bp / tile_bp"
-            )
+    def check_window_bp(self, window_bp: int, what: str, setting: str) -> None:
+        """Refuse, before any forward pass, `what` of `window_bp` bases that need more positions
+        than the loaded model has (model.context; `setting`: the config key to lower)."""
+        config = self.model.config
+        name = getattr(config, "_name_or_path", "") or "the model"
+        check_context(
+            window_bp,
+            self.k,
+            getattr(config, "max_position_embeddings", None),
+            what=what,
+            model=f"model {name} (max_position_embeddings of its loaded config)",
+            setting=setting,
+        )
 
     # ---- forward -------------------------------------------------------------------------
     def forward(

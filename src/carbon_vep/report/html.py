@@ -387,7 +387,11 @@ def _scan_section(scan_dir: str | Path) -> str:
         for r in extreme.iter_rows(named=True)
     ]
     counts = [
-        ["SNVs", f"{summary['calibration']['snvs']:,}"],
+        ["SNVs ranked", f"{summary['calibration']['snvs']:,}"],
+        [  # bases with less than min_context of left context: no PHRED
+            "SNVs without a PHRED (less left context)",
+            f"{summary['calibration'].get('unranked_snvs', 0):,}",
+        ],
         ["neutral set", summary["calibration"]["neutral"]],
         *(
             [f"lowest score at PHRED {p}", "n/a" if v is None else f"{v:.3f}"]

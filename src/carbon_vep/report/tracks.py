@@ -7,7 +7,8 @@ the reference's index):
 - `score_A` … `score_T`: the SNV score (log m(ref) − log m(alt), FNS marginals; larger = more
   damaging) of changing each base to that base, as UCSC's CADD track has four; no value where
   the base already is that base;
-- `phred_A` … `phred_T`: the same SNVs' PHRED (the scan's calibration), when it has one;
+- `phred_A` … `phred_T`: the same SNVs' PHRED (the scan's calibration), when it has one; no
+  value at a base scored with less than the scan's min_context (off the scales, as in the TSV);
 - `max_score`, `max_phred`: the largest of a base's three SNVs;
 - `surprise`: −log p(reference base) from the FNS marginals, in nats: how unexpected the
   genome's own base is to the model.
@@ -31,7 +32,7 @@ from carbon_vep.columns import SCAN_BASES
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.report.track_list import Track, track_set
-from carbon_vep.scan.calibrate import Calibration
+from carbon_vep.scan.calibrate import Calibration, ranked
 from carbon_vep.scan.outputs import read_scan
 from carbon_vep.scan.snvs import at_base, score_key
 
@@ -39,7 +40,8 @@ from carbon_vep.scan.snvs import at_base, score_key
 # ---- values per base ------------------------------------------------------------------------
 def base_values(bases: pl.DataFrame, calibration: Calibration | None) -> dict[str, np.ndarray]:
     """Every track's value at each base of `bases` (NaN = no value): the same float32 score the
-    scan's SNV rows have (scan.snvs.snv_rows), its PHRED as the TSV prints it."""
+    scan's SNV rows have (scan.snvs.snv_rows), its PHRED as the TSV prints it (none at a base
+    off the calibration's scales: scan.calibrate.ranked)."""
     lp_ref = at_base(pl.col("ref"), "log_fns_{}").cast(pl.Float32)
     scores = bases.select(
         *((lp_ref - pl.col(f"log_fns_{b}").cast(pl.Float32)).alias(b) for b in SCAN_BASES),
@@ -61,9 +63,12 @@ def base_values(bases: pl.DataFrame, calibration: Calibration | None) -> dict[st
         )
         phred = calibration.phred(keys).reshape(score.shape).astype(np.float32)
         phred[is_ref] = np.nan
+        if calibration.min_context:
+            unranked = ~bases.select(ranked(calibration.min_context)).to_series().to_numpy()
+            phred[unranked] = np.nan
         for i, b in enumerate(SCAN_BASES):
             out[f"phred_{b}"] = phred[:, i]
-        out["max_phred"] = np.nanmax(phred, axis=1)
+        out["max_phred"] = np.fmax.reduce(phred, axis=1)  # NaN only where all three are
     return out
 
 
@@ -74,7 +79,7 @@ def _row_groups(scan_dir: Path, record: Mapping[str, Any]) -> Iterator[pl.DataFr
         if not path.is_file():
             raise InputError(path, "missing: the scan's merge has not run (or was moved)")
         parquet = pq.ParquetFile(path)
-        columns = ["chrom", "pos", "ref", *(f"log_fns_{b}" for b in SCAN_BASES)]
+        columns = ["chrom", "pos", "ref", "context_bp", *(f"log_fns_{b}" for b in SCAN_BASES)]
         for group in range(parquet.num_row_groups):
             yield pl.from_arrow(parquet.read_row_group(group, columns=columns))
 

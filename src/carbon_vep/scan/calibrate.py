@@ -19,6 +19,10 @@ From the summed counts (`Calibration.build`):
   printed precision from the printed score (so anyone can redo it from the TSV and the table);
 - the calibrated rank scale: the same ranks over the calibrated scores (`calibrated_phred`).
 
+The scales and means are made of the SNVs a scan scored with its full left context (`ranked`:
+at least its `min_context` bp); the SNVs of bases with less, at a contig start or after an
+assembly gap, are counted apart (`unranked_snvs`) and get no PHRED, their scores kept.
+
 A calibration is for one model, revision, dtype, output-layer precision, normalisation, tile
 geometry, min_context and printed precision (FINGERPRINT_KEYS); applying it to scores made
 otherwise is an error (`check_fingerprint`). No torch.
@@ -67,6 +71,20 @@ FINGERPRINT_KEYS = (
 )
 
 
+def min_context_of(meta: Mapping[str, Any]) -> int:
+    """The left context (bp) an SNV's base needs for the SNV to be ranked: the scan's
+    min_context as its provenance, counts and calibration record it (0, every SNV, where the
+    provenance does not say)."""
+    return int(meta.get("min_context") or 0)
+
+
+def ranked(min_context: int) -> pl.Expr:
+    """Per base (or SNV) with its `context_bp`: scored with the scan's full left context, so
+    on the scales. A base at a contig start or after a gap has less: its scores are kept, it
+    is left out of the counts and the context means, and it has no PHRED."""
+    return pl.col("context_bp") >= min_context
+
+
 def counts_meta(
     provenance: Mapping[str, Any], decimals: int, neutral: str | None
 ) -> dict[str, Any]:
@@ -82,6 +100,7 @@ def counts_meta(
 # ---- counting -----------------------------------------------------------------------------
 COUNT_SCHEMA = {"cell": pl.Int64, "key": pl.Int64, "n": pl.Int64}
 SUMS = "neutral_sums"  # the metadata key of a counts file's neutral sums per cell
+UNRANKED = "unranked_snvs"  # SNVs left off the scales (less than min_context): counts, calibration
 FOLD_ROWS = 1 << 20  # partial-count rows held before the first fold
 NEUTRAL_SCHEMA = {"cell": pl.Int64, "n": pl.Int64, "key_sum": pl.Int64}
 
@@ -95,6 +114,7 @@ class CalibrationCounts:
         self._folded = self._pending = 0  # rows of the folded table, and of the partial ones
         self.neutral_n = np.zeros(N_CELLS, dtype=np.int64)
         self.neutral_sum = np.zeros(N_CELLS, dtype=np.int64)
+        self.unranked = 0  # SNVs of bases with less than min_context: on no scale
 
     def add(self, cells: np.ndarray, keys: np.ndarray, neutral: np.ndarray | None = None) -> None:
         """SNVs with their cells and score keys; `neutral` marks the neutral set (None: all)."""
@@ -130,6 +150,7 @@ class CalibrationCounts:
         """One Parquet file: the (cell, key, n) counts, the neutral sums in its metadata."""
         table = self.counts().to_arrow()
         extra = {**{k: json.dumps(v) for k, v in meta.items()}, SUMS: self.neutral().write_json()}
+        extra[UNRANKED] = json.dumps(self.unranked)
         table = table.replace_schema_metadata({f"carbon_vep.{k}": v for k, v in extra.items()})
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")
@@ -140,15 +161,24 @@ def _summed(counts: pl.DataFrame) -> pl.DataFrame:
 
 
 def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    """Every job's counts summed: (counts, neutral sums, the metadata they share)."""
-    counts, neutral, meta = [], [], None
+    """Every job's counts summed: (counts, neutral sums, the metadata they share, with the
+    unranked SNVs summed; none where the counts predate them and rank every SNV)."""
+    counts, neutral, meta, unranked = [], [], None, []
     for path in paths:
         table = pq.read_table(path)
         raw = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
         own = {
-            k.removeprefix("carbon_vep."): v for k, v in raw.items() if k != f"carbon_vep.{SUMS}"
+            k.removeprefix("carbon_vep."): json.loads(v)
+            for k, v in raw.items()
+            if k != f"carbon_vep.{SUMS}"
         }
-        own = {k: json.loads(v) for k, v in own.items()}
+        unranked.append(own.pop(UNRANKED, None))
+        if (unranked[0] is None) != (unranked[-1] is None):
+            raise InputError(
+                path,
+                "counts of two versions (one ranks every SNV, one leaves bases with less than "
+                "min_context off): recount every file (snakemake --forcerun count_scan_file)",
+            )
         if meta is None:
             meta = own
         elif own != meta:
@@ -161,7 +191,10 @@ def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, di
         if neutral
         else pl.DataFrame(schema=NEUTRAL_SCHEMA)
     )
-    return summed, neutral_sums.sort("cell"), meta or {}
+    meta = meta or {}
+    if unranked and unranked[0] is not None:
+        meta[UNRANKED] = sum(unranked)
+    return summed, neutral_sums.sort("cell"), meta
 
 
 # ---- the scales ---------------------------------------------------------------------------
@@ -300,13 +333,28 @@ class Calibration:
     def decimals(self) -> int:
         return int(self.meta["decimals"])
 
+    @property
+    def min_context(self) -> int:
+        """The left context an SNV's base needs to be on these scales (`ranked`); 0 for a
+        calibration whose counts record no unranked SNVs (made before any were left off: its
+        scales hold every SNV, and so its PHREDs)."""
+        return min_context_of(self.meta) if UNRANKED in self.meta else 0
+
+    @property
+    def unranked(self) -> int:
+        """The scan's SNVs left off the scales (their bases had less than min_context)."""
+        return int(self.meta.get(UNRANKED, 0))
+
     def phred(self, keys: np.ndarray) -> np.ndarray:
         """The PHRED of scores given as keys (snvs.score_key), as the TSV prints it."""
         return np.round(self.raw.phred(keys), PHRED_DECIMALS)
 
     def annotate(self, snvs: pl.DataFrame) -> pl.DataFrame:
-        """`snvs` (with `cell` and `key` columns) with phred and calibrated_phred (to
-        PHRED_DECIMALS) and calibrated (at the printed precision)."""
+        """`snvs` (with `cell`, `key` and, where the scales leave SNVs off, `context_bp`
+        columns) with calibrated (at the printed precision), and phred and calibrated_phred (to
+        PHRED_DECIMALS) for the SNVs on the scales (`ranked`), null for the others."""
+        if self.min_context and "context_bp" not in snvs.columns:
+            raise ValueError("Calibration.annotate: the SNVs' context_bp says which are ranked")
         means = self.contexts.select("cell", "mean_key")
         frame = snvs.join(means, on="cell", how="left", maintain_order="left")
         frame = frame.with_columns(
@@ -315,11 +363,16 @@ class Calibration:
         keys, ckeys = frame["key"].to_numpy(), frame["_ckey"].to_numpy()
         phred = self.phred(keys)
         calibrated_phred = np.round(self.calibrated.phred(ckeys), PHRED_DECIMALS)
-        return frame.with_columns(
-            pl.Series("phred", phred, dtype=pl.Float32),
-            key_value(pl.col("_ckey"), self.decimals).cast(pl.Float32).alias("calibrated"),
-            pl.Series("calibrated_phred", calibrated_phred, dtype=pl.Float32),
-        ).drop("mean_key", "_ckey")
+        on_scale = ranked(self.min_context) if self.min_context else pl.lit(True)
+        return (
+            frame.with_columns(
+                pl.Series("phred", phred, dtype=pl.Float32),
+                key_value(pl.col("_ckey"), self.decimals).cast(pl.Float32).alias("calibrated"),
+                pl.Series("calibrated_phred", calibrated_phred, dtype=pl.Float32),
+            )
+            .with_columns(pl.when(on_scale).then(pl.col(c)).alias(c) for c in PHRED_COLUMNS)
+            .drop("mean_key", "_ckey")
+        )
 
     def header_lines(self, with_calibrated: bool = True) -> list[str]:
         """`##` lines for a file whose rows carry these scales: what PHRED and calibrated mean."""
@@ -328,6 +381,12 @@ class Calibration:
             "this scan (rank 1 = the highest score; tied scores share the rank of the last of "
             "them): 10 = top 10%, 20 = top 1%, 30 = top 0.1%"
         )
+        if self.min_context:
+            phred += (
+                f"; the SNVs scored with at least {self.min_context:,} bp of left context (its "
+                f"min_context): the {self.unranked:,} with less (a contig start, after a gap) "
+                "have . (no PHRED)"
+            )
         if not with_calibrated:
             return [phred]
         return [
@@ -343,6 +402,8 @@ class Calibration:
         cells = self.contexts.filter(pl.col("level") == "pentanucleotide")
         return {
             "snvs": self.raw.total,
+            "unranked_snvs": self.unranked,
+            "min_context": self.min_context,
             "neutral": self.meta.get("neutral"),
             "context_min_count": self.meta.get("min_count"),
             "thresholds": self.thresholds(),
@@ -433,8 +494,8 @@ def extreme_contexts(calibration: Calibration, n: int = 8) -> pl.DataFrame:
         key_value(pl.col("mean_key"), calibration.decimals).alias("mean"),
         pl.col("context").map_elements(cpg_site, return_dtype=pl.Boolean).alias("cpg"),
     )
-    ranked = own.sort("mean", descending=True)
-    picked = pl.concat([ranked.head(n), ranked.tail(n)]).unique("cell", maintain_order=True)
+    by_mean = own.sort("mean", descending=True)
+    picked = pl.concat([by_mean.head(n), by_mean.tail(n)]).unique("cell", maintain_order=True)
     return picked.select("context", "ref", "alt", "cpg", "n_neutral", "mean")
 
 

@@ -55,6 +55,8 @@ from carbon_vep.scan.calibrate import (
     PHRED_DECIMALS,
     Calibration,
     CalibrationCounts,
+    min_context_of,
+    ranked,
 )
 from carbon_vep.scan.snvs import NeutralRegions, rounded_score, snv_rows, with_cells
 
@@ -181,8 +183,8 @@ def tsv_text(snvs: pl.DataFrame, table: Sequence[columns.Column], decimals: int)
         *(pl.col(c).round(PHRED_DECIMALS).cast(pl.Utf8) for c in PHRED_COLUMNS if c in names),
     )
     return rounded.select(names).write_csv(
-        None, separator="\t", include_header=False, float_precision=decimals
-    )
+        None, separator="\t", include_header=False, float_precision=decimals, null_value="."
+    )  # `.`: no value (an unranked SNV's PHRED), as VCF and bcftools write one
 
 
 def count_snvs(
@@ -191,12 +193,17 @@ def count_snvs(
     reference: Reference,
     decimals: int,
     neutral: NeutralRegions | None,
+    min_context: int,
 ) -> None:
     """Add the SNVs of per-base rows to `counts` (their printed scores' keys and context cells),
-    SNV_BATCH_BASES bases at a time."""
+    SNV_BATCH_BASES bases at a time; those of bases with less than `min_context` bp of left
+    context only to its unranked count (scan.calibrate.ranked)."""
     for piece in bases.iter_slices(SNV_BATCH_BASES):
-        snvs = with_cells(snv_rows(piece), reference, decimals, neutral)
-        counts.add(*(snvs[c].to_numpy() for c in ("cell", "key", "neutral")))
+        full = piece.filter(ranked(min_context))
+        counts.unranked += 3 * (piece.height - full.height)
+        if full.height:
+            snvs = with_cells(snv_rows(full), reference, decimals, neutral)
+            counts.add(*(snvs[c].to_numpy() for c in ("cell", "key", "neutral")))
 
 
 def neutral_regions(bed: str | None, lengths: dict[str, int]) -> NeutralRegions | None:
@@ -247,14 +254,14 @@ def merge_group(
     """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file, and
     count its SNVs for the calibration (cells read from `reference`) into `counts_out`, if given
     (the workflow counts in a job of its own: count_positions)."""
-    decimals = int(counts_meta["decimals"])
+    decimals, min_context = int(counts_meta["decimals"]), min_context_of(counts_meta)
     writer, counts = BaseWriter(parquet_out), CalibrationCounts()
     start, rows, bases = time.monotonic(), 0, dict.fromkeys(contigs, 0)
     try:
         for part in _row_groups(_in_order(read_chunk_rows(chunks, contigs), contigs)):
             writer.write(part)
             if counts_out is not None:
-                count_snvs(counts, part, reference, decimals, neutral)
+                count_snvs(counts, part, reference, decimals, neutral, min_context)
             rows += part.height
             for chrom, n in part.group_by("chrom").len().iter_rows():
                 bases[chrom] += n
@@ -269,6 +276,7 @@ def merge_group(
         "bases": rows,
         "bases_per_contig": bases,
         "snvs": 3 * rows,
+        "unranked_snvs": counts.unranked,
         "neutral_snvs": int(counts.neutral_n.sum()),
         "parquet_bytes": Path(parquet_out).stat().st_size,
         "merge_s": round(time.monotonic() - start, 3),
@@ -287,14 +295,15 @@ def count_positions(
     chunks, so that a change of the printed precision or the neutral set recounts the file and
     never needs the (temporary) chunks again."""
     decimals, counts, start = int(counts_meta["decimals"]), CalibrationCounts(), time.monotonic()
+    min_context = min_context_of(counts_meta)
     parquet = pq.ParquetFile(parquet_in)
     for group in range(parquet.num_row_groups):
-        count_snvs(
-            counts, pl.from_arrow(parquet.read_row_group(group)), reference, decimals, neutral
-        )
+        bases = pl.from_arrow(parquet.read_row_group(group))
+        count_snvs(counts, bases, reference, decimals, neutral, min_context)
     counts.write(counts_out, counts_meta)
     return {
         "snvs": 3 * parquet.metadata.num_rows,
+        "unranked_snvs": counts.unranked,
         "neutral_snvs": int(counts.neutral_n.sum()),
         "count_s": round(time.monotonic() - start, 3),
     }
@@ -310,7 +319,8 @@ def write_tsv(
     with_calibrated: bool = False,
 ) -> dict[str, Any]:
     """One output file's tabix TSV from its Parquet file: 3 SNVs a base with the score, its
-    PHRED (and, `with_calibrated`, the calibrated score and its PHRED), row group by row group."""
+    PHRED (and, `with_calibrated`, the calibrated score and its PHRED; `.` for a PHRED off the
+    scales), row group by row group."""
     table = columns.SCAN_TSV_CALIBRATED if with_calibrated else columns.SCAN_TSV
     decimals, tsv_out, start = calibration.decimals, Path(tsv_out), time.monotonic()
     parquet = pq.ParquetFile(parquet_in)
@@ -345,9 +355,10 @@ def summarize(
     snvs = max(totals["snvs"], 1)
     if written != totals["scored_bp"]:
         raise ValueError(f"chunks wrote {written} bases; the plan scores {totals['scored_bp']}")
-    if calibration.raw.total != 3 * written:
+    if calibration.raw.total + calibration.unranked != 3 * written:
         raise ValueError(
-            f"the calibration counts {calibration.raw.total} SNVs; the chunks scored {3 * written}"
+            f"the calibration counts {calibration.raw.total} SNVs and {calibration.unranked} "
+            f"unranked; the chunks scored {3 * written}"
         )
     return {
         **totals,
@@ -406,13 +417,16 @@ def _calibration_markdown(c: Mapping[str, Any]) -> list[str]:
     return [
         "## calibration",
         "",
-        f"PHRED = -10 log10(rank / {c['snvs']:,}) over every SNV of the scan; `calibrated` = score "
-        f"minus the mean of the neutral SNVs ({c['neutral']}) of its pentanucleotide context and "
+        f"PHRED = -10 log10(rank / {c['snvs']:,}) over every SNV of the scan scored with at least "
+        f"min_context ({c['min_context']:,}) bp of left context; `calibrated` = score minus the "
+        f"mean of those of the neutral SNVs ({c['neutral']}) of its pentanucleotide context and "
         f"alternate base (cells under {c['context_min_count']} neutral SNVs fall back to the "
         "trinucleotide, then the global mean; docs/calibration.md).",
         "",
         markdown.table(["the lowest score at", "score", "calibrated"], rows),
         "",
+        f"- SNVs without a PHRED (less left context: a contig start, after a gap): "
+        f"{c['unranked_snvs']:,}",
         f"- pentanucleotide cells by the mean they use: {c['pentanucleotide_cells_by_mean_used']}",
         f"- SNVs by context: {c['snvs_by_context_level']} (trinucleotide / global: within 2 bp "
         "of an N or a contig end)",

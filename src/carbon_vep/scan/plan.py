@@ -26,12 +26,11 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
 from carbon_vep import markdown
 from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
-from carbon_vep.config.fields import describe
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
     CARBON_SHAPES,
@@ -42,9 +41,10 @@ from carbon_vep.config.gpus import (
     output_flops,
 )
 from carbon_vep.config.stages import ScanChunkSettings, TileSettings
-from carbon_vep.errors import ContextTooLongError, InputError
+from carbon_vep.errors import InputError
 from carbon_vep.genome.contigs import encode_name
 from carbon_vep.genome.reference import Reference
+from carbon_vep.model.context import check_context, positions_needed
 from carbon_vep.scan.targets import K, Piece, target_pieces
 from carbon_vep.sources.hub import local_positions
 
@@ -141,27 +141,27 @@ def plan_scan(
 
 def tile_tokens(tiles: TileSettings) -> int:
     """Positions a full tile takes: its whole 6-mers and the `<dna>` prefix."""
-    return tiles.tile_bp // K + 1
+    return positions_needed(tiles.tile_bp, K)
 
 
 def check_tile_context(tiles: TileSettings, models: Mapping[str, str]) -> list[str]:
-    """Refuse a tile longer than a model's context (ContextTooLongError, as a VEP window is),
-    from the positions a local checkpoint's config.json declares (no torch); the models it
-    cannot check yet (a Hub id, a model an earlier job builds) as notes: their chunk jobs
+    """Refuse a tile longer than a model's context (model.context, as the engine refuses it at
+    load), from the positions a local checkpoint's config.json declares (no torch); the models
+    it cannot check yet (a Hub id, a model an earlier job builds) as notes: their chunk jobs
     check when they load them."""
-    tokens, notes = tile_tokens(tiles), []
-    tile_bp = fields(TileSettings)[0]
+    notes = []
     for key, path in models.items():
         limit, why = local_positions(path)
         if limit is None:
             notes.append(f"model {key}: tile_bp not checked against its context here: {why}")
-        elif tokens > limit:
-            raise ContextTooLongError(
-                f"model {key} ({path}): tiles of {describe(tile_bp)} {tiles.tile_bp:,} need "
-                f"{tokens:,} positions but the model supports {limit:,} (max_position_embeddings "
-                f"in its config.json); lower tile_bp to at most {(limit - 1) * K:,} "
-                "(and min_context below it)"
-            )
+        check_context(
+            tiles.tile_bp,
+            K,
+            limit,
+            what="scan tiles",
+            model=f"model {key} ({path}; max_position_embeddings in its config.json)",
+            setting="tile_bp",
+        )
     return notes
 
 

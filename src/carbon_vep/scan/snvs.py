@@ -87,8 +87,9 @@ def at_base(base: pl.Expr, column: str) -> pl.Expr:
 
 
 def snv_rows(bases: pl.DataFrame) -> pl.DataFrame:
-    """Three SNVs per base: chrom, pos, ref, alt, score (float32) from the log-marginals, in the
-    bases' order (contig by contig in a shared file), then by alt."""
+    """Three SNVs per base: chrom, pos, ref, alt, score (float32) from the log-marginals (and
+    the base's context_bp, where the bases have it), in the bases' order (contig by contig in a
+    shared file), then by alt."""
     lp = {b: pl.col(f"log_fns_{b}").cast(pl.Float32) for b in SCAN_BASES}
     lp_ref = at_base(pl.col("ref"), "log_fns_{}").cast(pl.Float32)
     numbered = bases.with_row_index("base_index")
@@ -100,6 +101,7 @@ def snv_rows(bases: pl.DataFrame) -> pl.DataFrame:
             "ref",
             pl.lit(alt).alias("alt"),
             (lp_ref - lp[alt]).alias("score"),
+            *(["context_bp"] if "context_bp" in bases.columns else []),
         )
         for alt in SCAN_BASES
     ]

@@ -31,6 +31,7 @@ from carbon_vep.columns import SCAN_BASES
 from carbon_vep.config.stages import TileSettings
 from carbon_vep.genome.reference import Reference
 from carbon_vep.model.batching import in_batches
+from carbon_vep.model.context import positions_needed
 from carbon_vep.model.engine import Engine
 from carbon_vep.model.timing import DeviceClock
 from carbon_vep.model.tokens import BASES, base_codes
@@ -115,10 +116,10 @@ def _scored_batches(
     (all the device's work: forward, marginals, conditionals)."""
     if not cut:
         return
-    engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles")
+    engine.check_window_bp(max(t.end - t.start for _, t in cut), "scan tiles", "tile_bp")
     tiles = _TileLauncher(engine, reference, DeviceClock(engine.device), log, progress, timing)
     lengths = [t.end - t.start for _, t in cut]
-    tokens = [n // engine.k + 1 for n in lengths]
+    tokens = [positions_needed(n, engine.k) for n in lengths]
     pending = None
     for index, values in in_batches(
         cut,

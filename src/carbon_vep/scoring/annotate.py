@@ -209,13 +209,15 @@ def calibrated_scores(
 ) -> pl.DataFrame:
     """`scores` with phred, calibrated and calibrated_phred for the scored rows: the score's key
     as the TSV prints it (the same float32 difference of the stored log-marginals), the SNV's
-    context cell from `reference`, then the calibration's scales."""
+    context cell from `reference`, then the calibration's scales (no PHRED for an SNV whose
+    base the scan scored with less than its min_context, as in the TSV)."""
     scored = scores.filter(pl.col("score_status") == Status.SCORED).select(
         pl.col("ref_chrom").alias("chrom"),
         "pos",
         "ref",
         "alt",
         (pl.col("ref_ll").cast(pl.Float32) - pl.col("alt_ll").cast(pl.Float32)).alias("score"),
+        pl.col("window_bp").alias("context_bp"),  # the base's left context in the scan
     )
     keyed = with_cells(scored, reference, calibration.decimals, None)
     values = calibration.annotate(keyed).select(

@@ -51,7 +51,7 @@ def _check_windows(shard: pl.DataFrame, engine: Engine, recipe: RecipeSettings) 
     """Refuse windows longer than the model's positional range before any forward pass."""
     if shard.height:
         longest = int((shard["window_end"] - shard["window_start"]).max())
-        engine.check_window_bp(longest, f"{recipe.recipe} windows")
+        engine.check_window_bp(longest, f"{recipe.recipe} windows", "window_bp")
 
 
 def score_shard(

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from carbon_vep.errors import InputError
+from carbon_vep.variants.panel_columns import open_binary
 from carbon_vep.variants.panel_text import TABLE_SUFFIXES, read_text_table, table_format
 
 
@@ -25,11 +26,7 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
     Text tables are read as strings; other columns are carried.
     """
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "task file not found")
-    fmt = table_format(path)
-    if fmt is None:
-        raise InputError(path, f"unknown task file type; use one of {sorted(TABLE_SUFFIXES)}")
+    fmt = _task_format(path)
     try:
         if fmt == "parquet":
             frame = pl.read_parquet(path)
@@ -37,11 +34,7 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
             frame = read_text_table(path, fmt, all_text=True)
     except (pl.exceptions.PolarsError, OSError) as err:
         raise InputError(path, f"cannot read task file: {err}") from err
-    missing = [c for c in required if c not in frame.columns]
-    if missing:
-        raise InputError(path, f"missing column(s) {missing}; found {frame.columns}")
-    if frame.height == 0:
-        raise InputError(path, "the task file holds no rows")
+    _require_columns(path, frame.columns, required, frame.height)
     first = 1 if fmt == "parquet" else 2  # a text table's header is line 1
     unit = "row" if fmt == "parquet" else "line"
     return frame.with_columns(
@@ -50,6 +43,64 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
             "{}:{} {}", pl.lit(str(path)), pl.lit(unit), pl.int_range(pl.len()) + first
         ).alias("source"),
     )
+
+
+def count_task_rows(path: str | Path, required: Sequence[str]) -> int:
+    """The rows `read_task_table` reads from a task file, refused as it refuses the file, read
+    without their values: a Parquet file's footer, or a text table's records counted line by
+    line. What merge-recovery needs: its memory stays flat however long the prompts are."""
+    path = Path(path)
+    fmt = _task_format(path)
+    try:
+        if fmt == "parquet":
+            columns = list(pl.read_parquet_schema(path))
+            rows = pl.scan_parquet(path).select(pl.len()).collect().item()
+        else:
+            columns = read_text_table(path, fmt, n_rows=0, all_text=True).columns
+            rows = _text_records(path, quoted=fmt == "csv")
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise InputError(path, f"cannot read task file: {err}") from err
+    _require_columns(path, columns, required, rows)
+    return rows
+
+
+def _task_format(path: Path) -> str:
+    if not path.is_file():
+        raise InputError(path, "task file not found")
+    fmt = table_format(path)
+    if fmt is None:
+        raise InputError(path, f"unknown task file type; use one of {sorted(TABLE_SUFFIXES)}")
+    return fmt
+
+
+def _require_columns(path: Path, found: Sequence[str], required: Sequence[str], rows: int) -> None:
+    missing = [c for c in required if c not in found]
+    if missing:
+        raise InputError(path, f"missing column(s) {missing}; found {list(found)}")
+    if rows == 0:
+        raise InputError(path, "the task file holds no rows")
+
+
+def _text_records(path: Path, quoted: bool) -> int:
+    """The data records of a text table as polars reads it (panel_text.read_text_table), one
+    line in memory at a time: lines end at `\\n`; blank lines before the header are skipped, a
+    line starting `##` outside a quoted field is a comment, a blank line after the header is a
+    record (of nulls); with `quoted` (CSV), a record goes on until its quotes are closed."""
+    records, header_seen, in_quotes = 0, False, False
+    with open_binary(path) as handle:
+        for line in handle:
+            if not in_quotes:  # the line starts a record (or the header, or a comment)
+                if line.startswith(b"##"):
+                    continue
+                if header_seen:
+                    records += 1
+                elif line.strip(b"\r\n"):
+                    header_seen = True
+                else:
+                    continue
+            if quoted and line.count(b'"') % 2:
+                in_quotes = not in_quotes
+    return records
 
 
 def require_scorable(where: str | Path, reasons: Sequence[str]) -> None:
