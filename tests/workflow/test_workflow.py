@@ -527,7 +527,10 @@ def test_a_config_edit_reruns_no_model_job_it_cannot_change(demo_run, tmp_path, 
         assert ("compute_metrics", "dataset=demo_centered, model=demo") in jobs
         assert {rule for rule, _ in jobs} & set(METRIC_RULES) == {"compute_metrics"}
     if edit == "bootstrap":
-        cells = [f"{t}_512" for t in config["niah"]["demo_niah"]["tasks"]]
+        from carbon_vep.config.niah_grid import niah_config_name
+
+        niah = config["niah"]["demo_niah"]
+        cells = [niah_config_name(t, c) for t in niah["tasks"] for c in niah["contexts"]]
         expected = [
             *(("compute_metrics", f"dataset={d}, model=demo") for d in config["datasets"]),
             *(
