@@ -22,10 +22,11 @@ from carbon_vep.workflow.scans import ScanInputs, read_plan
 from carbon_vep.workflow.targets import NOTHING, Targets
 
 
-def _run(tmp_path, **extra) -> RunConfig:
+def _run(tmp_path, d1: dict | None = None, **extra) -> RunConfig:
+    """A run of three models, two datasets (d1 with the keys of `d1` too) and a scan."""
     local = tmp_path / "local_model"
-    (local / "sub").mkdir(parents=True)
-    (local / "__pycache__").mkdir()
+    (local / "sub").mkdir(parents=True, exist_ok=True)
+    (local / "__pycache__").mkdir(exist_ok=True)
     for name in ("config.json", ".hidden", "sub/weights.bin", "__pycache__/x.pyc"):
         (local / name).write_text(name)
     models = {
@@ -43,6 +44,7 @@ def _run(tmp_path, **extra) -> RunConfig:
                 "recipe": "centered",
                 "models": ["demo", "local"],
                 "export_vcf": True,
+                **(d1 or {}),
             },
             "d2": {
                 **dataset,
@@ -212,13 +214,53 @@ def test_settings_leave_the_batch_sizes_to_the_resources_and_provenance_names_th
     assert jobs.lookup_scan_dir(Wildcards(dataset="d2", model="demo")) == "out/scans/g/demo"
 
 
+def test_metric_settings_reach_the_merges_and_metrics_never_a_model_job(tmp_path):
+    """What decides only the metrics (the bootstrap, a panel's headline metrics, breakdowns and
+    Spearman column) is in no model job's settings or provenance, the params Snakemake reruns a
+    job for: score_shard, score_recovery, score_perturbation and score_niah get the same
+    strings whatever their values, their own metrics point estimates (bootstrap 0). The merges
+    and compute_metrics get them."""
+    tasks = {
+        "r": {"kind": "sequence_recovery", "path": "r.tsv", "models": ["local"]},
+        "p": {"kind": "perturbation", "path": "p.tsv", "models": ["local"]},
+    }
+    niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 4, "rows_per_job": 2}}
+    metric_only = {
+        "headline_metrics": ["auroc", "average_precision"],
+        "breakdown_columns": ["region"],
+        "spearman_column": "functional_score",
+    }
+    before, after = (
+        Jobs(_run(tmp_path, d1=d1, tasks=tasks, niah=niah, bootstrap=bootstrap))
+        for bootstrap, d1 in ((1000, {}), (7, metric_only))
+    )
+    task_jobs = [Wildcards(task=task, model="local", point="") for task in tasks]
+    niah_job = Wildcards(niah="n", cell="niah_1k", model="local")
+    panel = Wildcards(dataset="d1", model="local")
+    model_jobs = [(Jobs.task_settings, wc) for wc in task_jobs]
+    model_jobs += [(Jobs.task_provenance, wc) for wc in task_jobs]
+    model_jobs += [(Jobs.niah_settings, niah_job), (Jobs.niah_provenance, niah_job)]
+    model_jobs += [(Jobs.scoring_settings, panel), (Jobs.dataset_provenance, panel)]
+    for method, wc in model_jobs:
+        assert method(before, wc) == method(after, wc), method.__name__
+    for wc in [*task_jobs, niah_job]:
+        settings = after.niah_settings(wc) if wc is niah_job else after.task_settings(wc)
+        assert json.loads(shlex.split(settings)[0])["bootstrap"] == 0  # point estimates
+    for wc in task_jobs:
+        merges = [json.loads(shlex.split(j.task_merge_settings(wc))[0]) for j in (before, after)]
+        assert [merge["bootstrap"] for merge in merges] == [1000, 7]
+    metrics = [j.dataset_settings("labels", "metrics")(panel) for j in (before, after)]
+    assert [json.loads(shlex.split(m)[0])["bootstrap"] for m in metrics] == [1000, 7]
+    assert json.loads(shlex.split(metrics[1])[0])["breakdown_columns"] == ["region"]
+
+
 def test_niah_jobs_cover_every_row_once(tmp_path):
     niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 250, "rows_per_job": 100}}
     jobs = Jobs(_run(tmp_path, niah=niah), niah_gpu="A10")
     wc = {"niah": "n", "cell": "niah_1k", "model": "local"}
     rows = [jobs.niah_rows(Wildcards(**wc, part=f"{i:05d}")) for i in range(3)]
     assert rows == [f"{a}:{b} --cell-task niah" for a, b in ((0, 100), (100, 200), (200, 250))]
-    parts = jobs.niah_parts("rows")(Wildcards(**wc))
+    parts = jobs.niah_parts(Wildcards(**wc))
     assert parts == [f"out/suite/niah/n/niah_1k/local/parts/rows_{i:05d}.parquet" for i in range(3)]
     assert jobs.niah_runtime(Wildcards(**wc, part="00000")) >= 1
 
@@ -295,7 +337,7 @@ def test_every_path_a_rule_names_is_one_distinct_run_paths_pattern():
         assert not re.search(r"OUTDIR|LOG_DIR|[\"']logs/", text), name
     named = set(re.findall(r"PATHS\.(\w+)", "\n".join(sources.values())))
     named -= {"job_log", "log", "outdir"}
-    assert {"shard_scores", "scan_chunk", "niah_part_rows", "task_predictions"} <= named
+    assert {"shard_scores", "scan_chunk", "niah_part_rows", "task_part_predictions"} <= named
     paths = RunPaths("out")
     patterns = []
     for name in sorted(named):
@@ -359,11 +401,10 @@ def test_scan_inputs_name_the_files_the_scan_rules_write(tmp_path):
         assert scans.output_files(wc, plan, kind) == [pattern.format(**names)]
     jobs = Jobs(run)
     cell = Wildcards(niah="n", cell="niah_1k", model="demo")
-    for kind, pattern in (("rows", paths.niah_part_rows), ("metrics", paths.niah_part_metrics)):
-        assert jobs.niah_parts(kind)(cell) == [
-            pattern.format(niah="n", cell="niah_1k", model="demo", part=part)
-            for part in ("00000", "00001")
-        ]
+    assert jobs.niah_parts(cell) == [
+        paths.niah_part_rows.format(niah="n", cell="niah_1k", model="demo", part=part)
+        for part in ("00000", "00001")
+    ]
 
 
 def test_a_recovery_jobs_time_limit_follows_its_rollouts(tmp_path):

@@ -503,8 +503,8 @@ def test_parts_cover_every_row_once_and_decide_the_label_source_on_the_whole_tab
     one job's table exactly. auto's label source is the whole table's even in a part whose
     own labels would decide otherwise (rows 0-1 have no label and rows 2-6 12 bp labels, shorter
     than the 30 bp rollout: every row's label is its sequence's tail, in every part)."""
-    from carbon_vep.suite.recovery import merged_parts, recover_with
-    from carbon_vep.suite.tasks import Part
+    from carbon_vep.suite.recovery import recover_with
+    from carbon_vep.suite.tasks import Part, merged_parts
 
     table = _part_table([None] * 2 + ["ACGTAC" * 2] * 5)
     settings = RecoverySettings()
@@ -529,8 +529,8 @@ def test_parts_cover_every_row_once_and_decide_the_label_source_on_the_whole_tab
 
 
 def test_parts_that_miss_or_repeat_a_row_are_refused_naming_the_task_file():
-    from carbon_vep.suite.recovery import merged_parts, recover_with
-    from carbon_vep.suite.tasks import Part
+    from carbon_vep.suite.recovery import recover_with
+    from carbon_vep.suite.tasks import Part, merged_parts
 
     table = _part_table(["ACGTAC" * 10] * 5)
     shares = [recover_with(table, 6, RecoverySettings(), _echo, part=Part(i, 2)) for i in range(2)]

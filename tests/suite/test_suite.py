@@ -183,7 +183,9 @@ def test_published_suite_config_plans_hub_fetches_and_every_suite_rule(tmp_path)
         assert f"rule fetch_hub_{name}:" in result.stdout
     for rule in (
         "score_recovery",
+        "merge_recovery",
         "score_perturbation",
+        "merge_perturbation",
         "make_results_table",
         "write_run_report",
         "export_vcf",

@@ -321,8 +321,8 @@ def _tasks(run: Path) -> list[str]:
 
 def _one_job_of_each_model_rule(run: Path) -> list[str]:
     """An output of one job of every model rule of the run: the first shard of each dataset
-    (each recipe scores differently), one task of each kind (a recovery task's first part),
-    the first part of one NIAH cell,
+    (each recipe scores differently), one task of each kind (its first part), the first part
+    of one NIAH cell,
     and the scan's merged files (their chunks' Parquet is temporary: no file to name once the
     run is done, so the chunks are forced by rule name)."""
     results = run / "results"
@@ -332,9 +332,7 @@ def _one_job_of_each_model_rule(run: Path) -> list[str]:
         *(min(d.glob("shard_*.parquet")) for d in results.glob("*/demo/shard_scores")),
         *(
             results / f"suite/{name}/demo/parts/predictions_00000.parquet"
-            if kind == "sequence_recovery"
-            else results / f"suite/{name}/demo/predictions.parquet"
-            for kind, name in tasks.items()
+            for name in tasks.values()
         ),
         min(results.glob("suite/niah/*/*/demo/parts/rows_*.parquet")),
         *results.glob("scans/*/demo/positions/*.parquet"),
@@ -476,22 +474,31 @@ def _sort_column(page) -> list[float]:
 MODEL_RULES = ("score_shard", "scan_chunk", "score_recovery", "score_perturbation", "score_niah")
 
 
+# the jobs that compute metrics from rows already scored: the panels' and each task kind's merge
+METRIC_RULES = ("compute_metrics", "merge_recovery", "merge_perturbation", "merge_niah")
+
+
 @pytest.mark.parametrize(
     "edit",
-    ["headline_metrics", "new_task", "scan_tracks", "new_dataset"],
+    ["panel_metric_settings", "bootstrap", "new_task", "scan_tracks", "new_dataset"],
 )
 def test_a_config_edit_reruns_no_model_job_it_cannot_change(demo_run, tmp_path, edit):
     """`snakemake -n` on the finished CI run after an edit: no model job of an entry the edit
-    leaves alone (a report setting, another entry added, a scan's tracks), only the new
-    entry's own when one is added."""
+    leaves alone (a panel's metric settings, the bootstrap, another entry added, a scan's
+    tracks), only the new entry's own when one is added. The bootstrap reruns every job that
+    computes metrics (each task kind's merge, compute_metrics) and none that scores."""
     import re
 
     from support.cluster import copy_run
 
     run = copy_run(demo_run, tmp_path / "run")
     config = yaml.safe_load((run / "config.yaml").read_text())
-    if edit == "headline_metrics":
-        config["datasets"]["demo_centered"]["headline_metrics"] = ["auroc"]
+    if edit == "panel_metric_settings":
+        config["datasets"]["demo_centered"].update(
+            headline_metrics=["auroc"], breakdown_columns=["NOTE"], spearman_column="NOTE"
+        )
+    elif edit == "bootstrap":
+        config["bootstrap"] = 50  # the CI config's is 0
     elif edit == "new_task":
         config["tasks"]["demo_cag_again"] = dict(config["tasks"]["demo_cag_expansion"])
     elif edit == "scan_tracks":
@@ -516,5 +523,21 @@ def test_a_config_edit_reruns_no_model_job_it_cannot_change(demo_run, tmp_path, 
         assert ("check_panel", "dataset=demo_again") in jobs
     else:
         assert model_jobs == [], model_jobs
-    if edit == "headline_metrics":
+    if edit == "panel_metric_settings":
         assert ("compute_metrics", "dataset=demo_centered, model=demo") in jobs
+        assert {rule for rule, _ in jobs} & set(METRIC_RULES) == {"compute_metrics"}
+    if edit == "bootstrap":
+        from carbon_vep.config.niah_grid import niah_config_name
+
+        niah = config["niah"]["demo_niah"]
+        cells = [niah_config_name(t, c) for t in niah["tasks"] for c in niah["contexts"]]
+        expected = [
+            *(("compute_metrics", f"dataset={d}, model=demo") for d in config["datasets"]),
+            *(
+                ("merge_recovery" if task["kind"] == "sequence_recovery" else "merge_perturbation",
+                 f"task={name}, point=, model=demo")
+                for name, task in config["tasks"].items()
+            ),
+            *(("merge_niah", f"niah=demo_niah, cell={c}, model=demo") for c in cells),
+        ]  # fmt: skip
+        assert sorted(job for job in jobs if job[0] in METRIC_RULES) == sorted(expected)

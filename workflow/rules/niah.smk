@@ -1,6 +1,9 @@
 # Genomic-NIAH, the suite's long-context task (`niah:` in the config): each entry's cells (a
 # task at a context) are fetched from the Hub on the head node or built from a genome; a cell's
 # rows are cut into model jobs (rows_per_job), merged per cell into predictions and metrics.
+# The metrics' intervals are the merge's (a CPU job): a model job's own metrics JSON holds point
+# estimates and its engine's parameters, whatever the config's `bootstrap`, so changing that
+# reruns merge_niah alone (JOBS.niah_settings).
 
 
 rule fetch_niah_cell:
@@ -86,8 +89,7 @@ rule score_niah:
 rule merge_niah:
     input:
         cell=PATHS.niah_cell,
-        parts=JOBS.niah_parts("rows"),
-        part_metrics=JOBS.niah_parts("metrics"),
+        parts=JOBS.niah_parts,
         cell_inputs=PATHS.niah_inputs,
         model=JOBS.model_files,
     output:

@@ -1,6 +1,7 @@
-"""The suite's tasks other than variant panels: one command a task kind (config.tasks:
-score-recovery, score-perturbation), each running its kind's job (suite.jobs); a generation
-kind's job may score a part of the rows (`--part`), and merge-recovery joins the parts."""
+"""The suite's tasks other than variant panels: two commands a task kind (config.tasks): its
+model job (score-recovery, score-perturbation), running its kind's job (suite.jobs; a
+generation kind's job may score a part of the rows, `--part`), and its merge (merge-recovery,
+merge-perturbation), joining the jobs' rows into the task's table and metrics, with no model."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 from carbon_vep import atomic
 from carbon_vep.cli.common import add_result_args, write_task_result
 from carbon_vep.config.fields import add_flags, from_args
-from carbon_vep.config.stages import EvaluationSettings, ModelSettings, RecoverySettings
-from carbon_vep.config.tasks import SEQUENCE_RECOVERY, TASK_KINDS, TaskKind
+from carbon_vep.config.stages import EvaluationSettings, ModelSettings
+from carbon_vep.config.tasks import TASK_KINDS, TaskKind
 
 
 def add_task_commands(sub) -> None:
@@ -64,42 +65,53 @@ def score_task(kind: TaskKind, args: argparse.Namespace) -> None:
         atomic.write_json(run.times.record(), args.times)
 
 
-def add_merge_recovery(sub) -> None:
+def add_merge_commands(sub) -> None:
+    for kind in TASK_KINDS.values():
+        _add_merge(sub, kind)
+
+
+def _add_merge(sub, kind: TaskKind) -> None:
     p = sub.add_parser(
-        "merge-recovery", help="a sequence-recovery task's parts into one table + metrics"
+        kind.merge_command,
+        help=f"a {kind.title} task's parts into one table + its metrics (no model)",
     )
     p.add_argument("--tasks-file", required=True, help="the task file the parts were scored from")
-    p.add_argument("--parts", nargs="+", required=True, help="score-recovery --part outputs")
-    p.add_argument(
-        "--part-metrics", nargs="+", default=[], help="their metrics JSON (the draft's counts)"
-    )
-    add_flags(p, RecoverySettings, EvaluationSettings)
+    p.add_argument("--parts", nargs="+", required=True, help=f"{kind.command} outputs (Parquet)")
+    if kind.generation:
+        p.add_argument(
+            "--part-metrics", nargs="+", default=[], help="their metrics JSON (the draft's counts)"
+        )
+    add_flags(p, kind.settings, EvaluationSettings)
     add_result_args(p)
     p.add_argument("--out", required=True, help="per-row predictions Parquet")
     p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
-    p.set_defaults(func=merge_recovery)
+    p.set_defaults(func=partial(merge_task, kind))
 
 
-def merge_recovery(args: argparse.Namespace) -> None:
-    """The parts' rows, checked to cover the task file once, in its order; the metrics of the
-    whole (a draft's counts summed over the parts). Of the task file only its rows are counted
-    (count_task_rows): the prompts are never read, so memory does not grow with them."""
+def merge_task(kind: TaskKind, args: argparse.Namespace) -> None:
+    """A kind's merge: the parts' rows, checked to cover the task file once, in its order; the
+    metrics of the whole with the evaluation's intervals (a draft's counts summed over the
+    parts). Reads no model: the workflow's model jobs leave the intervals to it. Of the task
+    file only its rows are counted (count_task_rows): the prompts are never read, so memory
+    does not grow with them."""
     import json
 
     import polars as pl
 
-    from carbon_vep.suite.recovery import merged_parts, merged_speculative, recovery_metrics
-    from carbon_vep.suite.tasks import count_task_rows
+    from carbon_vep.suite.jobs import TASK_METRICS
+    from carbon_vep.suite.recovery import merged_speculative
+    from carbon_vep.suite.tasks import count_task_rows, merged_parts
 
-    settings, evaluation = from_args(args, RecoverySettings, EvaluationSettings)
-    height = count_task_rows(args.tasks_file, SEQUENCE_RECOVERY.columns)
+    settings, evaluation = from_args(args, kind.settings, EvaluationSettings)
+    height = count_task_rows(args.tasks_file, kind.columns)
     rows = merged_parts(args.tasks_file, height, [pl.read_parquet(p) for p in args.parts])
-    metrics = recovery_metrics(rows, settings, evaluation)
-    drafts = [json.loads(Path(m).read_text()).get("speculative") for m in args.part_metrics]
+    metrics = TASK_METRICS[kind.name](rows, settings, evaluation)
+    part_metrics = getattr(args, "part_metrics", [])
+    drafts = [json.loads(Path(m).read_text()).get("speculative") for m in part_metrics]
     if drafts and all(drafts):
         metrics["speculative"] = merged_speculative(drafts)
     atomic.write_parquet(rows, args.out)
-    write_task_result(metrics, args, [SEQUENCE_RECOVERY.headline])
+    write_task_result(metrics, args, [kind.headline])
 
 
-COMMANDS = (add_task_commands, add_merge_recovery)
+COMMANDS = (add_task_commands, add_merge_commands)

@@ -347,7 +347,9 @@ class EvaluationSettings:
         1000,
         scope="run",
         minimum=0,
-        help="resamples for the 95% percentile bootstrap intervals of every metric (0 = none)",
+        help="resamples for the 95% percentile bootstrap intervals of every metric (0 = none); "
+        "the jobs that compute metrics read it (compute_metrics, the suite's merges), no model "
+        "job: changing it reruns no scoring",
     )
     seed: int = setting(0, scope="cli", help="random seed of the bootstrap")
 

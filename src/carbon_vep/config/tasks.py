@@ -73,8 +73,12 @@ class TaskKind:
     title: str  # the kind in prose
     settings: type  # its settings (config.stages)
     group: str  # TaskConfig's attribute holding them
-    rule: str  # the Snakemake rule of its jobs (workflow/rules/suite.smk)
+    rule: str  # the Snakemake rule of its model jobs, a part of the rows each (suite.smk)
     command: str  # the carbon-vep subcommand that rule runs
+    # the CPU rule joining the parts into the task's table and metrics, with the intervals (the
+    # evaluation settings are its alone: changing them reruns no model job), and its command
+    merge_rule: str
+    merge_command: str
     columns: tuple[str, ...]  # required columns of its task file
     optional_columns: tuple[str, ...]  # read when present
     generation: bool  # generates tokens: the engine and vLLM options, and `--times`
@@ -101,6 +105,8 @@ SEQUENCE_RECOVERY = TaskKind(
     group="recovery",
     rule="score_recovery",
     command="score-recovery",
+    merge_rule="merge_recovery",
+    merge_command="merge-recovery",
     columns=("sequence", "label"),
     optional_columns=("type",),
     generation=True,
@@ -144,6 +150,8 @@ PERTURBATION = TaskKind(
     group="perturbation",
     rule="score_perturbation",
     command="score-perturbation",
+    merge_rule="merge_perturbation",
+    merge_command="merge-perturbation",
     columns=("original_sequence", "sequence"),
     optional_columns=(),
     generation=False,

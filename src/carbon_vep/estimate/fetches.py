@@ -145,7 +145,8 @@ def _scan_jobs(run: RunConfig) -> list[JobCount]:
 
 def _task_jobs(run: RunConfig) -> list[JobCount]:
     """One job a task and model, and one a sweep point and model (config.tasks: `sweeps`);
-    a generation kind's times each entry's `parts`, and one merge_recovery job each."""
+    a generation kind's times each entry's `parts`; and one merge job each (its kind's
+    merge_rule, on a CPU)."""
     out = []
     for kind in TASK_KINDS.values():
         tasks = {k: t for k, t in run.tasks.items() if t.kind == kind.name}
@@ -157,8 +158,7 @@ def _task_jobs(run: RunConfig) -> list[JobCount]:
         if kind.generation and any(t.parts > 1 for t in tasks.values()):
             how += " (x each task's parts)"
         out.append(JobCount(kind.rule, jobs, how))
-        if kind.generation:
-            out.append(JobCount("merge_recovery", sum(runs.values()), "task (or point) x model"))
+        out.append(JobCount(kind.merge_rule, sum(runs.values()), "task (or point) x model"))
     return out
 
 

@@ -1,5 +1,8 @@
-"""Each task kind's job (config.tasks declares the kinds): the task table in, a `TaskRun` out.
-`carbon-vep <kind's command>` reads the table and settings and calls its kind's job here."""
+"""Each task kind's job (config.tasks declares the kinds): the task table in, a `TaskRun` out;
+and its metrics, from the rows its jobs wrote. `carbon-vep <kind's command>` reads the table
+and settings and calls its kind's job here; `carbon-vep <kind's merge command>` joins the jobs'
+rows and computes their metrics here, with no model (nothing here imports torch until a job
+loads its model)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import polars as pl
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings
 from carbon_vep.config.tasks import PERTURBATION, SEQUENCE_RECOVERY
 from carbon_vep.suite import perturbation, recovery
-from carbon_vep.suite.perturbation import perturbation_task
+from carbon_vep.suite.perturbation import perturbation_metrics, perturbation_task
+from carbon_vep.suite.recovery import recovery_metrics
 from carbon_vep.suite.recovery_job import recovery_task
 from carbon_vep.suite.tasks import TaskRun, require_scorable, task_file
 
@@ -21,6 +25,14 @@ TaskJob = Callable[[pl.DataFrame, ModelSettings, Any, EvaluationSettings, str], 
 TASK_JOBS: dict[str, TaskJob] = {
     SEQUENCE_RECOVERY.name: recovery_task,
     PERTURBATION.name: perturbation_task,
+}
+
+# (the rows of every part, the kind's settings, evaluation) -> the task's metrics JSON
+TaskMetrics = Callable[[pl.DataFrame, Any, EvaluationSettings], dict]
+
+TASK_METRICS: dict[str, TaskMetrics] = {
+    SEQUENCE_RECOVERY.name: recovery_metrics,
+    PERTURBATION.name: perturbation_metrics,
 }
 
 

@@ -5,11 +5,15 @@ are scored as in the centered recipe: `<dna>` + the sequence cut to whole k-mers
 mean log-probability per token (full-vocabulary normaliser by default; `dna_block` and the
 bp-level FNS score are options, recorded in every row). A pair is correct iff
 S(original) > S(perturbed), strictly: ties count as wrong and are counted on their own.
+
+The pairs' checks and metrics need no model and import no torch (merge-perturbation computes
+the metrics on a CPU); the model is loaded by the job alone (`perturbation_task`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -17,10 +21,11 @@ from carbon_vep.columns import FAILED_ALONE, Status
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, PerturbationSettings
 from carbon_vep.config.tasks import PERTURBATION
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
-from carbon_vep.model.engine import Engine
-from carbon_vep.model.job import load_engine
 from carbon_vep.model.tokens import non_acgt_count
 from carbon_vep.suite.tasks import TaskRun, require_scorable, task_file
+
+if TYPE_CHECKING:
+    from carbon_vep.model.engine import Engine
 
 
 def whole_kmers(seq: str, k: int) -> str:
@@ -154,5 +159,7 @@ def perturbation_task(
     where: str,
 ) -> TaskRun:
     """A perturbation job: its pairs scored on the model, and their metrics."""
+    from carbon_vep.model.job import load_engine
+
     pairs = score_pairs(table, load_engine(model, where), settings)
     return TaskRun(pairs, perturbation_metrics(pairs, settings, evaluation))

@@ -331,21 +331,6 @@ def recovery_metrics(
 
 
 # ---- a task cut into parts (a task entry's `parts`) ---------------------------------------
-def merged_parts(where: str, rows: int, parts: list[pl.DataFrame]) -> pl.DataFrame:
-    """The parts' predictions as one table in the task file's order, refused (naming `where`,
-    the task file) unless they hold each of its `rows` rows once."""
-    merged = pl.concat(parts, how="vertical").sort("row_id")
-    ids = merged["row_id"].to_list()
-    if ids != list(range(rows)):
-        missing = sorted(set(range(rows)) - set(ids))[:3]
-        raise InputError(
-            where,
-            f"the parts hold {len(ids)} rows for the file's {rows} (missing e.g. {missing}, "
-            "or some twice): the parts must be the task's I/N shares, every I once",
-        )
-    return merged
-
-
 def merged_speculative(records: list[dict]) -> dict:
     """A draft's record over the parts: their counts summed, the rates taken again from the
     sums (the accepted tokens of each part: its rate x its proposals)."""

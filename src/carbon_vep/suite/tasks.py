@@ -1,7 +1,8 @@
 """Suite task files in: a task table (Parquet, TSV or CSV, named as panels are) with its
-required columns, each row named by its file and row or line; a task job's outputs (`TaskRun`);
-and a generation job's times out (`JobTimes`: the engine's start and the scoring, written as
-JSON beside the job's outputs)."""
+required columns, each row named by its file and row or line; a job's share of the rows
+(`Part`) and the shares joined again (`merged_parts`); a task job's outputs (`TaskRun`); and a
+generation job's times out (`JobTimes`: the engine's start and the scoring, written as JSON
+beside the job's outputs)."""
 
 from __future__ import annotations
 
@@ -138,6 +139,21 @@ class Part:
 
     def rows(self, height: int) -> slice:
         return slice(height * self.index // self.count, height * (self.index + 1) // self.count)
+
+
+def merged_parts(where: str, rows: int, parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The parts' predictions as one table in the task file's order, refused (naming `where`,
+    the task file) unless they hold each of its `rows` rows once."""
+    merged = pl.concat(parts, how="vertical").sort("row_id")
+    ids = merged["row_id"].to_list()
+    if ids != list(range(rows)):
+        missing = sorted(set(range(rows)) - set(ids))[:3]
+        raise InputError(
+            where,
+            f"the parts hold {len(ids)} rows for the file's {rows} (missing e.g. {missing}, "
+            "or some twice): the parts must be the task's I/N shares, every I once",
+        )
+    return merged
 
 
 @dataclass

@@ -17,13 +17,18 @@ from typing import Any
 from carbon_vep.config.fields import spec_json
 from carbon_vep.config.gpus import host_memory_mb
 from carbon_vep.config.run import RunConfig
-from carbon_vep.config.stages import GENERATION_ONLY
+from carbon_vep.config.stages import GENERATION_ONLY, EvaluationSettings
 from carbon_vep.config.task_entry import TaskConfig
 from carbon_vep.config.tasks import SWEEP_KEY, TASK_KINDS, SweepPoint, kind_of_rule
 from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, niah_runtime_minutes
 from carbon_vep.estimate.costs import recovery_job_seconds, recovery_work, shape_of
 from carbon_vep.estimate.counts import Count, input_count
 from carbon_vep.workflow.paths import RunPaths
+
+# A model job's own metrics (a part's: score_recovery, score_perturbation, score_niah) are
+# point estimates, whatever the config's evaluation settings: the intervals are the merge's,
+# a CPU job, so a change of `bootstrap` reruns no model job (docs/reproducibility.md).
+POINT_ESTIMATES = EvaluationSettings(bootstrap=0)
 
 
 def quoted_json(items: dict) -> str:
@@ -218,13 +223,17 @@ class Jobs:
         return task if point is None else task.at(point)
 
     def task_settings(self, wc: Any) -> str:
+        """A task's model job: the model's settings and the kind's, its metrics point estimates
+        (POINT_ESTIMATES: the merge's --settings hold the evaluation's, task_merge_settings)."""
         task = self.task(wc)
         generation = TASK_KINDS[task.kind].generation
-        return self.model_settings(wc, task.settings, task.evaluation, generation=generation)
+        return self.model_settings(wc, task.settings, POINT_ESTIMATES, generation=generation)
 
     def niah_settings(self, wc: Any) -> str:
+        """A score_niah job: the model's settings and the entry's NIAH settings, its metrics
+        point estimates (merge_niah computes the intervals with the entry's evaluation)."""
         entry = self.run.niah[wc.niah]
-        return self.model_settings(wc, entry.niah, entry.evaluation, generation=True)
+        return self.model_settings(wc, entry.niah, POINT_ESTIMATES, generation=True)
 
     def niah_hub_settings(self, wc: Any) -> str:
         entry = self.run.niah[wc.niah]
@@ -240,11 +249,13 @@ class Jobs:
         start, end = entry.row_ranges()[int(wc.part)]
         return f"{start}:{end} --cell-task {entry.cell(wc.cell).task}"
 
-    def niah_parts(self, kind: str) -> Callable[[Any], list[str]]:
-        """Input function: the score_niah outputs of a cell (`rows` Parquet or `metrics`)."""
-        pattern = self.paths.niah_part_rows if kind == "rows" else self.paths.niah_part_metrics
-        return lambda wc: [
-            pattern.format(niah=wc.niah, cell=wc.cell, model=wc.model, part=f"{i:05d}")
+    def niah_parts(self, wc: Any) -> list[str]:
+        """Input function: the score_niah rows (Parquet) of a cell. (Their metrics JSON are
+        each job's own record, which merge_niah does not read.)"""
+        return [
+            self.paths.niah_part_rows.format(
+                niah=wc.niah, cell=wc.cell, model=wc.model, part=f"{i:05d}"
+            )
             for i in range(len(self.run.niah[wc.niah].row_ranges()))
         ]
 
@@ -263,7 +274,8 @@ class Jobs:
         return f"{int(wc.part)}/{self.run.tasks[wc.task].parts}"
 
     def task_merge_settings(self, wc: Any) -> str:
-        """merge-recovery's --settings: the task's own (at the job's sweep point)."""
+        """A kind's merge's --settings: the task's own (at the job's sweep point) and its
+        evaluation (bootstrap), which its model jobs are not given."""
         task = self.task(wc)
         return spec_json(task.settings, task.evaluation)
 
