@@ -8,8 +8,8 @@ pytestmark = pytest.mark.slow  # each measured process runs once at toy sizes
 
 
 def test_bench_calibrate_runs_the_scan_jobs_beside_the_references(tmp_path):
-    """merge-scan, calibrate-scan and write-scan-tsv as jobs on a synthetic chunk at two sizes,
-    the two references beside them; counts and scales read from the jobs' files."""
+    """merge-scan, count-scan, calibrate-scan and write-scan-tsv as jobs on a synthetic chunk at
+    two sizes, the two references beside them; counts and scales read from the jobs' files."""
     from carbon_vep.benchmark import calibrate
 
     sizes = [20_000, 40_000]
@@ -18,14 +18,16 @@ def test_bench_calibrate_runs_the_scan_jobs_beside_the_references(tmp_path):
         r = results[bases]
         assert r["snvs"] == 3 * bases
         for step in calibrate.LABELS:
-            assert r[f"{step}_s"] > 0 and r[f"{step}_peak_rss_mb"] > 0
+            assert r[f"{step}_s"] > 0 and r[f"{step}_peak_rss_mb"] > 0 and r[f"{step}_cpu_s"] > 0
         # every SNV counted once: (cell, score) rows at most the SNVs, the scale's scores fewer
         assert 0 < r["distinct_scores"] <= r["cells_x_scores"] <= r["snvs"]
         assert r["tsv_bytes_per_snv_with_phred"] > r["tsv_bytes_per_snv_score_only"] > 0
         folder = tmp_path / f"scan_{bases}"
         assert (folder / "with_phred.tsv.gz.tbi").exists()
-    projection = results["hg38_projection_16_cores_h"]
-    assert 0 < projection["merge_and_phred_column"] < projection["merge_calibrate_tsv_jobs"]
+    for clock in ("", "_wall"):
+        projection = results[f"hg38_projection_16_cores_h{clock}"]
+        calibration = projection["calibration_count_calibrate_phred_column"]
+        assert 0 < calibration < projection["merge_count_calibrate_tsv_jobs"]
 
 
 def test_bench_scan_annotates_through_the_workflows_two_jobs(tmp_path):

@@ -47,6 +47,16 @@ def test_a_command_within_its_limit_is_measured_as_before():
     assert done.peak_rss_mb > 1
 
 
+def test_a_command_is_measured_in_cpu_seconds_beside_its_wall_time():
+    """CPU seconds are the command's own work, not its wall time: a sleep takes almost none, a
+    busy loop of 0.3 CPU seconds at least that much."""
+    asleep = run_command(["sleep", "0.5"])
+    assert asleep.seconds >= 0.5 and asleep.cpu_seconds < 0.25
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    busy = run_command([sys.executable, "-c", spin])
+    assert busy.cpu_seconds >= 0.3 and busy.as_dict()["cpu_s"] == busy.cpu_seconds
+
+
 def test_a_timed_out_command_fails_the_check():
     with pytest.raises(StepFailed, match="exited 124") as failed:
         run_command(["sleep", "30"], timeout_s=0.5)

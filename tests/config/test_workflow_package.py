@@ -16,6 +16,7 @@ from types import SimpleNamespace as Wildcards
 import pytest
 
 from carbon_vep.config.run import RunConfig
+from carbon_vep.workflow.digests import fingerprint, settings_sha256
 from carbon_vep.workflow.jobs import Jobs
 from carbon_vep.workflow.paths import RunPaths
 from carbon_vep.workflow.scans import ScanInputs, read_plan
@@ -286,6 +287,20 @@ def test_scan_inputs_follow_the_plan_and_a_rewritten_plan_is_read_again(tmp_path
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
     assert read_plan(str(path)) == {"chunks": [], "files": []}
     assert "not planned yet" in scans.plan_notes()[0]
+
+
+def test_the_digests_keep_the_values_finished_runs_record():
+    """Both digests are in params (rerun triggers) and settings_sha256 in results' provenance:
+    the values the code gave before the two helpers shared one home, pinned, so a change of
+    either text form (separators, key order, length) fails here, not as a rescan."""
+    # a --settings as spec_json writes it: sorted keys, json's default separators, shell-quoted
+    text = '{"dtype": "float32", "min_context": 24000, "path": "models/a b", "tile_bp": 49146}'
+    assert settings_sha256(shlex.quote(text)) == "1a5d50cf1517d784"
+    entry = {"name": "small+2", "contigs": ["chrUn_1", "chrUn_2"], "scored_bp": 600, "chunks": [2]}
+    assert fingerprint(entry) == "8c7093245d9e85e0"
+    assert fingerprint(dict(reversed(entry.items()))) == "8c7093245d9e85e0"  # canonical: any order
+    chunk = {"tile_bp": 49_146, "min_context": 24_000, "pieces": [["chr1", 0, 1000]]}
+    assert fingerprint(chunk) == "2882ee0090ffe7d8"
 
 
 @pytest.mark.parametrize("kind", ["parquet", "counts", "tsv"])

@@ -1,7 +1,8 @@
 """The merge of a scan's chunks into one output file of several contigs, without a model: rows
-of each contig in order and nowhere else, the chunks read once, the calibration's counts, the
-TSV written from the Parquet file with every ranked SNV's PHRED (none for a base with less than
-the scan's min_context), ASCII headers, and a merge that refuses chunks out of order."""
+of each contig in order and nowhere else, the chunks read once, the calibration's counts from
+the merged file, the TSV written from the Parquet file with every ranked SNV's PHRED (none for a
+base with less than the scan's min_context), ASCII headers, and a merge that refuses chunks out
+of order."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from carbon_vep.scan.outputs import (
     SCAN_RECORD,
     BaseWriter,
     concat_tsv,
+    count_positions,
     merge_group,
     write_tsv,
 )
@@ -78,8 +80,10 @@ def test_a_file_of_several_contigs_holds_each_in_order(chunks, reference, tmp_pa
     parquet, counts = tmp_path / "out/positions/B+1.parquet", tmp_path / "out/counts/B+1.parquet"
     provenance = {"model": "/models/modèle", "build": "test"}  # not ASCII: escaped in the header
     meta = counts_meta(provenance, 4, None)
-    stats = merge_group(chunks, ["B", "HLA-C*01:02"], parquet, counts, meta, reference, None)
+    stats = merge_group(chunks, ["B", "HLA-C*01:02"], parquet)
     assert stats["bases"] == 11 and stats["bases_per_contig"] == {"B": 8, "HLA-C*01:02": 3}
+    counted = count_positions(parquet, counts, meta, reference, None)
+    assert counted["snvs"] == stats["snvs"] and counted["neutral_snvs"] == 3 * 11
     rows = pl.read_parquet(parquet)
     assert list(zip(rows["chrom"], rows["pos"], strict=True)) == [
         *(("B", p) for p in range(1, 9)),
@@ -123,7 +127,8 @@ def test_a_file_of_several_contigs_holds_each_in_order(chunks, reference, tmp_pa
 def test_the_tsv_can_carry_the_calibrated_pair(chunks, reference, tmp_path):
     parquet, counts = tmp_path / "p.parquet", tmp_path / "c.parquet"
     meta = counts_meta({}, 2, None)
-    merge_group(chunks, ["B"], parquet, counts, meta, reference, None)
+    merge_group(chunks, ["B"], parquet)
+    count_positions(parquet, counts, meta, reference, None)
     calibration = Calibration.build(*read_counts([counts])[:2], meta, min_count=1)
     tsv = tmp_path / "t.tsv.gz"
     write_tsv(parquet, ["B"], tsv, {}, calibration, reference, with_calibrated=True)
@@ -138,13 +143,12 @@ def test_the_tsv_can_carry_the_calibrated_pair(chunks, reference, tmp_path):
     assert len(rows) == 24 and all(len(r) == 8 for r in rows)
 
 
-def test_chunks_out_of_order_stop_the_merge_and_leave_nothing(chunks, reference, tmp_path):
-    parquet, counts = tmp_path / "bad.parquet", tmp_path / "bad.counts.parquet"
-    meta = counts_meta({}, 2, None)
+def test_chunks_out_of_order_stop_the_merge_and_leave_nothing(chunks, tmp_path):
+    parquet = tmp_path / "bad.parquet"
     with pytest.raises(ValueError, match="out of order"):
-        merge_group(chunks[::-1], ["B"], parquet, counts, meta, reference, None)
+        merge_group(chunks[::-1], ["B"], parquet)
     with pytest.raises(ValueError, match="out of order"):  # contigs in another order
-        merge_group(chunks, ["HLA-C*01:02", "B"], parquet, counts, meta, reference, None)
+        merge_group(chunks, ["HLA-C*01:02", "B"], parquet)
     assert not list(tmp_path.glob("bad*"))
 
 
@@ -172,7 +176,8 @@ def test_a_contig_past_2_to_the_29_gets_a_csi_that_concat_reads(tmp_path):
     scan = tmp_path / "scan"
     parquet, counts = scan / "positions/1H.parquet", scan / "counts/1H.parquet"
     meta = counts_meta({}, 4, None)
-    merge_group([chunk], ["1H"], parquet, counts, meta, genome, None)
+    merge_group([chunk], ["1H"], parquet)
+    count_positions(parquet, counts, meta, genome, None)
     calibration = Calibration.build(*read_counts([counts])[:2], meta, min_count=1)
     tsv = scan / "snvs/1H.tsv.gz"
     stats = write_tsv(parquet, ["1H"], tsv, {}, calibration, genome)
@@ -206,7 +211,7 @@ def test_bases_with_less_than_min_context_keep_their_scores_and_get_no_phred(
     provenance, contigs = {"model": "m", "min_context": 2}, ["B", "HLA-C*01:02"]
     parquet, counts = tmp_path / "p.parquet", tmp_path / "c.parquet"
     meta = counts_meta(provenance, 4, None)
-    merge_group(chunks, contigs, parquet, None, meta, reference, None)
+    merge_group(chunks, contigs, parquet)
     stats = count_positions(parquet, counts, meta, reference, None)
     bases = pl.read_parquet(parquet)
     short = (bases["context_bp"] < 2).to_numpy()  # B 1-2 and 5-6, HLA-C 1-2: 6 of 11 bases

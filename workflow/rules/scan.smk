@@ -60,7 +60,6 @@ rule merge_scan_file:
     input:
         plan=ancient(PATHS.scan_plan),
         chunks=file_chunks,
-        reference=lambda wc: RUN.scans[wc.scan].reference,
     output:
         parquet=PATHS.scan_positions,
     log:
@@ -71,8 +70,7 @@ rule merge_scan_file:
         plan=SCANS.file_key,
     shell:
         "carbon-vep merge-scan --plan {input.plan:q} --file {wildcards.file:q}"
-        " --chunks {input.chunks:q} --reference {input.reference:q}"
-        " --out-parquet {output.parquet:q} > {log:q} 2>&1"
+        " --chunks {input.chunks:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
 
 
 # an output file's SNVs counted per context cell and score, at the TSV's precision: apart from

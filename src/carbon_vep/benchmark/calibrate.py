@@ -5,23 +5,26 @@ log-marginals from a Dirichlet(1), written by the scan's own writer, benchmark/s
 plan from `carbon-vep plan-scan`) at two sizes; for each size, the product's jobs as the workflow
 runs them, each a `carbon-vep` process timed whole (start-up included) with its peak RSS:
 
-1. merge: `carbon-vep merge-scan`, the chunk into the file's Parquet AND its SNVs (3 a base)
-   counted for the calibration (each with its printed score's key and its context cell): the
-   calibration's counting has no job of its own, so this step is the whole merge job, and what
-   it measures is an upper bound on what the counting adds;
-2. calibrate: `carbon-vep calibrate-scan`, the counts into the rank scales and context means;
-3. TSV: `carbon-vep write-scan-tsv`, the tabix TSV with `phred`: seconds, bytes per SNV.
+1. merge: `carbon-vep merge-scan`, the chunk into the file's Parquet (the scan's work with or
+   without a calibration);
+2. count: `carbon-vep count-scan`, the file's SNVs (3 a base) counted from that Parquet for the
+   calibration, each with its printed score's key and its context cell;
+3. calibrate: `carbon-vep calibrate-scan`, the counts into the rank scales and context means;
+4. TSV: `carbon-vep write-scan-tsv`, the tabix TSV with `phred`: seconds, bytes per SNV.
 
 Beside them, the reference approaches, in fresh processes too (`harness.run_step`); they are
 functions of this module because no job gives them:
 
-4. TSV without phred: the same TSV as written before calibration existed (score only);
-5. direct: every score of the genome in one array, sorted, each SNV's rank by binary search
+5. TSV without phred: the same TSV as written before calibration existed (score only);
+6. direct: every score of the genome in one array, sorted, each SNV's rank by binary search
    (its memory grows with the genome; ours does not).
 
-It prints SNVs/s per core of each step, peak memory per job at both sizes, the bytes the PHRED
-column adds, and the projection for hg38's 9.3e9 SNVs on one 16-core node (arithmetic from the
-measured rates of the larger size, start-up included: jobs run one per core, in parallel).
+It prints each step's wall and CPU seconds (user + system: on a shared machine the wall time
+also counts the waits for a core) and SNVs per second of each, peak memory per job at both
+sizes, the bytes the PHRED column adds, and the projection for hg38's 9.3e9 SNVs on one 16-core
+node (arithmetic from the larger size's CPU rates, and from its wall rates, start-up included:
+jobs run one per core, in parallel): the calibration's own work (the count jobs, the calibrate
+job, the PHRED column's share of the TSV jobs) and the four jobs whole.
 
 Usage: python -m carbon_vep.benchmark.calibrate [--bases 1000000 4000000] [--json FILE]
        [--workdir DIR]
@@ -46,7 +49,7 @@ from carbon_vep.scan import RAW_TABLE
 
 HG38_SNVS = 9.3e9
 CORES = 16
-DECIMALS = 2  # merge-scan's default --tsv-decimals
+DECIMALS = 2  # count-scan's default --tsv-decimals
 CHUNK = "chunk_00000.parquet"
 MODEL = "bench"  # the model the synthetic scores stand for, in the jobs' provenance
 
@@ -70,12 +73,14 @@ def make_scan(folder: Path, bases: int, rng: np.random.Generator | None = None) 
 
 def scan_folder(folder: Path, bases: int, rng: np.random.Generator | None = None) -> np.ndarray:
     """A scan folder as the workflow leaves it, made by the product's jobs: `folder`/scan with
-    positions/chrS.parquet, calibration/ (merge-scan, calibrate-scan on make_scan's chunk) and
-    scan.json (the scan's record from its plan, scan.outputs.scan_record); returns the bases."""
+    positions/chrS.parquet, calibration/ (merge-scan, count-scan, calibrate-scan on make_scan's
+    chunk) and scan.json (the scan's record from its plan, scan.outputs.scan_record); returns
+    the bases."""
     from carbon_vep.scan.outputs import SCAN_RECORD, scan_record
 
     seq = make_scan(folder, bases, rng)
     merge_job(folder)
+    count_job(folder)
     calibrate_job(folder)
     scan = folder / "scan"
     (scan / "positions").mkdir(parents=True)
@@ -87,18 +92,21 @@ def scan_folder(folder: Path, bases: int, rng: np.random.Generator | None = None
     return seq
 
 
-def _file_job(folder: Path) -> tuple:
-    """The options of a job on the scan's one output file (chrS)."""
-    plan, genome = folder / "plan.json", folder / "genome.fa"
-    provenance = ("--provenance", f"model={MODEL}")
-    return ("--plan", plan, "--file", "chrS", "--reference", genome, *provenance)
+PROVENANCE = ("--provenance", f"model={MODEL}")  # what the counts and the TSV check
 
 
 def merge_job(folder: str | Path) -> dict:
-    """merge-scan: the chunk into positions.parquet and its SNVs' counts, counts.parquet."""
+    """merge-scan: the chunk into the file's Parquet, positions.parquet."""
     f = Path(folder)
-    outputs = ("--out-parquet", f / "positions.parquet", "--out-counts", f / "counts.parquet")
-    return job("merge-scan", *_file_job(f), "--chunks", f / CHUNK, *outputs)
+    file = ("--plan", f / "plan.json", "--file", "chrS", "--chunks", f / CHUNK)
+    return job("merge-scan", *file, "--out-parquet", f / "positions.parquet")
+
+
+def count_job(folder: str | Path) -> dict:
+    """count-scan: positions.parquet's SNVs counted for the calibration, counts.parquet."""
+    f = Path(folder)
+    inputs = ("--parquet", f / "positions.parquet", "--reference", f / "genome.fa", *PROVENANCE)
+    return job("count-scan", *inputs, "--out-counts", f / "counts.parquet")
 
 
 def calibrate_job(folder: str | Path) -> dict:
@@ -109,8 +117,11 @@ def calibrate_job(folder: str | Path) -> dict:
 
 def tsv_job(f: Path) -> dict:
     """write-scan-tsv: the file's tabix TSV with phred, with_phred.tsv.gz."""
+    file = ("--plan", f / "plan.json", "--file", "chrS", "--reference", f / "genome.fa")
     inputs = ("--parquet", f / "positions.parquet", "--calibration", f / "calibration")
-    measured = job("write-scan-tsv", *_file_job(f), *inputs, "--out-tsv", f / "with_phred.tsv.gz")
+    measured = job(
+        "write-scan-tsv", *file, *PROVENANCE, *inputs, "--out-tsv", f / "with_phred.tsv.gz"
+    )
     return measured | {"tsv_bytes": _bytes(f / "with_phred.tsv.gz")}
 
 
@@ -163,10 +174,11 @@ def measured(name: str, folder: Path) -> dict:
     return run_step(REFERENCES[name], folder).as_dict()
 
 
-JOBS = {"merge": merge_job, "calibrate": calibrate_job, "tsv": tsv_job}
+JOBS = {"merge": merge_job, "count": count_job, "calibrate": calibrate_job, "tsv": tsv_job}
 REFERENCES = {"tsv_without_phred": step_tsv_without_phred, "direct": step_direct}
 LABELS = {
-    "merge": "merge (merge-scan: Parquet + the counts)",
+    "merge": "merge (merge-scan: the chunk into the Parquet file)",
+    "count": "count (count-scan: the Parquet file's SNVs, keys and context cells)",
     "calibrate": "calibrate (calibrate-scan)",
     "tsv": "TSV with phred (write-scan-tsv)",
     "tsv_without_phred": "TSV without phred (reference)",
@@ -185,7 +197,9 @@ def bench(work: Path, sizes: list[int]) -> dict:
         results[bases] = {
             "snvs": snvs,
             **{f"{name}_s": round(s["s"], 2) for name, s in steps.items()},
+            **{f"{name}_cpu_s": round(s["cpu_s"], 2) for name, s in steps.items()},
             **{f"{name}_snvs_per_s": round(snvs / s["s"]) for name, s in steps.items()},
+            **{f"{name}_snvs_per_cpu_s": round(snvs / s["cpu_s"]) for name, s in steps.items()},
             **{f"{name}_peak_rss_mb": round(s["peak_rss_mb"]) for name, s in steps.items()},
             # what the jobs wrote: the counts' (cell, printed score) rows, the scale's scores
             "cells_x_scores": pq.ParquetFile(folder / "counts.parquet").metadata.num_rows,
@@ -196,19 +210,28 @@ def bench(work: Path, sizes: list[int]) -> dict:
             ),
         }
     r = results[max(sizes)]
-    # per SNV at the larger size: the merge job whole (it counts; its own merge work is in it
-    # too, so this bounds the counting from above) and the PHRED column's share of the TSV job;
-    # the calibrate job is a few seconds whatever the genome (one job, added once)
-    merge, tsv, calibrate = r["merge_s"] / r["snvs"], r["tsv_s"] / r["snvs"], r["calibrate_s"]
-    phred = max(r["tsv_s"] - r["tsv_without_phred_s"], 0) / r["snvs"]
-    results["hg38_projection_16_cores_h"] = {
-        "merge_and_phred_column": round(HG38_SNVS * (merge + phred) / CORES / 3600, 2),
-        "merge_calibrate_tsv_jobs": round(
-            (HG38_SNVS * (merge + tsv) / CORES + calibrate) / 3600, 2
+    results["hg38_projection_16_cores_h"] = projection(r, "cpu_s")
+    results["hg38_projection_16_cores_h_wall"] = projection(r, "s")
+    return results
+
+
+def projection(r: dict, clock: str) -> dict:
+    """hg38 on one 16-core node, one job a core, from the larger size's seconds per SNV on
+    `clock` ("s": wall; "cpu_s": CPU, what a core of its own takes on a shared machine): each
+    job on an output file whole, and the PHRED column's share of the TSV job; the calibrate job
+    is a few seconds whatever the genome (one job, after every count job, added once)."""
+    merge, count, tsv = (r[f"{name}_{clock}"] / r["snvs"] for name in ("merge", "count", "tsv"))
+    phred = max(r[f"tsv_{clock}"] - r[f"tsv_without_phred_{clock}"], 0) / r["snvs"]
+    calibrate = r[f"calibrate_{clock}"]
+    return {
+        "calibration_count_calibrate_phred_column": round(
+            (HG38_SNVS * (count + phred) / CORES + calibrate) / 3600, 2
+        ),
+        "merge_count_calibrate_tsv_jobs": round(
+            (HG38_SNVS * (merge + count + tsv) / CORES + calibrate) / 3600, 2
         ),
         "direct_sort_memory_gb": round(HG38_SNVS * 8 * 2 / 1e9),  # keys + sorted copy, int64
     }
-    return results
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -226,22 +249,29 @@ def main(argv: list[str] | None = None) -> None:
             f"counts, {r['distinct_scores']:,} distinct scores)"
         )
         rows = [
-            [label, r[f"{name}_s"], f"{r[f'{name}_snvs_per_s']:,}", f"{r[f'{name}_peak_rss_mb']:,}"]
+            [
+                label,
+                r[f"{name}_s"],
+                f"{r[f'{name}_snvs_per_s']:,}",
+                r[f"{name}_cpu_s"],
+                f"{r[f'{name}_snvs_per_cpu_s']:,}",
+                f"{r[f'{name}_peak_rss_mb']:,}",
+            ]
             for name, label in LABELS.items()
         ]
-        print(markdown_table(["step", "s", "SNVs/s (1 core)", "peak RSS MB"], rows))
+        header = ["step", "wall s", "SNVs/s", "CPU s", "SNVs per CPU s", "peak RSS MB"]
+        print(markdown_table(header, rows))
         print(
             f"TSV + index bytes/SNV: {r['tsv_bytes_per_snv_with_phred']} with phred, "
             f"{r['tsv_bytes_per_snv_score_only']} score only"
         )
     small, large = results[min(args.bases)], results[max(args.bases)]
-    for name in ("merge", "calibrate", "tsv", "direct"):
+    for name in ("merge", "count", "calibrate", "tsv", "direct"):
         ratio = large[f"{name}_peak_rss_mb"] / small[f"{name}_peak_rss_mb"]
         print(f"peak RSS {name}: x{ratio:.2f} for x{max(args.bases) // min(args.bases)} bases")
-    print(
-        "hg38 projection (16 cores, arithmetic from the measured rates, the merge job whole):",
-        results["hg38_projection_16_cores_h"],
-    )
+    key = "hg38_projection_16_cores_h"
+    for clock, name in (("CPU", key), ("wall", f"{key}_wall")):
+        print(f"hg38 projection (16 cores, arithmetic from the {clock} rates):", results[name])
     write_json(args.json, results, indent=1)
 
 

@@ -3,9 +3,10 @@
 - wall time of a stage inside this process (`timed`, the device drained around the clock), or of
   several approaches interleaved (`median_interleaved`: ours, reference, ours, ...);
 - a whole process: a command (`run_command`) or one benchmark step run in a fresh Python
-  (`run_step`), with its wall time and its peak RSS as the kernel counts it (`wait4`'s
-  `ru_maxrss`: the process and the descendants it waited for), forked from a small launcher —
-  a child forked from the large driver would start with the driver's high-water mark;
+  (`run_step`), with its wall time, and its peak RSS and CPU seconds as the kernel counts them
+  (`wait4`'s `ru_maxrss`, `ru_utime` + `ru_stime`: the process and the descendants it waited
+  for), forked from a small launcher — a child forked from the large driver would start with
+  the driver's high-water mark;
 - peak RSS above the start of a call in this process (`peak_rss_above_start_mb`, Linux VmHWM
   reset through /proc/self/clear_refs), and the device's measured bf16 matmul peak (what a
   model's FLOP rate is compared with; the jobs record their own device memory);
@@ -50,7 +51,9 @@ print({mark!r} + json.dumps(result if result is not None else {{}}), flush=True)
 # ---- whole processes ------------------------------------------------------------------------
 @dataclass
 class Measured:
-    """A process as measured: wall seconds, peak RSS (MB) and what its step returned."""
+    """A process as measured: wall seconds, peak RSS (MB), what its step returned, and its CPU
+    seconds (user + system: on a shared machine, what a core of its own would take, near
+    enough, where the wall time also counts the waits for a core)."""
 
     seconds: float
     peak_rss_mb: float
@@ -58,9 +61,11 @@ class Measured:
     stdout: str = ""
     stderr: str = ""
     returncode: int = 0
+    cpu_seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        return {"s": self.seconds, "peak_rss_mb": self.peak_rss_mb, **self.result}
+        measured = {"s": self.seconds, "peak_rss_mb": self.peak_rss_mb, "cpu_s": self.cpu_seconds}
+        return measured | self.result
 
 
 class StepFailed(RuntimeError):
@@ -74,7 +79,8 @@ class StepFailed(RuntimeError):
 
 # A small launcher between the driver and the measured command: a child forked from a large
 # process starts with that process's high-water mark in its ru_maxrss, so the command is forked
-# from this ~10 MB Python instead and its own peak is read from the launcher's wait4.
+# from this ~10 MB Python instead and its own peak (KB) and CPU seconds are read from the
+# launcher's wait4.
 _LAUNCHER = """
 import os, sys
 pid = os.fork()
@@ -82,7 +88,7 @@ if pid == 0:
     os.execvp(sys.argv[2], sys.argv[2:])
 _, status, usage = os.wait4(pid, 0)
 with open(sys.argv[1], "w") as out:
-    out.write(str(usage.ru_maxrss))
+    out.write(f"{usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 
@@ -97,14 +103,15 @@ def run_command(
     check: bool = True,
     timeout_s: float | None = None,
 ) -> Measured:
-    """Run `argv` to the end: its wall time and the peak RSS of it and the descendants it waited
-    for (the kernel's `ru_maxrss`, taken by a small launcher, so any command can be measured).
+    """Run `argv` to the end: its wall time, and the peak RSS and CPU seconds of it and the
+    descendants it waited for (the kernel's, taken by a small launcher, so any command can be
+    measured).
     Past `timeout_s` the command and everything it started are stopped (`stop_group`) and it
     counts as exit 124, as coreutils' `timeout` has it (on a lent GPU a hung job would
     otherwise hold the device for the rest of the call)."""
     with tempfile.TemporaryDirectory() as tmp:
-        peak_file = Path(tmp) / "peak_kb"
-        launcher = [sys.executable, "-c", _LAUNCHER, str(peak_file), *map(str, argv)]
+        usage_file = Path(tmp) / "usage"
+        launcher = [sys.executable, "-c", _LAUNCHER, str(usage_file), *map(str, argv)]
         began = time.perf_counter()
         process = subprocess.Popen(
             launcher,
@@ -124,11 +131,14 @@ def run_command(
             stderr += f"\ntimed out after {timeout_s:.0f} s"
             returncode = TIMED_OUT
         seconds = time.perf_counter() - began
-        peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else 0.0
+        peak_kb, cpu = usage_file.read_text().split() if usage_file.exists() else (0, 0.0)
     if check and returncode:
         command = " ".join(map(str, argv))[:200]
         raise StepFailed(f"{command} exited {returncode}:\n{stderr[-3000:]}", returncode)
-    return Measured(seconds, peak, stdout=stdout, stderr=stderr, returncode=returncode)
+    peak = int(peak_kb) / 1024
+    return Measured(
+        seconds, peak, stdout=stdout, stderr=stderr, returncode=returncode, cpu_seconds=float(cpu)
+    )
 
 
 TIMED_OUT = 124  # a command stopped at its time limit (coreutils' `timeout` code)

@@ -7,14 +7,15 @@
    chunk holds several batches of tiles: bases/s, the share of wall time outside the model's
    forward passes (body and DNA output layer), peak memory per job.
 2. Merge: the product's jobs on the one-chunk scan at 2, 3 and 4 decimals, each a fresh
-   process like the scan's: `carbon-vep merge-scan` (the chunks into the contig's Parquet file
-   and the calibration's counts), `calibrate-scan`, `write-scan-tsv` (the tabix TSV with each
-   SNV's PHRED): their wall seconds (start-up included: the merge's own `merge_s` is only in its
-   log, so the job's wall time stands for it) and peak RSS, bytes per SNV of what they wrote,
-   the hg38 projection (9.3e9 SNVs), and the precision check of the TSV's rounded scores
-   (Spearman correlation with the full scores, and the share of SNV pairs whose order changes).
+   process like the scan's: `carbon-vep merge-scan` (the chunks into the contig's Parquet file),
+   `count-scan` (its SNVs counted for the calibration), `calibrate-scan`, `write-scan-tsv` (the
+   tabix TSV with each SNV's PHRED): their wall seconds (start-up included: the merge's own
+   `merge_s` is only in its log, so the job's wall time stands for it) and peak RSS, bytes per
+   SNV of what they wrote, the hg38 projection (9.3e9 SNVs), and the precision check of the
+   TSV's rounded scores (Spearman correlation with the full scores, and the share of SNV pairs
+   whose order changes).
 3. Annotate: a generated 1 Mbp contig with a synthetic scan chunk (random float16
-   log-marginals, the real writer), merged and calibrated by the same jobs, and a
+   log-marginals, the real writer), merged, counted and calibrated by the same jobs, and a
    1,000,000-SNV panel on it (TSV, numpy seed 11), through the workflow's two jobs:
    `carbon-vep check-panel` (ingest) and `carbon-vep annotate --checked` (the lookup: score,
    PHRED, calibrated score), each timed whole, and the lookup's own seconds from the annotate
@@ -124,26 +125,30 @@ def scan(work: Path, model: Path, tile_bp: int = TILE_BP, min_context: int = MIN
 
 
 def merge(work: Path, chunks: list[str]) -> dict:
-    """The product's jobs on the one-chunk scan at 2, 3 and 4 decimals: merge-scan (Parquet and
-    the calibration's counts), calibrate-scan, write-scan-tsv, each a fresh process (wall
-    seconds with start-up, peak RSS); bytes per SNV of what they wrote, and how much of the
-    ranking survives the TSV's rounding."""
+    """The product's jobs on the one-chunk scan, as the workflow runs them: merge-scan (the
+    Parquet file, once), then at 2, 3 and 4 decimals count-scan (its SNVs counted for the
+    calibration), calibrate-scan and write-scan-tsv, each a fresh process (wall seconds with
+    start-up, peak RSS); bytes per SNV of what they wrote, and how much of the ranking survives
+    the TSV's rounding."""
     from carbon_vep.scan.snvs import snv_rows
 
     plan = Path(chunks[0]).parent / "plan.json"
     name = json.loads(plan.read_text())["files"][0]["name"]
-    file_job = ("--plan", plan, "--file", name, "--reference", LAMBDA, "--provenance", "model=demo")
+    file, provenance = ("--plan", plan, "--file", name), ("--provenance", "model=demo")
+    parquet = work / f"merged/positions/{name}.parquet"  # the decimals recount it, as a rerun does
+    merge_s, merge_mb = _run("merge-scan", *file, "--chunks", *chunks, "--out-parquet", parquet)
     out = {}
     rng = np.random.default_rng(5)
     for decimals in (2, 3, 4):
         folder = work / f"merged_{decimals}"
-        parquet, tsv = folder / f"positions/{name}.parquet", folder / f"snvs/{name}.tsv.gz"
+        tsv = folder / f"snvs/{name}.tsv.gz"
         counts, calibration = folder / "calibration/counts.parquet", folder / "calibration"
-        merged = ("--chunks", *chunks, "--tsv-decimals", str(decimals))
-        merged += ("--out-parquet", parquet, "--out-counts", counts)
-        jobs = {"merge-scan": _run("merge-scan", *file_job, *merged)}
+        counted = ("--parquet", parquet, "--reference", LAMBDA, *provenance)
+        counted += ("--tsv-decimals", str(decimals), "--out-counts", counts)
+        jobs = {"count-scan": _run("count-scan", *counted)}
         jobs["calibrate-scan"] = _run("calibrate-scan", "--counts", counts, "--out", calibration)
         written = ("--parquet", parquet, "--calibration", calibration, "--out-tsv", tsv)
+        file_job = (*file, "--reference", LAMBDA, *provenance)
         jobs["write-scan-tsv"] = _run("write-scan-tsv", *file_job, *written)
         bases = pl.read_parquet(parquet)
         snvs, tsv_bytes = 3 * bases.height, indexed_bytes(tsv)
@@ -171,7 +176,8 @@ def merge(work: Path, chunks: list[str]) -> dict:
         "parquet_bytes": parquet_bytes,
         "parquet_bytes_per_snv": round(parquet_bytes / snvs, 3),
         "hg38_parquet_gb": round(parquet_bytes / snvs * HG38_SNVS / 1e9, 1),
-        "merge_job_s": round(jobs["merge-scan"][0], 2),  # the whole process, start-up included
+        "merge_job_s": round(merge_s, 2),  # the whole process, start-up included
+        "merge_job_peak_rss_mb": round(merge_mb),
     }
     return out
 

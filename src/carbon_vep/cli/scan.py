@@ -102,30 +102,19 @@ def scan_chunk(args: argparse.Namespace) -> None:
 
 def add_merge_scan(sub) -> None:
     p = sub.add_parser(
-        "merge-scan",
-        help="one output file of a scan (its contigs): Parquet + the calibration's counts",
+        "merge-scan", help="one output file of a scan (its contigs) from its chunks: Parquet"
     )
     p.add_argument("--plan", required=True, help="the scan's plan (plan-scan --out)")
     p.add_argument("--file", required=True, help="the plan's output file (a name in `files`)")
     p.add_argument("--chunks", nargs="+", required=True, help="chunk Parquet files, in order")
-    p.add_argument("--reference", required=True, help="the scan's reference (SNV contexts)")
-    add_flags(p, ScanChunkSettings, CalibrationSettings)
-    p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
     p.add_argument("--out-parquet", required=True)
-    p.add_argument(
-        "--out-counts",
-        default=None,
-        help="the file's SNVs per cell and score (the workflow counts with count-scan)",
-    )
     p.set_defaults(func=merge_scan)
 
 
 def merge_scan(args: argparse.Namespace) -> None:
-    from carbon_vep.scan.jobs import FileJob, merge_file
+    from carbon_vep.scan.jobs import merge_file
 
-    chunks, calibration = from_args(args, ScanChunkSettings, CalibrationSettings)
-    job = FileJob(args.plan, args.file, args.reference, pairs(args.provenance))
-    merge_file(job, args.chunks, chunks, calibration, args.out_parquet, args.out_counts)
+    merge_file(args.plan, args.file, args.chunks, args.out_parquet)
 
 
 def add_count_scan(sub) -> None:
@@ -156,7 +145,7 @@ def add_calibrate_scan(sub) -> None:
         "calibrate-scan",
         help="a scan's rank scales (PHRED) and context means from every output file's counts",
     )
-    p.add_argument("--counts", nargs="+", required=True, help="merge-scan --out-counts files")
+    p.add_argument("--counts", nargs="+", required=True, help="count-scan --out-counts files")
     add_flags(p, CalibrationSettings)
     p.add_argument("--out", required=True, help="the calibration folder (calibration.json, ...)")
     p.set_defaults(func=calibrate_scan)

@@ -494,7 +494,8 @@ class NiahSettings:
 
 @dataclass(frozen=True)
 class ScanChunkSettings:
-    """How a scan's targets are cut into jobs (plan-scan) and its TSV is written (merge-scan)."""
+    """How a scan's targets are cut into jobs (plan-scan), and the precision its scores are
+    counted (count-scan) and printed at."""
 
     chunk_bp: int = setting(
         50_000_000,
@@ -523,7 +524,7 @@ class ScanChunkSettings:
 
 @dataclass(frozen=True)
 class CalibrationSettings:
-    """How a scan's scores are calibrated (merge-scan, calibrate-scan, write-scan-tsv)."""
+    """How a scan's scores are calibrated (count-scan, calibrate-scan, write-scan-tsv)."""
 
     neutral_regions: str | None = setting(
         None,

@@ -2,10 +2,11 @@
 
 Every scanned SNV falls in one calibration cell (`scan.snvs`: its pentanucleotide and alternate
 base, or its trinucleotide where the pentanucleotide touches an N or a contig end, or the global
-cell). A merge job counts its SNVs per (cell, score) at the precision the tabix TSV prints the
-score with (`snvs.score_key`: the rounded score × 10^decimals, an integer), and the neutral set's
-score sums per cell; counts from every job add up, so memory is bounded by the number of cells
-and score values, never by the genome.
+cell). A count job (count-scan, one per output file, from its merged Parquet file) counts its
+SNVs per (cell, score) at the precision the tabix TSV prints the score with (`snvs.score_key`:
+the rounded score × 10^decimals, an integer), and the neutral set's score sums per cell; counts
+from every job add up, so memory is bounded by the number of cells and score values, never by
+the genome.
 
 From the summed counts (`Calibration.build`):
 

@@ -147,23 +147,12 @@ class FileJob:
     provenance: Mapping[str, Any]
 
 
-def merge_file(
-    job: FileJob,
-    chunks: Paths,
-    chunk_settings: ScanChunkSettings,
-    calibration: CalibrationSettings,
-    out_parquet: str,
-    out_counts: str | None,
-) -> None:
-    """The rows of the file's contigs in the chunks -> its Parquet file and, with `out_counts`,
-    its SNVs counted for the calibration (the workflow counts apart: count_file)."""
-    entry = plan_file(read_json(job.plan), job.name)
-    meta = counts_meta(job.provenance, chunk_settings.tsv_decimals, calibration.neutral_regions)
-    with open_reference(job.reference) as reference:
-        stats = merge_plan_file(
-            entry, chunks, out_parquet, out_counts, meta, reference, calibration.neutral_regions
-        )
-    log.info("merged %s: %s", job.name, stats)
+def merge_file(plan: str, name: str, chunks: Paths, out_parquet: str) -> None:
+    """The rows of the plan's output file `name` in the chunks -> its Parquet file (counted for
+    the calibration from that file: count_file)."""
+    entry = plan_file(read_json(plan), name)
+    stats = merge_plan_file(entry, chunks, out_parquet)
+    log.info("merged %s: %s", name, stats)
 
 
 def count_file(

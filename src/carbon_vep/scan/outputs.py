@@ -4,15 +4,13 @@ the summary and the scan's record.
 A scan job writes its chunk as Parquet row groups as it goes (`BaseWriter`): one row per scored
 base (columns.SCAN_BASE). `merge_group` streams the rows of one output file's contigs (the
 plan's `files`: a large contig alone, or a run of small ones) from the chunks holding them, in
-plan order (which is reference order), into
+plan order (which is reference order), into `positions/<name>.parquet`: per-base rows with
+their `chrom`; the folder is one dataset that pyarrow, polars and DuckDB read as one table
+(row-group statistics on `chrom` and `pos` let them skip to one contig or region).
 
-- `positions/<name>.parquet`: per-base rows with their `chrom`; the folder is one dataset that
-  pyarrow, polars and DuckDB read as one table (row-group statistics on `chrom` and `pos` let
-  them skip to one contig or region), and
-- `calibration/counts/<name>.parquet`: its SNVs counted per calibration cell and score
-  (`scan.calibrate`), which `calibrate-scan` adds up into the scan's calibration.
-
-Then `write_tsv` writes, from the Parquet file and the calibration,
+From that file, `count_positions` writes `calibration/counts/<name>.parquet`: its SNVs counted
+per calibration cell and score (`scan.calibrate`), which `calibrate-scan` adds up into the
+scan's calibration; then `write_tsv` writes, from the Parquet file and the calibration,
 
 - `snvs/<name>.tsv.gz` (+ `.tbi`, or `.csi` past 2^29 bp): per-SNV scores and their PHRED,
   bgzipped and tabix-indexed (every contig of the file answers region queries), 3 rows per
@@ -219,20 +217,11 @@ def neutral_regions(bed: str | None, lengths: dict[str, int]) -> NeutralRegions 
 
 
 def merge_plan_file(
-    entry: Mapping[str, Any],
-    chunks: Sequence[str | Path],
-    parquet_out: str | Path,
-    counts_out: str | Path | None,
-    counts_meta: Mapping[str, Any],
-    reference: Reference,
-    neutral_bed: str | None,
+    entry: Mapping[str, Any], chunks: Sequence[str | Path], parquet_out: str | Path
 ) -> dict[str, Any]:
     """One output file of the plan (`entry`, scan.plan.plan_file) from its chunks: merge_group,
     then the bases written checked against the bases the plan scores."""
-    neutral = neutral_regions(neutral_bed, reference.lengths) if counts_out else None
-    stats = merge_group(
-        chunks, entry["contigs"], parquet_out, counts_out, counts_meta, reference, neutral
-    )
+    stats = merge_group(chunks, entry["contigs"], parquet_out)
     if stats["bases"] != entry["scored_bp"]:
         raise ValueError(
             f"{entry['name']}: the chunks hold {stats['bases']} bases of its contigs; "
@@ -243,25 +232,15 @@ def merge_plan_file(
 
 
 def merge_group(
-    chunks: Sequence[str | Path],
-    contigs: Sequence[str],
-    parquet_out: str | Path,
-    counts_out: str | Path | None,
-    counts_meta: Mapping[str, Any],
-    reference: Reference,
-    neutral: NeutralRegions | None,
+    chunks: Sequence[str | Path], contigs: Sequence[str], parquet_out: str | Path
 ) -> dict[str, Any]:
-    """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file, and
-    count its SNVs for the calibration (cells read from `reference`) into `counts_out`, if given
-    (the workflow counts in a job of its own: count_positions)."""
-    decimals, min_context = int(counts_meta["decimals"]), min_context_of(counts_meta)
-    writer, counts = BaseWriter(parquet_out), CalibrationCounts()
+    """Stream the rows of `contigs` (reference order) in `chunks` into one Parquet file (its
+    SNVs are counted for the calibration from that file, in a job of its own: count_positions)."""
+    writer = BaseWriter(parquet_out)
     start, rows, bases = time.monotonic(), 0, dict.fromkeys(contigs, 0)
     try:
         for part in _row_groups(_in_order(read_chunk_rows(chunks, contigs), contigs)):
             writer.write(part)
-            if counts_out is not None:
-                count_snvs(counts, part, reference, decimals, neutral, min_context)
             rows += part.height
             for chrom, n in part.group_by("chrom").len().iter_rows():
                 bases[chrom] += n
@@ -269,15 +248,11 @@ def merge_group(
         writer.abort()
         raise
     writer.close()
-    if counts_out is not None:
-        counts.write(counts_out, counts_meta)
     return {
         "contigs": len(contigs),
         "bases": rows,
         "bases_per_contig": bases,
         "snvs": 3 * rows,
-        "unranked_snvs": counts.unranked,
-        "neutral_snvs": int(counts.neutral_n.sum()),
         "parquet_bytes": Path(parquet_out).stat().st_size,
         "merge_s": round(time.monotonic() - start, 3),
     }
@@ -291,9 +266,8 @@ def count_positions(
     neutral: NeutralRegions | None,
 ) -> dict[str, Any]:
     """The SNVs of an output file's Parquet (merge_group's) counted for the calibration, row
-    group by row group: the counts merge_group writes beside it, from the file instead of the
-    chunks, so that a change of the printed precision or the neutral set recounts the file and
-    never needs the (temporary) chunks again."""
+    group by row group: from the file, not the chunks, so that a change of the printed precision
+    or the neutral set recounts the file and never needs the (temporary) chunks again."""
     decimals, counts, start = int(counts_meta["decimals"]), CalibrationCounts(), time.monotonic()
     min_context = min_context_of(counts_meta)
     parquet = pq.ParquetFile(parquet_in)

@@ -7,7 +7,6 @@ job's wildcards: any object with the named attributes)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -23,6 +22,7 @@ from carbon_vep.config.tasks import SWEEP_KEY, TASK_KINDS, SweepPoint, kind_of_r
 from carbon_vep.config.workflow import DEFAULT_GPU_CLASS, niah_runtime_minutes
 from carbon_vep.estimate.costs import recovery_job_seconds, recovery_work, shape_of
 from carbon_vep.estimate.counts import Count, input_count
+from carbon_vep.workflow.digests import settings_sha256
 from carbon_vep.workflow.paths import RunPaths
 
 # A model job's own metrics (a part's: score_recovery, score_perturbation, score_niah) are
@@ -33,14 +33,6 @@ POINT_ESTIMATES = EvaluationSettings(bootstrap=0)
 
 def quoted_json(items: dict) -> str:
     return shlex.quote(json.dumps(items))
-
-
-def settings_sha256(settings: str) -> str:
-    """16 hex digits of the sha256 of a rule's `--settings` (a shell-quoted JSON object): what a
-    result records of the settings it was made with. It changes only with those settings, which
-    rerun the job anyway, so it adds no rerun (a hash of the whole config would rerun every
-    job on any edit: docs/reproducibility.md#what-reruns-a-job)."""
-    return hashlib.sha256(shlex.split(settings)[0].encode()).hexdigest()[:16]
 
 
 class Jobs:

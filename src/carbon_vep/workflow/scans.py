@@ -5,12 +5,12 @@ each output file, the chunk statistics, the output files themselves, and the pla
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 from typing import Any
 
 from carbon_vep.config.run import RunConfig
+from carbon_vep.workflow.digests import fingerprint
 from carbon_vep.workflow.paths import RunPaths
 
 
@@ -23,12 +23,6 @@ def read_plan(path: str) -> dict:
 def _read_plan(path: str, mtime_ns: int) -> dict:
     with open(path) as handle:
         return json.load(handle)
-
-
-def fingerprint(items: Any) -> str:
-    """16 hex digits of the sha256 of `items` as canonical JSON."""
-    text = json.dumps(items, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class ScanInputs:
