@@ -201,7 +201,7 @@ SCAN_SNV = _columns(
     ("context_bp", pl.Int64, "bases of left context the model saw"),
 )
 
-# whole-genome scans (scan.plan, scan.outputs): one row per scored base, log-marginals as
+# whole-genome scans (scan.plan, scan.positions): one row per scored base, log-marginals as
 # float16 (every score within 0.008 of float32 for marginals above e^-16, no underflow; half
 # the bytes), chrom and ref dictionary-encoded, pos and context_bp delta-encoded
 SCAN_BASE = _columns(

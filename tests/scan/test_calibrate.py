@@ -11,7 +11,9 @@ import pytest
 
 from carbon_vep.errors import InputError
 from carbon_vep.scan import calibrate
-from carbon_vep.scan.calibrate import Calibration, CalibrationCounts, RankScale, read_counts
+from carbon_vep.scan import counts as scan_counts
+from carbon_vep.scan.calibrate import Calibration, RankScale
+from carbon_vep.scan.counts import CalibrationCounts, read_counts
 from carbon_vep.scan.snvs import (
     BASES,
     GLOBAL_CELL,
@@ -268,7 +270,7 @@ def test_folding_partial_counts_changes_nothing(monkeypatch):
     cells, keys, neutral = _synthetic(5_000, 7)
     whole = CalibrationCounts()
     whole.add(cells, keys, neutral)
-    monkeypatch.setattr(calibrate, "FOLD_ROWS", 50)
+    monkeypatch.setattr(scan_counts, "FOLD_ROWS", 50)
     folded = CalibrationCounts()
     for lo in range(0, len(cells), 400):
         folded.add(cells[lo : lo + 400], keys[lo : lo + 400], neutral[lo : lo + 400])

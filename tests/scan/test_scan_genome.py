@@ -297,18 +297,18 @@ its first row group under the temporary name."""
 import os, signal, sys
 
 from carbon_vep import cli
-from carbon_vep.scan import outputs as scan_outputs
+from carbon_vep.scan import positions as scan_positions
 
 argv = sys.argv[1:]
 if argv[:1] == ["scan-chunk"] and argv[argv.index("--chunk") + 1] == os.environ["SHIM_CHUNK"]:
-    write = scan_outputs.BaseWriter.write
+    write = scan_positions.BaseWriter.write
 
     def write_then_die(self, frame):
         write(self, frame)
         self.writer.close()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    scan_outputs.BaseWriter.write = write_then_die
+    scan_positions.BaseWriter.write = write_then_die
 sys.exit(cli.main(argv))
 '''
 

@@ -17,17 +17,12 @@ from support.files import random_dna, write_fasta
 from carbon_vep import columns
 from carbon_vep.atomic import index_of, write_json
 from carbon_vep.genome.reference import Reference, open_reference
-from carbon_vep.scan.calibrate import Calibration, counts_meta, read_counts
-from carbon_vep.scan.outputs import (
-    RECORD_LAYOUT,
-    SCAN_RECORD,
-    BaseWriter,
-    concat_tsv,
-    count_positions,
-    merge_group,
-    write_tsv,
-)
+from carbon_vep.scan.calibrate import Calibration
+from carbon_vep.scan.counts import count_positions, counts_meta, read_counts
+from carbon_vep.scan.positions import BaseWriter, merge_group
+from carbon_vep.scan.record import RECORD_LAYOUT, SCAN_RECORD
 from carbon_vep.scan.snvs import snv_rows, with_cells
+from carbon_vep.scan.tsv import concat_tsv, write_tsv
 
 # the genome the rows are on (a scan's `ref` is the genome's base, which the contexts read)
 GENOME = {
@@ -205,7 +200,6 @@ def test_bases_with_less_than_min_context_keep_their_scores_and_get_no_phred(
     score, and have no PHRED: `.` in the TSV, null where a panel looks them up, no value in the
     PHRED tracks. The other SNVs are ranked among themselves alone."""
     from carbon_vep.report.tracks import base_values
-    from carbon_vep.scan.outputs import count_positions
     from carbon_vep.scoring.annotate import calibrated_scores
 
     provenance, contigs = {"model": "m", "min_context": 2}, ["B", "HLA-C*01:02"]

@@ -20,7 +20,7 @@ from carbon_vep.config.stages import TileSettings
 from carbon_vep.model.engine import Engine
 from carbon_vep.progress import Progress
 from carbon_vep.scan.background import BackgroundWriter
-from carbon_vep.scan.outputs import BaseWriter
+from carbon_vep.scan.positions import BaseWriter
 from carbon_vep.scan.targets import Piece
 from carbon_vep.scan.tiles import _new_timing, _scored_batches, scan_chunk
 from carbon_vep.scan.tiling import tile_region

@@ -74,9 +74,9 @@ def make_scan(folder: Path, bases: int, rng: np.random.Generator | None = None) 
 def scan_folder(folder: Path, bases: int, rng: np.random.Generator | None = None) -> np.ndarray:
     """A scan folder as the workflow leaves it, made by the product's jobs: `folder`/scan with
     positions/chrS.parquet, calibration/ (merge-scan, count-scan, calibrate-scan on make_scan's
-    chunk) and scan.json (the scan's record from its plan, scan.outputs.scan_record); returns
+    chunk) and scan.json (the scan's record from its plan, scan.record.scan_record); returns
     the bases."""
-    from carbon_vep.scan.outputs import SCAN_RECORD, scan_record
+    from carbon_vep.scan.record import SCAN_RECORD, scan_record
 
     seq = make_scan(folder, bases, rng)
     merge_job(folder)
@@ -136,8 +136,8 @@ def step_tsv_without_phred(folder: str) -> dict:
     from pysam.libcbgzf import BGZFile
 
     from carbon_vep import columns
-    from carbon_vep.scan.outputs import SNV_BATCH_BASES, tsv_header, tsv_text
-    from carbon_vep.scan.snvs import snv_rows
+    from carbon_vep.scan.snvs import SNV_BATCH_BASES, snv_rows
+    from carbon_vep.scan.tsv import tsv_header, tsv_text
 
     folder = Path(folder)
     table = columns.SCAN_TSV[:5]

@@ -55,7 +55,7 @@ def write_synthetic_scan(
     fasta: Path, parquet: Path, bases: int, rng: np.random.Generator, contig: str = "chrS"
 ) -> np.ndarray:
     """Write the genome (`fasta`) and its per-base rows (`parquet`); return the bases."""
-    from carbon_vep.scan.outputs import BaseWriter
+    from carbon_vep.scan.positions import BaseWriter
 
     seq = np.array(list("ACGT"))[rng.integers(0, 4, bases)]
     text = "".join(seq)

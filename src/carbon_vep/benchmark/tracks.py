@@ -40,7 +40,7 @@ def step_whole(folder: str) -> dict:
 
     from carbon_vep.report.tracks import base_values, chrom_sizes, track_set
     from carbon_vep.scan.calibrate import Calibration
-    from carbon_vep.scan.outputs import read_scan
+    from carbon_vep.scan.record import read_scan
 
     scan = Path(folder) / "scan"
     record = read_scan(scan)

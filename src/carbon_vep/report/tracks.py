@@ -32,8 +32,9 @@ from carbon_vep.columns import SCAN_BASES
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.report.track_list import Track, track_set
-from carbon_vep.scan.calibrate import Calibration, ranked
-from carbon_vep.scan.outputs import read_scan
+from carbon_vep.scan.calibrate import Calibration
+from carbon_vep.scan.counts import ranked
+from carbon_vep.scan.record import read_scan
 from carbon_vep.scan.snvs import at_base, score_key
 
 
@@ -41,7 +42,7 @@ from carbon_vep.scan.snvs import at_base, score_key
 def base_values(bases: pl.DataFrame, calibration: Calibration | None) -> dict[str, np.ndarray]:
     """Every track's value at each base of `bases` (NaN = no value): the same float32 score the
     scan's SNV rows have (scan.snvs.snv_rows), its PHRED as the TSV prints it (none at a base
-    off the calibration's scales: scan.calibrate.ranked)."""
+    off the calibration's scales: scan.counts.ranked)."""
     lp_ref = at_base(pl.col("ref"), "log_fns_{}").cast(pl.Float32)
     scores = bases.select(
         *((lp_ref - pl.col(f"log_fns_{b}").cast(pl.Float32)).alias(b) for b in SCAN_BASES),

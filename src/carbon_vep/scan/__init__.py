@@ -1,11 +1,11 @@
 """Whole-genome and region scans, every possible SNV scored in one forward pass per tile: the
 targets and their ACGT runs (`targets`), the plan (`plan`: chunks, output files, estimates),
-tile geometry (`tiling`),
-the tile loop on the model (`tiles`, writing on a worker thread: `background`), per-SNV values
-(`snvs`: scores, printed keys, context cells), the calibration (`calibrate`: counts, PHRED rank
-scales, context means), the outputs (`outputs`: chunk files, the merge into Parquet files,
-the tabix TSVs, the summary, `scan.json`), and each scan command's job from its files to its
-files (`jobs`, what `cli.scan` calls).
+tile geometry (`tiling`), the tile loop on the model (`tiles`, writing on a worker thread:
+`background`), per-SNV values (`snvs`: scores, printed keys, context cells), the outputs: chunk
+files and their merge into Parquet files (`positions`), their SNVs counted per context cell
+(`counts`), the calibration from the counts (`calibrate`: PHRED rank scales, context means), the
+tabix TSVs (`tsv`), the summary and `scan.json` (`record`); and each scan command's job from its
+files to its files (`jobs`, what `cli.scan` calls).
 
 May import: `model`, `variants`, `sources`, `config`, `genome` and the shared modules. Only
 `tiles` imports torch (and `jobs`, through it, in the two model jobs).

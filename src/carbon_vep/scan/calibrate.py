@@ -1,12 +1,6 @@
-"""Scores a user can read: a scan's genome-wide rank scale (PHRED) and context calibration.
-
-Every scanned SNV falls in one calibration cell (`scan.snvs`: its pentanucleotide and alternate
-base, or its trinucleotide where the pentanucleotide touches an N or a contig end, or the global
-cell). A count job (count-scan, one per output file, from its merged Parquet file) counts its
-SNVs per (cell, score) at the precision the tabix TSV prints the score with (`snvs.score_key`:
-the rounded score × 10^decimals, an integer), and the neutral set's score sums per cell; counts
-from every job add up, so memory is bounded by the number of cells and score values, never by
-the genome.
+"""Scores a user can read: a scan's genome-wide rank scale (PHRED) and context calibration,
+built from the scan's summed counts (`scan.counts`: its SNVs per calibration cell and printed
+score, and the neutral set's score sums per cell).
 
 From the summed counts (`Calibration.build`):
 
@@ -20,13 +14,13 @@ From the summed counts (`Calibration.build`):
   printed precision from the printed score (so anyone can redo it from the TSV and the table);
 - the calibrated rank scale: the same ranks over the calibrated scores (`calibrated_phred`).
 
-The scales and means are made of the SNVs a scan scored with its full left context (`ranked`:
-at least its `min_context` bp); the SNVs of bases with less, at a contig start or after an
-assembly gap, are counted apart (`unranked_snvs`) and get no PHRED, their scores kept.
+The scales and means are made of the SNVs a scan scored with its full left context
+(`counts.ranked`: at least its `min_context` bp); the SNVs of bases with less, at a contig start
+or after an assembly gap, get no PHRED (`Calibration.annotate`), their scores kept.
 
 A calibration is for one model, revision, dtype, output-layer precision, normalisation, tile
-geometry, min_context and printed precision (FINGERPRINT_KEYS); applying it to scores made
-otherwise is an error (`check_fingerprint`). No torch.
+geometry, min_context and printed precision (`counts.FINGERPRINT_KEYS`); applying it to scores
+made otherwise is an error (`check_fingerprint`). No torch.
 """
 
 from __future__ import annotations
@@ -39,12 +33,12 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from carbon_vep import markdown
 from carbon_vep.atomic import atomic_path
 from carbon_vep.errors import InputError
 from carbon_vep.scan import CALIBRATED_TABLE, CONTEXTS_TABLE, RAW_TABLE, SUMMARY_FILE
+from carbon_vep.scan.counts import FINGERPRINT_KEYS, UNRANKED, min_context_of, ranked
 from carbon_vep.scan.snvs import (
     GLOBAL_CELL,
     N_CELLS,
@@ -59,143 +53,6 @@ from carbon_vep.scan.snvs import (
 PHRED_DECIMALS = 1
 PHRED_COLUMNS = ("phred", "calibrated_phred")
 LEVELS = ("pentanucleotide", "trinucleotide", "global")
-# what a calibration holds for: scores made otherwise must not be put on its scales
-FINGERPRINT_KEYS = (
-    "model",
-    "revision",
-    "dtype",
-    "upcast_output_layer",
-    "normalization",
-    "tile_bp",
-    "min_context",
-    "decimals",
-)
-
-
-def min_context_of(meta: Mapping[str, Any]) -> int:
-    """The left context (bp) an SNV's base needs for the SNV to be ranked: the scan's
-    min_context as its provenance, counts and calibration record it (0, every SNV, where the
-    provenance does not say)."""
-    return int(meta.get("min_context") or 0)
-
-
-def ranked(min_context: int) -> pl.Expr:
-    """Per base (or SNV) with its `context_bp`: scored with the scan's full left context, so
-    on the scales. A base at a contig start or after a gap has less: its scores are kept, it
-    is left out of the counts and the context means, and it has no PHRED."""
-    return pl.col("context_bp") >= min_context
-
-
-def counts_meta(
-    provenance: Mapping[str, Any], decimals: int, neutral: str | None
-) -> dict[str, Any]:
-    """What a scan's counts hold for: the fingerprint keys its provenance names, the
-    normalisation (a scan's marginals are over the 6-mer block), the printed precision, and the
-    neutral set (a BED file, or every scanned SNV)."""
-    meta = {k: provenance[k] for k in FINGERPRINT_KEYS if k in provenance}
-    meta.update(normalization="dna_block", decimals=decimals)
-    meta["neutral"] = neutral or "every scanned SNV"
-    return meta
-
-
-# ---- counting -----------------------------------------------------------------------------
-COUNT_SCHEMA = {"cell": pl.Int64, "key": pl.Int64, "n": pl.Int64}
-SUMS = "neutral_sums"  # the metadata key of a counts file's neutral sums per cell
-UNRANKED = "unranked_snvs"  # SNVs left off the scales (less than min_context): counts, calibration
-FOLD_ROWS = 1 << 20  # partial-count rows held before the first fold
-NEUTRAL_SCHEMA = {"cell": pl.Int64, "n": pl.Int64, "key_sum": pl.Int64}
-
-
-class CalibrationCounts:
-    """Counts of one job's SNVs per (cell, score key), and the neutral SNVs' key sums per cell,
-    added batch by batch; memory is bounded by cells × score values."""
-
-    def __init__(self) -> None:
-        self._counts: list[pl.DataFrame] = []
-        self._folded = self._pending = 0  # rows of the folded table, and of the partial ones
-        self.neutral_n = np.zeros(N_CELLS, dtype=np.int64)
-        self.neutral_sum = np.zeros(N_CELLS, dtype=np.int64)
-        self.unranked = 0  # SNVs of bases with less than min_context: on no scale
-
-    def add(self, cells: np.ndarray, keys: np.ndarray, neutral: np.ndarray | None = None) -> None:
-        """SNVs with their cells and score keys; `neutral` marks the neutral set (None: all)."""
-        batch = pl.DataFrame(
-            {"cell": cells, "key": keys}, schema={"cell": pl.Int64, "key": pl.Int64}
-        )
-        self._counts.append(batch.group_by("cell", "key").len("n").cast({"n": pl.Int64}))
-        self._pending += self._counts[-1].height
-        # fold the partial counts together once they hold as many rows as the folded table (or
-        # FOLD_ROWS): memory stays within a few times the table, each row is folded O(1) times
-        if self._pending > max(FOLD_ROWS, self._folded):
-            self._counts = [self.counts()]
-            self._folded, self._pending = self._counts[0].height, 0
-        mask = slice(None) if neutral is None else neutral
-        self.neutral_n += np.bincount(cells[mask], minlength=N_CELLS)
-        self.neutral_sum += np.bincount(cells[mask], weights=keys[mask], minlength=N_CELLS).astype(
-            np.int64
-        )
-
-    def counts(self) -> pl.DataFrame:
-        if not self._counts:
-            return pl.DataFrame(schema=COUNT_SCHEMA)
-        return _summed(pl.concat(self._counts))
-
-    def neutral(self) -> pl.DataFrame:
-        used = np.flatnonzero(self.neutral_n)
-        return pl.DataFrame(
-            {"cell": used, "n": self.neutral_n[used], "key_sum": self.neutral_sum[used]},
-            schema=NEUTRAL_SCHEMA,
-        )
-
-    def write(self, path: str | Path, meta: Mapping[str, Any]) -> None:
-        """One Parquet file: the (cell, key, n) counts, the neutral sums in its metadata."""
-        table = self.counts().to_arrow()
-        extra = {**{k: json.dumps(v) for k, v in meta.items()}, SUMS: self.neutral().write_json()}
-        extra[UNRANKED] = json.dumps(self.unranked)
-        table = table.replace_schema_metadata({f"carbon_vep.{k}": v for k, v in extra.items()})
-        with atomic_path(path) as tmp:
-            pq.write_table(table, tmp, compression="zstd")
-
-
-def _summed(counts: pl.DataFrame) -> pl.DataFrame:
-    return counts.group_by("cell", "key").agg(pl.col("n").sum()).sort("cell", "key")
-
-
-def read_counts(paths: list[str | Path]) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
-    """Every job's counts summed: (counts, neutral sums, the metadata they share, with the
-    unranked SNVs summed; none where the counts predate them and rank every SNV)."""
-    counts, neutral, meta, unranked = [], [], None, []
-    for path in paths:
-        table = pq.read_table(path)
-        raw = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-        own = {
-            k.removeprefix("carbon_vep."): json.loads(v)
-            for k, v in raw.items()
-            if k != f"carbon_vep.{SUMS}"
-        }
-        unranked.append(own.pop(UNRANKED, None))
-        if (unranked[0] is None) != (unranked[-1] is None):
-            raise InputError(
-                path,
-                "counts of two versions (one ranks every SNV, one leaves bases with less than "
-                "min_context off): recount every file (snakemake --forcerun count_scan_file)",
-            )
-        if meta is None:
-            meta = own
-        elif own != meta:
-            raise InputError(path, f"counts made under other settings ({own} vs {meta})")
-        counts.append(pl.from_arrow(table))
-        neutral.append(pl.read_json(raw[f"carbon_vep.{SUMS}"].encode(), schema=NEUTRAL_SCHEMA))
-    summed = _summed(pl.concat(counts)) if counts else pl.DataFrame(schema=COUNT_SCHEMA)
-    neutral_sums = (
-        pl.concat(neutral).group_by("cell").agg(pl.col("n").sum(), pl.col("key_sum").sum())
-        if neutral
-        else pl.DataFrame(schema=NEUTRAL_SCHEMA)
-    )
-    meta = meta or {}
-    if unranked and unranked[0] is not None:
-        meta[UNRANKED] = sum(unranked)
-    return summed, neutral_sums.sort("cell"), meta
 
 
 # ---- the scales ---------------------------------------------------------------------------

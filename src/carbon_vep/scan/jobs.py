@@ -21,18 +21,8 @@ from carbon_vep.config.stages import (
 )
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.scan.calibrate import Calibration, contexts_markdown, counts_meta, read_counts
-from carbon_vep.scan.outputs import (
-    concat_tsv,
-    count_positions,
-    merge_plan_file,
-    neutral_regions,
-    read_json,
-    scan_record,
-    summarize,
-    summary_markdown,
-    write_tsv,
-)
+from carbon_vep.scan.calibrate import Calibration, contexts_markdown
+from carbon_vep.scan.counts import count_positions, counts_meta, neutral_regions, read_counts
 from carbon_vep.scan.plan import (
     check_tile_context,
     chunk_pieces,
@@ -40,8 +30,11 @@ from carbon_vep.scan.plan import (
     plan_file,
     plan_scan,
 )
+from carbon_vep.scan.positions import merge_plan_file
+from carbon_vep.scan.record import read_json, scan_record, summarize, summary_markdown
 from carbon_vep.scan.targets import resolve_neutral, resolve_targets, skipped_note, target_pieces
 from carbon_vep.scan.tiling import parse_region
+from carbon_vep.scan.tsv import concat_tsv, write_tsv
 
 log = logging.getLogger("carbon_vep")
 Paths = Sequence[str | Path]

@@ -26,6 +26,7 @@ PENTA_CELLS = 4**5 * 4  # (pentanucleotide, alt) slots; the 1,024 with alt == re
 TRI_OFFSET = PENTA_CELLS  # trinucleotide cells of SNVs whose pentanucleotide is incomplete
 GLOBAL_CELL = TRI_OFFSET + 4**3 * 4  # SNVs whose trinucleotide is incomplete
 N_CELLS = GLOBAL_CELL + 1
+SNV_BATCH_BASES = 1 << 18  # bases whose SNVs are counted or written at a time (memory per job)
 
 
 # ---- per-SNV keys -------------------------------------------------------------------------

@@ -314,7 +314,7 @@ def scan_chunk_file(
     engine: Engine, reference: Reference, pieces, tiles: TileSettings, out: str, what: str
 ) -> dict[str, float]:
     """scan_chunk streamed into the Parquet file `out`, published whole or not at all."""
-    from carbon_vep.scan.outputs import BaseWriter
+    from carbon_vep.scan.positions import BaseWriter
 
     writer = BaseWriter(out)
     try:

@@ -33,7 +33,7 @@ from carbon_vep.genome.builds import canonical_build
 from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import Reference, open_reference
 from carbon_vep.scan.calibrate import Calibration
-from carbon_vep.scan.outputs import read_scan
+from carbon_vep.scan.record import read_scan
 from carbon_vep.scan.snvs import at_base, with_cells
 from carbon_vep.scoring.merge import merge_scores
 

@@ -351,7 +351,7 @@ class Jobs:
         return quoted_json(items | {"settings_sha256": settings_sha256(self.niah_settings(wc))})
 
     def scan_fingerprint(self, wc: Any) -> str:
-        """What a scan's counts record of the scores they count (calibrate.FINGERPRINT_KEYS: the
+        """What a scan's counts record of the scores they count (scan.counts.FINGERPRINT_KEYS: the
         model as loaded, the tiles): all that count_scan_file is given, so that a label (the
         build, the scan's other settings) never reruns it."""
         tiles = self.run.scans[wc.scan].tiles
