@@ -155,6 +155,46 @@ def test_settings_that_would_do_nothing_are_refused_only_when_written(tmp_path):
         read_run_config(config, "config mine.yaml", check_inputs=False)
 
 
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"datasets": {"windw_bp": 240}},
+            "datasets.mine.windw_bp: not a key of a datasets entry; did you mean `window_bp`?",
+        ),
+        (
+            {"models": {"dtyp": "float32"}},
+            "models.demo.dtyp: not a key of a models entry; did you mean `dtype`?",
+        ),
+        ({"top": {"bootstarp": 0}}, "bootstarp: not a top-level config key; did you mean "),
+        (
+            {"datasets": {"shard_size": 10}},
+            "datasets.mine.shard_size: not a key of a datasets entry; `shard_size` is a "
+            "top-level key: move it there",
+        ),
+        (
+            {"datasets": {"zzz": 1, "positve_labels": ["a"]}},
+            "datasets.mine.zzz: not a key of a datasets entry (config/README.md lists them); "
+            "datasets.mine.positve_labels: not a key of a datasets entry; did you mean "
+            "`positive_labels`?",
+        ),
+    ],
+)
+def test_a_mistyped_key_is_named_by_its_path_with_the_key_it_likely_meant(
+    tmp_path, change, expected
+):
+    """The schema said "Additional properties are not allowed ('windw_bp' was unexpected)",
+    naming the entry but neither the key's path nor the key meant."""
+    config = _config(tmp_path)
+    config.update(change.pop("top", {}))
+    config["datasets"]["mine"].update(change.get("datasets", {}))
+    config["models"]["demo"].update(change.get("models", {}))
+    with pytest.raises(ConfigError) as err:
+        read_run_config(config, "config mine.yaml")
+    assert str(err.value).startswith(f"config mine.yaml: {expected}")
+    assert "\n" not in str(err.value)
+
+
 def test_whole_config_refusals_name_the_file_and_keys(tmp_path, monkeypatch):
     monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
     config = _config(tmp_path)
