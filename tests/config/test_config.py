@@ -216,6 +216,57 @@ def test_rc_average_on_a_recipe_that_ignores_it_is_refused(recipe, monkeypatch):
         assert RecipeSettings(averaging, rc_average=True).rc_average
 
 
+@pytest.mark.parametrize("written", ["positive_labels", "negative_labels"])
+def test_label_values_with_no_label_column_are_refused(written, monkeypatch):
+    """Label values are read in the label column alone: without one (and without the column
+    clinvar_clnsig derives) they were accepted and did nothing, the metrics unlabelled."""
+    flag = {"positive_labels": "--positive", "negative_labels": "--negative"}[written]
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
+    with pytest.raises(ConfigError, match=rf"^`{flag} LOF`: no label column to read it in"):
+        LabelSettings(**{written: ("LOF",)})
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": "centered"}
+    config = {"models": {"m": {"path": "x"}}, "datasets": {"d": {**dataset, written: ["LOF"]}}}
+    expected = (
+        rf"^datasets\.d: the config key `{written}` \(`{written}: \[LOF\]`\): no label column "
+        r"to read it in: set the config key `label_column` \(the panel's column of labels\)"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        RunConfig.from_dict(config)
+    # with a column to read them in they mean something; their defaults say nothing (the schema
+    # and the rules' --settings fill them into every entry)
+    assert LabelSettings(label_column="class", **{written: ("LOF",)})
+    assert LabelSettings("clinvar_clnsig", **{written: ("LOF",)})
+    default = default_of(next(f for f in fields(LabelSettings) if f.name == written))
+    assert LabelSettings(**{written: default}).column is None
+    assert LabelSettings(**{written: list(default)}).column is None
+
+
+def test_window_bp_on_from_scan_is_refused(monkeypatch):
+    """from_scan cuts no window (each SNV is looked up at the scan's own context): a
+    `window_bp` set for it was accepted and did nothing. Its default (null) is no setting."""
+    base = {
+        "models": {"m": {"path": "x"}},
+        "scans": {"g": {"reference": "r", "build": "hg38", "regions": "all"}},
+    }
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": "from_scan", "scan": "g"}
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")
+    expected = (
+        r"^datasets\.d: the config key `window_bp` \(`window_bp: 240`\): recipe from_scan cuts "
+        r"no window"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "window_bp": 240}}})
+    for unset in ({}, {"window_bp": None}):
+        assert RunConfig.from_dict({**base, "datasets": {"d": {**dataset, **unset}}}).datasets
+    monkeypatch.delenv(INTERFACE_VARIABLE)
+    with pytest.raises(ConfigError, match=r"^`--window-bp 240`: recipe from_scan cuts no window"):
+        RecipeSettings("from_scan", window_bp=240)
+    for name, recipe in RECIPES.items():  # every recipe with a model reads it
+        if recipe.needs_model:
+            assert RecipeSettings(name, window_bp=240).window_bp == 240
+
+
 def test_every_normalization_a_recipe_computes_is_accepted():
     for name, recipe in RECIPES.items():
         for normalization in ("published", *recipe.normalizations):

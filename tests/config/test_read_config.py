@@ -121,6 +121,80 @@ def test_schema_refusals_name_the_file_and_the_config_key(tmp_path, change, expe
     assert "$schema" not in str(err.value) and "\n" not in str(err.value)
 
 
+def test_settings_that_would_do_nothing_are_refused_only_when_written(tmp_path):
+    """The schema fills every setting's default into every entry (as Snakemake's validate
+    does): a dataset with no label column, or recipe from_scan, reads with the defaults of
+    positive_labels, negative_labels and window_bp, and is refused for one written."""
+    config = _config(tmp_path)
+    run = read_run_config(config, "config mine.yaml")
+    assert config["datasets"]["mine"]["positive_labels"] == ["1", "1.0", "True", "true"]
+    assert run.datasets["mine"].labels.column is None
+    with pytest.raises(ConfigError) as err:
+        read_run_config(_config(tmp_path, positive_labels=["LOF"]), "config mine.yaml")
+    assert str(err.value).startswith(
+        "config mine.yaml: datasets.mine: the config key `positive_labels` "
+        "(`positive_labels: [LOF]`): no label column to read it in"
+    )
+    config = _config(tmp_path, recipe="from_scan", scan="g")
+    config["scans"] = {
+        "g": {
+            "reference": config["datasets"]["mine"]["reference"],
+            "build": "hg19",
+            "regions": "all",
+        }
+    }
+    run = read_run_config(config, "config mine.yaml", check_inputs=False)
+    assert config["datasets"]["mine"]["window_bp"] is None
+    assert run.datasets["mine"].scoring.window_bp is None
+    config["datasets"]["mine"]["window_bp"] = 24000
+    with pytest.raises(
+        ConfigError,
+        match=r"^config mine\.yaml: datasets\.mine: the config key "
+        r"`window_bp` \(`window_bp: 24000`\): recipe from_scan cuts no window",
+    ):
+        read_run_config(config, "config mine.yaml", check_inputs=False)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            {"datasets": {"windw_bp": 240}},
+            "datasets.mine.windw_bp: not a key of a datasets entry; did you mean `window_bp`?",
+        ),
+        (
+            {"models": {"dtyp": "float32"}},
+            "models.demo.dtyp: not a key of a models entry; did you mean `dtype`?",
+        ),
+        ({"top": {"bootstarp": 0}}, "bootstarp: not a top-level config key; did you mean "),
+        (
+            {"datasets": {"shard_size": 10}},
+            "datasets.mine.shard_size: not a key of a datasets entry; `shard_size` is a "
+            "top-level key: move it there",
+        ),
+        (
+            {"datasets": {"zzz": 1, "positve_labels": ["a"]}},
+            "datasets.mine.zzz: not a key of a datasets entry (config/README.md lists them); "
+            "datasets.mine.positve_labels: not a key of a datasets entry; did you mean "
+            "`positive_labels`?",
+        ),
+    ],
+)
+def test_a_mistyped_key_is_named_by_its_path_with_the_key_it_likely_meant(
+    tmp_path, change, expected
+):
+    """The schema said "Additional properties are not allowed ('windw_bp' was unexpected)",
+    naming the entry but neither the key's path nor the key meant."""
+    config = _config(tmp_path)
+    config.update(change.pop("top", {}))
+    config["datasets"]["mine"].update(change.get("datasets", {}))
+    config["models"]["demo"].update(change.get("models", {}))
+    with pytest.raises(ConfigError) as err:
+        read_run_config(config, "config mine.yaml")
+    assert str(err.value).startswith(f"config mine.yaml: {expected}")
+    assert "\n" not in str(err.value)
+
+
 def test_whole_config_refusals_name_the_file_and_keys(tmp_path, monkeypatch):
     monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
     config = _config(tmp_path)

@@ -40,6 +40,8 @@ class Recipe:
     scorer: str  # "module:function" in carbon_vep (needs torch: imported on use); "" = no model
     # whether its scorer reads `rc_average` (the centered windows' reverse complement)
     reverse_complement: bool = False
+    # whether it cuts windows of `window_bp` (from_scan reads the scan's context instead)
+    cuts_windows: bool = True
 
     @property
     def needs_model(self) -> bool:
@@ -72,6 +74,17 @@ class Recipe:
         return (
             f"recipe {self.name} does not average with the reverse complement (only "
             f"{' and '.join(averaging)} do): drop it, or choose one of those recipes"
+        )
+
+    def unsupported_window_bp(self) -> str | None:
+        """Why `window_bp` cannot be set for this recipe (None when it can): it cuts no
+        window, and the setting would change nothing while the config said it did."""
+        if self.cuts_windows:
+            return None
+        return (
+            f"recipe {self.name} cuts no window: a variant is looked up in the scan, at the "
+            "left context the scan gave its base (the scan's min_context, or back to a gap); "
+            "drop it"
         )
 
     def add_windows(
@@ -146,6 +159,7 @@ RECIPES: dict[str, Recipe] = {
             ("dna_block",),  # what the scan computed
             "lookup",
             "",
+            cuts_windows=False,
         ),
     )
 }

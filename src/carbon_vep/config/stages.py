@@ -18,7 +18,7 @@ from typing import Literal
 import polars as pl
 
 from carbon_vep.columns import RESERVED as PIPELINE_COLUMNS
-from carbon_vep.config.fields import ConfigError, describe, group, setting
+from carbon_vep.config.fields import ConfigError, default_of, describe, group, setting
 from carbon_vep.config.recipes import NORMALIZATIONS, PUBLISHED, RECIPES, Recipe
 
 
@@ -221,11 +221,28 @@ class LabelSettings:
         "give a null label and label_conflict = true (such rows are left out of metrics)",
     )
     positive_labels: tuple[str, ...] = setting(
-        ("1", "1.0", "True", "true"), flag="positive", help="label values that mean positive"
+        ("1", "1.0", "True", "true"),
+        flag="positive",
+        help="values of the label column that mean positive (refused with no label column)",
     )
     negative_labels: tuple[str, ...] = setting(
-        ("0", "0.0", "False", "false"), flag="negative", help="label values that mean negative"
+        ("0", "0.0", "False", "false"),
+        flag="negative",
+        help="values of the label column that mean negative (refused with no label column)",
     )
+
+    def __post_init__(self) -> None:
+        if self.column is not None:
+            return
+        label_column = next(f for f in fields(self) if f.name == "label_column")
+        for f in fields(self):  # a default says nothing: the schema and the rules fill it in
+            values = getattr(self, f.name)
+            if f.name in ("positive_labels", "negative_labels") and tuple(values) != default_of(f):
+                raise ConfigError(  # metrics would read no labels, whatever it says
+                    f"{describe(f, ', '.join(values), tuple[str, ...])}: no label column to "
+                    f"read it in: set {describe(label_column)} (the panel's column of labels), "
+                    "or drop it"
+                )
 
     @property
     def column(self) -> str | None:
@@ -295,7 +312,8 @@ class RecipeSettings:
         None,
         minimum=6,
         help="window length: the centered window (centered, fns) or the left context "
-        "(nexttoken); default: the recipe's published one",
+        "(nexttoken, scan); default: the recipe's published one; from_scan cuts no window "
+        "(refused there)",
     )
     rc_average: bool = setting(
         False, help="average with the reverse-complement delta (centered and fns only)"
@@ -319,6 +337,10 @@ class RecipeSettings:
         if problem:  # a scorer that ignores it would leave rows and provenance saying it ran
             rc_average = next(f for f in fields(self) if f.name == "rc_average")
             raise ConfigError(f"{describe(rc_average, 'true', bool)}: {problem}")
+        problem = self.definition.unsupported_window_bp() if self.window_bp is not None else None
+        if problem:  # its default (None) is no setting: the schema fills it into every entry
+            window_bp = next(f for f in fields(self) if f.name == "window_bp")
+            raise ConfigError(f"{describe(window_bp, str(self.window_bp))}: {problem}")
 
     @property
     def definition(self) -> Recipe:

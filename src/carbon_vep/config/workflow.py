@@ -301,6 +301,7 @@ def check_schema(config: dict[str, Any], source: str) -> None:
     (no schema dump)."""
     from jsonschema import Draft202012Validator, validators
 
+    from carbon_vep.config.run import SECTIONS
     from carbon_vep.config.schema import json_schema
 
     schema = json_schema()
@@ -333,7 +334,29 @@ def check_schema(config: dict[str, Any], source: str) -> None:
         )
     if error.validator == "minProperties":
         raise ConfigError(f"{source}: {where}: needs at least one entry")
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = error.schema.get("properties", {})
+        unknown = [key for key in error.instance if key not in allowed]
+        # the run's own keys (outdir, shard_size, ...), not its sections' names
+        top_level = set(schema["properties"]) - set(SECTIONS) if where else set()
+        problems = [_unknown_key(str(key), where, allowed, top_level) for key in unknown]
+        raise ConfigError(f"{source}: {'; '.join(problems)}")
     raise ConfigError(f"{source}: {where or 'top level'}: {error.message}")
+
+
+def _unknown_key(key: str, where: str, allowed: Mapping[str, Any], top_level: set[str]) -> str:
+    """What a key the schema does not allow at `where` most likely meant: one of the keys
+    allowed there, spelled closest (a typo), or a top-level key written in an entry."""
+    import difflib
+
+    path = f"{where}.{key}" if where else key
+    level = f"a key of a {where.split('.')[0]} entry" if where else "a top-level config key"
+    if key in top_level:
+        return f"{path}: not {level}; `{key}` is a top-level key: move it there"
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    if close:
+        return f"{path}: not {level}; did you mean `{close[0]}`?"
+    return f"{path}: not {level} (config/README.md lists them)"
 
 
 # inputs that a head-node rule fetches or builds are no user's to bring
