@@ -236,7 +236,11 @@ def test_label_values_with_no_label_column_are_refused(written, monkeypatch):
     # with a column to read them in they mean something; their defaults say nothing (the schema
     # and the rules' --settings fill them into every entry)
     assert LabelSettings(label_column="class", **{written: ("LOF",)})
-    assert LabelSettings("clinvar_clnsig", **{written: ("LOF",)})
+    # clinvar_clnsig derives 1 / 0: a list without that value would find no label of its class
+    derived = {"positive_labels": "1", "negative_labels": "0"}[written]
+    assert LabelSettings("clinvar_clnsig", **{written: (derived,)})
+    with pytest.raises(ConfigError, match=rf"derives are 1 / 0, and '{derived}' is not among"):
+        LabelSettings("clinvar_clnsig", **{written: ("Pathogenic",)})
     default = default_of(next(f for f in fields(LabelSettings) if f.name == written))
     assert LabelSettings(**{written: default}).column is None
     assert LabelSettings(**{written: list(default)}).column is None

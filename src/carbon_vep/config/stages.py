@@ -223,26 +223,37 @@ class LabelSettings:
     positive_labels: tuple[str, ...] = setting(
         ("1", "1.0", "True", "true"),
         flag="positive",
-        help="values of the label column that mean positive (refused with no label column)",
+        help="values of the label column that mean positive (refused with no label column; under "
+        "label_source clinvar_clnsig, whose labels are 1 / 0, it must hold 1)",
     )
     negative_labels: tuple[str, ...] = setting(
         ("0", "0.0", "False", "false"),
         flag="negative",
-        help="values of the label column that mean negative (refused with no label column)",
+        help="values of the label column that mean negative (refused with no label column; under "
+        "label_source clinvar_clnsig, whose labels are 1 / 0, it must hold 0)",
     )
 
     def __post_init__(self) -> None:
-        if self.column is not None:
+        if self.label_column is not None:
             return
-        label_column = next(f for f in fields(self) if f.name == "label_column")
-        for f in fields(self):  # a default says nothing: the schema and the rules fill it in
-            values = getattr(self, f.name)
-            if f.name in ("positive_labels", "negative_labels") and tuple(values) != default_of(f):
-                raise ConfigError(  # metrics would read no labels, whatever it says
-                    f"{describe(f, ', '.join(values), tuple[str, ...])}: no label column to "
-                    f"read it in: set {describe(label_column)} (the panel's column of labels), "
-                    "or drop it"
+        named = {f.name: f for f in fields(self)}
+        clnsig = self.label_source == "clinvar_clnsig"  # its derived column holds 1 / 0 alone
+        for name, derived in (("positive_labels", "1"), ("negative_labels", "0")):
+            f, values = named[name], tuple(getattr(self, name))
+            if clnsig and derived not in values:  # metrics would find no label of this class
+                why = (
+                    f"the labels {describe(named['label_source'], 'clinvar_clnsig')} derives "
+                    f"are 1 / 0, and {derived!r} is not among these: name the CLNSIG terms in "
+                    f"{describe(named['clnsig_labels'])} instead"
                 )
+            elif not clnsig and values != default_of(f):  # a default says nothing: the
+                why = (  # schema fills it in; metrics would read no labels, whatever it says
+                    f"no label column to read it in: set {describe(named['label_column'])} "
+                    "(the panel's column of labels), or drop it"
+                )
+            else:
+                continue
+            raise ConfigError(f"{describe(f, ', '.join(values), tuple[str, ...])}: {why}")
 
     @property
     def column(self) -> str | None:
