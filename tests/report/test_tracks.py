@@ -18,6 +18,7 @@ import pytest
 import yaml
 from support.cluster import run_snakemake
 from support.files import random_dna, write_fasta
+from support.scans import scan_tsv_rows
 
 from carbon_vep.scan.targets import acgt_runs
 
@@ -72,20 +73,6 @@ def run(tmp_path_factory, demo_model_dir) -> Path:
     return workdir
 
 
-def _tsv(run: Path) -> pl.DataFrame:
-    """The scan's SNV rows as its TSVs print them (`.`: no value)."""
-    return pl.concat(
-        pl.read_csv(
-            path,
-            separator="\t",
-            comment_prefix="##",
-            schema_overrides={"#chrom": pl.Utf8, "phred": pl.Float32},
-            null_values=".",
-        )
-        for path in sorted((run / SCAN / "snvs").glob("*.tsv.gz"))
-    )
-
-
 def _expected(run: Path) -> pl.DataFrame:
     """Per scored base: the four scores and surprise from the Parquet, the PHRED from the TSV
     (none, `.`, at a base with less than min_context bp of left context)."""
@@ -94,7 +81,7 @@ def _expected(run: Path) -> pl.DataFrame:
     lp_ref = pl.coalesce([pl.when(pl.col("ref") == b).then(lp[b]) for b in BASES])
     scores = [(lp_ref - lp[b]).alias(f"score_{b}") for b in BASES]
     frame = bases.select("chrom", "pos", "ref", *scores, (-lp_ref).alias("surprise"))
-    tsv = _tsv(run).rename({"#chrom": "chrom"})
+    tsv = scan_tsv_rows(run / SCAN)
     phred = tsv.pivot(on="alt", index=["chrom", "pos"], values="phred")
     phred = phred.rename({b: f"phred_{b}" for b in BASES if b in phred.columns})
     return frame.join(phred, on=["chrom", "pos"], how="left")
@@ -233,7 +220,8 @@ def test_score_tracks_are_viewed_at_their_datas_scale_everywhere(run):
     in the UCSC hub, the IGV session and the igv.js configuration."""
     from carbon_vep.report.track_hub import around_zero
 
-    tsv = _tsv(run).filter(pl.col("phred").is_not_null())["score"].to_numpy()  # the ranked
+    ranked = scan_tsv_rows(run / SCAN).filter(pl.col("phred").is_not_null())
+    tsv = ranked["score"].to_numpy()
     want = around_zero(*np.quantile(tsv, [0.001, 0.999], method="inverted_cdf"))
     assert want[0] < 0 < want[1] < 1  # the demo model's small scores: -2..6 showed nothing
     views = _view_limits(run / TRACKS)

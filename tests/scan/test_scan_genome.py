@@ -26,6 +26,7 @@ import pytest
 import yaml
 from support.cluster import run_snakemake, selected, start_snakemake, workflow_env
 from support.files import write_fasta
+from support.scans import scan_tsv_rows
 from support.slurm import REASON as SLURM_REASON
 from support.slurm import THROUGH_CPU_PARTITION, slurm_jobs
 
@@ -383,21 +384,6 @@ def test_killed_chunk_is_redone_alone_with_identical_files(
 
 
 # ---- calibration ----------------------------------------------------------------------------
-def _tsv_rows(run: Path) -> pl.DataFrame:
-    """Every row of the scan's tabix TSVs, as printed (`.` read as no value)."""
-    frames = [
-        pl.read_csv(
-            path,
-            separator="\t",
-            comment_prefix="##",
-            schema_overrides={"#chrom": pl.Utf8, "phred": pl.Float32},
-            null_values=".",
-        )
-        for path in sorted((run / SCAN / "snvs").glob("*.tsv.gz"))
-    ]
-    return pl.concat(frames).rename({"#chrom": "chrom"})
-
-
 def _ranked(run: Path, rows: pl.DataFrame) -> pl.Series:
     """Which rows are on the scales: their base's left context (the Parquet's) is at least
     min_context."""
@@ -415,7 +401,7 @@ def test_phred_of_every_tsv_row_equals_a_direct_sort(genome_run):
     """PHRED = -10 log10(rank / total), rank = how many ranked SNVs score at least as high (as
     printed), computed here by sorting the scores of the scan's TSVs whose base had at least
     min_context bp of left context; the others (after a contig start or a gap) have none."""
-    rows = _tsv_rows(genome_run)
+    rows = scan_tsv_rows(genome_run / SCAN)
     assert rows.columns == ["chrom", "pos", "ref", "alt", "score", "phred"]
     assert rows["score"].null_count() == 0 and rows.height == 3 * 4800  # every SNV scored
     ranked = _ranked(genome_run, rows)
@@ -456,7 +442,7 @@ def _cells_by_hand(genome: dict[str, str], rows: pl.DataFrame) -> list[tuple[str
 def test_context_means_equal_a_direct_group_by_with_gaps_and_contig_ends(genome_run):
     """The means of the ranked SNVs (those with min_context bp of left context), by hand; the
     SNVs next to a gap or a contig end on their right fall back to coarser cells."""
-    rows = _tsv_rows(genome_run)
+    rows = scan_tsv_rows(genome_run / SCAN)
     rows = rows.filter(_ranked(genome_run, rows))
     cells = _cells_by_hand(_genome(), rows)
     frame = rows.with_columns(
@@ -490,7 +476,7 @@ def test_a_panel_from_the_scan_carries_phred_and_the_calibrated_score(genome_run
     assert scored["phred"].is_null().to_list() == [True, False]
     assert scored["calibrated_phred"].is_null().to_list() == [True, False]
     assert scored["calibrated"].null_count() == 0
-    rows = _tsv_rows(genome_run)
+    rows = scan_tsv_rows(genome_run / SCAN)
     contexts = pl.read_parquet(genome_run / SCAN / "calibration/contexts.parquet")
     genome = _genome()
     for row in scored.iter_rows(named=True):
