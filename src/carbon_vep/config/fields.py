@@ -96,6 +96,11 @@ def default_of(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
+def field_named(settings: Any, name: str) -> dataclasses.Field:
+    """The field `name` of a settings class or instance (what `describe` names)."""
+    return next(f for f in dataclasses.fields(settings) if f.name == name)
+
+
 def _type_info(hint: Any) -> tuple[str, str | None, bool]:
     """(kind, item or value kind, nullable): kinds are str, int, float, bool, list, map."""
     nullable = False

@@ -18,7 +18,14 @@ from typing import Literal
 import polars as pl
 
 from carbon_vep.columns import RESERVED as PIPELINE_COLUMNS
-from carbon_vep.config.fields import ConfigError, default_of, describe, group, setting
+from carbon_vep.config.fields import (
+    ConfigError,
+    default_of,
+    describe,
+    field_named,
+    group,
+    setting,
+)
 from carbon_vep.config.recipes import NORMALIZATIONS, PUBLISHED, RECIPES, Recipe
 
 
@@ -236,20 +243,20 @@ class LabelSettings:
     def __post_init__(self) -> None:
         if self.label_column is not None:
             return
-        named = {f.name: f for f in fields(self)}
         clnsig = self.label_source == "clinvar_clnsig"  # its derived column holds 1 / 0 alone
         for name, derived in (("positive_labels", "1"), ("negative_labels", "0")):
-            f, values = named[name], tuple(getattr(self, name))
+            f, values = field_named(self, name), tuple(getattr(self, name))
             if clnsig and derived not in values:  # metrics would find no label of this class
                 why = (
-                    f"the labels {describe(named['label_source'], 'clinvar_clnsig')} derives "
-                    f"are 1 / 0, and {derived!r} is not among these: name the CLNSIG terms in "
-                    f"{describe(named['clnsig_labels'])} instead"
+                    f"the labels {describe(field_named(self, 'label_source'), 'clinvar_clnsig')}"
+                    f" derives are 1 / 0, and {derived!r} is not among these: name the CLNSIG "
+                    f"terms in {describe(field_named(self, 'clnsig_labels'))} instead"
                 )
             elif not clnsig and values != default_of(f):  # a default says nothing: the
                 why = (  # schema fills it in; metrics would read no labels, whatever it says
-                    f"no label column to read it in: set {describe(named['label_column'])} "
-                    "(the panel's column of labels), or drop it"
+                    f"no label column to read it in: set "
+                    f"{describe(field_named(self, 'label_column'))} (the panel's column of "
+                    "labels), or drop it"
                 )
             else:
                 continue
@@ -342,15 +349,15 @@ class RecipeSettings:
     def __post_init__(self) -> None:
         problem = self.definition.unsupported_normalization(self.normalization)
         if problem:  # rows must never name a normalisation their scorer did not compute
-            normalization = next(f for f in fields(self) if f.name == "normalization")
+            normalization = field_named(self, "normalization")
             raise ConfigError(f"{describe(normalization, self.normalization)}: {problem}")
         problem = self.definition.unsupported_rc_average() if self.rc_average else None
         if problem:  # a scorer that ignores it would leave rows and provenance saying it ran
-            rc_average = next(f for f in fields(self) if f.name == "rc_average")
+            rc_average = field_named(self, "rc_average")
             raise ConfigError(f"{describe(rc_average, 'true', bool)}: {problem}")
         problem = self.definition.unsupported_window_bp() if self.window_bp is not None else None
         if problem:  # its default (None) is no setting: the schema fills it into every entry
-            window_bp = next(f for f in fields(self) if f.name == "window_bp")
+            window_bp = field_named(self, "window_bp")
             raise ConfigError(f"{describe(window_bp, str(self.window_bp))}: {problem}")
 
     @property
@@ -416,7 +423,7 @@ class MetricSettings:
         Refused by compute_metrics and when a config is read."""
         column = self.spearman_column
         if column in PIPELINE_COLUMNS:
-            spearman = next(f for f in fields(self) if f.name == "spearman_column")
+            spearman = field_named(self, "spearman_column")
             raise ConfigError(
                 f"{describe(spearman)} = {column!r} names a column the pipeline writes itself, "
                 f"not the panel's: a panel column {column!r} is carried as 'panel_{column}' "

@@ -9,14 +9,13 @@ come back as a record (`JobTimes`) the job writes as JSON beside its outputs.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from carbon_vep.config.fields import describe
+from carbon_vep.config.fields import describe, field_named
 from carbon_vep.config.stages import ModelSettings, NiahSettings
 from carbon_vep.errors import InputError
 from carbon_vep.suite.niah_cells import prompt_tokens, read_cell
@@ -166,7 +165,7 @@ def check_positions(cell, k: int, limit: int | None, settings: NiahSettings, pat
             past,
         )
         return past
-    factor = next(f for f in dataclasses.fields(NiahSettings) if f.name == "yarn_factor")
+    factor = field_named(NiahSettings, "yarn_factor")
     flag = describe(factor, "4", float)
     raise InputError(
         path,
