@@ -233,6 +233,9 @@ def test_bases_with_less_than_min_context_keep_their_scores_and_get_no_phred(
         assert np.isnan(tracks[track][short]).all(), track
     assert not np.isnan(tracks["max_phred"][~short]).any()
     assert not np.isnan(tracks["max_score"]).any() and not np.isnan(tracks["surprise"]).any()
+    ranks_all = {k: v for k, v in got_meta.items() if k != "unranked_snvs"}  # an older one's
+    before = Calibration.build(summed, neutral, ranks_all, min_count=1)
+    assert not np.isnan(base_values(bases, before)["max_phred"]).any()  # every base its PHRED
     snvs = snv_rows(bases)  # a panel of every SNV, looked up as annotate does
     scores = snvs.select(
         pl.col("chrom").alias("ref_chrom"),

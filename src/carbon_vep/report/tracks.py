@@ -33,7 +33,6 @@ from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.report.track_list import Track, track_set
 from carbon_vep.scan.calibrate import Calibration
-from carbon_vep.scan.counts import ranked
 from carbon_vep.scan.record import read_scan
 from carbon_vep.scan.snvs import at_base, score_key
 
@@ -42,7 +41,7 @@ from carbon_vep.scan.snvs import at_base, score_key
 def base_values(bases: pl.DataFrame, calibration: Calibration | None) -> dict[str, np.ndarray]:
     """Every track's value at each base of `bases` (NaN = no value): the same float32 score the
     scan's SNV rows have (scan.snvs.snv_rows), its PHRED as the TSV prints it (none at a base
-    off the calibration's scales: scan.counts.ranked)."""
+    off the calibration's scales: Calibration.on_scales)."""
     lp_ref = at_base(pl.col("ref"), "log_fns_{}").cast(pl.Float32)
     scores = bases.select(
         *((lp_ref - pl.col(f"log_fns_{b}").cast(pl.Float32)).alias(b) for b in SCAN_BASES),
@@ -64,9 +63,8 @@ def base_values(bases: pl.DataFrame, calibration: Calibration | None) -> dict[st
         )
         phred = calibration.phred(keys).reshape(score.shape).astype(np.float32)
         phred[is_ref] = np.nan
-        if calibration.min_context:
-            unranked = ~bases.select(ranked(calibration.min_context)).to_series().to_numpy()
-            phred[unranked] = np.nan
+        on_scales = bases.with_columns(calibration.on_scales.alias("_on"))["_on"].to_numpy()
+        phred[~on_scales] = np.nan
         for i, b in enumerate(SCAN_BASES):
             out[f"phred_{b}"] = phred[:, i]
         out["max_phred"] = np.fmax.reduce(phred, axis=1)  # NaN only where all three are

@@ -199,6 +199,12 @@ class Calibration:
         return min_context_of(self.meta) if UNRANKED in self.meta else 0
 
     @property
+    def on_scales(self) -> pl.Expr:
+        """Per SNV (or base) with its `context_bp`: whether it is on these scales and so has a
+        PHRED (`ranked`; every one, and no column read, for a calibration that ranks all)."""
+        return ranked(self.min_context) if self.min_context else pl.lit(True)
+
+    @property
     def unranked(self) -> int:
         """The scan's SNVs left off the scales (their bases had less than min_context)."""
         return int(self.meta.get(UNRANKED, 0))
@@ -221,14 +227,13 @@ class Calibration:
         keys, ckeys = frame["key"].to_numpy(), frame["_ckey"].to_numpy()
         phred = self.phred(keys)
         calibrated_phred = np.round(self.calibrated.phred(ckeys), PHRED_DECIMALS)
-        on_scale = ranked(self.min_context) if self.min_context else pl.lit(True)
         return (
             frame.with_columns(
                 pl.Series("phred", phred, dtype=pl.Float32),
                 key_value(pl.col("_ckey"), self.decimals).cast(pl.Float32).alias("calibrated"),
                 pl.Series("calibrated_phred", calibrated_phred, dtype=pl.Float32),
             )
-            .with_columns(pl.when(on_scale).then(pl.col(c)).alias(c) for c in PHRED_COLUMNS)
+            .with_columns(pl.when(self.on_scales).then(pl.col(c)).alias(c) for c in PHRED_COLUMNS)
             .drop("mean_key", "_ckey")
         )
 
