@@ -46,17 +46,25 @@ def _windows(reference, targets, tiles):
     return out
 
 
-# ---- A: the one-region command is planned as the workflow's scans are -----------------------
-def test_region_scan_skips_n_and_iupac_and_restarts_context_after_a_gap(edge, loaded):
+def _scanned_and_planned(fasta, loaded, chrom: str, start: int, end: int):
+    """The region scanned by the one-region command (600 bp tiles, min_context 300), and each
+    of its bases' (tile start, context) in the workflow's plan of the same region."""
     from carbon_vep.model.engine import Engine
-    from carbon_vep.scan.tiles import scan_region, snv_scores
+    from carbon_vep.scan.tiles import scan_region
 
-    fasta, contigs = edge
     engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
     tiles = TileSettings(600, 300)
     with open_reference(fasta) as reference:
-        positions = scan_region(engine, reference, "chr1", 2399, 3600, tiles)
-        planned = _windows(reference, {"chr1": [(2399, 3600)]}, tiles)
+        positions = scan_region(engine, reference, chrom, start, end, tiles)
+        return positions, _windows(reference, {chrom: [(start, end)]}, tiles)
+
+
+# ---- A: the one-region command is planned as the workflow's scans are -----------------------
+def test_region_scan_skips_n_and_iupac_and_restarts_context_after_a_gap(edge, loaded):
+    from carbon_vep.scan.tiles import snv_scores
+
+    fasta, contigs = edge
+    positions, planned = _scanned_and_planned(fasta, loaded, "chr1", 2399, 3600)
     assert set(positions["ref"].unique()) <= set("ACGT")  # no N, no R row
     expected = [
         p for p in range(2399, 3600) if contigs["chr1"][p] in "ACGT"
@@ -80,15 +88,8 @@ def test_a_short_contig_is_scored_whole_with_the_plans_contexts(edge, loaded):
     """chrShort, 10 bp: a tile is whole 6-mers, so bases 7-10 are scored from the one tile
     that ends on the contig's end (bases 5-10), context 2-5 (docs/scans.md); the region command
     used to leave them unscored, and both now agree."""
-    from carbon_vep.model.engine import Engine
-    from carbon_vep.scan.tiles import scan_region
-
     fasta, _ = edge
-    engine = Engine(loaded.model, loaded.vocab, loaded.device, batch_size=4)
-    tiles = TileSettings(600, 300)
-    with open_reference(fasta) as reference:
-        positions = scan_region(engine, reference, "chrShort", 0, 10, tiles)
-        planned = _windows(reference, {"chrShort": [(0, 10)]}, tiles)
+    positions, planned = _scanned_and_planned(fasta, loaded, "chrShort", 0, 10)
     assert positions["pos"].to_list() == list(range(1, 11))
     assert positions["context_bp"].to_list() == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5]
     assert positions["context_bp"].to_list() == [planned["chrShort", b][1] for b in range(10)]
