@@ -27,11 +27,16 @@ MODEL_RULES = (
 DEFAULT_GPU_CLASS = "A10"
 
 
+def profile_value(resources: Mapping[str, Any], name: str) -> str:
+    """A profile resource as written, its YAML/shell quotes taken off ("" when not set)."""
+    return str(resources.get(name, "")).strip("'\"")
+
+
 def profile_gpu_class(resources: Mapping[str, Any]) -> str | None:
     """The GPU class (config.gpus.GPU_CLASSES) a profile's `gpu_model` names, if one."""
     from carbon_vep.config.gpus import gpu_class_named
 
-    return gpu_class_named(str(resources.get("gpu_model", "")).strip("'\""))
+    return gpu_class_named(profile_value(resources, "gpu_model"))
 
 
 _UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 1440.0}
@@ -145,8 +150,8 @@ def unfilled_profile(
     # (resource, placeholder, section) -> the rules that hold it
     where: dict[tuple[str, str, str], list[str]] = {}
     for section, rule, resources in layers:
-        for name, raw in resources.items():
-            value = str(raw).strip("'\"")
+        for name in resources:
+            value = profile_value(resources, name)
             if value.startswith(PLACEHOLDER_PREFIX):
                 where.setdefault((name, value, section), []).append(rule)
     if not where:

@@ -22,6 +22,7 @@ from carbon_vep.config.workflow import (
     DEFAULT_GPU_CLASS,
     profile_gpu_class,
     profile_runtime_minutes,
+    profile_value,
     read_config_file,
     read_run_config,
 )
@@ -128,7 +129,7 @@ def gpu_of(rule: str, device: str, resources: Resources) -> tuple[str | None, st
     named = profile_gpu_class(resources.get(rule, {}))
     if named:
         return named, named
-    given = str(resources.get(rule, {}).get("gpu_model", "")).strip("'\"")
+    given = profile_value(resources.get(rule, {}), "gpu_model")
     if given:  # a class the bill has no figures for: reckoned as if none were named
         return DEFAULT_GPU_CLASS, f"{DEFAULT_GPU_CLASS} (default: {given} unknown)"
     return DEFAULT_GPU_CLASS, f"{DEFAULT_GPU_CLASS} (default)"
