@@ -23,6 +23,7 @@ from huggingface_hub.errors import (
 
 from carbon_vep import atomic
 from carbon_vep.errors import InputError
+from carbon_vep.sources.hub import cache_location
 
 _CHUNK = 1 << 20
 
@@ -106,7 +107,7 @@ def fetch_hub_file(
         raise InputError(
             where,
             f"cannot fetch {filename!r}: it is not in the Hugging Face cache "
-            f"{constants.HF_HUB_CACHE}, and HF_HUB_OFFLINE=1 forbids downloading it. Run this "
+            f"{cache_location()}, and HF_HUB_OFFLINE=1 forbids downloading it. Run this "
             "fetch (the workflow's head-node rule fetch_hub_<name> or fetch_niah_cell, or "
             "`carbon-vep fetch-hub`) where the Hub can be reached, with HF_HUB_OFFLINE unset",
         ) from err
