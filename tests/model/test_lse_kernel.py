@@ -41,6 +41,7 @@ def test_the_kernel_reduces_rows_of_any_width_into_column_views():
         import torch
         from carbon_vep.model import lse_kernel
 
+        lse_kernel.KERNEL_MIN_ROWS = 0  # the kernel for these few rows too
         assert lse_kernel.available(torch.device("cpu"))  # the interpreter runs it here
         assert lse_kernel._verified(torch.device("cpu"))  # the start-up check a GPU runs
         torch.manual_seed(0)
@@ -68,10 +69,11 @@ def test_the_engine_s_fused_normaliser_equals_the_log_sum_exp_of_its_logits(demo
         f"""
         import torch
         from carbon_vep.config.stages import ModelSettings
-        from carbon_vep.model import normaliser
+        from carbon_vep.model import lse_kernel, normaliser
         from carbon_vep.model.engine import Engine
         from carbon_vep.model.loading import load_model
 
+        lse_kernel.KERNEL_MIN_ROWS = 0  # the kernel for these 19 rows too
         loaded = load_model(ModelSettings({str(demo_model_dir)!r}, trust_remote_code=True))
         torch.manual_seed(1)
         for dtype in (torch.float32, torch.bfloat16):
@@ -106,6 +108,29 @@ def test_without_triton_or_a_gpu_the_same_reduction_runs_in_torch(monkeypatch):
     exact = torch.logsumexp(logits.float(), dim=1)
     both = torch.logaddexp(exact, torch.logsumexp(logits[:, :100].float(), dim=1))
     assert torch.allclose(combined, both, atol=1e-5)
+
+
+def test_a_call_of_few_rows_never_starts_the_kernel(monkeypatch):
+    """Fewer than KERNEL_MIN_ROWS rows (Genomic-NIAH's value rows): torch's operations, without
+    asking whether the kernel runs (which would import Triton and compile it); from
+    KERNEL_MIN_ROWS rows on, the kernel where it is available."""
+    asked = []
+
+    def available(device):
+        asked.append(device)
+        return False
+
+    monkeypatch.setattr(lse_kernel, "available", available)
+    monkeypatch.setattr(lse_kernel, "_launch", lambda *a: pytest.fail("the kernel ran"))
+    few = torch.randn(lse_kernel.KERNEL_MIN_ROWS - 1, 300).to(torch.bfloat16)
+    maxes, sums = torch.empty(few.shape[0]), torch.empty(few.shape[0])
+    lse_kernel.max_and_sumexp(few, maxes, sums)
+    assert asked == []
+    exact = torch.logsumexp(few.float(), dim=1)
+    assert torch.allclose(maxes + sums.log(), exact, atol=1e-5)
+    many = torch.randn(lse_kernel.KERNEL_MIN_ROWS, 300).to(torch.bfloat16)
+    lse_kernel.max_and_sumexp(many, torch.empty(many.shape[0]), torch.empty(many.shape[0]))
+    assert asked == [many.device]
 
 
 def test_a_kernel_that_fails_its_check_is_not_used_and_says_why(monkeypatch, caplog):

@@ -134,6 +134,32 @@ def test_the_branch_pass_keeps_the_guess_while_it_is_greedy(loaded, cell, guesse
     assert ours.negative_ll == pytest.approx(one.negative_ll, abs=1e-5)
 
 
+@pytest.mark.parametrize("attention", [LOWER_RIGHT_SDPA, "sdpa"])
+def test_the_passes_after_the_prefill_run_without_cudnn_attention(loaded, cell, attention):
+    """A batch's prefill keeps SDPA's own choice of kernel; the small passes after it (the
+    branch pass, decode steps, continuations) come in shapes of this batch alone, so they run
+    with cuDNN's attention off (a plan a new shape, model.attention.without_cudnn), branch
+    pass or not, and the switch is back as it was afterwards."""
+    scorer = NiahScorer(_engine(loaded, 1), loaded.tokenizer)
+    forward, seen = scorer.engine.forward, []
+
+    def forward_noting_cudnn(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return forward(*args, **kwargs)
+
+    scorer.engine.forward = forward_noting_cudnn
+    row = cell.row(0, named=True)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    loaded.model.set_attn_implementation(register() if attention == LOWER_RIGHT_SDPA else "sdpa")
+    try:
+        scorer.score_batch([row["prompt"]], [row["value"]], [row["negative_value"]])
+    finally:
+        loaded.model.set_attn_implementation("sdpa")
+    assert seen[0] == before  # the prefill, whole: one pass
+    assert len(seen) >= 2 and not any(seen[1:])
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
 def test_a_guess_is_kept_while_every_row_picked_it():
     guess = torch.tensor([[7, 1, 2, 3], [8, 1, 2, 3]])
     assert greedy_prefix(guess, torch.tensor([[1, 2, 3, 9], [1, 2, 3, 4]])) == 4

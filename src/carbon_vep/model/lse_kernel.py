@@ -14,7 +14,8 @@ another order: the normaliser moves by float32 rounding only.
 Used where Triton is (it comes with PyTorch's CUDA wheels) on a GPU of compute capability 8.0
 or later (bf16), once the kernel has reproduced torch's reduction on a small input on that
 device (`available`: the first use compiles it; a failure or a mismatch is logged and the job
-goes on with torch's operations, as on a CPU). The kernel is defined on first use (importing
+goes on with torch's operations, as on a CPU) A call of fewer than KERNEL_MIN_ROWS rows runs torch's operations:
+the kernel's first use costs more than such calls can save. The kernel is defined on first use (importing
 Triton only then), so `TRITON_INTERPRET=1` set before it runs the kernel on a CPU: how the tests
 check it without a GPU.
 """
@@ -31,6 +32,13 @@ import torch
 
 log = logging.getLogger("carbon_vep")
 BLOCK = 1024  # lanes a row: each loads BLOCK logits an iteration
+# Rows from which a call uses the kernel. Its first use in a process costs Triton's import, the
+# compiles and the check (`_verified`): in the H200 check of 2026-11-29 a Genomic-NIAH job's
+# likelihood phase, whose only device work is this normaliser on at most 16 rows, took 0.48-0.66
+# s whatever the context. A row saves ~30 of ~32 bytes of traffic a logit (arithmetic: ~2 us a
+# Carbon row at the H200's bandwidth), so a call of fewer rows loses at most ~0.6 ms in torch's
+# operations, and a job whose calls are all small (NIAH's values) never starts Triton.
+KERNEL_MIN_ROWS = 256
 INTERPRET_ENV = "TRITON_INTERPRET"
 
 
@@ -78,8 +86,8 @@ def _verified(device: torch.device) -> bool:
 def max_and_sumexp(logits: torch.Tensor, maxes: torch.Tensor, sums: torch.Tensor) -> None:
     """Each row's max m and Σ exp(x - m) of `logits` [N, C] (any float dtype, read as it is)
     into `maxes` and `sums` ([N] float32 views, e.g. a column of [N, chunks]), with the kernel
-    where `available`, else in torch operations."""
-    if not available(logits.device):
+    where `available` for a call of at least KERNEL_MIN_ROWS rows, else in torch operations."""
+    if logits.shape[0] < KERNEL_MIN_ROWS or not available(logits.device):
         top, total = _torch_max_and_sumexp(logits)
         maxes.copy_(top)
         sums.copy_(total)

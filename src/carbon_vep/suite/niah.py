@@ -18,7 +18,11 @@ greedy generation feeds one token at a time from there. With a value of n tokens
 follows the prefill when the model generates the value and n - 1 at most, instead of n + 1
 (the value is 4 tokens in the published cells): these passes are small and bound by the
 host's per-layer work on a GPU (docs/gpu.md), and the predictions are the greedy ones either
-way. Where the attention cannot take such a mask without copying the keys and values
+way. These passes run without cuDNN's attention (model.attention.without_cudnn): their shapes
+(a few queries over this batch's prompt length) come once, and cuDNN builds a plan for each new
+shape (~0.4 s of host time on the H200) where the flash or memory-efficient kernel needs none;
+in the H200 check of 2026-11-29 a job's generation phase took 0.36-1.29 s for 3-5 such
+passes a batch. Where the attention cannot take such a mask without copying the keys and values
 (FlashAttention-2, transformers' sdpa on CUDA; `takes_branch_masks`), greedy generation goes a
 token a pass and each continuation has its own pass after it, the cache cropped back to the
 prompt between them. Either way the prompt's keys and values exist once,
@@ -58,7 +62,7 @@ import torch
 
 from carbon_vep.columns import FAILED_ALONE, Status
 from carbon_vep.model import job_record
-from carbon_vep.model.attention import branch_mask, takes_branch_masks
+from carbon_vep.model.attention import branch_mask, takes_branch_masks, without_cudnn
 from carbon_vep.model.batching import in_batches, scatter
 from carbon_vep.model.engine import Engine, new_cache
 from carbon_vep.model.timing import DeviceClock
@@ -199,15 +203,16 @@ class NiahScorer:
         cache = new_cache(self.engine.model)
         last = self.prefill(ids, cache)
         marks.append(clock.mark())
-        if n > 1 and takes_branch_masks(self.engine.model):
-            generated, rows = self.generate_branched(last, cache, *continuations)
-            marks.append(clock.mark())
-        else:
-            generated = self.generate(last, cache, n)
-            marks.append(clock.mark())
-            rows = torch.stack(
-                [self.continuation_rows(last, cache, c, ids.shape[1]) for c in continuations]
-            )
+        with without_cudnn():  # the small passes after the prefill: shapes of this batch alone
+            if n > 1 and takes_branch_masks(self.engine.model):
+                generated, rows = self.generate_branched(last, cache, *continuations)
+                marks.append(clock.mark())
+            else:
+                generated = self.generate(last, cache, n)
+                marks.append(clock.mark())
+                rows = torch.stack(
+                    [self.continuation_rows(last, cache, c, ids.shape[1]) for c in continuations]
+                )
         ll = self.mean_log_likelihoods(rows, continuations)
         marks.append(clock.mark())
         ll_host = self.engine.to_host(ll)  # the batch's one wait for the device
