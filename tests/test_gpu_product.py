@@ -171,7 +171,7 @@ def test_a_rerun_that_failed_still_compares_what_its_finished_jobs_wrote(tmp_pat
     for dataset in ("centered", "nexttoken"):
         write_scores(base["outdir"], dataset, 0.0)
 
-    def stopped_by_its_limit(config, folder, env, timeout_s, overrides, targets):
+    def stopped_by_its_limit(config, folder, env, timeout_s, overrides, targets, first):
         write_scores(folder / "results", "centered", 0.25)  # the one job that finished
         return {"returncode": 124, "wall_s": timeout_s, "jobs_done": 1, "tail": "killed"}
 
@@ -187,3 +187,51 @@ def test_a_rerun_that_failed_still_compares_what_its_finished_jobs_wrote(tmp_pat
     assert "**failed**" in reruns.markdown_part(result) and "| centered |" in reruns.markdown_part(
         result
     )
+
+
+def test_the_compiled_rerun_runs_the_niah_cell_before_the_rest(tmp_path, monkeypatch):
+    """compiled_layers' Snakemake run is told to make the native NIAH cell's predictions
+    first (--prioritize), its YaRN cells dropped; the other reruns prioritise nothing; the
+    option goes before --nolock, which ends its list of targets."""
+    from carbon_vep.benchmark.gpu import reruns
+
+    product_folder = tmp_path / "product"
+    product_folder.mkdir()
+    niah = {"tasks": ["neardup_d2"], "contexts": [32768], "models": [product_setup.TARGET]}
+    base = {
+        "outdir": str(product_folder / "results"),
+        "models": {product_setup.TARGET: {"path": "m", "dtype": "bfloat16"}},
+        "datasets": {"centered": {"models": [product_setup.TARGET]}},
+        "scans": {},
+        "niah": {"native": niah, "yarn": dict(niah, contexts=[65536])},
+    }
+    (product_folder / "config.yaml").write_text(yaml.safe_dump(base))
+    calls = []
+
+    def recorded(config, folder, env, timeout_s, overrides, targets, first):
+        calls.append((list(targets), list(first)))
+        return {"returncode": 124, "wall_s": timeout_s, "jobs_done": 0, "tail": "killed"}
+
+    monkeypatch.setattr(reruns, "run_workflow", recorded)
+    shapes = {"Carbon-3B": TOY_SHAPES["Carbon-3B"]}
+    for step in ("compiled_layers", "batch_budgets"):
+        reruns.rerun(step, product_folder, {}, 60.0, shapes, 1.0, product_setup.SMOKE_PRODUCT)
+    (compiled_targets, compiled_first), (budget_targets, budget_first) = calls
+    assert len(compiled_first) == 1 and compiled_first[0] in compiled_targets
+    assert "/native/niah_neardup_d2_32k/" in compiled_first[0]
+    assert budget_first == [] and not any("niah" in t for t in budget_targets)
+
+    argv = []
+
+    class Stopped:
+        def __init__(self, args, **kwargs):
+            argv.extend(args)
+
+        def wait(self, timeout):
+            return 0
+
+    monkeypatch.setattr(product.subprocess, "Popen", Stopped)
+    product.run_workflow(tmp_path / "c.yaml", tmp_path, {}, 1.0, (), ["t1", "t2"], compiled_first)
+    at = argv.index("--prioritize")
+    assert argv[at + 1 : at + 3] == [compiled_first[0], "--nolock"]
+    assert argv[-2:] == ["t1", "t2"]

@@ -14,10 +14,10 @@ another order: the normaliser moves by float32 rounding only.
 Used where Triton is (it comes with PyTorch's CUDA wheels) on a GPU of compute capability 8.0
 or later (bf16), once the kernel has reproduced torch's reduction on a small input on that
 device (`available`: the first use compiles it; a failure or a mismatch is logged and the job
-goes on with torch's operations, as on a CPU) A call of fewer than KERNEL_MIN_ROWS rows runs torch's operations:
-the kernel's first use costs more than such calls can save. The kernel is defined on first use (importing
-Triton only then), so `TRITON_INTERPRET=1` set before it runs the kernel on a CPU: how the tests
-check it without a GPU.
+goes on with torch's operations, as on a CPU). A call of fewer than KERNEL_MIN_ROWS rows runs
+torch's operations: the kernel's first use costs more than such calls can save. The kernel is
+defined on first use (importing Triton only then), so `TRITON_INTERPRET=1` set before it runs
+the kernel on a CPU: how the tests check it without a GPU.
 """
 
 from __future__ import annotations

@@ -123,17 +123,26 @@ def product(
 
 # ---- the run ---------------------------------------------------------------------------------
 def run_workflow(
-    config: Path, folder: Path, env: dict[str, str], timeout_s: float, overrides=(), targets=()
+    config: Path,
+    folder: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    overrides=(),
+    targets=(),
+    first=(),
 ) -> dict[str, Any]:
     """Snakemake on the project's Snakefile in the jobs' environment (`job_env`), one model
     job at a time, with the profile's `config:` values (`overrides`: "key=value" replacing
-    some), for `targets` (default: the whole run)."""
+    some), for `targets` (default: the whole run), the jobs of the targets `first` before
+    the others (Snakemake's --prioritize: what a limit cuts is the rest)."""
     cores = max(2, min(os.cpu_count() or 2, 16))
     values = dict(item.split("=", 1) for item in (*profile_config(PROFILE), *overrides))
     argv = [sys.executable, "-m", "snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile")]
     argv += ["--directory", str(folder / "run"), "--configfile", str(config)]
     argv += ["--config", *(f"{k}={v}" for k, v in values.items()), "--cores", str(cores)]
     argv += ["--resources", "gpu=1", "--scheduler", "greedy", "--show-failed-logs"]
+    if first:  # before --nolock, which ends the option's list of targets
+        argv += ["--prioritize", *first]
     argv += ["--nolock", *targets]
     log = folder / "snakemake.log"
     began = time.perf_counter()
