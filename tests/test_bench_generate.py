@@ -150,7 +150,8 @@ def test_the_time_limit_stops_a_job_and_skips_the_rest_keeping_what_ran(tmp_path
         key = next(p for p in map(str, argv) if p.endswith(".parquet")).split("/")[-1][:-8]
         started.append((key, timeout_s))
         if key == stopped_at:
-            raise generate.StepFailed("carbon-vep ... timed out", generate.TIMED_OUT)
+            log = "x" * 2000 + "\n12:00:01 INFO compiling the decode step\ntimed out after 9 s"
+            raise generate.StepFailed(f"carbon-vep exited 124:\n{log}", generate.TIMED_OUT)
         write_job(tmp_path / "w", key, [a], 0.8)  # what the job writes, read back by rollout_jobs
         return Measured(1.0, 100.0)
 
@@ -163,6 +164,10 @@ def test_the_time_limit_stops_a_job_and_skips_the_rest_keeping_what_ran(tmp_path
     assert all(0 < limit <= 600 for _, limit in started)
     assert [j["run"] for j in result["jobs"]] == ["ours"]
     assert result["stopped"][stopped_at].startswith("stopped at the time limit")
+    # its log's end is kept, to say where its time went; the jobs never started have none
+    kept = result["stopped_logs"][stopped_at]
+    assert kept.endswith("compiling the decode step\ntimed out after 9 s")
+    assert len(kept) == generate.STOPPED_LOG_CHARS and list(result["stopped_logs"]) == [stopped_at]
     later = generate.OURS_JOBS[2:]
     assert all(result["stopped"][k] == "not started: the time limit was reached" for k in later)
     assert result["speedup_measured"] is None and result["draft_cost_ratio"] is None

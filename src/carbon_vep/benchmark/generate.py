@@ -47,6 +47,7 @@ PROMPT_TOKENS = 2048
 NEW_TOKENS = 512
 K = 6  # bases a token (Carbon's 6-mers): prompts are drawn in bases, rates given in bp
 ASSUMED_ACCEPTANCE = (0.6, 0.8, 0.9)  # what the projection is drawn at (arithmetic)
+STOPPED_LOG_CHARS = 1500  # of a job stopped at the time limit: its stderr's end, kept
 # key: (label, model "target"/"draft", prompts "one"/"all", drafted, engine, decode cache);
 # the static-cache and captured jobs' predictions are compared with ours dynamic on the same
 # prompts
@@ -121,6 +122,7 @@ def rollout_jobs(
     jobs, predictions, k = {}, {}, speculative_tokens
     static_failed: dict[str, str] = {}
     stopped: dict[str, str] = {}
+    stopped_logs: dict[str, str] = {}
     for key in keys:
         left = None if deadline is None else deadline - time.monotonic()
         if stopped or (left is not None and left <= 0):
@@ -150,6 +152,9 @@ def rollout_jobs(
             if failure.returncode == TIMED_OUT and left is not None:
                 stopped[key] = f"stopped at the time limit ({left:.0f} s left when it started)"
                 print(f"[bench-generate] {label}: {stopped[key]}", file=sys.stderr)
+                # where its time went: its log's last lines, timestamped (run 13, 2026-11-29:
+                # the captured job was cut with nothing to say how far it had come)
+                stopped_logs[key] = str(failure)[-STOPPED_LOG_CHARS:]
                 continue
             if key not in STATIC_TWINS:
                 raise
@@ -174,6 +179,7 @@ def rollout_jobs(
         **result,
         "static_failed": static_failed,
         "stopped": stopped,
+        "stopped_logs": stopped_logs,
         "vllm_skipped": skipped,
     }
 
