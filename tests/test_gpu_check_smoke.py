@@ -219,8 +219,8 @@ def test_the_reruns_change_one_thing_and_compare_the_answers(smoke):
         assert skipped.startswith("vllm: no vLLM on the lent machine: its CUDA wheel")
     reruns = report["reruns"]
     assert list(reruns) == [
-        "compiled_layers",
         "profiles",
+        "compiled_layers",
         "batch_budgets",
         "precision",
         "carbon_500m",

@@ -12,9 +12,9 @@ give comes from the product's own jobs.
    as a cluster job runs it, reported per rule from the jobs' own records (tokens/s, share of
    the peak, memory; the scan's hg38 GPU-hours), beside the official scripts' approach on the
    same checkpoint and inputs (a failed job fails the check);
-1. `compiled_layers`, `profiles`, `batch_budgets`, `precision`, and last `carbon_500m`: the
-   product's workflow again with one thing changed (the decoder layers compiled; torch's
-   profiler on the jobs; another token budget and shard size; float32; Carbon-500M's shape),
+1. `profiles`, `compiled_layers`, `batch_budgets`, `precision`, and last `carbon_500m`: the
+   product's workflow again with one thing changed (torch's profiler on the jobs; the decoder
+   layers compiled; another token budget and shard size; float32; Carbon-500M's shape),
    its answers compared with the product's (`reruns`);
    `rollouts`: long rollouts as recovery jobs on the product's checkpoints (alone, batched,
    drafted);

@@ -45,8 +45,10 @@ from carbon_vep.model.tokens import dna_vocab
 STEPS = {
     "product": "the product's own jobs: Snakemake with a GPU config, every model rule, bf16, "
     "beside the official scripts' approach",
-    "compiled_layers": RERUNS["compiled_layers"],
+    # profiles before compiled_layers (2026-11-29): the centered recipe, the weakest ratio,
+    # fell to 0.87x in run 12 with no profile to say why; compiled_layers has measured it
     "profiles": RERUNS["profiles"],
+    "compiled_layers": RERUNS["compiled_layers"],
     "batch_budgets": RERUNS["batch_budgets"],
     "precision": RERUNS["precision"],
     "rollouts": "Carbon-3B rollouts as recovery jobs: alone, batched, with a Carbon-500M draft",
@@ -303,7 +305,7 @@ def _run(
         elif "product" not in args.steps and "rollouts" in args.steps:
             run.build_checkpoints(tokenizer, vocab, args.smoke)
         run.on_the_product(
-            ["compiled_layers", "profiles", "batch_budgets", "precision", "rollouts"], args.smoke
+            ["profiles", "compiled_layers", "batch_budgets", "precision", "rollouts"], args.smoke
         )
         if "vllm" in args.steps:
             run.vllm(tokenizer, vocab, args.model)
