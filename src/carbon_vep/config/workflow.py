@@ -76,7 +76,7 @@ def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:
             model = run.models[model_key]
             if not model.device.startswith("cuda"):
                 continue
-            shape = niah_shape(model.path)
+            shape = niah_shape(model.path, model.build_demo)
             for ctx in sorted(entry.contexts):
                 where = f"niah.{key}: a {ctx:,}-token cell of model {model_key} ({shape})"
                 if model.engine == "vllm":
@@ -168,13 +168,13 @@ def unfilled_profile(
     )
 
 
-def niah_runtime_minutes(ctx: int, rows: int, model_path: str, gpu: str | None) -> int:
+def niah_runtime_minutes(ctx: int, rows: int, model: ModelSettings, gpu: str | None) -> int:
     """A score_niah job's time limit: its rows' prefills at the assumed efficiency of the
     profile's GPU class (DEFAULT_GPU_CLASS when none is named), three times over, plus 10
     minutes to load."""
     from carbon_vep.config.gpus import NIAH_SHAPES, niah_row_seconds, niah_shape
 
-    shape = NIAH_SHAPES[niah_shape(model_path)]
+    shape = NIAH_SHAPES[niah_shape(model.path, model.build_demo)]
     seconds = rows * niah_row_seconds(shape, ctx, gpu or DEFAULT_GPU_CLASS)
     return int(10 + 3 * seconds / 60)
 
