@@ -51,6 +51,31 @@ def test_bad_values_are_refused_naming_the_option(argv, message):
         _read(argv)
 
 
+def test_a_mistyped_settings_key_is_named_with_the_setting_it_likely_meant():
+    """As a config file's mistyped key (config.workflow.check_schema, the same did_you_mean):
+    every unknown key named as a `--settings` key, with the closest setting of the command."""
+    with pytest.raises(ConfigError) as refused:
+        _read(["--settings", json.dumps({"windw_bp": 6, "dtyp": "float32", "zzz": 1})])
+    assert str(refused.value) == (
+        "--settings key 'dtyp': not a setting of this command; did you mean `dtype`?; "
+        "--settings key 'windw_bp': not a setting of this command; did you mean `window_bp`?; "
+        "--settings key 'zzz': not a setting of this command"
+    )
+
+
+def test_a_mistyped_settings_key_reaches_the_user_through_the_command(tmp_path, caplog):
+    from carbon_vep.cli import main
+
+    fasta = tmp_path / "g.fa"
+    fasta.write_text(">c1\n" + "ACGT" * 100 + "\n")
+    argv = ["plan-scan", "--reference", str(fasta), "--regions", "all"]
+    argv += ["--out", str(tmp_path / "plan.json"), "--settings", '{"tile_pb": 600}']
+    assert main(argv) == 2 and not (tmp_path / "plan.json").exists()
+    assert "--settings key 'tile_pb': not a setting of this command; did you mean `tile_bp`?" in (
+        caplog.text
+    )
+
+
 def test_options_given_override_settings_and_are_checked_alone():
     _, _, _, recipe, _ = _read(["--settings", json.dumps({"window_bp": 1}), "--window-bp", "12"])
     assert recipe.window_bp == 12

@@ -9,6 +9,7 @@ import pytest
 
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.gpus import (
+    DEMO_SHAPE,
     NIAH_SHAPES,
     kv_bytes_per_token,
     niah_memory_bytes,
@@ -16,6 +17,7 @@ from carbon_vep.config.gpus import (
 )
 from carbon_vep.config.run import RunConfig
 from carbon_vep.config.schema import json_schema
+from carbon_vep.config.stages import ModelSettings
 from carbon_vep.config.workflow import check_niah_profile, niah_runtime_minutes
 from carbon_vep.estimate.bill import load_run
 
@@ -123,12 +125,30 @@ def test_a_vllm_cell_is_checked_against_the_kv_cache_left_by_the_weights():
 
 
 def test_job_time_grows_with_the_context_and_the_rows():
-    short = niah_runtime_minutes(4096, 100, "HuggingFaceBio/Carbon-3B", "H100")
-    long = niah_runtime_minutes(131072, 100, "HuggingFaceBio/Carbon-3B", "H100")
-    slow = niah_runtime_minutes(131072, 100, "HuggingFaceBio/Carbon-3B", "A10")
+    three_b = ModelSettings(path="HuggingFaceBio/Carbon-3B")
+    short = niah_runtime_minutes(4096, 100, three_b, "H100")
+    long = niah_runtime_minutes(131072, 100, three_b, "H100")
+    slow = niah_runtime_minutes(131072, 100, three_b, "A10")
     assert 10 <= short < long < slow
     row_s = niah_row_seconds(NIAH_SHAPES["Carbon-3B"], 131072, "H100")  # ~9.9 s: 3.9 PFLOP
     assert long == int(10 + 3 * 100 * row_s / 60) and 9.5 < row_s < 10.5
+
+
+def test_a_demo_model_is_checked_and_timed_at_its_own_shape_not_carbon_3bs(tmp_path):
+    """A model the run builds (build_demo: its name says no Carbon size) on a GPU: the NIAH
+    memory check and a job's time limit take the demo model's shape; a Hub id named for no
+    size is still taken as Carbon-3B."""
+    demo = ModelSettings(path=str(tmp_path / "demo_model"), build_demo=True)
+    unnamed = ModelSettings(path=str(tmp_path / "demo_model"))
+    rows_s = 1000 * niah_row_seconds(DEMO_SHAPE, 131072, "A10")
+    assert niah_runtime_minutes(131072, 1000, demo, "A10") == int(10 + 3 * rows_s / 60)
+    assert niah_runtime_minutes(131072, 1000, unnamed, "A10") > 60 * 24  # as Carbon-3B
+    a10 = {"gpu": 1, "gpu_model": "a10"}
+    built = {"build_demo": True, "revision": None, "trust_remote_code": True}
+    demo_run = _run({"contexts": [262144]}, path=str(tmp_path / "demo_model"), **built)
+    check_niah_profile(a10, demo_run)  # its 256k-token cache: ~1 GB
+    with pytest.raises(ConfigError, match=r"262,144-token cell of model m \(Carbon-3B\)"):
+        check_niah_profile(a10, _run({"contexts": [262144]}))
 
 
 def test_vllm_pages_rows_and_rate_follow_from_memory_and_the_prefill():

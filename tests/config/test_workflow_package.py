@@ -15,6 +15,7 @@ from types import SimpleNamespace as Wildcards
 
 import pytest
 
+from carbon_vep.config.gpus import DEMO_SHAPE
 from carbon_vep.config.run import RunConfig
 from carbon_vep.workflow.digests import fingerprint, settings_sha256
 from carbon_vep.workflow.jobs import Jobs
@@ -125,8 +126,9 @@ def _models_run(models: dict) -> RunConfig:
 
 def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
     """A Hub id named for a Carbon size gets that size's arithmetic; a local folder its own
-    config.json's shape; the demo model, not built when the plan is made, the reserve; every
-    model rule gets the same resources, a NIAH job its own time limit."""
+    config.json's shape; the demo model, not built when the plan is made, the demo model's
+    shape (its 40 MB of float32 weights and the reserve, as once it is built); every model rule
+    gets the same resources, a NIAH job its own time limit."""
     run = _run(tmp_path)
     models = {
         "c8": {
@@ -145,7 +147,7 @@ def test_model_jobs_ask_for_host_memory_from_their_weights(tmp_path):
     }
     jobs = Jobs(_models_run(models))
     memory = {key: jobs.host_memory_mb(Wildcards(model=key)) for key in models}
-    assert memory == {"c8": 20_000, "c3": 11_000, "demo": 4_000}
+    assert memory == {"c8": 20_000, "c3": 11_000, "demo": 5_000}
     local = tmp_path / "carbon_like"
     local.mkdir()
     (local / "config.json").write_text(
@@ -426,13 +428,19 @@ def test_a_recovery_jobs_time_limit_follows_its_rollouts(tmp_path):
     """score_recovery's runtime: twice the job's prompts and rollouts (each decode step at no
     less than the host-bound step an H100 measured) plus 10 minutes to load, on the profile's
     class for the rule: a 640-token sweep point of the Hub's 30,000 prompts gets hours where
-    the headline gets minutes; a model of unknown shape gets the default two hours."""
+    the headline gets minutes; a model of unknown shape gets the default two hours, the demo
+    model before it is built its own shape's."""
     from carbon_vep.config.workflow import profile_runtime_minutes
 
     models = {
         "m": {"path": "HuggingFaceBio/Carbon-3B", "revision": "a" * 40, "device": "cuda"},
         "demo": {"path": str(tmp_path / "demo_model"), "build_demo": True},
+        "odd": {"path": str(tmp_path / "odd_model")},  # a config.json of no Llama shape
+        "built": {"path": str(tmp_path / "built")},  # the demo model once built
     }
+    for folder, config in (("odd_model", {"model_type": "odd"}), ("built", DEMO_SHAPE)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "config.json").write_text(json.dumps(config))
     tasks = {"t": {"kind": "sequence_recovery", "path": str(tmp_path / "test.parquet")}}
     tasks["t"]["new_tokens"] = [5, 640]
     run = RunConfig.from_dict(
@@ -448,7 +456,10 @@ def test_a_recovery_jobs_time_limit_follows_its_rollouts(tmp_path):
     assert 10 < headline < 60 < 12 * 60 < long
     assert jobs.task_resources("score_recovery")["runtime"] == jobs.recovery_runtime
     assert jobs.task_resources("score_perturbation")["runtime"] == 120
-    assert jobs.recovery_runtime(Wildcards(task="t", model="demo", point="")) == 120
+    assert jobs.recovery_runtime(Wildcards(task="t", model="odd", point="")) == 120
+    # the demo model, not built yet, at the shape it will have (not two hours, not Carbon-3B's)
+    demo = jobs.recovery_runtime(Wildcards(task="t", model="demo", point=""))
+    assert demo == jobs.recovery_runtime(Wildcards(task="t", model="built", point="")) != 120
     # the profiles' runtime as the bill reads it: minutes at the first attempt
     for raw, minutes in ((90, 90), ("120 * attempt", 120), ("attempt*30", 30), ("1h30m", 90)):
         assert profile_runtime_minutes({"runtime": raw}) == minutes

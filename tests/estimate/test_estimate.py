@@ -16,6 +16,8 @@ from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.gpus import (
     CARBON_SHAPES,
     CARBON_VOCAB,
+    DEMO_MODEL,
+    DEMO_SHAPE,
     body_parameters,
     model_shape,
     niah_row_seconds,
@@ -381,9 +383,31 @@ def test_each_lines_jobs_pay_the_measured_start_up_of_their_models_shape(tmp_pat
 
 
 def test_carbon_8b_has_its_own_shape():
-    assert model_shape(EIGHT_B) == "Carbon-8B" and model_shape("org/Carbon-500M") == "Carbon-500M"
-    assert model_shape("GenerTeam/GENERator-v2-eukaryote-3b-base") == "Carbon-3B"
+    assert model_shape(EIGHT_B, False) == "Carbon-8B"
+    assert model_shape("org/Carbon-500M", False) == "Carbon-500M"
+    assert model_shape("GenerTeam/GENERator-v2-eukaryote-3b-base", False) == "Carbon-3B"
     assert round(body_parameters(CARBON_SHAPES["Carbon-8B"]) / 1e9, 3) == 6.979
+
+
+def test_a_demo_model_is_billed_at_the_demo_shape_a_hub_id_at_its_carbon_size(tmp_path):
+    """A model the run builds (build_demo; not built yet, and its name says no Carbon size)
+    is priced at the shape model.demo builds, not as Carbon-3B; a Hub id beside it keeps the
+    Carbon size its name says. Both lines' hours are the row arithmetic on that shape."""
+    models = {
+        "demo": {"path": str(tmp_path / "demo_model"), "build_demo": True, "device": "cuda"},
+        "big": {"path": EIGHT_B, "device": "cuda", "revision": COMMIT},
+    }
+    run = _run({"contexts": [4096], "rows": 500}, models=models)
+    h100 = {"score_niah": {"gpu_model": "h100"}}
+    lines = {g.model: g for g in estimate(run, h100).gpu if g.rule == "score_niah"}
+    assert set(lines) == {f"demo ({DEMO_MODEL})", "big (Carbon-8B)"}
+    for line, dims in (
+        (lines[f"demo ({DEMO_MODEL})"], DEMO_SHAPE),
+        (lines["big (Carbon-8B)"], CARBON_SHAPES["Carbon-8B"]),
+    ):
+        assert line.hours == pytest.approx(500 * niah_row_seconds(dims, 4096, "H100") / 3600)
+    start = job_start_seconds({**DEMO_SHAPE, "vocab_size": CARBON_VOCAB})
+    assert lines[f"demo ({DEMO_MODEL})"].startup == f"5 x {start:.1f} s"  # 100 rows a job
 
 
 @pytest.mark.parametrize("profile", [None, "profiles/slurm-h100"])

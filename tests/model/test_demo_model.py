@@ -96,6 +96,21 @@ def test_model_shapes(model: Any, tok: Any) -> None:
     assert model.generation_config.pad_token_id == tok.pad_token_id
 
 
+def test_the_demo_model_is_built_at_the_shape_the_estimates_price(model_dir: Path) -> None:
+    """config.gpus.DEMO_SHAPE is the one definition: the built model's config.json has it (the
+    estimates then read the same shape from the folder as they priced before the build)."""
+    from carbon_vep.config.gpus import CARBON_VOCAB, DEMO_MODEL, DEMO_SHAPE
+    from carbon_vep.config.stages import ModelSettings
+    from carbon_vep.estimate.costs import shape_of
+
+    config = json.loads((model_dir / "config.json").read_text())
+    assert {key: config[key] for key in DEMO_SHAPE} == DEMO_SHAPE
+    built = shape_of(ModelSettings(path=str(model_dir)))
+    unbuilt = shape_of(ModelSettings(path=str(model_dir / "not_yet"), build_demo=True))
+    assert built.name == unbuilt.name == DEMO_MODEL
+    assert built.dims == unbuilt.dims == {**DEMO_SHAPE, "vocab_size": CARBON_VOCAB}
+
+
 def test_forward_on_dna_prompt(model: Any, tok: Any) -> None:
     enc = tok("<dna>ACGTACGTTAGCCGATAAGT", return_tensors="pt")
     assert enc.input_ids.shape == (1, 5)

@@ -3,7 +3,9 @@ gaps, chunks of at most chunk_bp scored bases, every ACGT base in exactly one ti
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 
 import pytest
 from support.files import random_dna, write_fasta
@@ -222,3 +224,45 @@ def test_names_differing_in_case_alone_get_distinct_file_names():
     assert re.fullmatch(r"CTG1\+c[0-9a-f]{8}", names[1])
     assert names[3] == "a+1"  # a and A share a file: no collision, its name unchanged
     assert [f["name"] for f in output_files({"ctg1": 50, "chr2": 50}, 10)] == ["ctg1", "chr2"]
+
+
+def test_a_demo_model_is_estimated_at_its_own_shape_a_hub_id_at_its_carbon_size(tmp_path, caplog):
+    """The plan runs before the demo model is built: the model rule's flags mark it
+    (--demo-model), and it is priced at the shape model.demo builds, not as Carbon-3B (its
+    name says no Carbon size); a Hub id keeps the size its name says."""
+    from types import SimpleNamespace as Wildcards
+
+    from carbon_vep.cli import main
+    from carbon_vep.config.gpus import DEMO_MODEL, GPU_CLASSES
+    from carbon_vep.config.run import RunConfig
+    from carbon_vep.scan.plan import estimates, gpu_hours
+    from carbon_vep.workflow.jobs import Jobs
+
+    fasta = write_fasta(tmp_path / "g.fa", {"c1": random_dna(3000, 5)})
+    models = {
+        "demo": {"path": str(tmp_path / "demo_model"), "build_demo": True},
+        "big": {"path": "HuggingFaceBio/Carbon-8B", "revision": "a" * 40},
+    }
+    scan = {"reference": str(fasta), "build": "toy1", "regions": "all"}
+    run = RunConfig.from_dict(
+        {"models": models, "scans": {"g": {**scan, "models": ["demo", "big"]}}}
+    )
+    flags = shlex.split(Jobs(run).scan_model_paths(Wildcards(scan="g")))
+    assert flags[-1] == "--demo-model=demo"
+    out = tmp_path / "plan.json"
+    argv = ["plan-scan", "--reference", str(fasta), "--regions", "all", "--out", str(out)]
+    argv += ["--tile-bp", "600", "--min-context", "240"]
+    assert main(argv + flags) == 0
+    plan = json.loads(out.read_text())
+    estimated = plan["estimates"]["models"]
+    assert (estimated["demo"]["shape"], estimated["big"]["shape"]) == (DEMO_MODEL, "Carbon-8B")
+    # the same path, marked or not; the hours of a genome (the toy's round to 0) at each shape
+    tiles, genome = TileSettings(600, 240), 2_900_000_000
+    same = estimates({"scored_bp": genome, "snvs": 0}, tiles, {"d": "x", "h": "x"}, {"d"})
+    assert (same["models"]["d"]["shape"], same["models"]["h"]["shape"]) == (DEMO_MODEL, "Carbon-3B")
+    for gpu in GPU_CLASSES:
+        demo = gpu_hours(genome, tiles, DEMO_MODEL, gpu)
+        assert 0 < demo < gpu_hours(genome, tiles, "Carbon-3B", gpu) / 1000
+    out.unlink()
+    assert main(argv + flags[:1] + ["--demo-model=other"]) == 2 and not out.exists()
+    assert "--demo-model other: no --model KEY=PATH of that key" in caplog.text

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from carbon_vep.cli.common import pairs
-from carbon_vep.config.fields import add_flags, from_args
+from carbon_vep.config.fields import ConfigError, add_flags, from_args
 from carbon_vep.config.stages import (
     CalibrationSettings,
     ModelSettings,
@@ -52,6 +52,13 @@ def add_plan_scan(sub) -> None:
         help="KEY=PATH: the estimates, and tile_bp checked against a local model's context",
     )
     p.add_argument(
+        "--demo-model",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a --model KEY the run builds (build_demo): estimated at the demo model's shape",
+    )
+    p.add_argument(
         "--neutral-regions",
         default=None,
         help="the scan's neutral_regions BED, checked against the reference before any model "
@@ -68,6 +75,9 @@ def plan_scan(args: argparse.Namespace) -> None:
 
     tiles, chunks = from_args(args, TileSettings, ScanChunkSettings)
     models = pairs(args.model)
+    unknown = sorted(set(args.demo_model) - set(models))
+    if unknown:
+        raise ConfigError(f"--demo-model {', '.join(unknown)}: no --model KEY=PATH of that key")
     text = write_plan(
         args.reference,
         args.regions,
@@ -78,6 +88,7 @@ def plan_scan(args: argparse.Namespace) -> None:
         args.out,
         args.report,
         args.neutral_regions,
+        args.demo_model,
     )
     print(text, end="")
 

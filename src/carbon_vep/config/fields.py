@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -71,6 +72,14 @@ def setting(
 def group(cls: type) -> Any:
     """A nested settings group: its fields are keys of the enclosing entry (flat in YAML)."""
     return field(default_factory=cls, metadata={"group": True})
+
+
+def did_you_mean(key: str, allowed: Iterable[str]) -> str:
+    """ "; did you mean `KEY`?" with the allowed key spelled closest to a mistyped `key`
+    (difflib), or "" when none is close: what every refusal of an unknown key suggests (a
+    config file's, `--settings`')."""
+    close = difflib.get_close_matches(key, list(allowed), n=1)
+    return f"; did you mean `{close[0]}`?" if close else ""
 
 
 # ---- introspection -----------------------------------------------------------------------
@@ -362,10 +371,14 @@ def from_args(args: argparse.Namespace, *classes: type) -> tuple[Any, ...]:
     option, or the `--settings` key, and the problem."""
     values = _settings_json(getattr(args, "settings", None))
     own = {f.name for cls in classes for f, _ in flat_fields(cls)}
+    origins = {name: f"--settings key {name!r}" for name in values}
     unknown = sorted(set(values) - own)
     if unknown:
-        raise ConfigError(f"--settings holds unknown setting(s) {unknown}")
-    origins = {name: f"--settings key {name!r}" for name in values}
+        problems = [
+            f"{origins[key]}: not a setting of this command{did_you_mean(key, own)}"
+            for key in unknown
+        ]
+        raise ConfigError("; ".join(problems))
     given = {name: value for name, value in vars(args).items() if name in own}
     values.update(given)
     for name in given:

@@ -1,5 +1,6 @@
-"""GPU classes and Carbon's shapes: the memory arithmetic behind each GPU profile's batch size,
-and the FLOPs a token that the scan plan's estimates and the GPU check count.
+"""GPU classes and Carbon's shapes (and the demo model's): the memory arithmetic behind each GPU
+profile's batch size, and the FLOPs a token that the scan plan's estimates and the GPU check
+count.
 
 A batch is sized in tokens (`batch_tokens`): the memory a forward pass needs beyond the weights
 grows with the tokens in the batch, whatever the window length. Per token, in bf16, the most any
@@ -42,6 +43,15 @@ CARBON_SHAPES: dict[str, dict[str, int]] = {
 }  # fmt: skip
 CARBON_VOCAB = 155_776
 BF16 = 2
+
+# The demo model's shape, defined here alone: model.demo builds it (on Carbon's vocabulary), and
+# a model with `build_demo` is priced at it, also before the run has built it
+DEMO_MODEL = "demo model"
+DEMO_SHAPE: dict[str, int] = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=64 // 4,
+)  # fmt: skip
+MODEL_SHAPES = {**CARBON_SHAPES, DEMO_MODEL: DEMO_SHAPE}  # every shape model_shape names
 
 
 @dataclass(frozen=True)
@@ -172,8 +182,8 @@ def host_memory_mb(shape: dict[str, int] | None, dtype: str) -> int:
     peaked at its size + 2.0 GB, the tensors being views of the mapped file until they move to
     the device. A checkpoint stored wider than it runs (float32 run in bf16) adds the
     converted copy, while the file's pages stay reclaimable cache: still one copy that a
-    memory limit must hold (arithmetic, not measured). A model whose shape is not known yet
-    (the demo model, built by the run) gets the reserve alone."""
+    memory limit must hold (arithmetic, not measured). A model whose shape is not known (a
+    local folder without a Llama-style config.json) gets the reserve alone."""
     weights = 0
     if shape is not None:
         vocab = shape.get("vocab_size", CARBON_VOCAB)
@@ -182,21 +192,25 @@ def host_memory_mb(shape: dict[str, int] | None, dtype: str) -> int:
 
 
 # ---- Genomic-NIAH: one long prompt a row --------------------------------------------------
-NIAH_SHAPES = CARBON_SHAPES  # the NIAH estimates' name for the same shapes
+NIAH_SHAPES = MODEL_SHAPES  # the NIAH estimates' name for the same shapes
 ASSUMED_EFFICIENCY = 0.5  # share of bf16 peak good PyTorch prefill reaches (40-70%)
 
 
-def model_shape(path: str) -> str:
-    """The Carbon shape whose cost a model is estimated at: 500M or 8B when its name says so,
-    else 3B (an unknown 3B-class model; estimates then err towards more GPU-hours)."""
+def model_shape(path: str, build_demo: bool) -> str:
+    """The shape (a MODEL_SHAPES name) whose cost a model is estimated at: the demo model's when
+    the run builds it (`build_demo`: its path names no Carbon size, nor is it built yet);
+    else the Carbon size its name says, 500M or 8B, else 3B (an unknown 3B-class model;
+    estimates then err towards more GPU-hours)."""
+    if build_demo:
+        return DEMO_MODEL
     name = path.lower().rstrip("/").rsplit("/", 1)[-1]
     sizes = [s for s in CARBON_SHAPES if s.split("-")[1].lower() in name]
     return sizes[0] if len(sizes) == 1 else "Carbon-3B"
 
 
-def niah_shape(path: str) -> str:
+def niah_shape(path: str, build_demo: bool) -> str:
     """The shape of the NIAH estimates: as model_shape."""
-    return model_shape(path)
+    return model_shape(path, build_demo)
 
 
 def kv_bytes_per_token(shape: dict[str, int]) -> int:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from carbon_vep.config.fields import ConfigError
+from carbon_vep.config.fields import ConfigError, did_you_mean
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.config.tasks import TASK_KINDS
 
@@ -76,7 +76,7 @@ def check_niah_profile(resources: Mapping[str, Any], run: Any) -> None:
             model = run.models[model_key]
             if not model.device.startswith("cuda"):
                 continue
-            shape = niah_shape(model.path)
+            shape = niah_shape(model.path, model.build_demo)
             for ctx in sorted(entry.contexts):
                 where = f"niah.{key}: a {ctx:,}-token cell of model {model_key} ({shape})"
                 if model.engine == "vllm":
@@ -168,13 +168,13 @@ def unfilled_profile(
     )
 
 
-def niah_runtime_minutes(ctx: int, rows: int, model_path: str, gpu: str | None) -> int:
+def niah_runtime_minutes(ctx: int, rows: int, model: ModelSettings, gpu: str | None) -> int:
     """A score_niah job's time limit: its rows' prefills at the assumed efficiency of the
     profile's GPU class (DEFAULT_GPU_CLASS when none is named), three times over, plus 10
     minutes to load."""
     from carbon_vep.config.gpus import NIAH_SHAPES, niah_row_seconds, niah_shape
 
-    shape = NIAH_SHAPES[niah_shape(model_path)]
+    shape = NIAH_SHAPES[niah_shape(model.path, model.build_demo)]
     seconds = rows * niah_row_seconds(shape, ctx, gpu or DEFAULT_GPU_CLASS)
     return int(10 + 3 * seconds / 60)
 
@@ -352,16 +352,11 @@ def check_schema(config: dict[str, Any], source: str) -> None:
 def _unknown_key(key: str, where: str, allowed: Mapping[str, Any], top_level: set[str]) -> str:
     """What a key the schema does not allow at `where` most likely meant: one of the keys
     allowed there, spelled closest (a typo), or a top-level key written in an entry."""
-    import difflib
-
     path = f"{where}.{key}" if where else key
     level = f"a key of a {where.split('.')[0]} entry" if where else "a top-level config key"
     if key in top_level:
         return f"{path}: not {level}; `{key}` is a top-level key: move it there"
-    close = difflib.get_close_matches(key, list(allowed), n=1)
-    if close:
-        return f"{path}: not {level}; did you mean `{close[0]}`?"
-    return f"{path}: not {level} (config/README.md lists them)"
+    return f"{path}: not {level}" + (did_you_mean(key, allowed) or " (config/README.md lists them)")
 
 
 # inputs that a head-node rule fetches or builds are no user's to bring

@@ -18,6 +18,7 @@ from carbon_vep.config.gpus import (
     CARBON_SHAPES,
     CARBON_VOCAB,
     GPU_CLASSES,
+    MODEL_SHAPES,
     attention_flops,
     body_flops,
     kv_bytes_per_token,
@@ -78,15 +79,15 @@ class Work:
 
 
 def shape_of(model: ModelSettings) -> Shape:
-    """A local model folder's own config.json; a demo model not built yet is not estimated;
-    a Hub id by the Carbon size its name says (model_shape)."""
+    """A local model folder's own config.json; else model_shape's: a model the run builds
+    (build_demo) at the demo model's shape, a Hub id at the Carbon size its name says."""
     config = os.path.join(model.path, "config.json")
     if os.path.isfile(config):
         return _local_shape(model.path, config)
+    name = model_shape(model.path, model.build_demo)
+    dims = {**MODEL_SHAPES[name], "vocab_size": CARBON_VOCAB}
     if model.build_demo:
-        return Shape("demo model", None, "built on first use: not estimated")
-    name = model_shape(model.path)
-    dims = {**CARBON_SHAPES[name], "vocab_size": CARBON_VOCAB}
+        return Shape(name, dims, "build_demo: the demo model's shape, built by the run")
     if name.split("-")[1].lower() in model.path.lower():
         return Shape(name, dims, "its name")
     # a name that says no Carbon size is reckoned as Carbon-3B, and no measured rate applies
@@ -104,7 +105,7 @@ def _local_shape(folder: str, config: str) -> Shape:
         raw.get("head_dim") or dims["hidden_size"] // dims["num_attention_heads"]
     )
     dims["vocab_size"] = int(raw.get("vocab_size") or CARBON_VOCAB)
-    same = [n for n, s in CARBON_SHAPES.items() if all(dims[k] == v for k, v in s.items())]
+    same = [n for n, s in MODEL_SHAPES.items() if all(dims[k] == v for k, v in s.items())]
     return Shape(same[0] if same else os.path.basename(folder), dims, f"{config}")
 
 

@@ -14,6 +14,7 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from carbon_vep import atomic
+from carbon_vep.config.gpus import DEMO_SHAPE
 from carbon_vep.model.assets.tokenization_hybrid_dna import HybridDNATokenizer
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
@@ -92,14 +93,16 @@ def build_carbon_like_model(out_dir: str | Path, layers: int, hidden: int) -> Pa
 def build_demo_model(
     out_dir: str | Path,
     *,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-    intermediate_size: int = 128,
+    hidden_size: int = DEMO_SHAPE["hidden_size"],
+    num_layers: int = DEMO_SHAPE["num_hidden_layers"],
+    num_heads: int = DEMO_SHAPE["num_attention_heads"],
+    num_kv_heads: int = DEMO_SHAPE["num_key_value_heads"],
+    intermediate_size: int = DEMO_SHAPE["intermediate_size"],
     seed: int = 0,
 ) -> Path:
-    """Write the demo model to ``out_dir`` (atomically) unless a complete one is there."""
+    """Write the demo model to ``out_dir`` (atomically) unless a complete one is there: by
+    default at the demo model's shape (config.gpus.DEMO_SHAPE, which the estimates price);
+    head_dim is hidden_size / num_heads."""
     out_dir = Path(out_dir)
     if is_complete(out_dir):
         return out_dir

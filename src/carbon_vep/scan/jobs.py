@@ -7,7 +7,7 @@ are checked."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,9 +89,11 @@ def write_plan(
     out: str,
     report: str | None,
     neutral_regions: str | None = None,
+    demo_models: Collection[str] = (),
 ) -> str:
     """The plan of a scan (targets -> chunks, one job each) at `out`, with its counts and
-    estimates as Markdown (at `report` too, if given), which is returned. The scan's
+    estimates as Markdown (at `report` too, if given), which is returned. `demo_models`: the
+    keys of `models` the run builds (build_demo), estimated at the demo model's shape. The scan's
     neutral_regions BED, if any, is checked against the reference here, before any model job
     (its contigs the reference lacks noted in the plan)."""
     with open_reference(reference_path) as reference:
@@ -100,7 +102,7 @@ def write_plan(
         if neutral_regions:
             note = resolve_neutral(neutral_regions, reference.lengths)[1]
             notes += [note] if note else []
-        plan = plan_scan(reference, targets, tiles, chunks, models, notes)
+        plan = plan_scan(reference, targets, tiles, chunks, models, notes, demo_models)
     for note in plan["notes"]:
         log.warning("%s", note)
     atomic.write_json(plan, out)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -33,8 +33,8 @@ from carbon_vep import markdown
 from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
-    CARBON_SHAPES,
     GPU_CLASSES,
+    MODEL_SHAPES,
     attention_flops,
     body_flops,
     model_shape,
@@ -69,8 +69,9 @@ def scan_flops(bases: float, tiles: TileSettings, dims: Mapping[str, int]) -> fl
 
 
 def gpu_hours(bases: int, tiles: TileSettings, shape: str, gpu: str) -> float:
-    """Estimated GPU-hours to scan `bases` with this tiling (arithmetic, not a measurement)."""
-    flops = scan_flops(bases, tiles, CARBON_SHAPES[shape])
+    """Estimated GPU-hours to scan `bases` with this tiling for a model of `shape` (a
+    MODEL_SHAPES name; arithmetic, not a measurement)."""
+    flops = scan_flops(bases, tiles, MODEL_SHAPES[shape])
     return flops / (GPU_PEAK_TFLOPS[gpu] * 1e12 * ASSUMED_EFFICIENCY) / 3600
 
 
@@ -81,8 +82,10 @@ def plan_scan(
     chunks: ScanChunkSettings,
     models: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
+    demo_models: Collection[str] = (),
 ) -> dict[str, Any]:
-    """The scan's plan: chunks of pieces (JSON-ready), per-contig counts, totals, estimates.
+    """The scan's plan: chunks of pieces (JSON-ready), per-contig counts, totals, estimates
+    for each of `models` (key: path; those in `demo_models` the run builds, build_demo).
     A tile longer than a model's context is refused here (check_tile_context), before any
     model job; `notes` (the models not checked, the neutral BED's contigs ignored) are kept
     in the plan and printed with it."""
@@ -134,7 +137,7 @@ def plan_scan(
         "contigs": contigs,
         "files": files,
         "chunks": [[asdict(p) for p in chunk] for chunk in plan_chunks],
-        "estimates": estimates(totals, tiles, models or {}),
+        "estimates": estimates(totals, tiles, models or {}, demo_models),
         "notes": notes,
     }
 
@@ -230,17 +233,24 @@ def plan_file(plan: Mapping[str, Any], name: str) -> dict[str, Any]:
     raise InputError("scan plan", f"no output file {name!r} in the plan")
 
 
-def estimates(totals: Mapping[str, int], tiles: TileSettings, models: Mapping[str, str]):
+def estimates(
+    totals: Mapping[str, int],
+    tiles: TileSettings,
+    models: Mapping[str, str],
+    demo_models: Collection[str] = (),
+) -> dict[str, Any]:
+    """GPU-hours per GPU class of each model (key: path) at its shape (model_shape; the demo
+    model's for those in `demo_models`), and the output bytes."""
     bases, snvs = totals["scored_bp"], totals["snvs"]
+    shapes = {key: model_shape(path, key in demo_models) for key, path in models.items()}
     hours = {
         key: {
-            "shape": model_shape(path),
+            "shape": shape,
             "gpu_hours": {
-                gpu: round(gpu_hours(bases, tiles, model_shape(path), gpu), 3)
-                for gpu in GPU_PEAK_TFLOPS
+                gpu: round(gpu_hours(bases, tiles, shape, gpu), 3) for gpu in GPU_PEAK_TFLOPS
             },
         }
-        for key, path in models.items()
+        for key, shape in shapes.items()
     }
     out_bytes = {name: round(per * snvs) for name, per in BYTES_PER_SNV.items()}
     return {"models": hours, "output_bytes": out_bytes, "assumed_efficiency": ASSUMED_EFFICIENCY}

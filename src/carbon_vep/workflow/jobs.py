@@ -163,7 +163,7 @@ class Jobs:
         """Minutes for a score_niah job: its rows at the cell's context on the profile's GPU."""
         entry = self.run.niah[wc.niah]
         start, end = entry.row_ranges()[int(wc.part)]
-        model = self.run.models[wc.model].path
+        model = self.run.models[wc.model]
         return niah_runtime_minutes(entry.cell(wc.cell).ctx, end - start, model, self.niah_gpu)
 
     def recovery_runtime(self, wc: Any) -> int:
@@ -304,9 +304,12 @@ class Jobs:
         return [r for r in self.run.scans[wc.scan].regions if os.path.isfile(r)]
 
     def scan_model_paths(self, wc: Any) -> str:
-        """--model KEY=PATH of the scan's models: the plan estimates GPU-hours for each."""
+        """--model KEY=PATH of the scan's models: the plan estimates GPU-hours for each (at the
+        demo model's shape for a --demo-model KEY, one the run builds)."""
         models = self.run.entry_models(self.run.scans[wc.scan])
-        return " ".join(shlex.quote(f"--model={k}={self.run.models[k].path}") for k in models)
+        flags = [f"--model={k}={self.run.models[k].path}" for k in models]
+        flags += [f"--demo-model={k}" for k in models if self.run.models[k].build_demo]
+        return " ".join(shlex.quote(flag) for flag in flags)
 
     def scan_neutral_flag(self, wc: Any) -> str:
         """plan-scan's --neutral-regions (checked against the reference at plan time), or ''."""

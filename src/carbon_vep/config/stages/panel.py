@@ -1,0 +1,141 @@
+"""How a panel is read and checked against the reference (`PanelSettings`), and where its labels
+come from and what they mean (`LabelSettings`, `label_classes`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import polars as pl
+
+from carbon_vep.config.fields import ConfigError, default_of, describe, field_named, setting
+
+
+@dataclass(frozen=True)
+class PanelSettings:
+    """How a panel is read and checked against the reference (check-panel, score, annotate)."""
+
+    build: str = setting(
+        help="genome build the panel and reference are on (e.g. hg38); datasets sharing a "
+        "reference must declare the same build (hg38 = GRCh38, hg19 = GRCh37 = b37)"
+    )
+    format: Literal["auto", "vcf", "parquet", "tsv", "csv"] = setting(
+        "auto", help="panel file format (auto: from the file name)"
+    )
+    columns: dict[str, str] = setting(
+        {},
+        flag="column",
+        help="standard name (chrom, pos, ref, alt, or any other) -> column in a table panel; "
+        "without it chrom/chr/chromosome/#CHROM, pos/position, ref and alt are found in any "
+        "letter case",
+    )
+    info_fields: tuple[str, ...] = setting(
+        (), flag="info-field", help='VCF INFO fields to carry to the outputs ("*" = every field)'
+    )
+    indel_policy: Literal["skip"] = setting(
+        "skip",
+        help="indels and MNVs (after trimming shared bases) are kept with status skipped and "
+        "the reason; the recipes score SNVs",
+    )
+    min_ref_concordance: float = setting(
+        0.9,
+        scope="run",
+        minimum=0,
+        maximum=1,
+        help="abort before scoring when fewer SNV REF alleles match the reference",
+    )
+
+
+DEFAULT_CLNSIG_LABELS = {
+    "Pathogenic": 1,
+    "Likely_pathogenic": 1,
+    "Pathogenic/Likely_pathogenic": 1,
+    "Benign": 0,
+    "Likely_benign": 0,
+    "Benign/Likely_benign": 0,
+}
+
+
+CLNSIG_LABEL_COLUMN = "label"  # the column label_source clinvar_clnsig derives
+
+
+@dataclass(frozen=True)
+class LabelSettings:
+    """Where a panel's labels come from and which values are positive (check-panel, score,
+    annotate, metrics)."""
+
+    label_source: Literal["column", "clinvar_clnsig"] = setting(
+        "column",
+        help="column: labels are read from `label_column` as they are; clinvar_clnsig: a "
+        f"`{CLNSIG_LABEL_COLUMN}` column (1, 0 or null) and `label_conflict` are derived from "
+        "the INFO field `clnsig_field` through `clnsig_labels`",
+    )
+    label_column: str | None = setting(
+        None,
+        help="column holding the labels (default: none, or the derived "
+        f"`{CLNSIG_LABEL_COLUMN}` under label_source clinvar_clnsig)",
+    )
+    clnsig_field: str = setting("CLNSIG", help="INFO field holding ClinVar's significance")
+    clnsig_labels: dict[str, int] = setting(
+        DEFAULT_CLNSIG_LABELS,
+        flag="clnsig-label",
+        value_choices=(0, 1),
+        help="CLNSIG term -> label; terms not named here (Uncertain_significance, "
+        "risk_factor, ...) leave the row unlabeled; Conflicting_* and terms naming both labels "
+        "give a null label and label_conflict = true (such rows are left out of metrics)",
+    )
+    positive_labels: tuple[str, ...] = setting(
+        ("1", "1.0", "True", "true"),
+        flag="positive",
+        help="values of the label column that mean positive (refused with no label column; under "
+        "label_source clinvar_clnsig, whose labels are 1 / 0, it must hold 1)",
+    )
+    negative_labels: tuple[str, ...] = setting(
+        ("0", "0.0", "False", "false"),
+        flag="negative",
+        help="values of the label column that mean negative (refused with no label column; under "
+        "label_source clinvar_clnsig, whose labels are 1 / 0, it must hold 0)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.label_column is not None:
+            return
+        clnsig = self.label_source == "clinvar_clnsig"  # its derived column holds 1 / 0 alone
+        for name, derived in (("positive_labels", "1"), ("negative_labels", "0")):
+            f, values = field_named(self, name), tuple(getattr(self, name))
+            if clnsig and derived not in values:  # metrics would find no label of this class
+                why = (
+                    f"the labels {describe(field_named(self, 'label_source'), 'clinvar_clnsig')}"
+                    f" derives are 1 / 0, and {derived!r} is not among these: name the CLNSIG "
+                    f"terms in {describe(field_named(self, 'clnsig_labels'))} instead"
+                )
+            elif not clnsig and values != default_of(f):  # a default says nothing: the
+                why = (  # schema fills it in; metrics would read no labels, whatever it says
+                    f"no label column to read it in: set "
+                    f"{describe(field_named(self, 'label_column'))} (the panel's column of "
+                    "labels), or drop it"
+                )
+            else:
+                continue
+            raise ConfigError(f"{describe(f, ', '.join(values), tuple[str, ...])}: {why}")
+
+    @property
+    def column(self) -> str | None:
+        """The label column metrics read: the configured one, or the one ingest derives."""
+        if self.label_column:
+            return self.label_column
+        return CLNSIG_LABEL_COLUMN if self.label_source == "clinvar_clnsig" else None
+
+
+def label_classes(values: pl.Expr, positive: Sequence[str], negative: Sequence[str]) -> pl.Expr:
+    """1 / 0 / null: each label's text (`1`, `1.0`, `true` for a boolean) matched against the
+    values that mean positive and negative; any other value is no label."""
+    text = values.cast(pl.Utf8)
+    return (
+        pl.when(text.is_in(list(positive)))
+        .then(1)
+        .when(text.is_in(list(negative)))
+        .then(0)
+        .otherwise(None)
+    )
