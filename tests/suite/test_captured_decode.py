@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import StaticCache
 
 from carbon_vep.config.stages import ModelSettings, RecoverySettings
-from carbon_vep.model import captured_decode
+from carbon_vep.model import captured_decode, compiled_layers, llama_layer
 from carbon_vep.model.captured_decode import CapturedDecoder
 from carbon_vep.model.captured_drafting import CapturedSpeculation
 from carbon_vep.model.demo import build_demo_model
@@ -176,12 +176,31 @@ def _without_cuda(monkeypatch, capture_fails=False):
     monkeypatch.setattr(captured_decode, "captured", capture)
 
 
-def _accelerated(monkeypatch, forward=None, capture_fails=False, compile_=False):
-    """The CUDA path on the CPU (_without_cuda), the compiled forward `forward` (default: the
-    model's own), or with `compile_` torch.compile's, as on CUDA."""
+def _stand_in_layers(model, steps=None):
+    """`model`'s layers as the captured loops compile them (decode_layers), `steps` in place of
+    torch.compile's two (default: the eager steps: the stepwise path without inductor)."""
+    layers = captured_decode.decode_layers(model)
+    layers.steps = steps or (llama_layer.attention_inputs, llama_layer.output_and_mlp)
+    return layers
+
+
+def _accelerated(monkeypatch, steps=None, capture_fails=False, compile_=False):
+    """The CUDA path on the CPU (_without_cuda), the layers' compiled steps `steps`
+    (_stand_in_layers), or with `compile_` torch.compile's, as on CUDA."""
     _without_cuda(monkeypatch, capture_fails)
     if not compile_:
-        monkeypatch.setattr(CapturedDecoder, "_compiled", lambda self: forward or self.model)
+        stand_in = lambda self: _stand_in_layers(self.model, steps)  # noqa: E731
+        monkeypatch.setattr(CapturedDecoder, "_compiled", stand_in)
+
+
+def _refusing(calls):
+    """A compiled step that fails when called (a compile refused), counted in `calls`."""
+
+    def refuses(*_args):
+        calls.append(1)
+        raise RuntimeError("inductor: lowering failed")
+
+    return refuses
 
 
 def _decode(loaded, prompts, settings, clock=None):
@@ -221,36 +240,87 @@ def test_the_captured_path_warms_captures_and_replays_with_the_same_answers(load
     expected = _expected(loaded, prompts, settings)
     assert _texts(loaded, first) == expected and _texts(loaded, again) == expected
     assert decoder.how["step"] == "captured as a CUDA graph, replayed"
+    assert decoder.how["forward"] == captured_decode.COMPILED
     record = clock.record()
     warm = captured_decode.WARM_STEPS
     assert record["steps_timed_together"] == 2 * (NEW - 1) - warm
 
 
-def test_the_compiled_forward_traces_whole_and_gives_the_same_answers(loaded, monkeypatch):
-    """torch.compile's forward, as the CUDA path compiles it (inductor's CPU code here): the
-    model's decode step traces into one graph, no break (a break would put host Python between
-    the captured kernels), its attention reads the cache's key and value heads as they are
-    (transformers' sdpa, traced, repeats them per query head: repeat_kv), and the rollouts are
-    generate's."""
+@pytest.fixture(scope="module")
+def four_layers(tmp_path_factory):
+    """A 4-layer demo model made to depend on its context, as `loaded`."""
+    path = build_demo_model(tmp_path_factory.mktemp("four"), num_layers=4, seed=3)
+    return context_dependent(path)
+
+
+def test_the_layers_compile_once_for_all_and_give_the_same_answers(four_layers, monkeypatch):
+    """torch.compile as the CUDA path compiles (inductor's CPU code here), on 4 layers: it is
+    given the two steps around attention only, never the model or a layer, and compiles one
+    graph for each, whatever the depth (a whole-model compile is 1 graph unrolling every
+    layer, which took minutes for Carbon-3B's 30 on an H200; a graph a layer would be 8); no
+    graph break; the attention, eager, reads the cache's key and value heads as they are (no
+    repeat_kv); the compile's seconds are noted, and the rollouts are generate's."""
     from torch._dynamo.utils import counters
     from transformers.integrations import sdpa_attention
 
-    repeats = []
+    repeats, compiled = [], []
     repeat_kv = sdpa_attention.repeat_kv
     monkeypatch.setattr(
         sdpa_attention, "repeat_kv", lambda states, n: repeats.append(n) or repeat_kv(states, n)
     )
+    compile_ = torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **kw: compiled.append(fn) or compile_(fn, **kw)
+    )
     _accelerated(monkeypatch, compile_=True)
+    torch._dynamo.reset()  # no step compiled before, by another test of this process
     counters.clear()
     settings = RecoverySettings(decoder="fns_conditional", new_tokens=8, score_bp=48)
     prompts = _prompts((300, 300))
-    decoder, first, again = _decode(loaded, prompts, settings)
-    expected = _expected(loaded, prompts, settings)
-    assert _texts(loaded, first) == expected and _texts(loaded, again) == expected
-    assert decoder.how["forward"] == "compiled (torch.compile, inductor)"
-    assert dict(counters["graph_break"]) == {} and counters["stats"]["unique_graphs"] >= 1
-    assert loaded.model.config.num_key_value_heads < loaded.model.config.num_attention_heads
+    decoder, first, again = _decode(four_layers, prompts, settings)
+    expected = _expected(four_layers, prompts, settings)
+    assert _texts(four_layers, first) == expected and _texts(four_layers, again) == expected
+    assert compiled == [llama_layer.attention_inputs, llama_layer.output_and_mlp]
+    assert four_layers.model.config.num_hidden_layers == 4
+    assert counters["stats"]["unique_graphs"] == 2 and dict(counters["graph_break"]) == {}
+    assert decoder.how["forward"] == captured_decode.COMPILED
+    assert decoder.how["compile_s"] > 0
+    assert (
+        four_layers.model.config.num_key_value_heads < four_layers.model.config.num_attention_heads
+    )
     assert repeats == []
+
+
+def test_inside_a_capture_only_steps_compiled_before_run(loaded, monkeypatch):
+    """The decode loops' layers in a CUDA graph's capture (faked: `_capturing`): a step that
+    the warm steps compiled runs its compiled code and compiles nothing; a step that would
+    compile (a batch of one after a batch of two: Dynamo specialises sizes of 1) raises
+    instead, which fails the capture (a compile inside one would be recorded with it), and
+    is not taken for a failed compile (compiling goes on after the capture)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    layers = captured_decode.decode_layers(loaded.model)
+    layers.steps = (torch.compile(llama_layer.attention_inputs, dynamic=True), None)
+    layer = layers.layers[0]
+
+    def inputs(rows):
+        hidden = torch.randn(rows, 1, loaded.model.config.hidden_size)
+        cos, sin = loaded.model.model.rotary_emb(hidden, torch.zeros((rows, 1), dtype=torch.long))
+        return hidden, cos, sin
+
+    with torch.inference_mode():
+        warm = inputs(2)
+        layers.step(0, layer, *warm)  # the warm step: compiled
+        graphs = counters["stats"]["unique_graphs"]
+        monkeypatch.setattr(compiled_layers, "_capturing", lambda: True)
+        ours = layers.step(0, layer, *warm)
+        assert counters["stats"]["unique_graphs"] == graphs
+        theirs = llama_layer.attention_inputs(layer, *warm)
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(ours, theirs, strict=True))
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            layers.step(0, layer, *inputs(1))
+    assert counters["stats"]["unique_graphs"] == graphs and layers.failed is None
 
 
 def test_a_failed_capture_leaves_eager_steps_and_the_same_answers(loaded, monkeypatch):
@@ -264,18 +334,14 @@ def test_a_failed_capture_leaves_eager_steps_and_the_same_answers(loaded, monkey
     assert not decoder.accelerate
 
 
-def test_a_failed_compile_restarts_the_batch_on_the_models_forward(loaded, monkeypatch):
-    """A compiled forward that fails after running (the cache written, its counter moved, as a
-    graph break's first part would): the batch restarts from its prefill on the model's own
-    forward, and the answers are generate's (a loop that went on would be a token off)."""
+def test_a_compile_failing_after_the_cache_is_written_runs_that_step_eagerly(loaded, monkeypatch):
+    """The compiled step after attention refused, in the first warm step, after that step's
+    attention wrote the cache (its counter moved): that step runs eagerly in place, the cache
+    written once, and every step after it (a rerun of the layer, or a loop that went on from a
+    cache written twice, would be a token off); the step is still captured, and the answers
+    are generate's."""
     calls = []
-
-    def failing(**kwargs):
-        calls.append(1)
-        loaded.model(**kwargs)
-        raise RuntimeError("inductor: lowering failed")
-
-    _accelerated(monkeypatch, forward=failing)
+    _accelerated(monkeypatch, steps=(llama_layer.attention_inputs, _refusing(calls)))
     settings = RecoverySettings(new_tokens=NEW, score_bp=NEW * 6)
     prompts = _prompts((300, 300))
     decoder, first, again = _decode(loaded, prompts, settings)
@@ -366,33 +432,27 @@ def test_a_speculative_iteration_reads_nothing_back(loaded, random_draft):
         assert {int(layer.cumulative_length) for layer in cache.layers} == {ids.shape[1] + kept}
 
 
-def _speculating_on_cuda(monkeypatch, capture_fails=False, failing_forward=None):
-    """CapturedSpeculation's CUDA path on the CPU (_without_cuda), the compiled forwards the
-    models' own (or a failing target)."""
+def _speculating_on_cuda(monkeypatch, capture_fails=False, target_steps=None):
+    """CapturedSpeculation's CUDA path on the CPU (_without_cuda), both models' layers with
+    stand-in compiled steps (_stand_in_layers; the target's `target_steps`)."""
     _without_cuda(monkeypatch, capture_fails)
 
     def compiled(loop):
-        loop.how["forward"] = "compiled (torch.compile, inductor)"
-        return (failing_forward or loop.target, loop.draft)
+        return _stand_in_layers(loop.target, target_steps), _stand_in_layers(loop.draft)
 
     monkeypatch.setattr(CapturedSpeculation, "_compiled", compiled)
 
 
 @pytest.mark.parametrize("case", ["captured", "capture fails", "compile fails"])
 def test_the_speculative_cuda_path_and_its_fallbacks(loaded, random_draft, monkeypatch, case):
-    """Warm iterations then replays; a failed capture (eager iterations); a compiled target
-    that fails after running its pass, its cache written and its position moved (the models'
-    own forwards go on: the next iteration sets both write positions anew). The same rollouts
-    each time."""
-
-    def failing(**kwargs):
-        loaded.model(**kwargs)
-        raise RuntimeError("inductor: lowering failed")
-
+    """Warm iterations then replays; a failed capture (eager iterations); the target's
+    compiled step after attention refused, after its attention wrote the cache (that step, and
+    every later one, eager in place). The same rollouts each time."""
+    refused = (llama_layer.attention_inputs, _refusing([]))
     _speculating_on_cuda(
         monkeypatch,
         capture_fails=case == "capture fails",
-        failing_forward=failing if case == "compile fails" else None,
+        target_steps=refused if case == "compile fails" else None,
     )
     settings = RecoverySettings(new_tokens=DRAFTED, score_bp=DRAFTED * 6)
     prompts = _prompts((240, 120))
@@ -408,6 +468,7 @@ def test_the_speculative_cuda_path_and_its_fallbacks(loaded, random_draft, monke
     assert got == expected
     if case == "captured":
         assert loop.how["step"] == "an iteration captured as a CUDA graph, replayed"
+        assert loop.how["forward"] == captured_decode.COMPILED
     elif case == "capture fails":
         assert loop.how["step"].startswith("eager (capture failed")
     else:

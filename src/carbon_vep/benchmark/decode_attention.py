@@ -6,7 +6,9 @@ Traced by torch.compile, transformers' sdpa cannot pack a decode step's grouped 
 under the static cache's mask and repeats every layer's cached keys and values per query head
 (repeat_kv) each step; the jobs' attention packs the query heads under their key head, as
 transformers' eager code does, and reads the cache as it is. The loop is the product's
-(model.captured_decode.CapturedDecoder) with its forward torch.compile'd as on CUDA; the CUDA
+(model.captured_decode.CapturedDecoder) with its whole forward torch.compile'd, as
+transformers' static loop compiles it on CUDA (and the captured loop did until 2026-11-29; it
+now compiles the layers' steps only, its attention eager: docs/generation.md); the CUDA
 graph itself needs CUDA (the GPU check's `rollouts` step). The model has Carbon-3B's attention
 layout (32 query heads on 4 key-value heads of 96) at a few layers and random weights. Each way
 decodes the same prompts, a warm-up call first (the compile), then `--reps` timed calls by

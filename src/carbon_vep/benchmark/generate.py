@@ -4,7 +4,7 @@
 
 Each run is a whole `carbon-vep score-recovery` job in a fresh process, as users run it: ours at
 batch 1 (one prompt), again with our captured loop (`--decode-cache captured`: on CUDA the
-forward compiled and the step replayed as a CUDA graph; docs/generation.md#captured-decode-steps)
+layers' steps compiled, the step replayed as a CUDA graph; docs/generation.md#captured-decode-steps)
 and on transformers' static KV cache (`--decode-cache static`: on CUDA its decode step compiled,
 CUDA graphs; docs/generation.md#static-kv-cache), ours batched (every prompt in one batch),
 batched captured and batched on the static cache, the draft alone at batch 1 (its step cost),

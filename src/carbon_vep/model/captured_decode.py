@@ -11,11 +11,19 @@ full length (min = max new tokens), so nothing has to come back before a batch e
 - a step reads and writes device tensors only: the token fed and its position in, the
   decoder's choice (`Choose`: the published suppression and argmax, or an FNS decoder) and the
   output's next column out, all in place, so replaying the same step advances the rollout;
-- on CUDA the model's forward is compiled (inductor's fused kernels; one compile serves every
-  batch size) and the step is captured once per batch size as a CUDA graph, which the loop
-  replays: the host only queues replays and reads the new tokens once a batch. If the compile
-  fails the step is captured uncompiled, if the capture fails the steps run eagerly: the same
-  answers, and `how` says what ran. Elsewhere (a CPU) the same step runs eagerly.
+- on CUDA the decoder layers' steps around attention are compiled (model.compiled_layers, its
+  `decode_steps`: one graph a step for all layers, compiled in the warm steps; attention and
+  the cache's update eager) and the step is captured once per batch size as a CUDA graph,
+  which the loop replays: the host only queues replays and reads the new tokens once a batch.
+  If a compile fails that step runs eagerly in place, if the capture fails the steps run
+  eagerly: the same answers, and `how` says what ran. Elsewhere (a CPU) the same step runs
+  eagerly.
+
+Not the whole forward compiled: Dynamo then traces and inductor lowers every layer unrolled in
+one graph, 30 for Carbon-3B. On an H200 (2026-11-29) a captured job so compiled had not
+finished compile, capture and 127 steps in ~165 s; on a CPU at 30 layers its compile took
+3.2x the regional one's (docs/generation.md#captured-decode-steps). The capture removes the
+host's cost either way; the compile only fuses each layer's element-wise kernels.
 """
 
 from __future__ import annotations
@@ -28,11 +36,13 @@ from typing import Any
 import torch
 from transformers import StaticCache
 
+from carbon_vep.model.compiled_layers import CompiledLayers
 from carbon_vep.model.timing import drained
 
 Choose = Callable[[torch.Tensor], torch.Tensor]  # float32 scores [rows, vocab] -> ids [rows]
-WARM_STEPS = 2  # eager steps on a side stream before a capture (CUDA's rule; kernels chosen)
+WARM_STEPS = 2  # real steps on a side stream before a capture (CUDA's rule; compiles done)
 KEPT_BATCH_SIZES = 2  # steppers kept at once (a job's full batches and a remainder)
+COMPILED = "the decoder layers' steps compiled (torch.compile, inductor; a graph a step for all)"
 
 
 def warm_on_a_side_stream(step: Callable[[], None], times: int) -> None:
@@ -55,25 +65,12 @@ def captured(step: Callable[[], None]) -> torch.cuda.CUDAGraph:
 
 
 def warmed_and_captured(
-    step: Callable[[], None],
-    warm: int,
-    how: dict[str, str],
-    uncompile: Callable[[], None] | None,
-    label: str,
+    step: Callable[[], None], warm: int, how: dict[str, Any], label: str
 ) -> torch.cuda.CUDAGraph | None:
-    """`warm` real runs of `step`, then `step` captured: the graph, or None where the capture
-    failed (eager steps give the same answers; `how["step"]` says why). A warm run that fails
-    while the forward is compiled calls `uncompile` (back to the model's own forward, and
-    whatever a failed compile's part of a step left undone set right) and warms again; without
-    `uncompile` (the forward is already the model's) it is an error."""
-    try:
-        warm_on_a_side_stream(step, warm)
-    except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
-        if uncompile is None:
-            raise
-        how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
-        uncompile()
-        warm_on_a_side_stream(step, warm)
+    """`warm` real runs of `step` (a compile's passes among them), then `step` captured: the
+    graph, or None where the capture failed (eager steps give the same answers; `how["step"]`
+    says why)."""
+    warm_on_a_side_stream(step, warm)
     try:
         graph = captured(step)
     except Exception as error:  # noqa: BLE001 - eager steps give the same answers
@@ -83,17 +80,23 @@ def warmed_and_captured(
     return graph
 
 
-def compiled_forward(model: Any, how: dict[str, str]) -> Callable:
-    """torch.compile's `model` (inductor), or `model` itself where torch.compile refuses it
-    (an eager forward gives the same answers); `how["forward"]` says which (a refusal is not
-    overwritten by a later model's success)."""
-    try:
-        forward = torch.compile(model, dynamic=None)
-    except Exception as error:  # noqa: BLE001 - an eager forward gives the same answers
-        how["forward"] = f"uncompiled ({type(error).__name__}: {error})"[:300]
-        return model
-    how.setdefault("forward", "compiled (torch.compile, inductor)")
-    return forward
+def decode_layers(model: Any) -> CompiledLayers:
+    """`model`'s decoder layers with their steps around attention compiled once for all of
+    them, one-token passes and captures included (CompiledLayers' `decode_steps`)."""
+    return CompiledLayers(model.get_decoder(), decode_steps=True)
+
+
+def stepwise(model: Any, layers: CompiledLayers) -> Callable:
+    """`model`'s forward with its layers run as `layers`' steps."""
+    return lambda **inputs: layers.run(lambda: model(**inputs), eager_last=False)
+
+
+def noted(how: dict[str, Any], *compiled: CompiledLayers) -> None:
+    """What compiled (`how["forward"]`: the first failure of any model's layers, which then
+    run eagerly) and the seconds of the passes that compiled (`how["compile_s"]`)."""
+    failed = next((c.failed for c in compiled if c.failed is not None), None)
+    how["forward"] = COMPILED if failed is None else f"uncompiled ({failed})"[:300]
+    how["compile_s"] = round(sum(c.seconds for c in compiled), 3)
 
 
 class _Stepper:
@@ -138,8 +141,8 @@ class _Stepper:
 class CapturedDecoder:
     """Greedy rollouts of `new_tokens` tokens for batches of equal-length prompts, on a static
     cache of `slots` positions (the longest prompt + new tokens − 1), each token picked by
-    `choose`. `accelerate` (default: on CUDA) compiles the forward and captures the step; a
-    `clock` (suite.rollouts.StepClock) gets each batch's replayed steps as one span."""
+    `choose`. `accelerate` (default: on CUDA) compiles the layers' steps and captures the step;
+    a `clock` (suite.rollouts.StepClock) gets each batch's replayed steps as one span."""
 
     def __init__(
         self,
@@ -153,14 +156,16 @@ class CapturedDecoder:
         self.model, self.slots, self.new_tokens, self.choose = model, slots, new_tokens, choose
         self.accelerate = model.device.type == "cuda" if accelerate is None else accelerate
         self.clock = clock
-        self.how: dict[str, str] = {}  # what ran: "forward", "step" -> how, and why not
+        # what ran: "forward", "step" -> how, and why not; "compile_s" -> seconds
+        self.how: dict[str, Any] = {}
         if not self.accelerate:
             self.how["step"] = f"eager on {model.device.type} (no CUDA graph)"
-        self.forward: Callable = self._compiled() if self.accelerate else model
+        self.layers = self._compiled() if self.accelerate else None
+        self.forward = model if self.layers is None else stepwise(model, self.layers)
         self._steppers: OrderedDict[int, _Stepper] = OrderedDict()
 
-    def _compiled(self) -> Callable:
-        return compiled_forward(self.model, self.how)
+    def _compiled(self) -> CompiledLayers:
+        return decode_layers(self.model)
 
     def generate(self, ids: torch.Tensor) -> torch.Tensor:
         """The new ids [rows, new_tokens] of prompts `ids` [rows, length] (one length)."""
@@ -168,7 +173,7 @@ class CapturedDecoder:
         stepper.start(self.model, ids, self.choose)
         steps = self.new_tokens - 1  # the last new token is never fed back
         if self.accelerate and stepper.graph is None and steps > 0:
-            steps -= self._capture(stepper, ids, min(WARM_STEPS, steps))
+            steps -= self._capture(stepper, min(WARM_STEPS, steps))
         drained(ids.device)
         began = time.perf_counter()
         stepper.run(steps)
@@ -177,20 +182,13 @@ class CapturedDecoder:
             self.clock.span(ids.shape[0], steps, time.perf_counter() - began)
         return stepper.out.clone()
 
-    def _capture(self, stepper: _Stepper, ids: torch.Tensor, warm: int) -> int:
-        """`warm` real steps, then the step captured (warmed_and_captured); the steps run."""
-
-        def uncompile() -> None:
-            self.forward = self.model  # every stepper calls the decoder's forward
-            stepper.start(self.model, ids, self.choose)
-
-        compiled = self.forward is not self.model
+    def _capture(self, stepper: _Stepper, warm: int) -> int:
+        """`warm` real steps (a new batch size's compile in them), then the step captured
+        (warmed_and_captured); the steps run."""
         label = "captured as a CUDA graph, replayed"
-        graph = warmed_and_captured(
-            stepper.step, warm, self.how, uncompile if compiled else None, label
-        )
-        stepper.graph = graph
-        self.accelerate = graph is not None
+        stepper.graph = warmed_and_captured(stepper.step, warm, self.how, label)
+        noted(self.how, self.layers)
+        self.accelerate = stepper.graph is not None
         return warm
 
     def _stepper(self, rows: int, device: torch.device) -> _Stepper:
@@ -200,12 +198,7 @@ class CapturedDecoder:
         while len(self._steppers) >= KEPT_BATCH_SIZES:
             self._steppers.popitem(last=False)
         stepper = _Stepper(
-            lambda **inputs: self.forward(**inputs),  # the decoder's, compiled or not
-            self.model.config,
-            rows,
-            self.slots,
-            self.new_tokens,
-            device,
+            self.forward, self.model.config, rows, self.slots, self.new_tokens, device
         )
         self._steppers[rows] = stepper
         return stepper

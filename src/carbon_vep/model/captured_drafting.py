@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,9 +35,12 @@ from transformers import StaticCache
 from carbon_vep.model.captured_decode import (
     WARM_STEPS,
     Choose,
-    compiled_forward,
+    decode_layers,
+    noted,
+    stepwise,
     warmed_and_captured,
 )
+from carbon_vep.model.compiled_layers import CompiledLayers
 
 
 class CapturedSpeculation:
@@ -46,9 +48,10 @@ class CapturedSpeculation:
     `proposals` tokens a step proposed by `draft`; each token picked by `choose`, the draft's
     proposals by `draft_choose` (the same decoder on the draft's logits). `slots`: the longest
     prompt + new tokens − 1 (room for what an iteration may write past the end is added).
-    `accelerate` (default: on CUDA) compiles both models and captures an iteration; `clock`
-    gets each prompt's replayed iterations as one span of its tokens. `prompts`, `iterations`,
-    `proposed` and `accepted` count every prompt so far."""
+    `accelerate` (default: on CUDA) compiles both models' layer steps (model.captured_decode:
+    `decode_layers`) and captures an iteration; `clock` gets each prompt's replayed iterations
+    as one span of its tokens. `prompts`, `iterations`, `proposed` and `accepted` count every
+    prompt so far."""
 
     def __init__(
         self,
@@ -66,10 +69,13 @@ class CapturedSpeculation:
         self.draft_choose = draft_choose or choose
         self.new_tokens, self.k, self.clock = new_tokens, proposals, clock
         self.accelerate = target.device.type == "cuda" if accelerate is None else accelerate
-        self.how: dict[str, str] = {}
+        self.how: dict[str, Any] = {}
         if not self.accelerate:
             self.how["step"] = f"eager on {target.device.type} (no CUDA graph)"
-        self.forwards = self._compiled() if self.accelerate else (target, draft)
+        self.layers = self._compiled() if self.accelerate else None
+        self.forwards = (target, draft)
+        if self.layers is not None:
+            self.forwards = (stepwise(target, self.layers[0]), stepwise(draft, self.layers[1]))
         room = 2 * proposals + 2  # what a last run may write past the end
         device = target.device
         self.caches = [
@@ -86,8 +92,8 @@ class CapturedSpeculation:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.iterations = self.prompts = 0
 
-    def _compiled(self) -> tuple[Callable, Callable]:
-        return tuple(compiled_forward(model, self.how) for model in (self.target, self.draft))
+    def _compiled(self) -> tuple[CompiledLayers, CompiledLayers]:
+        return decode_layers(self.target), decode_layers(self.draft)
 
     @property
     def accepted(self) -> int:
@@ -165,17 +171,11 @@ class CapturedSpeculation:
         return self.out[:, : self.new_tokens].clone()
 
     def _capture(self, run: int) -> int:
-        """Up to WARM_STEPS real iterations, then one captured (warmed_and_captured); the
-        iterations run."""
+        """Up to WARM_STEPS real iterations (the compiles in them), then one captured
+        (warmed_and_captured); the iterations run."""
         warm = min(WARM_STEPS, run)
-
-        def uncompile() -> None:  # no restart: an iteration sets both write positions anew
-            self.forwards = (self.target, self.draft)
-
-        compiled = self.forwards != (self.target, self.draft)
         label = "an iteration captured as a CUDA graph, replayed"
-        self.graph = warmed_and_captured(
-            self.iterate, warm, self.how, uncompile if compiled else None, label
-        )
+        self.graph = warmed_and_captured(self.iterate, warm, self.how, label)
+        noted(self.how, *self.layers)
         self.accelerate = self.graph is not None
         return warm

@@ -23,7 +23,11 @@ compiles one graph for each, for all layers (PyTorch's regional compilation reci
 are dynamic from the first compile, so a job compiles each step once for every batch and length
 it runs, and once more for a batch of one (Dynamo specialises sizes of 1). A pass of one token
 a row (a decode step), a pass inside a CUDA graph's capture, a layer of another class and a
-last layer run for the kept positions only (model.last_layer) stay eager.
+last layer run for the kept positions only (model.last_layer) stay eager, except for the
+captured decode loops (`decode_steps`, model.captured_decode): there one-token passes compile in
+the warm steps before the capture, and the capture records the kernels they compiled; a
+recompile inside the capture is refused (it would be recorded with it), which fails the
+capture, and the loop runs its steps eagerly instead.
 
 If a compile fails, the step runs eagerly in place (the cache updated once, the same answers),
 and so does every step after it in the job; the log says why. An out-of-memory error is the
@@ -53,10 +57,13 @@ COMPILE_PHASE = "compile_layers"  # the job record's phase of the passes that co
 
 class CompiledLayers:
     """The decoder layers of `body` run as their steps, two of them compiled (on first use),
-    within a pass by `run`."""
+    within a pass by `run`; with `decode_steps` one-token passes and captures too (the
+    captured decode loops). `seconds`: the passes that compiled, as the job record has them."""
 
-    def __init__(self, body: Any) -> None:
+    def __init__(self, body: Any, decode_steps: bool = False) -> None:
         self.layers = list(body.layers)
+        self.decode_steps = decode_steps
+        self.seconds = 0.0
         # made by the first pass that runs them: torch.compile's first call imports Dynamo
         # (~1.8 s on a CPU), part of that pass's compile
         self.steps: tuple[Callable, Callable] | None = None
@@ -83,6 +90,7 @@ class CompiledLayers:
         if _compiled_graphs() > graphs:
             drained(out[0].device)  # the compile's pass timed to its end, not its launch
             seconds = time.perf_counter() - began
+            self.seconds += seconds
             job_record.add_phase(COMPILE_PHASE, seconds, job_record.tokens_counted() - tokens)
         return out
 
@@ -101,12 +109,16 @@ class CompiledLayers:
 
     def step(self, which: int, layer: Any, *args: torch.Tensor) -> torch.Tensor:
         """Step `which` (0: attention inputs, 1: output and MLP) of `layer`, compiled unless
-        compiling failed, the pass decodes one token a row, or a CUDA graph is being captured
-        (a compile there would be captured with it)."""
+        compiling failed, or, without `decode_steps`, the pass decodes one token a row or a
+        CUDA graph is being captured (a compile there would be captured with it)."""
         eager = (attention_inputs, output_and_mlp)[which]
         hidden = args[0]
-        if self.failed is not None or hidden.shape[1] == 1 or _capturing():
+        one_token_or_capture = hidden.shape[1] == 1 or _capturing()
+        if self.failed is not None or (one_token_or_capture and not self.decode_steps):
             return eager(layer, *args)
+        if _capturing():  # only what the warm steps compiled; an error fails the capture
+            with torch.compiler.set_stance("fail_on_recompile"):
+                return self.steps[which](layer, *args)  # type: ignore[index]
         try:
             return self.steps[which](layer, *args)  # type: ignore[index] - set by `run`
         except torch.OutOfMemoryError:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -108,7 +109,7 @@ class StepClock(LogitsProcessor):
     def __init__(self) -> None:
         self.calls: list[tuple[int, list[float]]] = []  # (rows, times) a generate call
         self.spans: list[tuple[int, int, float]] = []  # (rows, steps, seconds) timed together
-        self.how: dict[str, str] = {}  # what the captured loop ran (CapturedDecoder.how)
+        self.how: dict[str, Any] = {}  # what the captured loop ran (CapturedDecoder.how)
 
     def start(self) -> None:
         self.calls.append((0, []))
@@ -209,7 +210,7 @@ def decode_cache_note(settings: RecoverySettings, device: torch.device, drafted:
         return "decode cache: dynamic (transformers' DynamicCache, eager decode steps)"
     if settings.decode_cache == "captured":
         how = (
-            "the forward compiled (torch.compile) and the step captured as a CUDA graph"
+            "the layers' steps compiled (torch.compile) and the step captured as a CUDA graph"
             if device.type == "cuda"
             else f"eager steps on {device.type} (CUDA graphs need CUDA)"
         )

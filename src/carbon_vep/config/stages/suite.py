@@ -47,11 +47,11 @@ class RecoverySettings:
         "step, transformers' eager decoding); static (transformers' StaticCache, sized once a "
         "job to its longest prompt + new tokens; on CUDA transformers compiles the decode step, "
         "torch.compile reduce-overhead); captured (the same cache, our own loop: the decoder's "
-        "choice inside a step that never waits for the host, on CUDA the forward compiled and "
-        "the step replayed as a CUDA graph; with a draft model, our speculative loop, an "
-        "iteration of both models one graph). On a CPU static and captured run "
-        "uncompiled. Same predictions as dynamic on the CPU (tested); their speed and bf16 "
-        "predictions on a GPU are not measured yet, hence the default "
+        "choice inside a step that never waits for the host, on CUDA the decoder layers' steps "
+        "around attention compiled and the step replayed as a CUDA graph; with a draft model, "
+        "our speculative loop, an iteration of both models one graph). On a CPU static and "
+        "captured run uncompiled. Same predictions as dynamic on the CPU (tested); their "
+        "speed and bf16 predictions on a GPU are not measured yet, hence the default "
         "(docs/generation.md#static-kv-cache). vLLM jobs ignore it",
     )
 
