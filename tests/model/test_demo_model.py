@@ -98,13 +98,16 @@ def test_model_shapes(model: Any, tok: Any) -> None:
 
 def test_the_demo_model_is_built_at_the_shape_the_estimates_price(model_dir: Path) -> None:
     """config.gpus.DEMO_SHAPE is the one definition: the built model's config.json has it (the
-    estimates then read the same shape from the folder as they priced before the build)."""
-    from carbon_vep.config.gpus import CARBON_VOCAB, DEMO_MODEL, DEMO_SHAPE
+    estimates then read the same shape from the folder as they priced before the build), and
+    the positions the scan's plan checks its tiles against before the build
+    (DEMO_MAX_POSITIONS)."""
+    from carbon_vep.config.gpus import CARBON_VOCAB, DEMO_MAX_POSITIONS, DEMO_MODEL, DEMO_SHAPE
     from carbon_vep.config.stages import ModelSettings
     from carbon_vep.estimate.costs import shape_of
 
     config = json.loads((model_dir / "config.json").read_text())
     assert {key: config[key] for key in DEMO_SHAPE} == DEMO_SHAPE
+    assert config["max_position_embeddings"] == DEMO_MAX_POSITIONS
     built = shape_of(ModelSettings(path=str(model_dir)))
     unbuilt = shape_of(ModelSettings(path=str(model_dir / "not_yet"), build_demo=True))
     assert built.name == unbuilt.name == DEMO_MODEL

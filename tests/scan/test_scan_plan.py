@@ -266,3 +266,23 @@ def test_a_demo_model_is_estimated_at_its_own_shape_a_hub_id_at_its_carbon_size(
     out.unlink()
     assert main(argv + flags[:1] + ["--demo-model=other"]) == 2 and not out.exists()
     assert "--demo-model other: no --model KEY=PATH of that key" in caplog.text
+
+
+def test_a_demo_model_not_built_yet_has_its_tiles_checked_against_its_own_context(tmp_path):
+    """A demo model the run builds later has no config.json at plan time: its tiles are
+    checked against the positions model.demo builds it with (no note calling it a Hub model),
+    and a tile past them is refused before any job; a Hub id is still a note."""
+    from carbon_vep.config.gpus import DEMO_MAX_POSITIONS
+    from carbon_vep.errors import ContextTooLongError
+    from carbon_vep.model.context import usable_bp
+    from carbon_vep.scan.plan import check_tile_context
+
+    models = {"demo": str(tmp_path / "not_built"), "hub": "HuggingFaceBio/Carbon-3B"}
+    fits = usable_bp(DEMO_MAX_POSITIONS, 6)
+    notes = check_tile_context(TileSettings(fits, 240), models, {"demo"})
+    assert len(notes) == 1 and notes[0].startswith("model hub: tile_bp not checked")
+    with pytest.raises(ContextTooLongError, match="model demo"):
+        check_tile_context(TileSettings(fits + 6, 240), models, {"demo"})
+    # unmarked, the same folder is a model an earlier job copies: a note, not a refusal
+    assert len(check_tile_context(TileSettings(fits + 6, 240), models)) == 2
+

@@ -52,6 +52,7 @@ DEMO_SHAPE: dict[str, int] = dict(
     num_attention_heads=4, num_key_value_heads=2, head_dim=64 // 4,
 )  # fmt: skip
 MODEL_SHAPES = {**CARBON_SHAPES, DEMO_MODEL: DEMO_SHAPE}  # every shape model_shape names
+DEMO_MAX_POSITIONS = 8192  # the demo's context: its config's max_position_embeddings
 
 
 @dataclass(frozen=True)

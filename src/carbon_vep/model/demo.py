@@ -14,11 +14,11 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from carbon_vep import atomic
-from carbon_vep.config.gpus import DEMO_SHAPE
+from carbon_vep.config.gpus import DEMO_MAX_POSITIONS, DEMO_SHAPE
 from carbon_vep.model.assets.tokenization_hybrid_dna import HybridDNATokenizer
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
-MAX_POSITIONS = 8192
+MAX_POSITIONS = DEMO_MAX_POSITIONS
 ROPE_THETA = 500_000.0
 
 

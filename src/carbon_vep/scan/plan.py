@@ -34,6 +34,7 @@ from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
     GPU_CLASSES,
+    DEMO_MAX_POSITIONS,
     MODEL_SHAPES,
     attention_flops,
     body_flops,
@@ -90,7 +91,7 @@ def plan_scan(
     model job; `notes` (the models not checked, the neutral BED's contigs ignored) are kept
     in the plan and printed with it."""
     tiles.check()
-    notes = [*check_tile_context(tiles, models or {}), *notes]
+    notes = [*check_tile_context(tiles, models or {}, demo_models), *notes]
     plan_chunks: list[list[Piece]] = [[]]
     filled = 0
     pieces, per_contig = target_pieces(reference, targets)
@@ -147,14 +148,19 @@ def tile_tokens(tiles: TileSettings) -> int:
     return positions_needed(tiles.tile_bp, K)
 
 
-def check_tile_context(tiles: TileSettings, models: Mapping[str, str]) -> list[str]:
+def check_tile_context(
+    tiles: TileSettings, models: Mapping[str, str], demo_models: Collection[str] = ()
+) -> list[str]:
     """Refuse a tile longer than a model's context (model.context, as the engine refuses it at
-    load), from the positions a local checkpoint's config.json declares (no torch); the models
-    it cannot check yet (a Hub id, a model an earlier job builds) as notes: their chunk jobs
-    check when they load them."""
+    load), from the positions a local checkpoint's config.json declares (no torch), or for a
+    demo model not built yet (`demo_models`) the positions it is built with; the models it
+    cannot check yet (a Hub id, a model an earlier job copies) as notes: their chunk jobs check
+    when they load them."""
     notes = []
     for key, path in models.items():
         limit, why = local_positions(path)
+        if limit is None and key in demo_models:
+            limit = DEMO_MAX_POSITIONS
         if limit is None:
             notes.append(f"model {key}: tile_bp not checked against its context here: {why}")
         check_context(
