@@ -285,4 +285,3 @@ def test_a_demo_model_not_built_yet_has_its_tiles_checked_against_its_own_contex
         check_tile_context(TileSettings(fits + 6, 240), models, {"demo"})
     # unmarked, the same folder is a model an earlier job copies: a note, not a refusal
     assert len(check_tile_context(TileSettings(fits + 6, 240), models)) == 2
-

@@ -33,8 +33,8 @@ from carbon_vep import markdown
 from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
-    GPU_CLASSES,
     DEMO_MAX_POSITIONS,
+    GPU_CLASSES,
     MODEL_SHAPES,
     attention_flops,
     body_flops,
