@@ -122,8 +122,11 @@ def test_config_entries_nest_groups_and_take_run_level_keys():
 def test_config_mistakes_are_named():
     base = {"models": {"m": {"path": "x"}}}
     dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": "centered"}
-    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['windw_bp'\]"):
-        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "windw_bp": 6}}})
+    # from_dict alone (no schema check first): each key named, with the setting it most likely
+    # meant (config.fields.did_you_mean, as the schema check and --settings say it)
+    with pytest.raises(ConfigError) as typo:
+        RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "windw_bp": 6, "zzz": 1}}})
+    assert "unknown setting(s) 'windw_bp'; did you mean `window_bp`?; 'zzz'" in str(typo.value)
     with pytest.raises(ConfigError, match=r"unknown model\(s\) \['n'\]"):
         RunConfig.from_dict({**base, "datasets": {"d": {**dataset, "models": ["n"]}}})
     with pytest.raises(ConfigError, match="reserved"):

@@ -162,7 +162,8 @@ def from_flat(
     own = {f.name for f, _ in flat_fields(cls)}
     unknown = sorted(set(values) - own - set(ignore))
     if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {unknown}")
+        hints = "; ".join(f"{key!r}{did_you_mean(key, own)}" for key in unknown)
+        raise ConfigError(f"{where}: unknown setting(s) {hints}")
     return _build(cls, values, where, origins or {})
 
 
