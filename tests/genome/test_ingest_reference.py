@@ -236,3 +236,19 @@ def test_fasta_with_a_repeated_record_name_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"dup\.fa: two records share a name.*chr1"):
         open_reference(path)
     assert not (tmp_path / "dup.fa.fai").exists()
+
+
+def test_fasta_header_text_crlf_and_an_empty_record(tmp_path):
+    """As docs/inputs.md says: a name ends at the first space, CRLF reads as LF, and a record
+    with no sequence is no contig (a region naming it is refused as not in the reference)."""
+    from carbon_vep.scan.targets import resolve_targets
+
+    body = "ACGTAC\nGTTT\n"
+    path = tmp_path / "g.fa"
+    text = f">chr1 assembled 2024\n{body}>chrE\n>chr2\tsecond\n{body}"
+    path.write_bytes(text.replace("\n", "\r\n").encode())
+    with open_reference(path) as ref:
+        assert ref.lengths == {"chr1": 10, "chr2": 10}
+        assert ref.fetch("chr1", 0, 10) == "ACGTACGTTT"  # no carriage return inside
+        with pytest.raises(InputError, match=r"chrE.*not in the reference"):
+            resolve_targets(["chrE"], ref.lengths)
