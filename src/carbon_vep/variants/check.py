@@ -298,7 +298,7 @@ def require_label_column(batch: pl.DataFrame, column: str | None, source: object
 def require_label_values(labels: pl.Series, policy: CheckPolicy, source: object) -> None:
     """A label column with values must hold some that mean positive or negative: else every
     row would be unlabelled and the metrics empty after the whole scoring run (a table
-    labelled `pathogenic` / `benign`, or `TRUE` / `FALSE` text, against the defaults)."""
+    labelled `pathogenic` / `benign` against the defaults)."""
     if policy.label_column is None or labels.drop_nulls().is_empty():
         return
     frame = pl.DataFrame({"value": labels})
