@@ -1,5 +1,5 @@
 """How a panel is read and checked against the reference (`PanelSettings`), and where its labels
-come from and what they mean (`LabelSettings`, `label_classes`)."""
+come from and what they mean (`LabelSettings`, `label_classes`, `unmatched_label_counts`)."""
 
 from __future__ import annotations
 
@@ -185,4 +185,22 @@ def label_classes(values: pl.Expr, positive: Sequence[str], negative: Sequence[s
         .when(text.is_in(folded_labels(negative)))
         .then(0)
         .otherwise(None)
+    )
+
+
+def unmatched_label_counts(
+    values: pl.Series, positive: Sequence[str], negative: Sequence[str]
+) -> pl.DataFrame:
+    """The label values that match neither list (`label_classes`; nulls are no value), as
+    written, each with its rows: `value`, `n`, most common first (ties by value, so the order
+    is the same every run)."""
+    frame = pl.DataFrame({"value": values.cast(pl.Utf8)})
+    unmatched = (
+        pl.col("value").is_not_null() & label_classes(pl.col("value"), positive, negative).is_null()
+    )
+    return (
+        frame.filter(unmatched)
+        .group_by("value")
+        .agg(pl.len().cast(pl.Int64).alias("n"))
+        .sort(["n", "value"], descending=[True, False])
     )
