@@ -249,6 +249,35 @@ def test_label_values_with_no_label_column_are_refused(written, monkeypatch):
     assert LabelSettings(**{written: list(default)}).column is None
 
 
+def test_a_label_value_in_both_lists_after_folding_is_refused(monkeypatch):
+    """Values match ignoring case and surrounding whitespace, so `Pathogenic` positive and
+    `pathogenic ` negative are one value of both classes (it was positive by the order of the
+    match, silently): refused, naming both settings. The defaults' `True` / `true` are one
+    value of one list, which is no clash."""
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
+    with pytest.raises(
+        ConfigError, match=r"^`--positive Pathogenic` and `--negative pathogenic `: a label value"
+    ):
+        LabelSettings(
+            label_column="class",
+            positive_labels=("Pathogenic", "LOF"),
+            negative_labels=("Benign", "pathogenic "),
+        )
+    monkeypatch.setenv(INTERFACE_VARIABLE, "workflow")
+    dataset = {"panel": "p", "reference": "r", "build": "hg38", "recipe": "centered"}
+    both = {"label_column": "c", "positive_labels": ["yes"], "negative_labels": ["no", "YES"]}
+    config = {"models": {"m": {"path": "x"}}, "datasets": {"d": {**dataset, **both}}}
+    expected = (
+        r"^datasets\.d: the config key `positive_labels` \(`positive_labels: \[yes\]`\) and "
+        r"the config key `negative_labels` \(`negative_labels: \[YES\]`\): a label value means "
+        "positive or negative, not both"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        RunConfig.from_dict(config)
+    assert LabelSettings(label_column="c").positive_labels == ("1", "1.0", "True", "true")
+    assert LabelSettings(label_column="c", positive_labels=("yes", "Yes"), negative_labels=("no",))
+
+
 def test_window_bp_on_from_scan_is_refused(monkeypatch):
     """from_scan cuts no window (each SNV is looked up at the scan's own context): a
     `window_bp` set for it was accepted and did nothing. Its default (null) is no setting."""

@@ -1,12 +1,17 @@
 """VEP metrics against hand-computed values, one test per convention."""
 
+import json
+import logging
+
 import numpy as np
 import polars as pl
 import pytest
 
+from carbon_vep import cli
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
 from carbon_vep.errors import InputError
+from carbon_vep.evaluate.label_counts import UNMATCHED_LABELS
 from carbon_vep.evaluate.metrics import (
     auprc_trapezoid,
     auroc,
@@ -112,6 +117,45 @@ def test_vep_metrics_uses_only_scored_labelled_rows_and_counts_statuses():
     assert result["status_counts"] == {"ref_mismatch": 1, "scored": 5}
     for name in result["metrics"]:
         assert name in result["definitions"]
+
+
+def test_label_values_of_neither_class_are_named_with_their_counts(tmp_path, caplog):
+    """A scored row whose label is in neither list leaves every metric; the count alone
+    (n_scored_without_label) did not say why. The metrics name the commonest such values (as
+    written, of scored rows, nulls aside) with their rows, count the rest, and warn once."""
+    words = ["VUS"] * 4 + ["pathogenic?"] * 3 + [f"other{i}" for i in range(11)]
+    labels = ["0", "1", "0", "1", None, None, *words, "VUS"]
+    statuses = ["scored"] * (len(labels) - 1) + ["ref_mismatch"]  # the last VUS: not scored
+    scores = [0.1, 0.8, 0.2, 0.9] + [0.5] * (len(labels) - 4)
+    result = vep_metrics(_merged(scores, labels, statuses), LABEL, NO_BOOTSTRAP)
+    assert result["n_scored_without_label"] == 2 + 18
+    unmatched = result[UNMATCHED_LABELS]
+    assert unmatched["values"][:3] == [
+        {"value": "VUS", "n": 4},
+        {"value": "pathogenic?", "n": 3},
+        {"value": "other0", "n": 1},
+    ]
+    assert len(unmatched["values"]) == 10  # then other1, other10, other2 .. other6: by text
+    assert unmatched["n_other_values"] == 3 and unmatched["n_other_rows"] == 3
+    (warning,) = [w for w in result["warnings"] if "label value" in w]
+    assert warning.startswith("18 scored rows left out of the metrics hold a label value of ")
+    assert warning.endswith(
+        "'VUS' (4), 'pathogenic?' (3), 'other0' (1), 'other1' (1), 'other10' (1) and 8 other values"
+    )
+    assert result["metrics"]["auroc"] == pytest.approx(1.0)
+    # the job writes the same JSON and logs the warning as one line
+    _merged(scores, labels, statuses).write_parquet(tmp_path / "scores.parquet")
+    settings = json.dumps({"label_column": "LABEL", "bootstrap": 0})
+    argv = ["metrics", "--merged", str(tmp_path / "scores.parquet"), "--settings", settings]
+    argv += ["--task", "t", "--model-key", "m", "--out", str(tmp_path / "metrics.json")]
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(argv) == 0
+    assert json.loads((tmp_path / "metrics.json").read_text())[UNMATCHED_LABELS] == unmatched
+    assert [r.getMessage() for r in caplog.records if "label value" in r.getMessage()] == [warning]
+    # every scored row labelled or null: the key says none, and there is no warning
+    clean = vep_metrics(_merged([0.1, 0.8, 0.5], ["0", "1", None]), LABEL, NO_BOOTSTRAP)
+    assert clean[UNMATCHED_LABELS] == {"values": [], "n_other_values": 0, "n_other_rows": 0}
+    assert not [w for w in clean["warnings"] if "label value" in w]
 
 
 def test_label_conflicts_are_excluded_and_counted():
@@ -231,10 +275,6 @@ def test_one_class_gives_no_metrics_but_a_warning():
 def test_clinvar_labels_need_no_second_setting(tmp_path):
     """label_source clinvar_clnsig derives `label` at ingest; metrics read it without a
     `label_column` (it once had to be set again, or no metric was computed)."""
-    import json
-
-    from carbon_vep import cli
-
     merged = _merged(list(SCORES), ["x"] * len(SCORES)).with_columns(
         pl.Series("label", LABELS, dtype=pl.Int8)
     )

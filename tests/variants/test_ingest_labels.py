@@ -4,15 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from support.files import random_dna, write_fasta
 
 from carbon_vep.config.fields import INTERFACE_VARIABLE
-from carbon_vep.config.stages import DEFAULT_CLNSIG_LABELS, LabelSettings, PanelSettings
+from carbon_vep.config.stages import (
+    DEFAULT_CLNSIG_LABELS,
+    EvaluationSettings,
+    LabelSettings,
+    MetricSettings,
+    PanelSettings,
+)
 from carbon_vep.errors import InputError
+from carbon_vep.evaluate.metrics import vep_metrics
 from carbon_vep.genome.reference import open_reference
+from carbon_vep.variants import panel as panel_module
+from carbon_vep.variants.check import LabelValues
 from carbon_vep.variants.ingest import ingest_panel, write_checked_panel
 from carbon_vep.variants.labels import clnsig_label
+from carbon_vep.variants.policy import CheckPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,6 +169,35 @@ def test_duplicates_labelled_in_words_of_one_class_stay_in_the_metrics(tmp_path)
     assert summary["n_label_conflicts"] == 2
 
 
+def test_label_values_match_ignoring_case_and_surrounding_whitespace(tmp_path):
+    """A spreadsheet export or a merge of sources writes `Pathogenic`, `pathogenic ` and
+    `PATHOGENIC`: all are the listed value. Matched exactly, the odd-cased rows were silently
+    unlabelled (and left the metrics); the conflict flag and the metrics read the same rule."""
+    seq = random_dna(2000, 25)
+    reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
+    words = ["Pathogenic", " pathogenic ", "PATHOGENIC", "benign", "Benign\t", "VUS"]
+    lines = ["chrom\tpos\tref\talt\tclass"]
+    for i, pos in enumerate(range(100, 1300, 40)):
+        ref = seq[pos - 1]
+        lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\t{words[i % 6]}")
+    lines.append(lines[1].replace("Pathogenic", "BENIGN"))  # row 0's variant, other class
+    lines.append(lines[2].replace(" pathogenic ", "pathogenic"))  # row 1's, same class
+    path = tmp_path / "panel.csv"
+    path.write_text("\n".join(line.replace("\t", ",", 4) for line in lines) + "\n")
+    labels = LabelSettings(
+        label_column="class", positive_labels=("Pathogenic",), negative_labels=("benign",)
+    )
+    with open_reference(reference) as ref:
+        checked, _ = ingest_panel(path, ref, PanelSettings("hg38"), labels)
+    assert checked["class"][1] == " pathogenic "  # carried as written
+    assert checked.filter("label_conflict")["row_id"].to_list() == [0, 30]
+    merged = checked.with_columns(pl.lit("scored").alias("status"), pl.lit(0.5).alias("score"))
+    result = vep_metrics(merged, labels, MetricSettings(evaluation=EvaluationSettings(0)))
+    assert result["n_labelled"] == 32 - 2 - 5  # the two conflicts and the five VUS aside
+    assert result["n_positive"] == 15 + 1 - 1  # every spelling, row 0 left out, row 31 in
+    assert result["n_scored_without_label"] == 5
+
+
 def test_a_label_column_none_of_whose_values_is_a_label_stops_before_scoring(tmp_path, monkeypatch):
     """`pathogenic` / `benign` against the default 1 / 0 / true / false: every row would be
     unlabelled and the metrics empty after the scoring, with only a warning. The check stops,
@@ -193,3 +233,36 @@ def test_a_label_column_none_of_whose_values_is_a_label_stops_before_scoring(tmp
             path, ref, PanelSettings("hg38"), LabelSettings(label_column="class")
         )
         assert checked.height == 30
+
+
+def test_the_label_values_are_checked_batch_by_batch(tmp_path, monkeypatch):
+    """Ingest tallies the label values as it reads each batch (it once read the whole column
+    back from disk after the batches): the counts named span the batches, one labelled row in
+    the last batch is enough, and the tally keeps at most `LabelValues.KEPT` distinct values
+    whatever the panel holds (a column of free text has as many as rows)."""
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
+    monkeypatch.setattr(panel_module, "_BATCH_ROWS", 7)
+    seq = random_dna(2000, 26)
+    reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
+    lines = ["chrom\tpos\tref\talt\tclass"]
+    for i, pos in enumerate(range(100, 1300, 40)):
+        ref = seq[pos - 1]
+        word = "LOF" if i % 3 else "FUNC"
+        lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\t{word}")
+    path = tmp_path / "panel.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    labels = LabelSettings(label_column="class")
+    with open_reference(reference) as ref:
+        with pytest.raises(InputError, match=r"its values are 'LOF' \(20\), 'FUNC' \(10\);"):
+            ingest_panel(path, ref, PanelSettings("hg38"), labels)
+        lines[-1] = lines[-1].replace("LOF", " TRUE")  # row 29, in the fifth batch of 7
+        path.write_text("\n".join(lines) + "\n")
+        checked, _ = ingest_panel(path, ref, PanelSettings("hg38"), labels)
+    assert checked.height == 30
+    tally = LabelValues(CheckPolicy(label_column="class"))
+    for start in range(0, 3000, 500):
+        tally.add(pl.Series([f"word{i}" for i in range(start, start + 500)] + ["LOF"] * 3))
+    assert tally.unmatched.height == LabelValues.KEPT and tally.more_values
+    assert tally.unmatched.row(0) == ("LOF", 18)
+    tally.add(pl.Series(["0", None]))
+    assert tally.matched and tally.unmatched.is_empty()

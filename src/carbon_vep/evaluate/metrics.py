@@ -16,13 +16,9 @@ import polars as pl
 from sklearn.metrics import auc, average_precision_score, precision_recall_curve, roc_auc_score
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import (
-    EvaluationSettings,
-    LabelSettings,
-    MetricSettings,
-    label_classes,
-)
+from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
 from carbon_vep.errors import InputError
+from carbon_vep.evaluate.label_counts import binary_labels, count_label_conflicts, count_labels
 
 SIGN_FLIP_AUROC = 0.35
 CI_LEVEL = 0.95
@@ -77,14 +73,6 @@ def by_chrom_name(metric: str, convention: str) -> str:
 
 def spearman_name(column: str) -> str:
     return f"spearman_delta_vs_{column}"
-
-
-def binary_labels(values: pl.Series, positive: Sequence[str], negative: Sequence[str]) -> pl.Series:
-    """1 / 0 / null from the raw label column, matching its string form against the lists."""
-    frame = pl.DataFrame({"value": values})
-    return frame.select(label_classes(pl.col("value"), positive, negative).alias("label01"))[
-        "label01"
-    ]
 
 
 def _chromosome(merged: pl.DataFrame) -> list[pl.Expr]:
@@ -325,9 +313,9 @@ def vep_metrics(
             f"label column {labels.column!r} ({setting_name('label_column')}) is not a column "
             f"of it; its columns are {merged.columns}",
         )
-    _count_label_conflicts(merged, result)
+    count_label_conflicts(merged, result)
     labelled = labelled_rows(merged, labels.column, labels.positive_labels, labels.negative_labels)
-    _count_labels(merged, labelled, labels, result)
+    count_labels(merged, labelled, labels, result)
     if labelled["label01"].n_unique() < 2:
         result["warnings"].append("labelled scored rows hold fewer than two classes")
         return result
@@ -376,33 +364,6 @@ def _vep_result(
             **_scoring_parameters(merged),
         },
     }
-
-
-def _count_label_conflicts(merged: pl.DataFrame, result: dict) -> None:
-    """Scored rows whose label sources disagree are left out of the metrics: count them."""
-    if "label_conflict" not in merged.columns:
-        return
-    conflicted = merged.filter(
-        (pl.col("status") == Status.SCORED) & pl.col("label_conflict").fill_null(False)
-    )
-    result["n_excluded_label_conflict"] = conflicted.height
-    if conflicted.height:
-        result["warnings"].append(
-            f"{conflicted.height} scored rows with conflicting labels excluded from metrics"
-        )
-
-
-def _count_labels(
-    merged: pl.DataFrame, labelled: pl.DataFrame, labels: LabelSettings, result: dict
-) -> None:
-    unlabelled = binary_labels(
-        merged[labels.column], labels.positive_labels, labels.negative_labels
-    ).is_null()
-    result.update(
-        n_labelled=labelled.height,
-        n_positive=int(labelled["label01"].sum()) if labelled.height else 0,
-        n_scored_without_label=int(((merged["status"] == Status.SCORED) & unlabelled).sum()),
-    )
 
 
 def _add_label_metrics(labelled: pl.DataFrame, options: MetricSettings, result: dict) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import polars as pl
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import label_classes
+from carbon_vep.config.stages import label_classes, unmatched_label_counts
 from carbon_vep.errors import PanelUnusableError
 from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import Reference
@@ -192,6 +192,7 @@ class PanelCheck:
         self.ambiguous: dict[str, list[str]] = {}  # panel contig -> reference contigs it aliases
         self.n_checked = 0  # rows whose REF was compared with the genome
         self.n_mismatch = 0
+        self.label_values = LabelValues(self.policy)
 
     def rows(self, batch: pl.DataFrame) -> pl.DataFrame:
         """`batch` with ref_chrom, variant_type, status and reason added; pos / ref / alt
@@ -209,7 +210,31 @@ class PanelCheck:
         checked = _check_rows(batch, self.mapping, self.unmapped, self.reference)
         self.n_checked += int(checked[REF_CHECKED].sum())
         self.n_mismatch += int((checked["status"] == Status.REF_MISMATCH).sum())
+        if self.policy.label_column in batch.columns:
+            self.label_values.add(batch[self.policy.label_column])
         return batch.with_columns(checked)
+
+    def require_label_values(self) -> None:
+        """Stop a panel whose label column holds values, none of them of either list (once
+        every batch is in): every row would be unlabelled and the metrics empty after the
+        whole scoring run (a table labelled `pathogenic` / `benign` against the defaults)."""
+        values = self.label_values
+        if values.matched or values.unmatched.is_empty():  # a label, or no value at all
+            return
+        from carbon_vep.config.run import setting_name
+
+        policy = self.policy
+        named = values.unmatched.head(5)
+        found = ", ".join(f"{value!r} ({n})" for value, n in named.iter_rows())
+        rest = values.unmatched.height - named.height
+        more = f" and {'over ' * values.more_values}{rest} more" if rest else ""
+        raise PanelUnusableError(
+            self.source,
+            f"label column {policy.label_column!r} ({setting_name('label_column')}) holds no "
+            f"value of {setting_name('positive_labels')} {list(policy.positive_labels)} or "
+            f"{setting_name('negative_labels')} {list(policy.negative_labels)}, so no row "
+            f"would be labelled: its values are {found}{more}; list them under those settings",
+        )
 
     def assert_usable(
         self, header_mismatches: Sequence[str], checked_rows: Callable[[], pl.DataFrame]
@@ -272,8 +297,7 @@ def check_panel(
     checked = check.rows(panel)
     for note in check.assert_usable(header_mismatches, lambda: checked):
         log.warning("%s: %s", check.source, note)  # no summary here to carry it
-    if check.policy.label_column:
-        require_label_values(checked[check.policy.label_column], check.policy, check.source)
+    check.require_label_values()
     checked = flag_duplicates(checked.drop(WORKING_COLUMNS), check.policy)
     assert_something_scoreable(checked, check.source)
     return checked
@@ -295,28 +319,32 @@ def require_label_column(batch: pl.DataFrame, column: str | None, source: object
         )
 
 
-def require_label_values(labels: pl.Series, policy: CheckPolicy, source: object) -> None:
-    """A label column with values must hold some that mean positive or negative: else every
-    row would be unlabelled and the metrics empty after the whole scoring run (a table
-    labelled `pathogenic` / `benign`, or `TRUE` / `FALSE` text, against the defaults)."""
-    if policy.label_column is None or labels.drop_nulls().is_empty():
-        return
-    frame = pl.DataFrame({"value": labels})
-    classes = label_classes(pl.col("value"), policy.positive_labels, policy.negative_labels)
-    if frame.select(classes.is_not_null().any()).item():
-        return
-    from carbon_vep.config.run import setting_name
+class LabelValues:
+    """Whether a panel's label column holds any value of the two lists, fed a batch at a
+    time: until one matches, the values met that match neither (`unmatched_label_counts`) with
+    their rows, at most `KEPT` distinct ones (so memory is bounded by the batch, not the
+    panel: a column of free text has as many values as rows)."""
 
-    counts = labels.drop_nulls().cast(pl.Utf8).value_counts(sort=True, name="n")
-    found = ", ".join(f"{value!r} ({n})" for value, n in counts.head(5).iter_rows())
-    more = f" and {counts.height - 5} more" if counts.height > 5 else ""
-    raise PanelUnusableError(
-        source,
-        f"label column {policy.label_column!r} ({setting_name('label_column')}) holds no value "
-        f"of {setting_name('positive_labels')} {list(policy.positive_labels)} or "
-        f"{setting_name('negative_labels')} {list(policy.negative_labels)}, so no row would "
-        f"be labelled: its values are {found}{more}; list them under those settings",
-    )
+    KEPT = 1000  # more than any label column has; enough to name the commonest
+
+    def __init__(self, policy: CheckPolicy) -> None:
+        self.policy = policy
+        self.matched = False
+        self.unmatched = pl.DataFrame(schema={"value": pl.Utf8, "n": pl.Int64})
+        self.more_values = False  # distinct values were met beyond the `KEPT`
+
+    def add(self, labels: pl.Series) -> None:
+        if self.matched:
+            return
+        policy = self.policy
+        counts = unmatched_label_counts(labels, policy.positive_labels, policy.negative_labels)
+        if counts["n"].sum() < labels.len() - labels.null_count():  # some value matched
+            self.matched, self.unmatched = True, self.unmatched.clear()
+            return
+        tally = pl.concat([self.unmatched, counts]).group_by("value").agg(pl.col("n").sum())
+        tally = tally.sort(["n", "value"], descending=[True, False])
+        self.more_values |= tally.height > self.KEPT
+        self.unmatched = tally.head(self.KEPT)
 
 
 def _with_input_columns(panel: pl.DataFrame) -> pl.DataFrame:

@@ -27,7 +27,6 @@ from carbon_vep.variants.check import (
     duplicate_key_hash,
     flag_duplicates,
     require_label_column,
-    require_label_values,
 )
 from carbon_vep.variants.genome_match import WORKING_COLUMNS, contig_length_mismatches
 from carbon_vep.variants.labels import CONFLICT_COLUMN, add_clnsig_labels
@@ -94,9 +93,7 @@ def write_checked_panel(
         build_notes = check.assert_usable(
             mismatches, lambda: pl.read_parquet(parts, columns=["ref_chrom", *WORKING_COLUMNS])
         )
-        if policy.label_column and not from_clnsig:  # CLNSIG's derived labels are 1 / 0
-            labels_read = pl.read_parquet(parts, columns=[policy.label_column])
-            require_label_values(labels_read.to_series(), policy, str(reader.path))
+        check.require_label_values()  # its values were tallied batch by batch
         flags = _duplicate_flags(parts, key_hashes, policy)
         del key_hashes
         notes = reader.notes + [f"panel header: {m}" for m in mismatches] + build_notes

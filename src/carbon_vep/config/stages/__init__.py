@@ -27,6 +27,7 @@ from carbon_vep.config.stages.panel import (
     LabelSettings,
     PanelSettings,
     label_classes,
+    unmatched_label_counts,
 )
 from carbon_vep.config.stages.scan import CalibrationSettings, ScanChunkSettings, TileSettings
 from carbon_vep.config.stages.scoring import RecipeSettings, ShardSettings
@@ -53,4 +54,5 @@ __all__ = [
     "TileSettings",
     "VllmSettings",
     "label_classes",
+    "unmatched_label_counts",
 ]

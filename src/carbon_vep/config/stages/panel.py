@@ -1,5 +1,5 @@
 """How a panel is read and checked against the reference (`PanelSettings`), and where its labels
-come from and what they mean (`LabelSettings`, `label_classes`)."""
+come from and what they mean (`LabelSettings`, `label_classes`, `unmatched_label_counts`)."""
 
 from __future__ import annotations
 
@@ -81,24 +81,30 @@ class LabelSettings:
         DEFAULT_CLNSIG_LABELS,
         flag="clnsig-label",
         value_choices=(0, 1),
-        help="CLNSIG term -> label; terms not named here (Uncertain_significance, "
-        "risk_factor, ...) leave the row unlabeled; Conflicting_* and terms naming both labels "
-        "give a null label and label_conflict = true (such rows are left out of metrics)",
+        help="CLNSIG term -> label, matched ignoring letter case; terms not named here "
+        "(Uncertain_significance, risk_factor, ...) leave the row unlabeled; Conflicting_* and "
+        "terms naming both labels give a null label and label_conflict = true (such rows are "
+        "left out of metrics)",
     )
     positive_labels: tuple[str, ...] = setting(
         ("1", "1.0", "True", "true"),
         flag="positive",
-        help="values of the label column that mean positive (refused with no label column; under "
-        "label_source clinvar_clnsig, whose labels are 1 / 0, it must hold 1)",
+        help="values of the label column that mean positive, matched ignoring letter case and "
+        "surrounding whitespace (a value in both lists is refused; so is this list with no "
+        "label column; under label_source clinvar_clnsig, whose labels are 1 / 0, it must "
+        "hold 1)",
     )
     negative_labels: tuple[str, ...] = setting(
         ("0", "0.0", "False", "false"),
         flag="negative",
-        help="values of the label column that mean negative (refused with no label column; under "
-        "label_source clinvar_clnsig, whose labels are 1 / 0, it must hold 0)",
+        help="values of the label column that mean negative, matched ignoring letter case and "
+        "surrounding whitespace (a value in both lists is refused; so is this list with no "
+        "label column; under label_source clinvar_clnsig, whose labels are 1 / 0, it must "
+        "hold 0)",
     )
 
     def __post_init__(self) -> None:
+        self._refuse_a_value_of_both_classes()
         if self.label_column is not None:
             return
         clnsig = self.label_source == "clinvar_clnsig"  # its derived column holds 1 / 0 alone
@@ -120,6 +126,33 @@ class LabelSettings:
                 continue
             raise ConfigError(f"{describe(f, ', '.join(values), tuple[str, ...])}: {why}")
 
+    def _refuse_a_value_of_both_classes(self) -> None:
+        """A value that folds (`fold_label`) into both lists would be positive by the order of
+        a `when`, whatever the user meant: refused, naming each list's spelling of it."""
+        negatives = self.negative_labels
+        negative = dict(zip(folded_labels(negatives), negatives, strict=True))
+        positives = self.positive_labels
+        clashes = [
+            (written, negative[folded])
+            for folded, written in zip(folded_labels(positives), positives, strict=True)
+            if folded in negative
+        ]
+        if not clashes:
+            return
+        positive_field, negative_field = (
+            field_named(self, "positive_labels"),
+            field_named(self, "negative_labels"),
+        )
+        named = "; ".join(
+            f"{describe(positive_field, p, tuple[str, ...])} and "
+            f"{describe(negative_field, n, tuple[str, ...])}"
+            for p, n in clashes
+        )
+        raise ConfigError(
+            f"{named}: a label value means positive or negative, not both (values match "
+            "ignoring letter case and surrounding whitespace); keep it in one list"
+        )
+
     @property
     def column(self) -> str | None:
         """The label column metrics read: the configured one, or the one ingest derives."""
@@ -128,14 +161,46 @@ class LabelSettings:
         return CLNSIG_LABEL_COLUMN if self.label_source == "clinvar_clnsig" else None
 
 
+def fold_label(values: pl.Expr) -> pl.Expr:
+    """A label value as it is matched: its text, without surrounding whitespace, in lower case
+    (`Pathogenic`, ` pathogenic ` and `PATHOGENIC` are one value; spreadsheet exports and
+    merged sources mix them)."""
+    return values.cast(pl.Utf8).str.strip_chars().str.to_lowercase()
+
+
+def folded_labels(values: Sequence[str]) -> list[str]:
+    """Listed label values folded as the column's are (`fold_label`), in order."""
+    listed = pl.DataFrame({"value": list(values)}, schema={"value": pl.Utf8})
+    return listed.select(fold_label(pl.col("value")))["value"].to_list()
+
+
 def label_classes(values: pl.Expr, positive: Sequence[str], negative: Sequence[str]) -> pl.Expr:
     """1 / 0 / null: each label's text (`1`, `1.0`, `true` for a boolean) matched against the
-    values that mean positive and negative; any other value is no label."""
-    text = values.cast(pl.Utf8)
+    values that mean positive and negative, both folded (`fold_label`); any other value is no
+    label."""
+    text = fold_label(values)
     return (
-        pl.when(text.is_in(list(positive)))
+        pl.when(text.is_in(folded_labels(positive)))
         .then(1)
-        .when(text.is_in(list(negative)))
+        .when(text.is_in(folded_labels(negative)))
         .then(0)
         .otherwise(None)
+    )
+
+
+def unmatched_label_counts(
+    values: pl.Series, positive: Sequence[str], negative: Sequence[str]
+) -> pl.DataFrame:
+    """The label values that match neither list (`label_classes`; nulls are no value), as
+    written, each with its rows: `value`, `n`, most common first (ties by value, so the order
+    is the same every run)."""
+    frame = pl.DataFrame({"value": values.cast(pl.Utf8)})
+    unmatched = (
+        pl.col("value").is_not_null() & label_classes(pl.col("value"), positive, negative).is_null()
+    )
+    return (
+        frame.filter(unmatched)
+        .group_by("value")
+        .agg(pl.len().cast(pl.Int64).alias("n"))
+        .sort(["n", "value"], descending=[True, False])
     )
