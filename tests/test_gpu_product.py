@@ -122,7 +122,10 @@ def test_compiled_rates_leave_out_the_passes_that_compiled():
     assert scan["tokens_per_s_without_compile"] == 100.0  # 800 tokens in 8 s
     assert scan["ratio_without_compile"] == 1.0
     assert shard["product_tokens_per_s"] == 100.0 and shard["tokens_per_s_without_compile"] == 50.0
-    assert shard["ratio_without_compile"] == 0.5
+    # 300 of its 500 tokens compiled: its 200 others carry all the job's work outside the
+    # passes, so no ratio (run 12's right-end jobs: 67%); at half (centered, NIAH) there is one
+    assert shard["compile_token_share"] == 0.6 and "ratio_without_compile" not in shard
+    assert centered["compile_token_share"] == 0.5 and centered["ratio_without_compile"] == 0.75
     # both product shards of the centered recipe (two probes) against the rerun's one (one
     # probe): 1800 tokens in 3 s, 900 in 2
     assert centered["product_tokens_per_s"] == 600.0
