@@ -278,6 +278,25 @@ def test_a_label_value_in_both_lists_after_folding_is_refused(monkeypatch):
     assert LabelSettings(label_column="c", positive_labels=("yes", "Yes"), negative_labels=("no",))
 
 
+def test_a_clnsig_term_given_two_labels_in_two_cases_is_refused(monkeypatch):
+    """CLNSIG terms are looked up ignoring letter case, so `Pathogenic: 1` and `pathogenic: 0`
+    are one term with two labels (the later entry won, silently): refused, naming both; the
+    same term twice with one label is no clash, and the lookup itself ignores the case."""
+    from carbon_vep.variants.labels import clnsig_label
+
+    monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
+    clash = {"Pathogenic": 1, "Benign": 0, "pathogenic": 0}
+    with pytest.raises(
+        ConfigError,
+        match=r"^`--clnsig-label Pathogenic=1` and `--clnsig-label pathogenic=0`: CLNSIG terms",
+    ):
+        LabelSettings(label_source="clinvar_clnsig", clnsig_labels=clash)
+    agreeing = {"Pathogenic": 1, "PATHOGENIC": 1, "Benign": 0}
+    settings = LabelSettings(label_source="clinvar_clnsig", clnsig_labels=agreeing)
+    assert clnsig_label("pathogenic", settings.clnsig_labels) == (1, False)
+    assert clnsig_label("BENIGN|risk_factor", settings.clnsig_labels) == (0, False)
+
+
 def test_window_bp_on_from_scan_is_refused(monkeypatch):
     """from_scan cuts no window (each SNV is looked up at the scan's own context): a
     `window_bp` set for it was accepted and did nothing. Its default (null) is no setting."""

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import polars as pl
 
 from carbon_vep.config.run import setting_name
-from carbon_vep.config.stages import CLNSIG_LABEL_COLUMN
+from carbon_vep.config.stages import CLNSIG_LABEL_COLUMN, clnsig_term_key
 from carbon_vep.errors import InputError
 
 CONFLICT_COLUMN = "label_conflict"
@@ -28,16 +28,17 @@ def clnsig_label(value: str | None, mapping: Mapping[str, int]) -> tuple[int | N
     """(label or None, conflict) for one CLNSIG value."""
     if value is None:
         return None, False
-    lookup = {term.lower(): label for term, label in mapping.items()}
+    lookup = {clnsig_term_key(term): label for term, label in mapping.items()}
     terms = [t.strip(" _") for t in _TERM_SEPARATORS.split(str(value)) if t.strip(" _.")]
-    if any(term.lower().startswith("conflicting") for term in terms):
+    keys = [clnsig_term_key(term) for term in terms]
+    if any(key.startswith("conflicting") for key in keys):
         return None, True
     labels: set[int] = set()
-    for term in terms:
-        if term.lower() in lookup:
-            labels.add(lookup[term.lower()])
+    for key in keys:
+        if key in lookup:
+            labels.add(lookup[key])
         else:
-            labels.update(lookup[p.lower()] for p in term.split("/") if p.lower() in lookup)
+            labels.update(lookup[p] for p in key.split("/") if p in lookup)
     if len(labels) > 1:
         return None, True
     return (labels.pop() if labels else None), False

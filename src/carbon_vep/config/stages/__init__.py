@@ -26,6 +26,7 @@ from carbon_vep.config.stages.panel import (
     DEFAULT_CLNSIG_LABELS,
     LabelSettings,
     PanelSettings,
+    clnsig_term_key,
     label_classes,
     unmatched_label_counts,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "ShardSettings",
     "TileSettings",
     "VllmSettings",
+    "clnsig_term_key",
     "label_classes",
     "unmatched_label_counts",
 ]

@@ -105,6 +105,7 @@ class LabelSettings:
 
     def __post_init__(self) -> None:
         self._refuse_a_value_of_both_classes()
+        self._refuse_a_clnsig_term_of_both_classes()
         if self.label_column is not None:
             return
         clnsig = self.label_source == "clinvar_clnsig"  # its derived column holds 1 / 0 alone
@@ -153,12 +154,32 @@ class LabelSettings:
             "ignoring letter case and surrounding whitespace); keep it in one list"
         )
 
+    def _refuse_a_clnsig_term_of_both_classes(self) -> None:
+        """CLNSIG terms are looked up ignoring letter case (`clnsig_term_key`): two entries
+        of one term with different labels would leave the label to the mapping's order."""
+        seen: dict[str, tuple[str, int]] = {}
+        for term, label in self.clnsig_labels.items():
+            first = seen.setdefault(clnsig_term_key(term), (term, label))
+            if first[1] != label:
+                f = field_named(self, "clnsig_labels")
+                raise ConfigError(
+                    f"{describe(f, f'{first[0]}={first[1]}', dict[str, int])} and "
+                    f"{describe(f, f'{term}={label}', dict[str, int])}: CLNSIG terms match "
+                    "ignoring letter case, so these are one term with two labels; keep one"
+                )
+
     @property
     def column(self) -> str | None:
         """The label column metrics read: the configured one, or the one ingest derives."""
         if self.label_column:
             return self.label_column
         return CLNSIG_LABEL_COLUMN if self.label_source == "clinvar_clnsig" else None
+
+
+def clnsig_term_key(term: str) -> str:
+    """A CLNSIG term as `clnsig_labels` looks it up: in lower case (ClinVar writes
+    `Likely_pathogenic`; older releases and hand-made VCFs vary the case)."""
+    return term.lower()
 
 
 def fold_label(values: pl.Expr) -> pl.Expr:
