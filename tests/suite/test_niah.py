@@ -427,7 +427,7 @@ def _score(cell_path, model_dir, out: Path, *extra) -> int:
     )
 
 
-def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path):
+def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path, caplog):
     times_json = tmp_path / "times.json"
     assert _score(cell_path, demo_model_dir, tmp_path / "whole", "--times", str(times_json)) == 0
     # the job's start-up and scoring times, as a record the benchmarks read
@@ -486,6 +486,13 @@ def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path
         ]
     )
     assert code == 2 and not (tmp_path / "bad.parquet").exists()
+    # a part twice: refused the same way, naming the cell (suite.tasks.require_each_once)
+    twice = ["merge-niah", "--cell", str(cell_path), "--parts", *parts, parts[0]]
+    twice += ["--task", "x", "--model-key", "demo", "--out", str(tmp_path / "bad.parquet")]
+    with caplog.at_level("ERROR", logger="carbon_vep"):
+        assert main([*twice, "--metrics", str(tmp_path / "bad.json")]) == 2
+    assert f"{cell_path}: the parts hold 13 rows for the cell's 8 uids" in caplog.text
+    assert not (tmp_path / "bad.parquet").exists()
 
 
 def test_the_plain_call_on_a_hub_cell_names_its_results(cell_path, demo_model_dir, tmp_path):

@@ -12,7 +12,6 @@ from carbon_vep import atomic
 from carbon_vep.cli.common import add_result_args, write_task_result
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, NiahSettings
-from carbon_vep.errors import InputError
 
 log = logging.getLogger("carbon_vep")
 
@@ -139,15 +138,18 @@ def merge_niah(args: argparse.Namespace) -> None:
     import polars as pl
 
     from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell
+    from carbon_vep.suite.tasks import require_each_once
 
     (evaluation,) = from_args(args, EvaluationSettings)
     uids = read_cell(args.cell, task=args.cell_task)["uid"]
     rows = pl.concat([pl.read_parquet(p) for p in args.parts], how="vertical")
-    if sorted(rows["uid"].to_list()) != sorted(uids.to_list()):
-        missing = sorted(set(uids.to_list()) - set(rows["uid"].to_list()))[:3]
-        problem = f"the parts hold {rows.height} rows for the cell's {uids.len()} uids"
-        cover = "the row ranges must cover the cell once (a niah entry's `rows`)"
-        raise InputError(args.cell, f"{problem} (missing e.g. {missing}; or duplicated): {cover}")
+    require_each_once(
+        args.cell,
+        uids.to_list(),
+        rows["uid"].to_list(),
+        f"the cell's {uids.len()} uids",
+        "the row ranges must cover the cell once (a niah entry's `rows`)",
+    )
     rows = uids.to_frame().join(rows, on="uid", how="left", maintain_order="left")
     atomic.write_parquet(rows, args.out)
     metrics = niah_metrics(rows, evaluation, json.loads(args.parameters))

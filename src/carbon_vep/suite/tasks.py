@@ -145,15 +145,27 @@ def merged_parts(where: str, rows: int, parts: list[pl.DataFrame]) -> pl.DataFra
     """The parts' predictions as one table in the task file's order, refused (naming `where`,
     the task file) unless they hold each of its `rows` rows once."""
     merged = pl.concat(parts, how="vertical").sort("row_id")
-    ids = merged["row_id"].to_list()
-    if ids != list(range(rows)):
-        missing = sorted(set(range(rows)) - set(ids))[:3]
-        raise InputError(
-            where,
-            f"the parts hold {len(ids)} rows for the file's {rows} (missing e.g. {missing}, "
-            "or some twice): the parts must be the task's I/N shares, every I once",
-        )
+    require_each_once(
+        where,
+        list(range(rows)),
+        merged["row_id"].to_list(),
+        f"the file's {rows} rows",
+        "the parts must be the task's I/N shares, every I once",
+    )
     return merged
+
+
+def require_each_once(where: str, expected: list, found: list, of: str, fix: str) -> None:
+    """The one check that a job's parts, merged, hold each key of `expected` (a task file's
+    row ids, a Genomic-NIAH cell's uids) exactly once: else refused, naming `where`, what the
+    parts held against `of`, a few keys missing, and `fix`."""
+    if sorted(found) == sorted(expected):
+        return
+    missing = sorted(set(expected) - set(found))[:3]
+    raise InputError(
+        where,
+        f"the parts hold {len(found)} rows for {of} (missing e.g. {missing}, or some twice): {fix}",
+    )
 
 
 @dataclass
