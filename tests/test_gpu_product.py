@@ -132,6 +132,16 @@ def test_compiled_rates_leave_out_the_passes_that_compiled():
     assert centered["tokens_per_s_without_compile"] == 450.0
     # the native cell's job only, not the YaRN entry's 64k one
     assert niah["product_tokens_per_s"] == 2000.0 and niah["tokens_per_s_without_compile"] == 1000.0
+    assert "pass_ratio" not in shard  # records without their passes' time (before 2026-11-30)
+
+    # with the passes timed, the rates within them carry none of the work outside the passes:
+    # 500 tokens in 2 s of passes against the compiled 200 outside its compile in 0.5 s
+    timed = [r | {"pass_s": 2.0, "pass_tokens": 500} for r in product_jobs[1:2]]
+    ours = [compiled[1] | {"pass_s": 2.5, "pass_tokens": 500}]  # its compile: 2 s, 300 tokens
+    [row] = compiled_rates(timed, ours, ["nexttoken"])
+    assert row["product_pass_tokens_per_s"] == 250.0
+    assert row["pass_tokens_per_s_without_compile"] == 400.0 and row["pass_ratio"] == 1.6
+    assert "ratio_without_compile" not in row  # 60% compiled: the job's rate is not compared
 
 
 def test_a_rerun_that_failed_still_compares_what_its_finished_jobs_wrote(tmp_path, monkeypatch):
@@ -240,3 +250,13 @@ def test_the_compiled_rerun_runs_the_niah_cell_before_the_rest(tmp_path, monkeyp
     at = argv.index("--prioritize")
     assert argv[at + 1 : at + 3] == [compiled_first[0], "--nolock"]
     assert argv[-2:] == ["t1", "t2"]
+
+
+def test_the_share_in_passes_leaves_out_the_probe_and_old_records():
+    """The per-rule table's `in passes`: the jobs' pass seconds over their time after the load
+    less their probes (what a host-bound job is short of); none where a record lacks them."""
+    from carbon_vep.benchmark.gpu.product import _in_passes
+
+    job = {"after_load_s": 3.0, "phases": {"probe": 0.5}, "pass_s": 2.0, "pass_tokens": 9}
+    assert _in_passes([job, job | {"after_load_s": 1.5, "pass_s": 0.5}]) == round(2.5 / 3.5, 3)
+    assert _in_passes([job, {"after_load_s": 2.0, "phases": {}}]) is None

@@ -71,6 +71,7 @@ def test_a_cli_model_command_writes_its_record_and_logs_its_line(
     [record] = records(tmp_path / "jobs")
     assert record["command"] == "score-perturbation" and record["out"] == str(out)
     assert record["tokens"] == 2 * 9 + 2 * 10 and record["succeeded"] is True
+    assert record["pass_tokens"] == 2 * 10  # the probe's passes are not the job's own
     assert "job score-perturbation: 38 tokens through the model" in caplog.text
 
 
@@ -112,3 +113,73 @@ def test_phases_add_up_in_the_record_of_the_command_running(demo_model_dir, tmp_
         load_job_model(spec, None)
     niah, shard = records(tmp_path / "jobs")
     assert niah["phases"] == {"prefill": 0.375, "generate": 0.5} and shard["phases"] == {}
+
+
+def test_the_body_passes_are_timed_from_the_probe_on_and_decode_steps_are_not(
+    demo_model_dir, tmp_path, monkeypatch
+):
+    """The record's pass clock (model.pass_clock): passes of more than one token a row, from
+    the load or from `passes_timed_from_here` (after the start-up probe); a one-token pass (a
+    decode step) is counted in `tokens` but not timed."""
+    from carbon_vep.model.job_record import passes_timed_from_here
+
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "jobs"))
+    with job_record("score-p", None):
+        loaded = load_job_model(ModelSettings(str(demo_model_dir), trust_remote_code=True), None)
+        body = loaded.model.get_decoder()
+        with torch.inference_mode():
+            body(input_ids=torch.ones(4, 9, dtype=torch.long))  # before: dropped
+            passes_timed_from_here()
+            body(input_ids=torch.ones(2, 7, dtype=torch.long))  # 14, timed
+            body(input_ids=torch.ones(3, 1, dtype=torch.long))  # a decode step: not timed
+            body(input_ids=torch.ones(1, 5, dtype=torch.long))  # 5, timed
+    [record] = records(tmp_path / "jobs")
+    assert record["tokens"] == 36 + 14 + 3 + 5 and record["pass_tokens"] == 19
+    assert 0 < record["pass_s"] <= record["after_load_s"]
+
+
+def test_device_passes_are_read_from_their_events_as_they_finish(monkeypatch):
+    """On a GPU a pass is timed by two CUDA events (no host wait): finished ones are read every
+    FOLD_EVERY passes, the rest at the end; none inside a CUDA graph's capture."""
+    from types import SimpleNamespace
+
+    from carbon_vep.model import pass_clock
+
+    now = {"ms": 0.0, "capturing": False}
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.at, self.done = None, False
+
+        def record(self):
+            self.at = now["ms"]
+
+        def query(self):
+            return self.done
+
+        def synchronize(self):
+            self.done = True
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+    fake_cuda = SimpleNamespace(Event=Event, is_current_stream_capturing=lambda: now["capturing"])
+    monkeypatch.setattr(pass_clock.sys, "modules", {"torch": SimpleNamespace(cuda=fake_cuda)})
+    monkeypatch.setattr(pass_clock, "FOLD_EVERY", 2)
+    ids = SimpleNamespace(shape=(2, 10), device=SimpleNamespace(type="cuda"))
+    clock = pass_clock.PassClock()
+    for length_ms in (5.0, 7.0):  # two passes: the fold finds neither finished
+        clock.start(ids)
+        now["ms"] += length_ms
+        clock.stop()
+    assert clock.tokens == 0 and len(clock._events) == 2
+    clock._events[0][1].done = True
+    clock.start(ids)
+    now["ms"] += 11.0
+    clock.stop()  # the first is read, the second is not done, so reading stops there
+    assert clock.tokens == 20 and len(clock._events) == 2
+    now["capturing"] = True
+    clock.start(ids)
+    clock.stop()  # inside a capture: not timed
+    assert clock.seconds() == (5.0 + 7.0 + 11.0) / 1000 and clock.tokens == 60

@@ -72,6 +72,7 @@ def engine_for(loaded: Any, model: ModelSettings):
     verify_output_layer(engine, loaded.vocab.encode("ACGTAC" * 8))  # reads its answer back
     # the job's first passes: on a GPU they also pay the libraries' start (cuBLAS, kernels)
     job_record.add_phase(PROBE_PHASE, time.perf_counter() - began)
+    job_record.passes_timed_from_here()
     if model.compile_layers:  # after the probe: its shape would be one more compile
         engine.compile_layers()
     return engine

@@ -24,6 +24,7 @@ from typing import Any
 
 from carbon_vep.atomic import write_json
 from carbon_vep.model.job_profile import JobProfiler
+from carbon_vep.model.pass_clock import PassClock
 from carbon_vep.rss import peak_rss_bytes
 
 log = logging.getLogger("carbon_vep")
@@ -50,9 +51,14 @@ class JobRecord:
     # the passes that compiled, left out with their seconds from a rate without the compile)
     phase_tokens: dict[str, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # the body's own time in its passes of more than one token a row (model.pass_clock),
+        # from the load, or from the end of the start-up probe (`passes_timed_from_here`)
+        self.passes = PassClock()
+
     def count(self, module: Any, args: tuple, kwargs: dict) -> None:
         """A forward pre-hook on the model's body: the size of what it is given and of the
-        cache it attends to (host-side shapes, no device read)."""
+        cache it attends to (host-side shapes, no device read); the pass's clock started."""
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             ids = kwargs.get("inputs_embeds")
@@ -62,12 +68,19 @@ class JobRecord:
             self.tokens += batch * length
             self.attention_pairs += batch * length * (past + (length + 1) / 2)
             self.forward_calls += 1
+            self.passes.start(ids)
+
+    def counted(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        """A forward hook on the model's body: the pass's clock stopped."""
+        self.passes.stop()
 
     def summary(self, succeeded: bool) -> dict[str, Any]:
         wall = time.perf_counter() - self.began
         after_load = wall - (self.load_s or 0.0)
         fields = {k: v for k, v in asdict(self).items() if k != "began"}
         fields["attention_pairs"] = round(self.attention_pairs)
+        fields["pass_s"] = round(self.passes.seconds(), 4)
+        fields["pass_tokens"] = self.passes.tokens
         return (
             fields
             | {
@@ -120,6 +133,13 @@ def started_loading() -> JobRecord | None:
     return _RUNNING.record
 
 
+def passes_timed_from_here() -> None:
+    """The running command's model passes are timed from here on (model.pass_clock): called
+    after the start-up probe, whose first passes pay the libraries' start."""
+    if _RUNNING.record is not None:
+        _RUNNING.record.passes.restart()
+
+
 def add_phase(name: str, seconds: float, tokens: int = 0) -> None:
     """Add `seconds` (and `tokens` through the body) to the phase `name` of the command's record
     (nothing outside a command or before its model loads)."""
@@ -144,6 +164,7 @@ def loaded(record: JobRecord | None, model: Any, device: Any, dtype: str) -> Non
     record.device, record.dtype = str(device), dtype
     body = model.get_decoder() if hasattr(model, "get_decoder") else model
     body.register_forward_pre_hook(record.count, with_kwargs=True)
+    body.register_forward_hook(record.counted, with_kwargs=True)
     if record.device.startswith("cuda"):
         import torch
 

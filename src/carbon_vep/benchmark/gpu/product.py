@@ -57,6 +57,7 @@ from carbon_vep.benchmark.harness import HG38_BASES, PROJECT_ROOT, TIMED_OUT, st
 from carbon_vep.config.gpus import attention_flops, body_flops
 from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.markdown import table as markdown_table
+from carbon_vep.model.job import PROBE_PHASE
 from carbon_vep.model.job_record import RECORDS_ENV
 from carbon_vep.workflow.paths import RunPaths
 
@@ -228,9 +229,21 @@ def rule_table(records: list[dict[str, Any]], shape: dict, peak: float) -> list[
                 "gpu_peak_reserved_gb": _peak_gb(jobs, "gpu_peak_reserved_bytes"),
                 "gpu_peak_allocated_gb": _peak_gb(jobs, "gpu_peak_allocated_bytes"),
                 "host_peak_gb": _peak_gb(jobs, "host_peak_rss_bytes"),
+                "in_passes": _in_passes(jobs),
             }
         )
     return table
+
+
+def _in_passes(jobs: list[dict]) -> float | None:
+    """The share of the jobs' time after the load and the probe spent within the model's
+    passes of more than one token a row (model.pass_clock; decode steps are outside): what a
+    host-bound job is short of; None for records without it (before 2026-11-30)."""
+    if not jobs or any("pass_s" not in r for r in jobs):
+        return None
+    probe = sum(r.get("phases", {}).get(PROBE_PHASE, 0.0) for r in jobs)
+    work = sum(r["after_load_s"] for r in jobs) - probe
+    return round(sum(r["pass_s"] for r in jobs) / work, 3) if work > 0 else None
 
 
 def _peak_gb(jobs: list[dict], key: str) -> float | None:
@@ -328,8 +341,9 @@ def markdown_part(result: dict[str, Any] | None) -> str:
         "records: wall = their processes' lives (imports and load included), tokens through "
         "the model's body, tokens/s after the load, the body's TFLOP/s (its matmuls and "
         "attention from the tokens and query-key pairs the jobs counted, padding included; "
-        "the output layer not counted) and its share of the measured bf16 peak, the largest "
-        "GPU peak (reserved) of a job."
+        "the output layer not counted) and its share of the measured bf16 peak, the share of "
+        "the time after the load and the probe within the model's passes of more than one "
+        "token a row (in passes), the largest GPU peak (reserved) of a job."
     )
     parts = [intro, rules_markdown(result["rules"], result["outputs"])]
     scan = result.get("scan")
@@ -358,8 +372,8 @@ def markdown_part(result: dict[str, Any] | None) -> str:
 def rules_markdown(rules: list[dict[str, Any]], outputs: dict[str, Any] | None = None) -> str:
     """The per-rule table (a rerun's too: then without the outputs column)."""
     header = ["rule", "jobs", "failed", "wall s", "load s", "start s a job", "tokens"]
-    header += ["tokens/s", "TFLOP/s"]
-    header += ["% of peak", "GPU peak GB", "host peak GB"] + (["outputs"] if outputs else [])
+    header += ["tokens/s", "TFLOP/s", "% of peak", "in passes"]
+    header += ["GPU peak GB", "host peak GB"] + (["outputs"] if outputs else [])
     rows = [
         [
             r["rule"],
@@ -372,6 +386,7 @@ def rules_markdown(rules: list[dict[str, Any]], outputs: dict[str, Any] | None =
             figure(r["tokens_per_s"], ",.0f"),
             figure(r.get("body_tflops"), ".3g"),
             figure(r.get("fraction_of_peak"), ".1%"),
+            figure(r.get("in_passes"), ".0%"),
             figure(r["gpu_peak_reserved_gb"], ".1f"),
             figure(r["host_peak_gb"], ".1f"),
         ]

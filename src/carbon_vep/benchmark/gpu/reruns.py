@@ -191,7 +191,8 @@ def compiled_rates(
     windows, outputs) over only the tokens that did not compile, so it is biased low by the
     compile passes' share of the tokens; past COMPARABLE_COMPILE_SHARE no ratio is given (run
     12's right-end jobs compiled on 67% of their tokens: at equal speed a pass and ~0.5 s of such
-    work a job would read ~0.7x)."""
+    work a job would read ~0.7x). Where the jobs timed their passes (`pass_s`, model.pass_clock)
+    the passes' own rates are compared as well (`_pass_rates`), which carry none of that work."""
     succeeded = ([r for r in jobs if r.get("succeeded", True)] for jobs in (compiled, product))
     ours, base = (_by_part(jobs, datasets) for jobs in succeeded)
     rows = []
@@ -217,8 +218,30 @@ def compiled_rates(
                 row["ratio_without_compile"] = round(
                     row["tokens_per_s_without_compile"] / row["product_tokens_per_s"], 3
                 )
-        rows.append(row)
+        rows.append(row | _pass_rates(ours[part], base[part], compile_s, compile_tokens))
     return rows
+
+
+def _pass_rates(
+    ours: list[dict], base: list[dict], compile_s: float, compile_tokens: int
+) -> dict[str, float]:
+    """Tokens/s within the model's passes (the jobs' `pass_s` and `pass_tokens`, from the end
+    of their probes): the product's, and the compiled run's without its passes that compiled
+    (their `compile_layers` seconds and tokens: those passes' spans), and their ratio; nothing
+    where a job did not time its passes (records from before 2026-11-30) or none is left."""
+    if any("pass_s" not in r for r in (*ours, *base)):
+        return {}
+    seconds, base_seconds = (sum(r["pass_s"] for r in jobs) for jobs in (ours, base))
+    tokens, base_tokens = (sum(r["pass_tokens"] for r in jobs) for jobs in (ours, base))
+    if base_seconds <= 0 or seconds <= compile_s or tokens <= compile_tokens:
+        return {}
+    product = base_tokens / base_seconds
+    compiled = (tokens - compile_tokens) / (seconds - compile_s)
+    return {
+        "product_pass_tokens_per_s": round(product, 1),
+        "pass_tokens_per_s_without_compile": round(compiled, 1),
+        "pass_ratio": round(compiled / product, 3),
+    }
 
 
 def _by_part(jobs: list[dict], datasets: list[str]) -> dict[str, list[dict]]:
@@ -333,10 +356,12 @@ def markdown_part(result: dict[str, Any]) -> str:
             "compiled left out, then counted; the ratio's rates without the jobs' start-up "
             "probe; no ratio where the passes that compiled held over "
             f"{COMPARABLE_COMPILE_SHARE:.0%} of the tokens: the work outside the passes would "
-            "weigh on too few tokens):"
+            "weigh on too few tokens; then the same within the model's passes alone, where "
+            "the jobs timed them, which that work does not weigh on):"
         )
         header = ["rule", "compile s (tokens, share)", "product tokens/s"]
         header += ["compiled, without the compile", "ratio", "compiled, all"]
+        header += ["in the passes: product", "compiled, without the compile", "ratio"]
         rows = [
             [
                 r["rule"],
@@ -346,6 +371,9 @@ def markdown_part(result: dict[str, Any]) -> str:
                 figure(r.get("tokens_per_s_without_compile"), ",.0f"),
                 f"{r['ratio_without_compile']:.2f}x" if "ratio_without_compile" in r else "—",
                 figure(r.get("tokens_per_s"), ",.0f"),
+                figure(r.get("product_pass_tokens_per_s"), ",.0f"),
+                figure(r.get("pass_tokens_per_s_without_compile"), ",.0f"),
+                f"{r['pass_ratio']:.2f}x" if "pass_ratio" in r else "—",
             ]
             for r in result["rates"]
         ]
