@@ -146,13 +146,15 @@ def test_device_passes_are_read_from_their_events_as_they_finish(monkeypatch):
     from carbon_vep.model import pass_clock
 
     now = {"ms": 0.0, "capturing": False}
+    device = SimpleNamespace(type="cuda", index=1)
 
     class Event:
         def __init__(self, enable_timing):
             assert enable_timing
             self.at, self.done = None, False
 
-        def record(self):
+        def record(self, stream):
+            assert stream == ("stream of", device)  # the model's device's stream, not device 0
             self.at = now["ms"]
 
         def query(self):
@@ -164,10 +166,14 @@ def test_device_passes_are_read_from_their_events_as_they_finish(monkeypatch):
         def elapsed_time(self, end):
             return end.at - self.at
 
-    fake_cuda = SimpleNamespace(Event=Event, is_current_stream_capturing=lambda: now["capturing"])
+    fake_cuda = SimpleNamespace(
+        Event=Event,
+        is_current_stream_capturing=lambda: now["capturing"],
+        current_stream=lambda device: ("stream of", device),
+    )
     monkeypatch.setattr(pass_clock.sys, "modules", {"torch": SimpleNamespace(cuda=fake_cuda)})
     monkeypatch.setattr(pass_clock, "FOLD_EVERY", 2)
-    ids = SimpleNamespace(shape=(2, 10), device=SimpleNamespace(type="cuda"))
+    ids = SimpleNamespace(shape=(2, 10), device=device)
     clock = pass_clock.PassClock()
     for length_ms in (5.0, 7.0):  # two passes: the fold finds neither finished
         clock.start(ids)

@@ -33,7 +33,7 @@ class PassClock:
         """Nothing timed so far (the passes before are not waited for: their events dropped)."""
         self.tokens = 0
         self._seconds = 0.0
-        self._open: tuple[Any, int] | None = None
+        self._open: tuple[Any, int, Any] | None = None
         self._events: list[tuple[Any, Any, int]] = []
 
     def start(self, ids: Any) -> None:
@@ -46,24 +46,25 @@ class PassClock:
             torch = sys.modules["torch"]
             if torch.cuda.is_current_stream_capturing():
                 return
+            stream = torch.cuda.current_stream(ids.device)  # the model's device, not device 0
             began = torch.cuda.Event(enable_timing=True)
-            began.record()
-            self._open = (began, rows * length)
+            began.record(stream)
+            self._open = (began, rows * length, stream)
         else:
-            self._open = (time.perf_counter(), rows * length)
+            self._open = (time.perf_counter(), rows * length, None)
 
     def stop(self) -> None:
         """After the pass `start` opened (nothing if it timed none, or the pass raised)."""
         if self._open is None:
             return
-        began, tokens = self._open
+        began, tokens, stream = self._open
         self._open = None
         if isinstance(began, float):
             self._seconds += time.perf_counter() - began
             self.tokens += tokens
             return
         ended = sys.modules["torch"].cuda.Event(enable_timing=True)
-        ended.record()
+        ended.record(stream)
         self._events.append((began, ended, tokens))
         if len(self._events) >= FOLD_EVERY:
             self._fold(wait=False)
