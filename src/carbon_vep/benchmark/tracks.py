@@ -4,9 +4,10 @@ A synthetic scan (random genome, Dirichlet(1) log-marginals written by the scan'
 benchmark/synthetic.py) with its calibration (counted and built by the calibration's own
 code), at two sizes; for each, in a fresh process that reports its peak RSS:
 
-1. ours: the product's job, `carbon-vep export-tracks` as the workflow's export_tracks rule
-   runs it: the 11 bigWigs one after the other, each streamed from the scan one Parquet row
-   group (2^20 bases) at a time into bigtools' writer (pybigtools);
+1. ours: the product's command, `carbon-vep export-tracks` (the workflow's export_track jobs
+   run it one track a job): here the 11 bigWigs one after the other in one process, each
+   streamed from the scan one Parquet row group (2^20 bases) at a time into bigtools' writer
+   (pybigtools);
 2. whole: the straightforward approach: every base of the scan in memory at once, the values
    computed in one go, each track's entries as one list handed to the same writer (its memory
    grows with the genome).
@@ -59,11 +60,12 @@ def step_whole(folder: str) -> dict:
     return {}
 
 
-OURS_EXE = Path(sys.executable).parent / "carbon-vep"  # the workflow's export_tracks job
+OURS_EXE = Path(sys.executable).parent / "carbon-vep"  # the workflow's export_track jobs
 
 
 def measured_ours(folder: Path) -> dict:
-    """The product's job, as the workflow's export_tracks rule runs it: seconds, peak RSS."""
+    """The product's command, every track in one process (the workflow runs one track a job):
+    seconds, peak RSS."""
     argv = [str(OURS_EXE), "export-tracks", "--scan", str(folder / "scan")]
     return run_command([*argv, "--out", str(folder / "ours")]).as_dict()
 
