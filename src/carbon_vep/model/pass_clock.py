@@ -70,8 +70,13 @@ class PassClock:
             self._fold(wait=False)
 
     def seconds(self) -> float:
-        """All timed passes' seconds (on a GPU, waits for the last ones to finish)."""
-        self._fold(wait=True)
+        """All timed passes' seconds (on a GPU, waits for the last ones to finish; after a
+        device error, whose job record is written while that error goes up, the passes read
+        so far: the error stays the job's, not this wait's)."""
+        try:
+            self._fold(wait=True)
+        except RuntimeError:
+            self._events.clear()
         return self._seconds
 
     def _fold(self, wait: bool) -> None:
