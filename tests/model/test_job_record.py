@@ -171,7 +171,7 @@ def test_device_passes_are_read_from_their_events_as_they_finish(monkeypatch):
         is_current_stream_capturing=lambda: now["capturing"],
         current_stream=lambda device: ("stream of", device),
     )
-    monkeypatch.setattr(pass_clock.sys, "modules", {"torch": SimpleNamespace(cuda=fake_cuda)})
+    monkeypatch.setattr(pass_clock, "_torch", lambda: SimpleNamespace(cuda=fake_cuda))
     monkeypatch.setattr(pass_clock, "FOLD_EVERY", 2)
     ids = SimpleNamespace(shape=(2, 10), device=device)
     clock = pass_clock.PassClock()
@@ -192,5 +192,9 @@ def test_device_passes_are_read_from_their_events_as_they_finish(monkeypatch):
     # a device error (the job failing with it) is not raised again by the record's last read
     clock.start(ids)
     clock.stop()
-    clock._events[0][1].synchronize = lambda: (_ for _ in ()).throw(RuntimeError("CUDA error"))
+
+    def device_error():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    clock._events[0][1].synchronize = device_error
     assert clock.seconds() == (5.0 + 7.0 + 11.0) / 1000 and not clock._events

@@ -43,7 +43,7 @@ class PassClock:
         if length < 2:
             return
         if ids.device.type == "cuda":
-            torch = sys.modules["torch"]
+            torch = _torch()
             if torch.cuda.is_current_stream_capturing():
                 return
             stream = torch.cuda.current_stream(ids.device)  # the model's device, not device 0
@@ -63,7 +63,7 @@ class PassClock:
             self._seconds += time.perf_counter() - began
             self.tokens += tokens
             return
-        ended = sys.modules["torch"].cuda.Event(enable_timing=True)
+        ended = _torch().cuda.Event(enable_timing=True)
         ended.record(stream)
         self._events.append((began, ended, tokens))
         if len(self._events) >= FOLD_EVERY:
@@ -90,3 +90,8 @@ class PassClock:
             self._seconds += began.elapsed_time(ended) / 1000
             self.tokens += tokens
             self._events.pop(0)
+
+
+def _torch() -> Any:
+    """torch, loaded by the model whose passes are timed (never imported here)."""
+    return sys.modules["torch"]
