@@ -17,7 +17,7 @@ import pytest
 from carbon_vep import columns
 from carbon_vep.cli import main
 from carbon_vep.columns import CHECK_STATUSES, OUTPUT_STATUSES, RESERVED, Status
-from carbon_vep.config.run import SECTIONS
+from carbon_vep.config.entries import SECTIONS
 from carbon_vep.config.schema import json_schema
 from carbon_vep.errors import InputError
 from carbon_vep.report.doc_tables import TABLES, doc_pages, missing_tables, render_page

@@ -13,6 +13,7 @@ import yaml
 from snakemake.utils import validate
 
 from carbon_vep import cli
+from carbon_vep.config.entries import SECTIONS, DatasetConfig
 from carbon_vep.config.fields import (
     INTERFACE_VARIABLE,
     ConfigError,
@@ -25,13 +26,7 @@ from carbon_vep.config.fields import (
     to_flat,
 )
 from carbon_vep.config.recipes import RECIPES
-from carbon_vep.config.run import (
-    SECTIONS,
-    DatasetConfig,
-    RunConfig,
-    run_fields,
-    setting_name,
-)
+from carbon_vep.config.run import RunConfig, run_fields, setting_name
 from carbon_vep.config.schema import json_schema, schema_yaml
 from carbon_vep.config.stages import LabelSettings, ModelSettings, PanelSettings, RecipeSettings
 from carbon_vep.config.task_entry import TaskConfig

@@ -17,8 +17,8 @@ import yaml
 from huggingface_hub import constants as hub_constants
 from support.hub import hub_dataset_cache
 
+from carbon_vep.config.entries import NIAH_REVISION
 from carbon_vep.config.niah_grid import NIAH_CONTEXTS, NIAH_TASKS, niah_config_name
-from carbon_vep.config.run import NIAH_REVISION
 from carbon_vep.errors import InputError
 from carbon_vep.sources.download import fetch_hub_file, glob_matches
 

@@ -8,8 +8,8 @@ import argparse
 from pathlib import Path
 
 from carbon_vep.cli.common import pairs
+from carbon_vep.config.entries import TRACK_REFERENCES
 from carbon_vep.config.fields import ConfigError, add_flags, flat_fields, from_args
-from carbon_vep.config.run import TRACK_REFERENCES
 from carbon_vep.config.stages import PanelSettings
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from carbon_vep import atomic
 from carbon_vep.cli.common import log
+from carbon_vep.config.entries import DownloadConfig, HubFileConfig
 from carbon_vep.config.fields import add_flags, from_args
-from carbon_vep.config.run import DownloadConfig, HubFileConfig
 from carbon_vep.config.stages import ModelSettings
 
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from carbon_vep.config.entries import ENTRY_KEY, SECTIONS
 from carbon_vep.config.fields import entry_schema, schema_property
 from carbon_vep.config.run import (
     BASELINE_HELP,
-    ENTRY_KEY,
     OUTDIR_DEFAULT,
-    SECTIONS,
     SHA256_HELP,
     SHA256_PATTERN,
     run_fields,

@@ -306,7 +306,7 @@ def check_schema(config: dict[str, Any], source: str) -> None:
     (no schema dump)."""
     from jsonschema import Draft202012Validator, validators
 
-    from carbon_vep.config.run import SECTIONS
+    from carbon_vep.config.entries import SECTIONS
     from carbon_vep.config.schema import json_schema
 
     schema = json_schema()

@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from carbon_vep.config.entries import NiahConfig
 from carbon_vep.config.gpus import niah_row_seconds
-from carbon_vep.config.run import NiahConfig, RunConfig
+from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import ModelSettings, TileSettings
 from carbon_vep.config.tasks import TASK_KINDS, SweepPoint
 from carbon_vep.config.workflow import (

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from carbon_vep.config.run import RunConfig, ScanConfig
+from carbon_vep.config.entries import ScanConfig
+from carbon_vep.config.run import RunConfig
 from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.estimate.counts import Count, genome_bases, input_count
 

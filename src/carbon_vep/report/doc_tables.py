@@ -21,9 +21,10 @@ from typing import Any, get_type_hints
 import yaml
 
 from carbon_vep import atomic, columns, markdown
+from carbon_vep.config.entries import SECTIONS
 from carbon_vep.config.fields import ENTRY_SCOPES, is_required, schema_property
 from carbon_vep.config.recipes import NORMALIZATIONS, RECIPES
-from carbon_vep.config.run import SECTIONS, run_fields
+from carbon_vep.config.run import run_fields
 from carbon_vep.config.schema import entry_sweeps, json_schema
 from carbon_vep.errors import InputError
 

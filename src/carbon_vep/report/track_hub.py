@@ -20,7 +20,7 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from carbon_vep import atomic
-from carbon_vep.config.run import TRACK_REFERENCES
+from carbon_vep.config.entries import TRACK_REFERENCES
 from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import UCSC_GENOMES, ucsc_genome
 from carbon_vep.genome.reference import index_paths

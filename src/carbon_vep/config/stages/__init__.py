@@ -7,7 +7,7 @@ variants are sharded (`scoring`: `RecipeSettings`, `ShardSettings`), how a scan 
 into jobs and calibrated (`scan`: `TileSettings`, `ScanChunkSettings`, `CalibrationSettings`),
 what metrics report (`metrics`: `MetricSettings`, `EvaluationSettings`) and the suite tasks
 (`suite`: `RecoverySettings`, `PerturbationSettings`, `NiahSettings`). A stage command reads the
-classes it needs (`fields.from_args`); the config entries that group them are in `config.run`.
+classes it needs (`fields.from_args`); the config entries that group them are in `config.entries`.
 
 The rest of the package imports every name from here (`carbon_vep.config.stages`): the modules
 are where a setting is written, this is where it is read.
