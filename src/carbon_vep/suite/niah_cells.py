@@ -241,6 +241,17 @@ def _check_cell(frame: pl.DataFrame, path: Path, k: int) -> None:
             raise InputError(path, f"{row['source']} (uid {row['uid']}): {problem}")
 
 
+def check_row_range(cell: pl.DataFrame, rows: slice, path: str | Path) -> None:
+    """Refuse a job's row range (`--row-range`, from a niah entry's `rows`) that reaches past
+    the cell's rows, before any model loads: sliced, it would score fewer rows, or none."""
+    if rows.stop is not None and rows.stop > cell.height:
+        raise InputError(
+            path,
+            f"row range {rows.start}:{rows.stop} reaches past the cell's {cell.height} rows "
+            f"(0:{cell.height}); under the workflow, a niah entry's `rows` must not exceed them",
+        )
+
+
 def prompt_tokens(frame: pl.DataFrame, k: int) -> int:
     """The most tokens a row of the cell needs: prefix + prompt + value (the positive sequence)."""
     longest = frame.select(pl.col("prompt").str.len_chars().max()).item()
