@@ -35,7 +35,8 @@ class Status(StrEnum):
         "invalid",
         "panel: missing CHROM, POS or REF, or a POS that is not an integer (`POS '1,234' is not "
         "an integer`). Suite task rows: perturbation `missing original_sequence or sequence`, "
-        "`lengths differ`, `shorter than 12 bp`; recovery `missing sequence or label` (`missing "
+        "`lengths differ`, `shorter than 12 bp`, `longer than the model's context` (more "
+        "positions than the model has); recovery `missing sequence or label` (`missing "
         "sequence` with sequence_tail labels), `prompt shorter than one 6-mer`, `non-ACGT base "
         "in the prompt's last 6-mer`. Invalid rows are out of the means; a task with no other "
         "row stops with exit 2",

@@ -427,6 +427,21 @@ def _score(cell_path, model_dir, out: Path, *extra) -> int:
     )
 
 
+@pytest.mark.parametrize("span", ["6:20", "20:30"])
+def test_a_row_range_past_the_cell_is_refused_before_the_model(cell_path, tmp_path, span, caplog):
+    """A range reaching past the cell's 8 rows (a niah entry's `rows` above a Hub cell's) is
+    refused naming the cell and its rows, before the model loads (the model path here does not
+    exist), and nothing is written; it used to score the rows left, or none."""
+    out = tmp_path / "out"
+    assert _score(cell_path, tmp_path / "no_model", out, "--row-range", span) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == [
+        f"{cell_path}: row range {span} reaches past the cell's 8 rows"
+        + (" (0:8); under the workflow, a niah entry's `rows` must not exceed them")
+    ]
+    assert not out.exists()
+
+
 def test_score_niah_parts_merge_to_the_whole(cell_path, demo_model_dir, tmp_path, caplog):
     times_json = tmp_path / "times.json"
     assert _score(cell_path, demo_model_dir, tmp_path / "whole", "--times", str(times_json)) == 0

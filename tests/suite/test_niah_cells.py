@@ -368,6 +368,15 @@ def _bad(good: pl.DataFrame, column: str, value) -> pl.DataFrame:
         (lambda g: _bad(g, "uid", g["uid"][0]), "is not unique"),
         (lambda g: _bad(g, "positive_sequence", g["prompt"][1] + "A" * 24), "not prompt \\+ value"),
         (lambda g: _bad(g, "negative_sequence", g["prompt"][1] + "A" * 18), "negative_sequence"),
+        (
+            lambda g: g.with_columns(pl.col("value_len_bp").cast(pl.Utf8)).pipe(
+                _bad, "value_len_bp", "24bp"
+            ),
+            "row 2 .*`value_len_bp` '24bp' is not a whole number",
+        ),
+        (lambda g: _bad(g, "task", "needle"), "row 2 .*task 'needle' is not a Genomic-NIAH task"),
+        (lambda g: _bad(g, "task", None), "row 2 .*empty `task`"),
+        (lambda g: g.with_columns(pl.col("prompt").str.split("")), "`prompt` holds List"),
     ],
 )
 def test_bad_cells_are_refused_naming_file_and_row(tmp_path, good_cell, mutate, message):

@@ -67,6 +67,17 @@ def test_ties_are_wrong_and_bad_rows_are_kept(engine):
     assert "lengths differ" in pairs["reason"][2] and "missing" in pairs["reason"][3]
 
 
+def test_a_pair_past_the_models_positions_is_invalid_not_scored(engine, monkeypatch):
+    """A 72 bp pair needs 13 positions (12 tokens + `<dna>`): on a model with 12 it is invalid
+    with the reason (it used to be scored past the model's positions), a 66 bp pair is scored."""
+    monkeypatch.setattr(engine.model.config, "max_position_embeddings", 12)
+    rng = np.random.default_rng(4)
+    seqs = ["".join(rng.choice(list(BASES), n)) for n in (72, 66)]
+    pairs = score_pairs(_table(seqs, [s[::-1] for s in seqs]), engine, PerturbationSettings())
+    assert pairs["status"].to_list() == ["invalid", "scored"]
+    assert pairs["reason"][0] == "longer than the model's context: 13 positions, it supports 12"
+
+
 def test_rows_do_not_depend_on_their_order(engine):
     rng = np.random.default_rng(2)
     originals = ["".join(rng.choice(list(BASES), 48)) for _ in range(4)]

@@ -138,6 +138,33 @@ def test_recover_keeps_every_row_and_scores_against_the_label(loaded):
         assert row["accuracy"] == pytest.approx(row["n_match"] / 30)
 
 
+def test_prompts_past_the_models_positions_are_refused_before_any_rollout(loaded, monkeypatch):
+    """72 bp prompts (12 tokens) + `<dna>` + 5 new tokens need 18 positions: a model with 17 is
+    refused naming the setting to lower (it used to generate past its positions, warned about
+    by transformers alone); with 18 they run."""
+    from carbon_vep.errors import ContextTooLongError
+
+    table = _part_table(["A" * 30, "C" * 30])
+    calls = []
+
+    def no_rollout(*args, **kwargs):
+        calls.append(args)
+        return []
+
+    monkeypatch.setattr("carbon_vep.suite.rollouts.generate_continuations", no_rollout)
+    monkeypatch.setattr(loaded.model.config, "max_position_embeddings", 17)
+    with pytest.raises(
+        ContextTooLongError,
+        match=r"t\.tsv: prompts of up to 72 bp .* need 18 "
+        r"positions but the model supports 17; lower .*max-prompt-bp.* at most 66",
+    ):
+        recover(table, loaded, RecoverySettings(), 8)
+    assert not calls
+    monkeypatch.undo()
+    monkeypatch.setattr(loaded.model.config, "max_position_embeddings", 18)
+    assert recover(table, loaded, RecoverySettings(), 8)["status"].to_list() == ["scored"] * 2
+
+
 def test_recovery_metrics_are_row_means_with_per_type_means():
     predictions = pl.DataFrame(
         {

@@ -72,6 +72,25 @@ def test_read_task_table_errors_name_the_file_and_problem(tmp_path):
         assert str(counted.value) == str(read.value)
 
 
+@pytest.mark.parametrize(
+    ("column", "values", "dtype"),
+    [("sequence", [["A", "C"], ["G"]], "List"), ("label", [12345, 678], "Int64")],
+)
+def test_a_parquet_sequence_column_of_another_type_is_refused_naming_it(
+    tmp_path, column, values, dtype
+):
+    """A sequence column stored as a list or as numbers is refused naming the column and its
+    type (it was a polars traceback, or numbers read as a label of digits)."""
+    table = {"sequence": ["ACGTAC", "GGCCAA"], "label": ["AC", "TT"], column: values}
+    path = tmp_path / "rec.parquet"
+    pl.DataFrame(table).write_parquet(path)
+    refused = rf"rec\.parquet: column `{column}` holds {dtype}.*not text"
+    with pytest.raises(InputError, match=refused):
+        read_task_table(path, ["sequence", "label"])
+    pl.DataFrame(table).with_columns(pl.lit(None).alias(column)).write_parquet(path)
+    assert read_task_table(path, ["sequence", "label"]).height == 2  # all null: no value, read
+
+
 # Text tables polars reads with more or fewer rows than lines: blank lines (after the header a
 # row of nulls, even at the end; before it skipped), `##` comments, CRLF, a missing last line
 # end, quoted fields spanning lines (CSV only: in a TSV a quote is a character), a `##` inside

@@ -103,11 +103,18 @@ def add_score_niah(sub) -> None:
 
 
 def score_niah(args: argparse.Namespace) -> None:
-    from carbon_vep.suite.niah_cells import HEADLINE, niah_metrics, read_cell, result_name
+    from carbon_vep.suite.niah_cells import (
+        HEADLINE,
+        check_row_range,
+        niah_metrics,
+        read_cell,
+        result_name,
+    )
     from carbon_vep.suite.niah_job import CellJob, score_cell
 
     model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
     cell = read_cell(args.tasks_file, task=args.cell_task)  # refused before a model loads
+    check_row_range(cell, args.row_range, args.tasks_file)
     args.task = args.task or result_name(cell)
     args.model_key = args.model_key or Path(model.path.rstrip("/")).name
     job = CellJob(args.tasks_file, args.task, args.cell_task, args.row_range)

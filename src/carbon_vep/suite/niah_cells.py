@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from carbon_vep.columns import Status
-from carbon_vep.config.niah_grid import niah_config_name, parse_niah_config_name
+from carbon_vep.config.niah_grid import NIAH_TASKS, niah_config_name, parse_niah_config_name
 from carbon_vep.config.stages import EvaluationSettings
 from carbon_vep.errors import InputError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
@@ -27,6 +27,9 @@ from carbon_vep.suite.tasks import read_task_table
 # the columns no row may leave empty, and with the context length, every column a cell needs
 NOT_EMPTY = ("uid", "prompt", "value", "value_len_bp", "positive_sequence", "negative_sequence")
 REQUIRED = (*NOT_EMPTY, "context_length_tokens")
+# the columns of bases (and the rows' task) that must hold text, and those of whole numbers
+SEQUENCES = ("prompt", "value", "positive_sequence", "negative_sequence")
+COUNTS = ("value_len_bp", "context_length_tokens")
 # what score-niah writes per row, in this order (plus `depth` when the cell has one)
 ROW_COLUMNS = (
     "uid",
@@ -95,15 +98,13 @@ def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataF
     `task` column (default: from the file name, `cell_task`). Raises InputError naming the file,
     the row and the problem; the full positive / negative sequences are not kept (prompt +
     value)."""
-    frame = read_task_table(path, REQUIRED)
+    frame = read_task_table(path, REQUIRED, text=(*SEQUENCES, "task"))
     task = cell_task(path, frame.columns, task)
+    _check_counts(frame, Path(path))
+    _check_tasks(frame, Path(path))
     frame = frame.with_columns(
-        pl.col("value_len_bp").cast(pl.Int64, strict=False),
-        pl.col("context_length_tokens").cast(pl.Int64, strict=False),
-        *(
-            pl.col(c).cast(pl.Utf8)
-            for c in ("uid", "prompt", "value", "positive_sequence", "negative_sequence")
-        ),
+        *(pl.col(c).cast(pl.Int64, strict=False) for c in COUNTS),
+        *(pl.col(c).cast(pl.Utf8) for c in ("uid", *SEQUENCES)),
     )
     frame = _upper_cased(frame, Path(path))
     _check_cell(frame, Path(path), k)
@@ -128,6 +129,34 @@ def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataF
         .alias("negative_value"),
         pl.col("task").cast(pl.Utf8) if "task" in frame.columns else pl.lit(task, pl.Utf8),
     ).select(keep)
+
+
+def _check_counts(frame: pl.DataFrame, path: Path) -> None:
+    """Refuse a value of value_len_bp or context_length_tokens that is not a whole number
+    (text such as `24bp`, 24.5), naming its row: cast, it would read as an empty value."""
+    for column in COUNTS:
+        value = pl.col(column)
+        whole = value.cast(pl.Float64, strict=False)
+        bad = value.is_not_null() & (whole.is_null() | (whole != whole.floor()))
+        row = _first_bad(frame, bad)
+        if row:
+            shown = frame.filter(bad)[column][0]
+            problem = f"`{column}` {shown!r} is not a whole number"
+            raise InputError(path, f"{row['source']} (uid {row['uid']}): {problem}")
+
+
+def _check_tasks(frame: pl.DataFrame, path: Path) -> None:
+    """Refuse a `task` column holding a value that is no Genomic-NIAH task, naming its row."""
+    if "task" not in frame.columns:
+        return
+    bad = ~pl.col("task").cast(pl.Utf8).is_in(list(NIAH_TASKS)).fill_null(False)
+    row = _first_bad(frame, bad)
+    if row:
+        shown = frame.filter(bad)["task"][0]
+        what = "empty `task`" if shown is None else f"task {shown!r} is not a Genomic-NIAH task"
+        raise InputError(
+            path, f"{row['source']} (uid {row['uid']}): {what} (one of {', '.join(NIAH_TASKS)})"
+        )
 
 
 def _upper_cased(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
@@ -210,6 +239,17 @@ def _check_cell(frame: pl.DataFrame, path: Path, k: int) -> None:
         row = _first_bad(frame, bad)
         if row:
             raise InputError(path, f"{row['source']} (uid {row['uid']}): {problem}")
+
+
+def check_row_range(cell: pl.DataFrame, rows: slice, path: str | Path) -> None:
+    """Refuse a job's row range (`--row-range`, from a niah entry's `rows`) that reaches past
+    the cell's rows, before any model loads: sliced, it would score fewer rows, or none."""
+    if rows.stop is not None and rows.stop > cell.height:
+        raise InputError(
+            path,
+            f"row range {rows.start}:{rows.stop} reaches past the cell's {cell.height} rows "
+            f"(0:{cell.height}); under the workflow, a niah entry's `rows` must not exceed them",
+        )
 
 
 def prompt_tokens(frame: pl.DataFrame, k: int) -> int:

@@ -21,6 +21,7 @@ from carbon_vep.columns import FAILED_ALONE, Status
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, PerturbationSettings
 from carbon_vep.config.tasks import PERTURBATION
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
+from carbon_vep.model.context import positions_needed
 from carbon_vep.model.tokens import non_acgt_count
 from carbon_vep.suite.tasks import TaskRun, require_scorable, task_file
 
@@ -33,13 +34,19 @@ def whole_kmers(seq: str, k: int) -> str:
     return seq[: len(seq) - len(seq) % k]
 
 
-def _problem(original: str | None, perturbed: str | None, k: int) -> str:
+def _problem(
+    original: str | None, perturbed: str | None, k: int, positions: int | None = None
+) -> str:
+    """A pair's reason not to be scored; `positions`: the model's (None: not known yet)."""
     if not original or not perturbed:
         return "missing original_sequence or sequence"
     if len(original) != len(perturbed):
         return f"lengths differ ({len(original)} vs {len(perturbed)} bp)"
     if len(original) < 2 * k:
         return f"shorter than {2 * k} bp: fewer than two {k}-mer tokens"
+    needed = positions_needed(len(original), k)
+    if positions is not None and needed > positions:
+        return f"longer than the model's context: {needed:,} positions, it supports {positions:,}"
     return ""
 
 
@@ -55,7 +62,8 @@ def score_pairs(
     """One row per input pair: both scores, margin, correct / tie, status and reason.
 
     Identical sequences are scored once. Bases other than ACGT reach the model as `<oov>`
-    (as in the published script) and are counted in `non_acgt`.
+    (as in the published script) and are counted in `non_acgt`. A pair longer than the model's
+    positions is `invalid`, never scored at positions the model was not trained on.
     """
     k = engine.k
     rows = table.select(
@@ -64,7 +72,8 @@ def score_pairs(
         pl.col("original_sequence").cast(pl.Utf8).str.to_uppercase(),
         pl.col("sequence").cast(pl.Utf8).str.to_uppercase(),
     ).to_dicts()
-    problems = [_problem(r["original_sequence"], r["sequence"], k) for r in rows]
+    positions = getattr(engine.model.config, "max_position_embeddings", None)
+    problems = [_problem(r["original_sequence"], r["sequence"], k, positions) for r in rows]
     require_scorable(task_file(table), problems)
     unique = list(
         dict.fromkeys(

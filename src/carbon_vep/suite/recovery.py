@@ -27,10 +27,12 @@ from typing import Any
 import polars as pl
 
 from carbon_vep.columns import FAILED_ALONE, Status
+from carbon_vep.config.run import setting_name
 from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
 from carbon_vep.config.tasks import SEQUENCE_RECOVERY
-from carbon_vep.errors import InputError, TokenizerMismatchError
+from carbon_vep.errors import ContextTooLongError, InputError, TokenizerMismatchError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
+from carbon_vep.model.context import PREFIX_POSITIONS
 from carbon_vep.model.tokens import non_acgt_count
 from carbon_vep.suite.tasks import Part, require_scorable, task_file
 
@@ -95,6 +97,24 @@ def table_label_source(
             "(short labels scored with their missing bases wrong) or sequence_tail",
         )
     return "sequence_tail" if short or not label_lengths else "dataset"
+
+
+def check_prompt_positions(
+    prompts: Iterable[str], k: int, settings: RecoverySettings, positions: int | None, where: str
+) -> None:
+    """Refuse, before any rollout, prompts that with the tag, the prefix and the new tokens need
+    more positions than the model has (None: not known, nothing checked), naming the setting to
+    lower: past them the model would continue at positions it was never trained on."""
+    longest = max((len(p) for p in prompts), default=0)
+    fixed = int(settings.species_tags) + PREFIX_POSITIONS + settings.new_tokens
+    if positions is None or longest // k + fixed <= positions:
+        return
+    most = max(0, positions - fixed) * k
+    raise ContextTooLongError(
+        f"{where}: prompts of up to {longest:,} bp and {settings.new_tokens} new tokens need "
+        f"{longest // k + fixed:,} positions but the model supports {positions:,}; lower "
+        f"{setting_name('max_prompt_bp')} to at most {most:,} (or {setting_name('new_tokens')})"
+    )
 
 
 def row_accuracy(prediction: str, label: str, settings: RecoverySettings) -> tuple[int, int, float]:
@@ -213,11 +233,13 @@ def recover_with(
     generate: Callable[[list[str], list[tuple[int, ...]]], list[str | None]],
     tokenizer: Any = None,
     part: Part | None = None,
+    positions: int | None = None,
 ) -> pl.DataFrame:
     """`recover` with the continuations from `generate` (prompts and each prompt's leading ids
     -> texts, None where a prompt failed): our engine's, or vLLM's (suite.recovery_vllm).
     `tokenizer` resolves the species tags (needed with `species_tags`). With a `part`, only
-    its share of the rows is generated and returned.
+    its share of the rows is generated and returned. `positions`: the model's, which the
+    whole table's prompts must fit (`check_prompt_positions`; every part checks the same).
 
     The label source is decided for the whole table (`table_label_source`), a part's too; with
     sequence_tail, a sequence not longer than the tail stops the run naming its row, as the
@@ -228,6 +250,7 @@ def recover_with(
     table = _with_type(table, settings)
     rows, source, held_out, prompt_of, invalid = _row_plan(table, k, settings)
     require_scorable(task_file(table), [invalid.get(r["row_id"], "") for r in rows])
+    check_prompt_positions(prompt_of.values(), k, settings, positions, task_file(table))
     if part is not None:
         rows = rows[part.rows(len(rows))]
         mine = {r["row_id"] for r in rows}

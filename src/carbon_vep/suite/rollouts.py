@@ -380,4 +380,6 @@ def recover(
             loaded, prompts, settings, batch_size, batch_tokens, draft, leads, clock
         )
 
-    return recover_with(table, loaded.vocab.k, settings, generate, loaded.tokenizer, part)
+    positions = getattr(loaded.model.config, "max_position_embeddings", None)
+    k = loaded.vocab.k
+    return recover_with(table, k, settings, generate, loaded.tokenizer, part, positions)

@@ -20,11 +20,15 @@ from carbon_vep.variants.panel_columns import open_binary
 from carbon_vep.variants.panel_text import TABLE_SUFFIXES, read_text_table, table_format
 
 
-def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
+def read_task_table(
+    path: str | Path, required: Sequence[str], text: Sequence[str] | None = None
+) -> pl.DataFrame:
     """A task file (Parquet, or TSV / CSV plain or gzipped, named as panels are) with `required`
     columns, plus `row_id` and `source` (the file and its row or line).
 
-    Text tables are read as strings; other columns are carried.
+    Text tables are read as strings; other columns are carried. The `text` columns present
+    (default: the required ones, sequences all) must hold text: a Parquet column of another
+    type (a list, numbers) is refused naming it, rather than cast to digits or a traceback.
     """
     path = Path(path)
     fmt = _task_format(path)
@@ -36,6 +40,7 @@ def read_task_table(path: str | Path, required: Sequence[str]) -> pl.DataFrame:
     except (pl.exceptions.PolarsError, OSError) as err:
         raise InputError(path, f"cannot read task file: {err}") from err
     _require_columns(path, frame.columns, required, frame.height)
+    _require_text(path, frame, required if text is None else text)
     first = 1 if fmt == "parquet" else 2  # a text table's header is line 1
     unit = "row" if fmt == "parquet" else "line"
     return frame.with_columns(
@@ -80,6 +85,19 @@ def _require_columns(path: Path, found: Sequence[str], required: Sequence[str], 
         raise InputError(path, f"missing column(s) {missing}; found {list(found)}")
     if rows == 0:
         raise InputError(path, "the task file holds no rows")
+
+
+# what a column of sequences may be stored as: text, or no value at all
+_TEXT_TYPES = (pl.String, pl.Categorical, pl.Enum, pl.Null)
+
+
+def _require_text(path: Path, frame: pl.DataFrame, columns: Sequence[str]) -> None:
+    for column in columns:
+        dtype = frame.schema.get(column)
+        if dtype is not None and not isinstance(dtype, _TEXT_TYPES):
+            raise InputError(
+                path, f"column `{column}` holds {dtype}, not text: it must hold strings of bases"
+            )
 
 
 def _text_records(path: Path, quoted: bool) -> int:
