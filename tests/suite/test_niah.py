@@ -354,6 +354,22 @@ def test_yarn_override_is_written_exactly_as_published():
     assert config.rope_scaling == published
 
 
+def test_yarn_on_a_checkpoint_of_another_length_is_named(caplog):
+    """The published override assumes a 32,768-position checkpoint; on one trained on 8,192
+    positions (the demo model's) the scaling would start past positions it never saw: said."""
+    config = LlamaConfig(
+        rope_parameters={"rope_type": "default", "rope_theta": 5e6}, max_position_embeddings=8192
+    )
+    with caplog.at_level("WARNING", logger="carbon_vep"):
+        apply_yarn(config, 4, 32768, 65536)
+    assert "original positions (32,768) are not the checkpoint's" in caplog.text
+    assert "max_position_embeddings (8,192)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="carbon_vep"):
+        apply_yarn(LlamaConfig(max_position_embeddings=32768), 4, 32768, 65536)
+    assert not caplog.text
+
+
 def test_yarn_reaches_the_loaded_model(demo_model_dir):
     settings = ModelSettings(str(demo_model_dir), trust_remote_code=True)
     loaded = load_model(settings, Yarn(4.0, 8192, 16384))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import warnings
@@ -14,6 +15,8 @@ from carbon_vep.config.stages import ModelSettings
 from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.model.attention import LOWER_RIGHT_SDPA, register
 from carbon_vep.model.tokens import DnaVocab, dna_vocab
+
+log = logging.getLogger("carbon_vep")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -94,6 +97,17 @@ def apply_yarn(config: Any, factor: float, original_positions: int, max_position
     rope parameters, written as both `rope_parameters` and `rope_scaling` (transformers 5 reads
     the first; where the second is its alias, setting the first sets both)."""
     params = yarn_parameters(config, factor, original_positions)
+    trained = getattr(config, "max_position_embeddings", None)
+    if trained is not None and int(trained) != int(original_positions):
+        log.warning(
+            "YaRN's original positions (%s) are not the checkpoint's max_position_embeddings "
+            "(%s): the scaling assumes the model was trained on %s positions; set "
+            "yarn_original_positions to the checkpoint's length (the published override is for "
+            "Carbon's 32,768)",
+            f"{int(original_positions):,}",
+            f"{int(trained):,}",
+            f"{int(original_positions):,}",
+        )
     config.max_position_embeddings = int(max_positions)
     config.rope_parameters = dict(params)
     if getattr(config, "rope_scaling", None) != params:
