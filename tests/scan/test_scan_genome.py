@@ -794,7 +794,13 @@ def test_a_config_edit_reruns_no_chunk_of_a_finished_scan(
     if "tracks" in edit:
         assert "scan_chunk" not in jobs and "export_track" not in jobs  # not asked for here
     if "tsv_decimals" in edit:
-        recount = {"count_scan_file", "calibrate_scan", "write_scan_tsv", "summarize_scan"}
+        recount = {
+            "count_scan_file",
+            "calibrate_scan",
+            "write_scan_tsv",
+            "index_scan_tsv",
+            "summarize_scan",
+        }
         assert recount <= set(jobs) <= recount | {"annotate_from_scan"}, jobs
     shutil.rmtree(workdir, ignore_errors=True)
 
