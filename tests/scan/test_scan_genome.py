@@ -738,7 +738,8 @@ def test_scan_through_real_slurm_gives_the_local_files(genome_run, slurm_scan):
 
 
 # ---- what a config edit reruns ----------------------------------------------------------------
-JOB_LINE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):", re.MULTILINE)
+# a dry run indents the jobs of a group (write_scan_tsv and index_scan_tsv: group scan_tsv)
+JOB_LINE = re.compile(r"^[ \t]*(?:local)?(?:rule|checkpoint) (\w+):", re.MULTILINE)
 MODEL_AND_MERGE = {"scan_chunk", "merge_scan_file"}  # the GPU jobs, and what needs their chunks
 
 
