@@ -50,3 +50,4 @@ include: "workflow/rules/gate.smk"
 rule all:
     input:
         TARGETS.final_outputs(),
+        vcf_export_indexes,

@@ -243,3 +243,84 @@ def test_an_index_of_the_other_kind_is_not_left_behind(tmp_path):
     with atomic.indexed_bgzf(out, longest=600_000_000) as handle:
         _far_rows(handle)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz", "snvs.tsv.gz.csi"]
+
+
+# ---- the workflow's own index job: index_tabix (carbon-vep index-tabix) --------------------
+def test_a_file_written_without_its_index_drops_the_old_files_index(tmp_path):
+    """--no-index (the workflow indexes in a job of its own): an index left beside the file it
+    replaces would index the old rows, so it goes before the new file arrives."""
+    out = tmp_path / "snvs.tsv.gz"
+    with atomic.indexed_bgzf(out) as handle:
+        _rows(handle)
+    with atomic.indexed_bgzf(out, index=False) as handle:
+        _rows(handle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz"]
+    assert atomic.index_tabix(out, f"{out}.tbi") == tmp_path / "snvs.tsv.gz.tbi"
+    with pysam.TabixFile(str(out)) as tabix:
+        assert [line.split("\t")[1] for line in tabix.fetch("chr1", 6, 10)] == ["9"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz", "snvs.tsv.gz.tbi"]
+
+
+def test_index_tabix_writes_the_kind_asked_for_and_drops_the_other(tmp_path):
+    out = tmp_path / "snvs.tsv.gz"
+    with atomic.indexed_bgzf(out) as handle:  # with its .tbi
+        _rows(handle)
+    atomic.index_tabix(out, f"{out}.csi")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snvs.tsv.gz", "snvs.tsv.gz.csi"]
+    with pysam.TabixFile(str(out), index=str(atomic.index_of(out))) as tabix:
+        assert [line.split("\t")[1] for line in tabix.fetch("chr1", 0, 10)] == ["5", "9"]
+    for wrong in (f"{out}.idx", tmp_path / "elsewhere" / "snvs.tsv.gz.tbi", f"{out}tbi"):
+        with pytest.raises(ValueError, match="is snvs.tsv.gz.tbi or snvs.tsv.gz.csi beside it"):
+            atomic.index_tabix(out, wrong)
+
+
+def _vcf_past_tbi(path: Path) -> None:
+    """A VCF whose second record ends past 2^29 (its POS 2 bp before, a 3-bp REF): the header
+    declares the contig's length, as the reference's would."""
+    header = pysam.VariantHeader()
+    header.contigs.add("1H", length=700_000_000)
+    with pysam.VariantFile(str(path), "wz", header=header) as vcf:
+        for pos, ref in ((5, "A"), (atomic.TBI_MAX_POSITION - 1, "ACG")):
+            vcf.write(vcf.new_record(contig="1H", start=pos - 1, alleles=(ref, "T")))
+
+
+@pytest.mark.parametrize("kind", ["tsv", "vcf"])
+def test_a_tbi_is_refused_for_data_past_2_to_the_29_naming_contig_and_limit(tmp_path, kind):
+    """Synthetic files a few bytes long (not a 700 Mbp genome): the refusal names the contig,
+    the position, the limit and the fix, and leaves no index and no temporary file; the
+    .csi it names is then written and read."""
+    from carbon_vep.cli import main
+
+    if kind == "tsv":
+        out = tmp_path / "snvs.tsv.gz"
+        with atomic.indexed_bgzf(out, index=False) as handle:
+            _far_rows(handle)
+        contig, end = "chr1", 600_000_000
+    else:
+        out = tmp_path / "results.vcf.gz"
+        _vcf_past_tbi(out)
+        contig, end = "1H", atomic.TBI_MAX_POSITION + 1  # POS 2^29 - 1 + len(REF) - 1
+    with pytest.raises(atomic.TbiRangeError) as refused:
+        atomic.index_tabix(out, f"{out}.tbi")
+    assert str(refused.value) == (
+        f"{contig}:{end:,} is past 536,870,912 bp (2^29), the last position a .tbi can hold: "
+        f"index it as {out.name}.csi"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    assert main(["index-tabix", "--file", str(out), "--out", f"{out}.tbi"]) == 2  # a user error
+    assert main(["index-tabix", "--file", str(out), "--out", f"{out}.csi"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name, f"{out.name}.csi"]
+    with pysam.TabixFile(str(out), index=str(atomic.index_of(out))) as tabix:
+        assert len(list(tabix.fetch(contig, end - 1, end))) == 1
+
+
+def test_the_cli_names_the_file_a_tbi_cannot_hold(tmp_path, caplog):
+    from carbon_vep.cli import main
+
+    out = tmp_path / "snvs.tsv.gz"
+    with atomic.indexed_bgzf(out, index=False) as handle:
+        _far_rows(handle)
+    assert main(["index-tabix", "--file", str(out), "--out", f"{out}.tbi"]) == 2
+    assert f"{out}: chr1:600,000,000 is past 536,870,912 bp (2^29)" in caplog.text
+    assert main(["index-tabix", "--file", str(out), "--out", f"{out}.gzi"]) == 2
+    assert f"{out}.gzi: the index of {out} is snvs.tsv.gz.tbi or" in caplog.text

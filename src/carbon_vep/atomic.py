@@ -1,11 +1,13 @@
 """Write outputs under a temporary name and rename on success, so nothing half-written survives:
 files (also one held open across calls: `PendingFile`), directories (also one several processes
-build at once: `shared_dir`), and a data file with its tabix index. Every output of the package
-is written through here: no other module renames a temporary file."""
+build at once: `shared_dir`), a data file with its tabix index, and a tabix index of a file
+written before (`index_tabix`: the workflow's own job, so the index is declared). Every output
+of the package is written through here: no other module renames a temporary file."""
 
 from __future__ import annotations
 
 import glob
+import gzip
 import json
 import os
 import re
@@ -167,6 +169,7 @@ def write_text(text: str, path: str | Path) -> None:
 
 # tabix's column options for a `#chrom pos ...` table with 1-based positions (CADD's layout)
 TSV_TABIX = {"seq_col": 0, "start_col": 1, "end_col": 1, "meta_char": "#", "zerobased": False}
+VCF_TABIX = {"preset": "vcf"}
 
 # The last position a .tbi can hold: 2^29 (htslib's hts_idx_check_range; 14 + 5 x 3 bits of
 # bins). Past it (wheat, barley, conifers, axolotl: contigs over 536,870,912 bp) only a CSI can.
@@ -192,43 +195,113 @@ def indexed_bytes(path: str | Path) -> int:
     return Path(path).stat().st_size + index_of(path).stat().st_size
 
 
+def _remove_indexes(path: Path, keep: str | None = None) -> None:
+    """Remove the indexes beside `path` but the `keep` kind: one of the other kind (htslib
+    reads a .csi before a .tbi), or, for a file written without its index, both (they
+    index the file it replaces)."""
+    for suffix in INDEX_SUFFIXES:
+        if suffix != keep:
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 @contextmanager
 def indexed_file(
-    path: str | Path, tabix: dict[str, Any] | None = TSV_TABIX, longest: int = 0
+    path: str | Path,
+    tabix: dict[str, Any] | None = TSV_TABIX,
+    longest: int = 0,
+    index: bool = True,
 ) -> Iterator[Path]:
     """Yield a temporary path with `path`'s own suffix (pysam decides compression by it) to
     write the file to; then tabix-index it (`tabix`: pysam.tabix_index's column options; None:
     no index) and rename it and its index into place: a `.tbi`, or a `.csi` where `longest`
     (the longest contig the file may hold, or its last position) passes what a .tbi can hold
     (`index_suffix`). An index of the other kind left by an earlier write is removed (htslib
-    would read a stale .csi before the .tbi). Nothing of a failed write survives."""
+    would read a stale .csi before the .tbi). `index=False`: the file alone, its index left to
+    `index_tabix` (a workflow job of its own), any earlier index removed before the new file
+    replaces the old. Nothing of a failed write survives."""
     import pysam
 
     final = Path(path)
-    suffix = index_suffix(longest)
+    suffix = index_suffix(longest) if tabix is not None and index else None
     with atomic_path(final, suffix=f"-{final.name}") as work:
-        index = Path(f"{work}{suffix}")
+        work_index = Path(f"{work}{suffix}") if suffix is not None else None
         try:
             yield work
-            if tabix is not None:
+            if work_index is not None:
                 pysam.tabix_index(
                     str(work), force=True, keep_original=True, csi=suffix == ".csi", **tabix
                 )
-                os.replace(index, f"{final}{suffix}")
-                for other in INDEX_SUFFIXES:
-                    if other != suffix:
-                        Path(f"{final}{other}").unlink(missing_ok=True)
+                os.replace(work_index, f"{final}{suffix}")
+            _remove_indexes(final, keep=suffix)
         finally:
-            index.unlink(missing_ok=True)
+            if work_index is not None:
+                work_index.unlink(missing_ok=True)
 
 
 @contextmanager
 def indexed_bgzf(
-    path: str | Path, tabix: dict[str, Any] = TSV_TABIX, longest: int = 0
+    path: str | Path, tabix: dict[str, Any] = TSV_TABIX, longest: int = 0, index: bool = True
 ) -> Iterator[Any]:
     """A bgzipped table written through the yielded handle, then tabix-indexed and renamed into
-    place with its `.tbi` or `.csi` (`indexed_file`)."""
+    place with its `.tbi` or `.csi` (`indexed_file`; `index=False`: without one)."""
     from pysam.libcbgzf import BGZFile
 
-    with indexed_file(path, tabix, longest) as work, BGZFile(str(work), "wb") as handle:
+    with indexed_file(path, tabix, longest, index) as work, BGZFile(str(work), "wb") as handle:
         yield handle
+
+
+def tabix_columns(path: str | Path) -> dict[str, Any]:
+    """The tabix column options of a bgzipped file of ours, by its name: a VCF's (`.vcf.gz`),
+    else a `#chrom pos ...` table's (`TSV_TABIX`: a scan's TSVs, `export-tabix`'s)."""
+    return VCF_TABIX if str(path).endswith(".vcf.gz") else TSV_TABIX
+
+
+class TbiRangeError(ValueError):
+    """A .tbi asked for a file with a position past what a .tbi holds (`index_tabix`)."""
+
+
+def index_tabix(path: str | Path, out: str | Path) -> Path:
+    """Tabix-index the bgzipped file `path` (written before, without its index) as `out`:
+    `<path>.tbi` or `<path>.csi`, the kind its name says (a workflow job declares the one the
+    data calls for, so that Snakemake stamps the index after its data). Written under a
+    temporary name and renamed; an index of the other kind beside `path` is removed. A `.tbi`
+    asked for a file with a position past what a .tbi holds is refused (TbiRangeError naming
+    the contig and the position)."""
+    import pysam
+
+    path, out = Path(path), Path(out)
+    suffix = out.name[len(path.name) :] if out.name.startswith(path.name) else ""
+    if suffix not in INDEX_SUFFIXES or out.parent.resolve() != path.parent.resolve():
+        raise ValueError(f"the index of {path} is {path.name}.tbi or {path.name}.csi beside it")
+    tabix = tabix_columns(path)
+    with atomic_path(out, suffix=suffix) as work:
+        try:
+            pysam.tabix_index(str(path), force=True, index=str(work), csi=suffix == ".csi", **tabix)
+        except OSError:
+            past = _past_tbi(path, tabix) if suffix == ".tbi" else None
+            if past is None:
+                raise
+            raise TbiRangeError(
+                f"{past[0]}:{past[1]:,} is past {TBI_MAX_POSITION:,} bp (2^29), the last "
+                f"position a .tbi can hold: index it as {path.name}.csi"
+            ) from None
+    _remove_indexes(path, keep=suffix)
+    return out
+
+
+def _past_tbi(path: Path, tabix: dict[str, Any]) -> tuple[str, int] | None:
+    """The first record of a bgzipped table or VCF that ends past `TBI_MAX_POSITION`, as
+    (contig, end): why a .tbi could not be built (read only then: it reads the whole file)."""
+    vcf = tabix.get("preset") == "vcf"
+    seq, end_col = (0, 1) if vcf else (tabix["seq_col"], tabix["end_col"])
+    with gzip.open(path, "rt", errors="replace") as lines:  # bgzf is gzip, block by block
+        for line in lines:
+            if line.startswith("#"):
+                continue
+            fields = line.rstrip("\n").split("\t")
+            end = int(fields[end_col])
+            if vcf:
+                end += len(fields[3]) - 1
+            if end > TBI_MAX_POSITION:
+                return fields[seq], end
+    return None

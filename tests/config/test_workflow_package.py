@@ -281,6 +281,12 @@ def test_scan_inputs_follow_the_plan_and_a_rewritten_plan_is_read_again(tmp_path
         "out/scans/g/demo/snvs/chr1.tsv.gz",
         "out/scans/g/demo/snvs/small+2.tsv.gz",
     ]
+    # the index the plan names (summarize_scan asks for it); a plan from before it: a .tbi
+    plan["files"][0]["index"] = "csi"
+    assert scans.output_files(wc, plan, "index") == [
+        "out/scans/g/demo/snvs/chr1.tsv.gz.csi",
+        "out/scans/g/demo/snvs/small+2.tsv.gz.tbi",
+    ]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     assert read_plan(str(path)) == plan
@@ -305,7 +311,7 @@ def test_the_digests_keep_the_values_finished_runs_record():
     assert fingerprint(chunk) == "2882ee0090ffe7d8"
 
 
-@pytest.mark.parametrize("kind", ["parquet", "counts", "tsv"])
+@pytest.mark.parametrize("kind", ["parquet", "counts", "tsv", "index"])
 def test_every_output_kind_has_one_file_per_plan_file(tmp_path, kind):
     plan = {"chunks": [{}], "files": [{"name": "a", "chunks": [0]}, {"name": "b", "chunks": [0]}]}
     files = ScanInputs(_run(tmp_path)).output_files(Wildcards(scan="g", model="demo"), plan, kind)
@@ -402,17 +408,18 @@ def test_run_paths_format_to_the_paths_the_rules_always_wrote():
 def test_scan_inputs_name_the_files_the_scan_rules_write(tmp_path):
     """ScanInputs builds the chunk and output file names of a plan, Jobs a NIAH cell's parts:
     those of RunPaths."""
-    plan = {"chunks": [{}], "files": [{"name": "chr1", "chunks": [0]}]}
+    plan = {"chunks": [{}], "files": [{"name": "chr1", "chunks": [0], "index": "csi"}]}
     niah = {"n": {"contexts": [1024], "tasks": ["niah"], "rows": 4, "rows_per_job": 2}}
     run, paths = _run(tmp_path, niah=niah), RunPaths("out")
     scans = ScanInputs(run)
     wc = Wildcards(scan="g", model="demo", file="chr1")
-    names = {"scan": "g", "model": "demo", "file": "chr1", "chunk": "00000"}
+    names = {"scan": "g", "model": "demo", "file": "chr1", "chunk": "00000", "index_kind": "csi"}
     assert scans.file_chunks(wc, plan) == [paths.scan_chunk.format(**names)]
     assert scans.chunk_stats(wc, plan) == [paths.scan_chunk_stats.format(**names)]
     for kind, pattern in (
         ("parquet", paths.scan_positions),
         ("tsv", paths.scan_snvs),
+        ("index", paths.scan_snvs_index),
         ("counts", paths.scan_calibration_counts),
     ):
         assert scans.output_files(wc, plan, kind) == [pattern.format(**names)]

@@ -14,6 +14,7 @@ from carbon_vep.report.exports import (
     carried_infos,
     export_tabix,
     export_vcf,
+    vcf_index_suffix,
     write_results_vcf,
     write_tabix_tsv,
 )
@@ -257,6 +258,22 @@ def test_results_vcf_index_is_a_csi_past_what_a_tbi_holds(tmp_path, chr1_bp, ind
     ]
     with pysam.VariantFile(str(out)) as vcf:  # htslib finds the .csi itself
         assert [r.alts[0] for r in vcf.fetch("chr1", 9, 10)] == ["A", "G"]
+
+
+@pytest.mark.parametrize(("third_bp", "index"), [(248_956_422, "tbi"), (700_000_000, "csi")])
+def test_results_vcf_index_follows_every_reference_contig_as_the_workflow_reads_it(
+    tmp_path, third_bp, index
+):
+    """The workflow asks for the index a VCF's header calls for (`vcf_index_suffix`, read once
+    export_vcf, a checkpoint, has written it with --no-index): export-vcf alone writes the
+    same, from every contig of the reference, none of whose records may be on the long one."""
+    out = tmp_path / "results.vcf.gz"
+    lengths = {"chr1": 1000, "chr2": 500, "1H": third_bp}  # no record on 1H
+    write_results_vcf(_merged(), lengths, out, index=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.vcf.gz"]
+    assert vcf_index_suffix(out) == f".{index}"
+    write_results_vcf(_merged(), lengths, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name, f"{out.name}.{index}"]
 
 
 def test_tabix_table_with_positions_past_2_to_the_29_gets_a_csi(tmp_path):

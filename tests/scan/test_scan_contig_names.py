@@ -253,10 +253,11 @@ def test_one_merge_job_per_output_file(scan, record):
     assert jobs.count("merge_scan_file") == len(record["files"]) == 11
     assert jobs.count("scan_chunk") == 1
     assert jobs.count("count_scan_file") == 11
-    assert jobs.count("write_scan_tsv") == 11 and jobs.count("calibrate_scan") == 1
-    # plan, the model's input record, the chunk, a merge, a count and a TSV a file, the
-    # calibration and the summary: not 1 per contig
-    assert len(jobs) == 1 + 1 + 1 + 11 + 11 + 1 + 11 + 1
+    assert jobs.count("write_scan_tsv") == jobs.count("index_scan_tsv") == 11
+    assert jobs.count("calibrate_scan") == 1
+    # plan, the model's input record, the chunk, a merge, a count, a TSV and its index a
+    # file, the calibration and the summary: not 1 per contig
+    assert len(jobs) == 1 + 1 + 1 + 11 + 11 + 1 + 11 + 11 + 1
     merge_logs = list((scan / f"logs/{SCAN}").glob("merge_scan_file_*.log"))
     assert len(merge_logs) == 11
 
@@ -272,9 +273,10 @@ def test_a_dry_run_of_3000_contigs_plans_a_few_dozen_jobs(demo_model_dir, tmp_pa
     stats = dict(re.findall(r"^(\w+)\s+(\d+)$", dry.stdout + dry.stderr, re.MULTILINE))
     assert int(stats["merge_scan_file"]) == 30  # 900,000 scored bases, 30,000 a file
     assert int(stats["write_scan_tsv"]) == int(stats["count_scan_file"]) == 30
+    assert int(stats["index_scan_tsv"]) == 30
     assert int(stats["scan_chunk"]) == 3
     # + the model's input record, the calibration and the summary
-    assert int(stats["total"]) == 30 + 30 + 30 + 3 + 1 + 1 + 1
+    assert int(stats["total"]) == 30 + 30 + 30 + 30 + 3 + 1 + 1 + 1
 
 
 # ---- tabix and pysam ----------------------------------------------------------------------

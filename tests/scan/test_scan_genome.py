@@ -738,7 +738,8 @@ def test_scan_through_real_slurm_gives_the_local_files(genome_run, slurm_scan):
 
 
 # ---- what a config edit reruns ----------------------------------------------------------------
-JOB_LINE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):", re.MULTILINE)
+# a dry run indents the jobs of a group (write_scan_tsv and index_scan_tsv: group scan_tsv)
+JOB_LINE = re.compile(r"^[ \t]*(?:local)?(?:rule|checkpoint) (\w+):", re.MULTILINE)
 MODEL_AND_MERGE = {"scan_chunk", "merge_scan_file"}  # the GPU jobs, and what needs their chunks
 
 
@@ -794,7 +795,13 @@ def test_a_config_edit_reruns_no_chunk_of_a_finished_scan(
     if "tracks" in edit:
         assert "scan_chunk" not in jobs and "export_track" not in jobs  # not asked for here
     if "tsv_decimals" in edit:
-        recount = {"count_scan_file", "calibrate_scan", "write_scan_tsv", "summarize_scan"}
+        recount = {
+            "count_scan_file",
+            "calibrate_scan",
+            "write_scan_tsv",
+            "index_scan_tsv",
+            "summarize_scan",
+        }
         assert recount <= set(jobs) <= recount | {"annotate_from_scan"}, jobs
     shutil.rmtree(workdir, ignore_errors=True)
 

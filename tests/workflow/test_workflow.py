@@ -12,7 +12,9 @@ import pysam
 import pytest
 import yaml
 from support.cluster import ci_config as _config
-from support.cluster import run_snakemake, workflow_env
+from support.cluster import ci_run_log, run_snakemake, workflow_env
+
+from carbon_vep.atomic import index_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "resources/demo"
@@ -117,6 +119,23 @@ def test_scan_outputs_and_panel_lookup_agree(demo_run):
     assert joined.height == inside.height > 0
     # the same base may sit at another offset in its tile: same model, different context
     assert (joined["window_bp"] >= 240).all()
+
+
+def test_every_tabix_index_is_its_own_jobs_output_stamped_after_its_file(demo_run):
+    """Snakemake stamps a job's declared outputs when it ends: an index written by its file's
+    job but not declared ended older than its file, and htslib warned on every read (`The
+    index file is older than the data file`). Each index is now the output of a job after its
+    file's (index_scan_tsv, index_vcf), so no older than it to the nanosecond: the old layout
+    fails this whatever the timing."""
+    results = demo_run / "results"
+    indexed = [*results.glob("scans/*/*/snvs/*.tsv.gz"), *results.glob("*/*/results.vcf.gz")]
+    assert len(indexed) == 4  # the scan's one file, the three panels' VCFs
+    for data in indexed:
+        index = index_of(data)
+        assert index.is_file(), data
+        assert index.stat().st_mtime_ns >= data.stat().st_mtime_ns, data
+    log = ci_run_log(demo_run).read_text()
+    assert log.count("rule index_scan_tsv:") == 1 and log.count("rule index_vcf:") == 3
 
 
 def test_metrics_and_report(demo_run):

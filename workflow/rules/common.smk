@@ -95,6 +95,8 @@ wildcard_constraints:
     cell=r"niah_[A-Za-z0-9_]+",
     # an output file of a scan: contig names encoded (@XX), `+N` for shared files
     file=r"[A-Za-z0-9._@+-]+",
+    # a tabix index: .csi where a position passes 2^29 bp (carbon_vep.atomic.index_suffix)
+    index_kind="tbi|csi",
 
 
 # ---- input functions that read a checkpoint's output -----------------------------------------
@@ -127,3 +129,16 @@ def scan_chunk_stats(wildcards):
 
 def scan_output_files(kind):
     return lambda wc: SCANS.output_files(wc, scan_plan(wc), kind)
+
+
+def vcf_export_indexes(wildcards):
+    """Every VCF export's index, of the kind its header calls for: read once the export_vcf
+    checkpoint has written it (the reference may be a download, unknown before)."""
+    # imported here: 0.35 s, paid only where there are VCFs
+    from carbon_vep.report.exports import vcf_index_suffix
+
+    indexes = []
+    for dataset, model in TARGETS.vcf_export_keys():
+        vcf = checkpoints.export_vcf.get(dataset=dataset, model=model).output.vcf
+        indexes.append(vcf + vcf_index_suffix(vcf))
+    return indexes

@@ -114,8 +114,9 @@ rule calibrate_scan:
         " --out {params.folder:q} > {log:q} 2>&1"
 
 
-# The TSV's index is written with it, not declared: a .tbi, or a .csi where a contig of the
-# file passes 2^29 bp (a .tbi cannot hold it; the plan's `files[].index` says which).
+# The TSV is written without its index: index_scan_tsv writes it, a declared output, so that
+# Snakemake stamps it after the TSV (htslib warns of an index older than its data). One
+# cluster job with it (`group`): the index reads the file as the job's own index did.
 rule write_scan_tsv:
     input:
         plan=ancient(PATHS.scan_plan),
@@ -126,6 +127,8 @@ rule write_scan_tsv:
         tsv=PATHS.scan_snvs,
     log:
         PATHS.job_log(PATHS.scan_dir, "write_scan_tsv_{file}"),
+    group:
+        "scan_tsv"
     conda:
         "../../envs/carbon-vep.yaml"
     params:
@@ -137,7 +140,25 @@ rule write_scan_tsv:
         "carbon-vep write-scan-tsv --plan {input.plan:q} --file {wildcards.file:q}"
         " --parquet {input.parquet:q} --calibration {params.calibration:q}"
         " --reference {input.reference:q} --settings {params.settings}"
-        " --provenance {params.provenance} --out-tsv {output.tsv:q} > {log:q} 2>&1"
+        " --provenance {params.provenance} --out-tsv {output.tsv:q} --no-index > {log:q} 2>&1"
+
+
+# a .tbi, or a .csi where a contig of the file passes 2^29 bp (a .tbi cannot hold it): the
+# kind the plan names (`files[].index`), asked for by summarize_scan, which every reader of
+# the TSVs in the workflow comes after
+rule index_scan_tsv:
+    input:
+        tsv=PATHS.scan_snvs,
+    output:
+        index=PATHS.scan_snvs_index,
+    log:
+        PATHS.job_log(PATHS.scan_dir, "index_scan_tsv_{file}.{index_kind}"),
+    group:
+        "scan_tsv"
+    conda:
+        "../../envs/carbon-vep.yaml"
+    shell:
+        "carbon-vep index-tabix --file {input.tsv:q} --out {output.index:q} > {log:q} 2>&1"
 
 
 rule summarize_scan:
@@ -146,6 +167,7 @@ rule summarize_scan:
         stats=scan_chunk_stats,
         parquet=scan_output_files("parquet"),
         tsv=scan_output_files("tsv"),
+        indexes=scan_output_files("index"),
         calibration=PATHS.scan_calibration_json,
     output:
         json=PATHS.scan_summary,

@@ -41,6 +41,16 @@ def check_output_files(*paths: str | Path | None) -> None:
             raise InputError(final, f"cannot be written: no permission to write in {parent}")
 
 
+def add_no_index(p: argparse.ArgumentParser) -> None:
+    """--no-index: a bgzipped output written without its tabix index, which the workflow writes
+    in a job of its own (index-tabix) so that Snakemake stamps the declared index after it."""
+    p.add_argument(
+        "--no-index",
+        action="store_true",
+        help="write the file without its tabix index (then: carbon-vep index-tabix)",
+    )
+
+
 def pairs(items: list[str]) -> dict[str, Any]:
     """KEY=VALUE options, JSON objects, or @FILE (a JSON object in a file, as record-inputs
     writes), merged in order (`--provenance`, `--field`); mappings under the same key merge."""

@@ -1,16 +1,18 @@
 """What users read and the field's tools load: results-table, html-report, report (one
-dataset's Markdown), export-vcf, export-tabix, export-tracks (genome-browser tracks of a scan)
-and doc-tables (the generated tables of the documentation)."""
+dataset's Markdown), export-vcf, export-tabix, index-tabix (the index of a file written without
+it: the workflow's own job), export-tracks (genome-browser tracks of a scan) and doc-tables
+(the generated tables of the documentation)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from carbon_vep.cli.common import pairs
+from carbon_vep.cli.common import add_no_index, pairs
 from carbon_vep.config.entries import TRACK_REFERENCES
 from carbon_vep.config.fields import ConfigError, add_flags, flat_fields, from_args
 from carbon_vep.config.stages import PanelSettings
+from carbon_vep.errors import InputError
 
 
 def add_results_table(sub) -> None:
@@ -104,6 +106,7 @@ def add_export_vcf(sub) -> None:
     add_flags(p, PanelSettings)
     p.add_argument("--field", action="append", default=[], help="extra COLUMN=DESCRIPTION")
     p.add_argument("--out", required=True, help=".vcf, or .vcf.gz (bgzipped + tabix index)")
+    add_no_index(p)
     p.set_defaults(func=export_vcf)
 
 
@@ -117,7 +120,15 @@ def export_vcf(args: argparse.Namespace) -> None:
         f.name in vars(args) for f, _ in flat_fields(PanelSettings)
     ):
         raise ConfigError("export-vcf: the panel's settings are given without --panel")
-    export_vcf(args.merged, args.reference, pairs(args.field), args.out, args.panel, settings)
+    export_vcf(
+        args.merged,
+        args.reference,
+        pairs(args.field),
+        args.out,
+        args.panel,
+        settings,
+        index=not args.no_index,
+    )
 
 
 def add_export_tabix(sub) -> None:
@@ -133,6 +144,32 @@ def export_tabix(args: argparse.Namespace) -> None:
     from carbon_vep.report.exports import export_tabix
 
     export_tabix(args.scores, args.column, args.reference, args.out)
+
+
+def add_index_tabix(sub) -> None:
+    p = sub.add_parser(
+        "index-tabix",
+        help="tabix-index a bgzipped VCF (*.vcf.gz) or `#chrom pos` table (a scan's TSV) "
+        "written with --no-index",
+    )
+    p.add_argument("--file", required=True, help="the bgzipped file")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="FILE.tbi, or FILE.csi (a .tbi cannot hold a position past 2^29 bp: refused)",
+    )
+    p.set_defaults(func=index_tabix)
+
+
+def index_tabix(args: argparse.Namespace) -> None:
+    from carbon_vep.atomic import TbiRangeError, index_tabix
+
+    try:
+        index_tabix(args.file, args.out)
+    except TbiRangeError as err:  # a .tbi asked for data it cannot hold
+        raise InputError(args.file, str(err)) from None
+    except ValueError as err:  # not an index name beside the file
+        raise InputError(args.out, str(err)) from None
 
 
 def add_export_tracks(sub) -> None:
@@ -206,5 +243,6 @@ COMMANDS = (
     add_report,
     add_export_vcf,
     add_export_tabix,
+    add_index_tabix,
     add_doc_tables,
 )

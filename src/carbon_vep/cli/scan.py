@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from carbon_vep.cli.common import pairs
+from carbon_vep.cli.common import add_no_index, pairs
 from carbon_vep.config.fields import ConfigError, add_flags, from_args
 from carbon_vep.config.stages import (
     CalibrationSettings,
@@ -181,6 +181,7 @@ def add_write_scan_tsv(sub) -> None:
     add_flags(p, CalibrationSettings)
     p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or JSON")
     p.add_argument("--out-tsv", required=True, help="*.tsv.gz (index: .tbi; .csi past 2^29 bp)")
+    add_no_index(p)
     p.set_defaults(func=write_scan_tsv)
 
 
@@ -189,7 +190,7 @@ def write_scan_tsv(args: argparse.Namespace) -> None:
 
     (settings,) = from_args(args, CalibrationSettings)
     job = FileJob(args.plan, args.file, args.reference, pairs(args.provenance))
-    write_file_tsv(job, args.parquet, args.calibration, settings, args.out_tsv)
+    write_file_tsv(job, args.parquet, args.calibration, settings, args.out_tsv, not args.no_index)
 
 
 def add_summarize_scan(sub) -> None:

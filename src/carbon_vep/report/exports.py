@@ -25,7 +25,7 @@ import polars as pl
 import pysam
 
 from carbon_vep import columns
-from carbon_vep.atomic import indexed_bgzf, indexed_file
+from carbon_vep.atomic import VCF_TABIX, index_suffix, indexed_bgzf, indexed_file
 from carbon_vep.config.stages import PanelSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.variants.panel import panel_declarations
@@ -292,15 +292,24 @@ def _placed_rows(
 
 
 def _longest(rows: pl.DataFrame, contigs: Sequence[tuple[str, int | None]]) -> int:
-    """The longest of the records' contigs (their `##contig` lengths), or the last position a
-    record reaches (POS + len(REF) - 1) where that is further: a VCF's index is a .csi where
-    it passes what a .tbi holds (`atomic.index_suffix`)."""
-    if rows.is_empty():
-        return 0
-    present = set(rows["_contig"].to_list())
-    lengths = [n for c, n in contigs if c in present and n]
+    """The longest `##contig` length (the reference's contigs), or the last position a record
+    reaches (POS + len(REF) - 1) where that is further: a VCF's index is a .csi where it
+    passes what a .tbi holds (`atomic.index_suffix`). All the header's contigs, not only the
+    records': the workflow decides the index from the header (`vcf_index_suffix`)."""
+    lengths = [n for _, n in contigs if n]
     end = rows.select((pl.col("_pos") + pl.col("_ref").str.len_chars() - 1).max()).item()
     return max([int(end or 0), *lengths])
+
+
+def vcf_index_suffix(path: str | Path) -> str:
+    """The index `write_results_vcf` gives a bgzipped VCF, from its header alone: `.csi` where
+    a `##contig` length passes what a .tbi holds (`atomic.index_suffix`), else `.tbi`. The
+    workflow asks for it once export_vcf (a checkpoint) has written the file without one (a
+    record past 2^29 bp on a contig the reference lacks: `atomic.index_tabix` refuses the
+    .tbi, naming it)."""
+    with pysam.VariantFile(str(path)) as vcf:
+        lengths = [contig.length or 0 for contig in vcf.header.contigs.values()]
+    return index_suffix(max(lengths, default=0))
 
 
 def _row_filters(value: object) -> list[str]:
@@ -392,8 +401,11 @@ def write_results_vcf(
     source: str = "carbon-vep",
     carried: Mapping[str, Mapping[str, str]] | None = None,
     filters: Mapping[str, str] | None = None,
+    index: bool = True,
 ) -> int:
-    """Write every row of a merged scores table as a VCF record, scores in INFO.
+    """Write every row of a merged scores table as a VCF record, scores in INFO (a `.gz` name:
+    bgzipped and tabix-indexed; `index=False`: without its index, which the workflow's
+    index_vcf job writes).
 
     `fields` maps a column to its INFO description (default: the score columns present, see
     `SCORE_FIELDS`); INFO ids are `prefix` + column in upper case. `carried` maps a panel
@@ -458,7 +470,7 @@ def write_results_vcf(
 
     indexed = out_path.name.endswith(".gz")
     with indexed_file(
-        out_path, {"preset": "vcf"} if indexed else None, _longest(rows, contigs)
+        out_path, VCF_TABIX if indexed else None, _longest(rows, contigs), index
     ) as work:
         write(work)
     return n_unwritable
@@ -471,6 +483,7 @@ def export_vcf(
     out: str,
     panel: str | None = None,
     settings: PanelSettings | None = None,
+    index: bool = True,
 ) -> None:
     """A panel's merged results (Parquet) as the VCF `out` (`write_results_vcf`), contigs from
     the reference, INFO fields: the score columns present, `extra_fields` (column ->
@@ -488,7 +501,9 @@ def export_vcf(
         declarations = panel_declarations(panel, fmt, info_fields)
     carried = carried_infos(frame, info_fields, declarations)
     filters = declarations.filters if declarations is not None else {}
-    unwritten = write_results_vcf(frame, lengths, out, fields, carried=carried, filters=filters)
+    unwritten = write_results_vcf(
+        frame, lengths, out, fields, carried=carried, filters=filters, index=index
+    )
     if unwritten:
         log.warning(
             "%d rows cannot be VCF records (no CHROM/POS/REF, a POS outside the contig, or "

@@ -177,10 +177,15 @@ def calibrate(counts_paths: Paths, settings: CalibrationSettings, out: str) -> N
 
 
 def write_file_tsv(
-    job: FileJob, parquet: str, calibration_dir: str, settings: CalibrationSettings, out_tsv: str
+    job: FileJob,
+    parquet: str,
+    calibration_dir: str,
+    settings: CalibrationSettings,
+    out_tsv: str,
+    index: bool = True,
 ) -> None:
     """The file's tabix TSV from its Parquet: score and PHRED of every SNV, with the calibration
-    checked to be this scan's."""
+    checked to be this scan's (`index=False`: without its index, `write_tsv`)."""
     entry = plan_file(read_json(job.plan), job.name)
     calibration = Calibration.read(calibration_dir)
     calibration.check_fingerprint(job.provenance, calibration_dir)
@@ -193,6 +198,7 @@ def write_file_tsv(
             calibration,
             reference,
             settings.tsv_calibrated,
+            index,
         )
     log.info("wrote %s: %s", out_tsv, stats)
 

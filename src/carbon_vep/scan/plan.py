@@ -122,7 +122,7 @@ def plan_scan(
     for entry in files:
         entry["chunks"] = sorted({i for c in entry["contigs"] for i in per_contig[c].chunks})
         # the TSV's index: a .tbi, or a .csi where a contig passes 2^29 bp (write_tsv decides
-        # the same from the reference)
+        # the same from the reference; the workflow's index_scan_tsv writes the one named here)
         longest = max(per_contig[c].length for c in entry["contigs"])
         entry["index"] = index_suffix(longest).lstrip(".")
         for contig in entry["contigs"]:

@@ -77,15 +77,17 @@ def write_tsv(
     calibration: Calibration,
     reference: Reference,
     with_calibrated: bool = False,
+    index: bool = True,
 ) -> dict[str, Any]:
     """One output file's tabix TSV from its Parquet file: 3 SNVs a base with the score, its
     PHRED (and, `with_calibrated`, the calibrated score and its PHRED; `.` for a PHRED off the
-    scales), row group by row group."""
+    scales), row group by row group; `index=False`: without its index (the workflow's
+    index_scan_tsv job writes it, `atomic.index_tabix`)."""
     table = columns.SCAN_TSV_CALIBRATED if with_calibrated else columns.SCAN_TSV
     decimals, tsv_out, start = calibration.decimals, Path(tsv_out), time.monotonic()
     parquet = pq.ParquetFile(parquet_in)
     longest = max((reference.lengths.get(c, 0) for c in contigs), default=0)  # .tbi or .csi
-    with indexed_bgzf(tsv_out, longest=longest) as out:
+    with indexed_bgzf(tsv_out, longest=longest, index=index) as out:
         out.write(tsv_header(contigs, provenance, table, calibration).encode("ascii"))
         for group in range(parquet.num_row_groups):
             bases = pl.from_arrow(parquet.read_row_group(group))
@@ -94,7 +96,7 @@ def write_tsv(
                 out.write(tsv_text(calibration.annotate(snvs), table, decimals).encode())
     return {
         "snvs": 3 * parquet.metadata.num_rows,
-        "tsv_bytes": indexed_bytes(tsv_out),
+        "tsv_bytes": indexed_bytes(tsv_out) if index else tsv_out.stat().st_size,
         "tsv_s": round(time.monotonic() - start, 3),
     }
 

@@ -103,9 +103,15 @@ class RunPaths:
 
     @property
     def vcf_export(self) -> str:
-        """The scores as a bgzipped VCF (`export_vcf: true`), with its index beside it (`.tbi`,
-        or `.csi` past 2^29 bp: `atomic.index_suffix`; written with it, not declared)."""
+        """The scores as a bgzipped VCF (`export_vcf: true`), written without its index."""
         return f"{self.dataset_model_dir}/results.vcf.gz"
+
+    @property
+    def vcf_export_index(self) -> str:
+        """The VCF's index (index_vcf), declared so that Snakemake stamps it after the VCF:
+        `{index_kind}` tbi, or csi where a contig of the reference passes 2^29 bp (the VCF's
+        header says: `report.exports.vcf_index_suffix`)."""
+        return f"{self.vcf_export}.{{index_kind}}"
 
     @property
     def metrics(self) -> str:
@@ -207,10 +213,15 @@ class RunPaths:
 
     @property
     def scan_snvs(self) -> str:
-        """An output file's SNVs, calibrated, as a bgzipped TSV, with its index beside it
-        (`.tbi`, or `.csi` past 2^29 bp: the plan's `files[].index`; written with it, not
-        declared)."""
+        """An output file's SNVs, calibrated, as a bgzipped TSV, written without its index."""
         return f"{self.scan_dir}/snvs/{{file}}.tsv.gz"
+
+    @property
+    def scan_snvs_index(self) -> str:
+        """The TSV's index (index_scan_tsv), declared so that Snakemake stamps it after the TSV:
+        `{index_kind}` tbi, or csi where a contig of the file passes 2^29 bp (the plan's
+        `files[].index`)."""
+        return f"{self.scan_snvs}.{{index_kind}}"
 
     @property
     def scan_summary(self) -> str:

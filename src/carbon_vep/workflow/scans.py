@@ -43,14 +43,21 @@ class ScanInputs:
         return [self._chunk_file(wc, i, self.paths.scan_chunk_stats) for i in chunks]
 
     def output_files(self, wc: Any, plan: dict, kind: str) -> list[str]:
-        """The Parquet files, calibration counts or tabix TSVs of the scan, one per output file
-        of the plan."""
+        """The Parquet files, calibration counts, tabix TSVs or their indexes (the kind the
+        plan names, `files[].index`) of the scan, one per output file of the plan."""
         pattern = {
             "parquet": self.paths.scan_positions,
             "counts": self.paths.scan_calibration_counts,
             "tsv": self.paths.scan_snvs,
+            "index": self.paths.scan_snvs_index,
         }[kind]
-        return [pattern.format(scan=wc.scan, model=wc.model, file=e["name"]) for e in plan["files"]]
+        # a plan from before `files[].index` (c81db7d) was a .tbi's: a .csi did not exist
+        return [
+            pattern.format(
+                scan=wc.scan, model=wc.model, file=e["name"], index_kind=e.get("index", "tbi")
+            )
+            for e in plan["files"]
+        ]
 
     # ---- what a job takes from the plan (params: its rerun trigger) ---------------------------
     # The jobs after the plan read it with ancient(): a plan rewritten (another group_bp, another

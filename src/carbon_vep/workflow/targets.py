@@ -60,8 +60,12 @@ class Targets:
         return summaries + tracks
 
     def vcf_exports(self) -> list[str]:
+        return [self.paths.vcf_export.format(dataset=d, model=m) for d, m in self.vcf_export_keys()]
+
+    def vcf_export_keys(self) -> list[tuple[str, str]]:
+        """(dataset, model) of every VCF export (`export_vcf: true`)."""
         return [
-            self.paths.vcf_export.format(dataset=dataset, model=model)
+            (dataset, model)
             for dataset, spec in self.run.datasets.items()
             if spec.export_vcf
             for model in self.models_of("datasets", dataset)
