@@ -10,13 +10,12 @@ from support.exports import export_unscored_panel
 
 from carbon_vep.atomic import index_of
 from carbon_vep.config.stages import PanelSettings
-from carbon_vep.report.exports import (
+from carbon_vep.report.exports import export_tabix, write_tabix_tsv
+from carbon_vep.report.vcf_export import (
     carried_infos,
-    export_tabix,
     export_vcf,
     vcf_index_suffix,
     write_results_vcf,
-    write_tabix_tsv,
 )
 from carbon_vep.variants.panel import read_panel
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from carbon_vep.config.stages import PanelSettings
-from carbon_vep.report.exports import export_vcf
+from carbon_vep.report.vcf_export import export_vcf
 from carbon_vep.variants.panel import read_panel
 
 

@@ -135,7 +135,7 @@ def vcf_export_indexes(wildcards):
     """Every VCF export's index, of the kind its header calls for: read once the export_vcf
     checkpoint has written it (the reference may be a download, unknown before)."""
     # imported here: 0.35 s, paid only where there are VCFs
-    from carbon_vep.report.exports import vcf_index_suffix
+    from carbon_vep.report.vcf_export import vcf_index_suffix
 
     indexes = []
     for dataset, model in TARGETS.vcf_export_keys():

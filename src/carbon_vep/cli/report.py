@@ -111,7 +111,7 @@ def add_export_vcf(sub) -> None:
 
 
 def export_vcf(args: argparse.Namespace) -> None:
-    from carbon_vep.report.exports import export_vcf
+    from carbon_vep.report.vcf_export import export_vcf
 
     settings = None
     if args.panel is not None:

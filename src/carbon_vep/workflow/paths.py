@@ -110,7 +110,7 @@ class RunPaths:
     def vcf_export_index(self) -> str:
         """The VCF's index (index_vcf), declared so that Snakemake stamps it after the VCF:
         `{index_kind}` tbi, or csi where a contig of the reference passes 2^29 bp (the VCF's
-        header says: `report.exports.vcf_index_suffix`)."""
+        header says: `report.vcf_export.vcf_index_suffix`)."""
         return f"{self.vcf_export}.{{index_kind}}"
 
     @property
