@@ -198,21 +198,28 @@ def test_label_values_match_ignoring_case_and_surrounding_whitespace(tmp_path):
     assert result["n_scored_without_label"] == 5
 
 
+def _panel_of_words(tmp_path, seed: int, most: str, every_third: str):
+    """A genome and a 30-SNV panel on it whose `class` column holds `every_third` on every
+    third row and `most` on the others (20 and 10 rows)."""
+    seq = random_dna(2000, seed)
+    reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
+    lines = ["chrom\tpos\tref\talt\tclass"]
+    for i, pos in enumerate(range(100, 1300, 40)):
+        ref = seq[pos - 1]
+        word = most if i % 3 else every_third
+        lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\t{word}")
+    path = tmp_path / "panel.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return reference, path
+
+
 def test_a_label_column_none_of_whose_values_is_a_label_stops_before_scoring(tmp_path, monkeypatch):
     """`pathogenic` / `benign` against the default 1 / 0 / true / false: every row would be
     unlabelled and the metrics empty after the scoring, with only a warning. The check stops,
     naming the column, the values it holds and the settings to list them under, and writes
     nothing; listed there, or with some rows labelled, the panel is read."""
     monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)  # the flags, as a user runs it
-    seq = random_dna(2000, 24)
-    reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
-    lines = ["chrom\tpos\tref\talt\tclass"]
-    for i, pos in enumerate(range(100, 1300, 40)):
-        ref = seq[pos - 1]
-        word = "pathogenic" if i % 3 else "benign"
-        lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\t{word}")
-    path = tmp_path / "panel.tsv"
-    path.write_text("\n".join(lines) + "\n")
+    reference, path = _panel_of_words(tmp_path, 24, "pathogenic", "benign")
     out = tmp_path / "checked.parquet"
     with open_reference(reference) as ref:
         with pytest.raises(InputError) as err:
@@ -242,19 +249,12 @@ def test_the_label_values_are_checked_batch_by_batch(tmp_path, monkeypatch):
     whatever the panel holds (a column of free text has as many as rows)."""
     monkeypatch.delenv(INTERFACE_VARIABLE, raising=False)
     monkeypatch.setattr(panel_module, "_BATCH_ROWS", 7)
-    seq = random_dna(2000, 26)
-    reference = write_fasta(tmp_path / "g.fa", {"chr1": seq})
-    lines = ["chrom\tpos\tref\talt\tclass"]
-    for i, pos in enumerate(range(100, 1300, 40)):
-        ref = seq[pos - 1]
-        word = "LOF" if i % 3 else "FUNC"
-        lines.append(f"chr1\t{pos}\t{ref}\t{'ACGT'.replace(ref, '')[0]}\t{word}")
-    path = tmp_path / "panel.tsv"
-    path.write_text("\n".join(lines) + "\n")
+    reference, path = _panel_of_words(tmp_path, 26, "LOF", "FUNC")
     labels = LabelSettings(label_column="class")
     with open_reference(reference) as ref:
         with pytest.raises(InputError, match=r"its values are 'LOF' \(20\), 'FUNC' \(10\);"):
             ingest_panel(path, ref, PanelSettings("hg38"), labels)
+        lines = path.read_text().splitlines()
         lines[-1] = lines[-1].replace("LOF", " TRUE")  # row 29, in the fifth batch of 7
         path.write_text("\n".join(lines) + "\n")
         checked, _ = ingest_panel(path, ref, PanelSettings("hg38"), labels)
