@@ -328,6 +328,15 @@ def test_a_built_cell_reads_back(tmp_path, good_cell):
     ]
 
 
+def test_a_cell_task_given_against_the_cells_own_column_is_refused(tmp_path, good_cell):
+    """--cell-task names the task of a cell without a `task` column; against a cell that has
+    one it was ignored without a word: the same task reads, another is refused."""
+    path = _write(tmp_path, good_cell)
+    assert read_cell(path, task="niah")["task"].unique().to_list() == ["niah"]
+    with pytest.raises(InputError, match=r"row 1 .*says 'niah', --cell-task 'neardup_d2'"):
+        read_cell(path, task="neardup_d2")
+
+
 def test_a_soft_masked_prompt_is_upper_cased_and_counted(tmp_path, good_cell, caplog):
     """Lower-case (soft-masked) bases are read as their bases, as recovery and perturbation
     read them, and counted in the log; the cell is not refused for them."""

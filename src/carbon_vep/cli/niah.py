@@ -71,7 +71,8 @@ def _add_cell_task(p: argparse.ArgumentParser) -> None:
         "--cell-task",
         choices=NIAH_TASKS,
         help="the rows' task when the cell has no `task` column (default: from the file name, "
-        "when it is the cell's config name: niah_4k.parquet, niah_neardup_d2_32k.parquet)",
+        "when it is the cell's config name: niah_4k.parquet, niah_neardup_d2_32k.parquet); "
+        "a cell with the column must hold this task",
     )
 
 

@@ -99,9 +99,9 @@ def read_cell(path: str | Path, k: int = 6, task: str | None = None) -> pl.DataF
     the row and the problem; the full positive / negative sequences are not kept (prompt +
     value)."""
     frame = read_task_table(path, REQUIRED, text=(*SEQUENCES, "task"))
-    task = cell_task(path, frame.columns, task)
+    given, task = task, cell_task(path, frame.columns, task)
     _check_counts(frame, Path(path))
-    _check_tasks(frame, Path(path))
+    _check_tasks(frame, Path(path), given)
     frame = frame.with_columns(
         *(pl.col(c).cast(pl.Int64, strict=False) for c in COUNTS),
         *(pl.col(c).cast(pl.Utf8) for c in ("uid", *SEQUENCES)),
@@ -145,14 +145,23 @@ def _check_counts(frame: pl.DataFrame, path: Path) -> None:
             raise InputError(path, f"{row['source']} (uid {row['uid']}): {problem}")
 
 
-def _check_tasks(frame: pl.DataFrame, path: Path) -> None:
-    """Refuse a `task` column holding a value that is no Genomic-NIAH task, naming its row."""
+def _check_tasks(frame: pl.DataFrame, path: Path, given: str | None = None) -> None:
+    """Refuse a `task` column holding a value that is no Genomic-NIAH task, or another task
+    than the one `given` (--cell-task, which names the task of a cell without the column:
+    never silently overridden), naming its row."""
     if "task" not in frame.columns:
         return
-    bad = ~pl.col("task").cast(pl.Utf8).is_in(list(NIAH_TASKS)).fill_null(False)
+    allowed = [given] if given else list(NIAH_TASKS)
+    bad = ~pl.col("task").cast(pl.Utf8).is_in(allowed).fill_null(False)
     row = _first_bad(frame, bad)
     if row:
         shown = frame.filter(bad)["task"][0]
+        if shown in NIAH_TASKS:  # a task, but not the one given
+            raise InputError(
+                path,
+                f"{row['source']} (uid {row['uid']}): the cell's `task` column says {shown!r}, "
+                f"--cell-task {given!r}: the column is the rows' task (drop --cell-task)",
+            )
         what = "empty `task`" if shown is None else f"task {shown!r} is not a Genomic-NIAH task"
         raise InputError(
             path, f"{row['source']} (uid {row['uid']}): {what} (one of {', '.join(NIAH_TASKS)})"
