@@ -60,6 +60,17 @@ DEFAULT_CLNSIG_LABELS = {
 CLNSIG_LABEL_COLUMN = "label"  # the column label_source clinvar_clnsig derives
 
 
+def _label_list_help(meaning: str, derived: str) -> str:
+    """The help of `positive_labels` / `negative_labels`: one text, the class and the value of
+    it that the clinvar_clnsig labels hold."""
+    return (
+        f"values of the label column that mean {meaning}, matched ignoring letter case and "
+        "surrounding whitespace (a value in both lists is refused; so is this list with no "
+        "label column; under label_source clinvar_clnsig, whose labels are 1 / 0, it must "
+        f"hold {derived})"
+    )
+
+
 @dataclass(frozen=True)
 class LabelSettings:
     """Where a panel's labels come from and which values are positive (check-panel, score,
@@ -87,20 +98,10 @@ class LabelSettings:
         "left out of metrics)",
     )
     positive_labels: tuple[str, ...] = setting(
-        ("1", "1.0", "True", "true"),
-        flag="positive",
-        help="values of the label column that mean positive, matched ignoring letter case and "
-        "surrounding whitespace (a value in both lists is refused; so is this list with no "
-        "label column; under label_source clinvar_clnsig, whose labels are 1 / 0, it must "
-        "hold 1)",
+        ("1", "1.0", "True", "true"), flag="positive", help=_label_list_help("positive", "1")
     )
     negative_labels: tuple[str, ...] = setting(
-        ("0", "0.0", "False", "false"),
-        flag="negative",
-        help="values of the label column that mean negative, matched ignoring letter case and "
-        "surrounding whitespace (a value in both lists is refused; so is this list with no "
-        "label column; under label_source clinvar_clnsig, whose labels are 1 / 0, it must "
-        "hold 0)",
+        ("0", "0.0", "False", "false"), flag="negative", help=_label_list_help("negative", "0")
     )
 
     def __post_init__(self) -> None:
