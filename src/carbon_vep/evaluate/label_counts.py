@@ -9,7 +9,12 @@ from collections.abc import Sequence
 import polars as pl
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import LabelSettings, label_classes, unmatched_label_counts
+from carbon_vep.config.stages import (
+    LabelSettings,
+    commonest_label_values,
+    label_classes,
+    unmatched_label_counts,
+)
 
 UNMATCHED_LABELS = "unmatched_label_values"  # the metrics JSON's key
 UNMATCHED_LISTED = 10  # the most common values listed by name; the rest only counted
@@ -69,9 +74,7 @@ def _unmatched_warning(unmatched: pl.DataFrame) -> str:
     """One line: how many scored rows hold a value of neither list, and the commonest ones."""
     from carbon_vep.config.run import setting_name
 
-    named = unmatched.head(UNMATCHED_IN_WARNING)
-    values = ", ".join(f"{value!r} ({n})" for value, n in named.iter_rows())
-    rest = unmatched.height - named.height
+    values, rest = commonest_label_values(unmatched, UNMATCHED_IN_WARNING)
     more = f" and {rest} other value{'s' * (rest > 1)}" if rest else ""
     return (
         f"{int(unmatched['n'].sum())} scored rows left out of the metrics hold a label value of "

@@ -23,7 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 import polars as pl
 
 from carbon_vep.columns import Status
-from carbon_vep.config.stages import label_classes, unmatched_label_counts
+from carbon_vep.config.stages import (
+    commonest_label_values,
+    label_classes,
+    unmatched_label_counts,
+)
 from carbon_vep.errors import PanelUnusableError
 from carbon_vep.genome.contigs import resolve_contigs
 from carbon_vep.genome.reference import Reference
@@ -224,9 +228,7 @@ class PanelCheck:
         from carbon_vep.config.run import setting_name
 
         policy = self.policy
-        named = values.unmatched.head(5)
-        found = ", ".join(f"{value!r} ({n})" for value, n in named.iter_rows())
-        rest = values.unmatched.height - named.height
+        found, rest = commonest_label_values(values.unmatched, 5)
         more = f" and {'over ' * values.more_values}{rest} more" if rest else ""
         raise PanelUnusableError(
             self.source,

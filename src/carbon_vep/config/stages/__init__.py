@@ -27,6 +27,7 @@ from carbon_vep.config.stages.panel import (
     LabelSettings,
     PanelSettings,
     clnsig_term_key,
+    commonest_label_values,
     label_classes,
     unmatched_label_counts,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "TileSettings",
     "VllmSettings",
     "clnsig_term_key",
+    "commonest_label_values",
     "label_classes",
     "unmatched_label_counts",
 ]

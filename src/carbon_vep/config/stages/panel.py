@@ -1,5 +1,6 @@
 """How a panel is read and checked against the reference (`PanelSettings`), and where its labels
-come from and what they mean (`LabelSettings`, `label_classes`, `unmatched_label_counts`)."""
+come from and what they mean (`LabelSettings`, `label_classes`, `unmatched_label_counts`,
+`commonest_label_values`)."""
 
 from __future__ import annotations
 
@@ -226,3 +227,12 @@ def unmatched_label_counts(
         .agg(pl.len().cast(pl.Int64).alias("n"))
         .sort(["n", "value"], descending=[True, False])
     )
+
+
+def commonest_label_values(counts: pl.DataFrame, shown: int) -> tuple[str, int]:
+    """The first `shown` values of `unmatched_label_counts` as text, each with its rows
+    (`'pathogenic' (20), 'benign' (10)`), and how many values that leaves unnamed: how a
+    refusal and a warning name them."""
+    named = counts.head(shown)
+    text = ", ".join(f"{value!r} ({n})" for value, n in named.iter_rows())
+    return text, counts.height - named.height
