@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 import yaml
 from huggingface_hub import constants as hub_constants
+from support.cluster import run_snakemake, workflow_env
 from support.hub import hub_dataset_cache
 
 from carbon_vep.config.entries import NIAH_REVISION
@@ -105,11 +106,15 @@ def test_globs_match_folder_by_folder():
 
 
 # ---- config/suite.yaml's fetch rules, offline ---------------------------------------------
+def _uids(cell: str, rows: int) -> list[str]:
+    return [f"{cell}_{i}" for i in range(rows)]
+
+
 def _suite_hub_cache(cache: Path) -> dict[str, list]:
     """Every Hub input of the published suite, where its card or the official code puts it; a
     distinct value in each file, so a file fetched into the wrong place is seen."""
-    niah = {
-        f"data/{name}/test-00000-of-00001.parquet": _parquet(uid=[f"{name}_0", f"{name}_1"])
+    niah = {  # the Hub's 500 rows a cell, as config/suite.yaml's entries expect
+        f"data/{name}/test-00000-of-00001.parquet": _parquet(uid=_uids(name, 500))
         for name in (niah_config_name(t, c) for t in NIAH_TASKS for c in NIAH_CONTEXTS)
     }
     assert len(niah) == 24
@@ -182,6 +187,48 @@ def test_the_suites_fetch_rules_fetch_every_hub_input_offline(tmp_path):
     }
     assert {(c.parts[-3], c.stem) for c in cells} == expected and len(expected) == 28
     for cell in cells:
-        assert pl.read_parquet(cell)["uid"].to_list() == [f"{cell.stem}_0", f"{cell.stem}_1"]
+        assert pl.read_parquet(cell)["uid"].to_list() == _uids(cell.stem, 500)
     log = (tmp_path / "logs/fetch_hub_brca2.log").read_text()
     assert MAIN_COMMIT in log and "set `revision:" in log  # unpinned: the commit to pin
+
+
+@pytest.mark.workflow
+def test_a_hub_cell_holding_other_than_the_entrys_rows_stops_the_run_before_any_job(
+    tmp_path, demo_model_dir
+):
+    """A niah entry's `rows` is what its score_niah jobs cut into row ranges. A Hub cell holding
+    another number of rows used to be refused by merge_niah, after every model job had run;
+    now once fetch_niah_cell (a checkpoint) has fetched it, and at once where it is there."""
+    hub_dataset_cache(
+        tmp_path / "hf/hub",
+        "HuggingFaceBio/genomic-niah",
+        NIAH_REVISION,
+        {"data/niah_4k/test-00000-of-00001.parquet": _parquet(uid=_uids("niah_4k", 5))},
+        main=False,
+    )
+    entry = {"source": "hub", "tasks": ["niah"], "contexts": [4096], "rows_per_job": 2}
+    model = {"path": str(demo_model_dir), "trust_remote_code": True, "device": "cpu"}
+    config = tmp_path / "config.yaml"
+    env = workflow_env(HF_HOME=str(tmp_path / "hf"))
+    env.pop("HF_HUB_CACHE", None)
+
+    def run(rows: int, *extra: str) -> subprocess.CompletedProcess:
+        niah = {"hubby": entry | {"rows": rows}}
+        config.write_text(yaml.safe_dump({"models": {"demo": model}, "niah": niah}))
+        return run_snakemake(tmp_path, config, "--cores", "1", *extra, env=env)
+
+    refusal = (
+        "niah.hubby: rows is 3, but its cell results/niah/hubby/cells/niah_4k.parquet "
+        "(fetched from the Hub) holds 5 rows; set `rows: 5`"
+    )
+    first = run(3)  # the fetch runs, then the DAG stops before score_niah
+    assert first.returncode != 0 and refusal in first.stderr, first.stderr[-3000:]
+    assert (tmp_path / "results/niah/hubby/cells/niah_4k.parquet").exists()
+    assert "rule score_niah:" not in first.stderr  # no such job started
+    assert not list(tmp_path.glob("results/suite/niah/**/parts/*"))
+    again = run(3, "-n")  # the cell there: refused while the DAG is built (a dry run's stdout)
+    assert again.returncode != 0 and refusal in again.stdout + again.stderr, again.stderr[-3000:]
+    mended = run(5, "-n")  # three jobs: rows 0:2, 2:4, 4:5
+    assert mended.returncode == 0, mended.stderr[-3000:]
+    assert mended.stdout.count("rule score_niah:") == 3
+    assert "--row-range 4:5 " in mended.stdout

@@ -131,6 +131,16 @@ def scan_output_files(kind):
     return lambda wc: SCANS.output_files(wc, scan_plan(wc), kind)
 
 
+def niah_cell(wildcards):
+    """A score_niah job's cell. A Hub cell is read once the fetch_niah_cell checkpoint has
+    fetched it: one holding other than its entry's `rows` stops the run before any job scores
+    it (a built cell holds `rows` by construction)."""
+    if RUN.niah[wildcards.niah].source != "hub":
+        return PATHS.niah_cell.format(niah=wildcards.niah, cell=wildcards.cell)
+    fetched = checkpoints.fetch_niah_cell.get(niah=wildcards.niah, cell=wildcards.cell)
+    return JOBS.checked_niah_cell(wildcards, fetched.output[0])
+
+
 def vcf_export_indexes(wildcards):
     """Every VCF export's index, of the kind its header calls for: read once the export_vcf
     checkpoint has written it (the reference may be a download, unknown before)."""

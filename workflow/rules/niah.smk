@@ -6,7 +6,8 @@
 # reruns merge_niah alone (JOBS.niah_settings).
 
 
-rule fetch_niah_cell:
+# a checkpoint: score_niah's jobs read the fetched cell's row count (common.smk: niah_cell)
+checkpoint fetch_niah_cell:
     output:
         PATHS.niah_cell,
     log:
@@ -58,7 +59,7 @@ rule record_niah_inputs:
 
 rule score_niah:
     input:
-        cell=PATHS.niah_cell,
+        cell=niah_cell,
         model=JOBS.model_files,
     output:
         rows=PATHS.niah_part_rows,

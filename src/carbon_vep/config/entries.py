@@ -153,7 +153,10 @@ class NiahConfig:
     )
     reference: str | None = setting(None, help="source build: the genome haystacks come from")
     rows: int = setting(
-        500, minimum=1, help="rows a cell (the Hub's cells hold 500; source build: rows built)"
+        500,
+        minimum=1,
+        help="rows a cell (the Hub's cells hold 500: a fetched cell holding other than `rows` "
+        "stops the run before its jobs; source build: rows built)",
     )
     seed: int = setting(0, help="source build: the builder's seed")
     rows_per_job: int = setting(

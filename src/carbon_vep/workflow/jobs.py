@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from carbon_vep.config.fields import spec_json
+from carbon_vep.config.fields import ConfigError, spec_json
 from carbon_vep.config.gpus import host_memory_mb
 from carbon_vep.config.run import RunConfig
 from carbon_vep.config.stages import GENERATION_ONLY, EvaluationSettings
@@ -240,6 +240,22 @@ class Jobs:
         entry = self.run.niah[wc.niah]
         start, end = entry.row_ranges()[int(wc.part)]
         return f"{start}:{end} --cell-task {entry.cell(wc.cell).task}"
+
+    def checked_niah_cell(self, wc: Any, path: str) -> str:
+        """A Hub entry's fetched cell (`path`), refused unless it holds the entry's `rows`: the
+        score_niah jobs cut `rows` into row ranges, and merge_niah would refuse their parts
+        only after every model job had run. Reads the Parquet footer alone."""
+        import pyarrow.parquet as pq
+
+        rows = self.run.niah[wc.niah].rows
+        held = pq.read_metadata(path).num_rows
+        if held != rows:
+            raise ConfigError(
+                f"niah.{wc.niah}: rows is {rows}, but its cell {path} (fetched from the Hub) "
+                f"holds {held} rows; set `rows: {held}` (a job scores a range of a cell's rows "
+                "and the ranges must cover the cell once); refused before any score_niah job"
+            )
+        return path
 
     def niah_parts(self, wc: Any) -> list[str]:
         """Input function: the score_niah rows (Parquet) of a cell. (Their metrics JSON are
