@@ -280,6 +280,13 @@ def test_task_commands_name_their_results(tmp_path, demo_model_dir):
     pairs = json.loads((tmp_path / "pairs.json").read_text())
     assert pairs["parameters"] == {"scoring": "bp", "normalization": "dna_block"}
     assert pairs["n_scored"] == 1 and pairs["task"] == "pairs"
+    # by hand, without --task / --model-key: the tasks file's and the model directory's names
+    unnamed = ["score-perturbation", "--tasks-file", str(tmp_path / "pairs.tsv")]
+    unnamed += ["--model", str(demo_model_dir), "--trust-remote-code", "--scoring", "bp"]
+    unnamed += ["--out", str(tmp_path / "u.parquet"), "--metrics", str(tmp_path / "u.json")]
+    assert main(unnamed) == 0
+    named = json.loads((tmp_path / "u.json").read_text())
+    assert (named["task"], named["model_key"]) == ("pairs", demo_model_dir.name)
     assert (
         main(
             [

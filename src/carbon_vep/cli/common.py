@@ -90,6 +90,13 @@ def add_result_args(p: argparse.ArgumentParser, defaults: str | None = None) -> 
     p.add_argument("--provenance", action="append", default=[], help="KEY=VALUE or a JSON object")
 
 
+def fill_result_names(args: argparse.Namespace, task: str, model_path: str) -> None:
+    """The defaults `add_result_args(defaults=...)` promised: `task`, and the model key from
+    the model directory's or Hub id's last part."""
+    args.task = args.task or task
+    args.model_key = args.model_key or Path(model_path.rstrip("/")).name
+
+
 def write_task_result(result: dict, args: argparse.Namespace, headline: list[str]) -> None:
     """Name the result (task, model key, headline metrics, provenance), write it, log warnings.
     A sweep point's job gets its point in its provenance and files it under the parameters."""

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from carbon_vep import atomic
-from carbon_vep.cli.common import add_result_args, write_task_result
+from carbon_vep.cli.common import add_result_args, fill_result_names, write_task_result
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings, NiahSettings
 
@@ -116,8 +115,7 @@ def score_niah(args: argparse.Namespace) -> None:
     model, settings, evaluation = from_args(args, ModelSettings, NiahSettings, EvaluationSettings)
     cell = read_cell(args.tasks_file, task=args.cell_task)  # refused before a model loads
     check_row_range(cell, args.row_range, args.tasks_file)
-    args.task = args.task or result_name(cell)
-    args.model_key = args.model_key or Path(model.path.rstrip("/")).name
+    fill_result_names(args, result_name(cell), model.path)
     job = CellJob(args.tasks_file, args.task, args.cell_task, args.row_range)
     rows, parameters, times = score_cell(job, cell[args.row_range], model, settings)
     log.info(times.line(args.tasks_file))

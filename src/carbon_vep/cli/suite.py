@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 
 from carbon_vep import atomic
-from carbon_vep.cli.common import add_result_args, write_task_result
+from carbon_vep.cli.common import add_result_args, fill_result_names, write_task_result
 from carbon_vep.config.fields import add_flags, from_args
 from carbon_vep.config.stages import EvaluationSettings, ModelSettings
 from carbon_vep.config.tasks import TASK_KINDS, TaskKind
@@ -26,7 +26,7 @@ def _add_task(sub, kind: TaskKind) -> None:
     columns = ", ".join(kind.columns + kind.optional_columns)
     p.add_argument("--tasks-file", required=True, help=f"Parquet/TSV/CSV: {columns}")
     add_flags(p, ModelSettings, kind.settings, EvaluationSettings)
-    add_result_args(p)
+    add_result_args(p, defaults="the tasks file's name, extensions left out")
     p.add_argument("--out", required=True, help="per-row predictions Parquet")
     p.add_argument("--metrics", dest="metrics_out", required=True, help="metrics JSON")
     if kind.generation:
@@ -57,12 +57,18 @@ def score_task(kind: TaskKind, args: argparse.Namespace) -> None:
     model, settings, evaluation = from_args(args, ModelSettings, kind.settings, EvaluationSettings)
     table = read_task_table(args.tasks_file, kind.columns)
     check_task(kind.name, table, settings)  # no row to score: refused before the model loads
+    fill_result_names(args, _file_stem(args.tasks_file), model.path)
     part = {"part": args.part} if kind.generation else {}
     run = TASK_JOBS[kind.name](table, model, settings, evaluation, args.tasks_file, **part)
     atomic.write_parquet(run.rows, args.out)
     write_task_result(run.metrics, args, [kind.headline])
     if kind.generation and args.times:
         atomic.write_json(run.times.record(), args.times)
+
+
+def _file_stem(path: str) -> str:
+    """eukaryote_test.tsv.gz -> eukaryote_test"""
+    return Path(path).name.split(".")[0]
 
 
 def add_merge_commands(sub) -> None:
