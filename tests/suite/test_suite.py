@@ -93,7 +93,8 @@ def test_a_parquet_sequence_column_of_another_type_is_refused_naming_it(
 
 # Text tables polars reads with more or fewer rows than lines: blank lines (after the header a
 # row of nulls, even at the end; before it skipped), `##` comments, CRLF, a missing last line
-# end, quoted fields spanning lines (CSV only: in a TSV a quote is a character), a `##` inside
+# end, quoted fields spanning lines (CSV, and a TSV whose header is quoted: in another TSV a
+# quote is a character), a `##` inside
 # a quoted field (text, not a comment), a header that is not on line 1
 TEXT_TABLES = {  # name: (text, rows as polars reads them)
     "plain.tsv": ("sequence\tlabel\nACGT\tAC\nGGCC\tTT\n", 2),
@@ -101,6 +102,8 @@ TEXT_TABLES = {  # name: (text, rows as polars reads them)
     "blank_lines.tsv": ("\n\r\nsequence\tlabel\nACGT\tAC\n\nGGCC\tTT\n\n\n", 5),
     "comments.tsv": ("##meta\nsequence\tlabel\n##x\nACGT\tAC\r\n\r\nGGCC\tTT\r\n", 3),
     "quotes.tsv": ('sequence\tlabel\n"ACGT\tAC\nGGCC\tTT"\n', 2),
+    # every header name quoted (R's write.table): quotes enclose fields, as a CSV's do
+    "r_quoted.tsv": ('"sequence"\t"label"\n"AC\nGT"\t"AC"\n"GG""CC"\t"T\tT"\n', 2),
     "quotes.csv": ('sequence,label\n"AC\nGT",AC\n"GG""\n##CC",TT\nAAAA,"T\n\nT"\n\n', 4),
 }
 

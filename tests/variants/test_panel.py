@@ -196,6 +196,28 @@ def test_tsv_comments_blank_lines_and_line_numbers(tmp_path):
     assert panel["label"].to_list() == [1, 0, 0, None]
 
 
+def test_a_tsv_quoted_by_r_reads_as_its_unquoted_twin(tmp_path):
+    """R's write.table quotes every text field, the header's names too: read as a CSV's quotes
+    are (they were read as characters: `"chrom"` was no key column). In a TSV whose header is
+    not quoted, a quote stays a character (a note may hold one)."""
+    quoted = tmp_path / "r.tsv"
+    quoted.write_text(
+        '"chrom"\t"pos"\t"ref"\t"alt"\t"note"\n'
+        '"chr1"\t10\t"A"\t"C"\t"a ""tab\there"""\n"chr1"\t11\t"G"\t"T"\tNA\n'
+    )
+    plain = tmp_path / "plain.tsv"
+    plain.write_text('chrom\tpos\tref\talt\tnote\nchr1\t10\tA\tC\t5" of "x\nchr1\t11\tG\tT\tNA\n')
+    read, twin = read_panel(quoted), read_panel(plain)
+    assert read.drop("source", "note").equals(twin.drop("source", "note"))
+    assert read["note"].to_list() == ['a "tab\there"', "NA"]
+    assert twin["note"].to_list() == ['5" of "x', "NA"]
+    assert read["source"].to_list() == [f"{quoted}:line {n}" for n in (2, 3)]
+    ragged = tmp_path / "ragged.tsv"  # a quoted tab is no separator; the count names line 3
+    ragged.write_text('"chrom"\t"pos"\t"ref"\t"alt"\n"1"\t10\t"A"\t"C\tG"\n"1"\t11\t"A"\n')
+    with pytest.raises(InputError, match=r"ragged\.tsv:3: 3 fields where the header has 4"):
+        read_panel(ragged)
+
+
 def test_ragged_table_names_the_line(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("chrom,pos,ref,alt\n1,10,A,C\n1,11,A,C,EXTRA\n1,12,A,C\n")

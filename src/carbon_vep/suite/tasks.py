@@ -17,7 +17,12 @@ import polars as pl
 
 from carbon_vep.errors import InputError
 from carbon_vep.variants.panel_columns import open_binary
-from carbon_vep.variants.panel_text import TABLE_SUFFIXES, read_text_table, table_format
+from carbon_vep.variants.panel_text import (
+    TABLE_SUFFIXES,
+    read_text_table,
+    table_format,
+    text_dialect,
+)
 
 
 def read_task_table(
@@ -63,7 +68,7 @@ def count_task_rows(path: str | Path, required: Sequence[str]) -> int:
             rows = pl.scan_parquet(path).select(pl.len()).collect().item()
         else:
             columns = read_text_table(path, fmt, n_rows=0, all_text=True).columns
-            rows = _text_records(path, quoted=fmt == "csv")
+            rows = _text_records(path, quoted=text_dialect(path, fmt).quoted)
     except (pl.exceptions.PolarsError, OSError) as err:
         raise InputError(path, f"cannot read task file: {err}") from err
     _require_columns(path, columns, required, rows)
@@ -104,7 +109,8 @@ def _text_records(path: Path, quoted: bool) -> int:
     """The data records of a text table as polars reads it (panel_text.read_text_table), one
     line in memory at a time: lines end at `\\n`; blank lines before the header are skipped, a
     line starting `##` outside a quoted field is a comment, a blank line after the header is a
-    record (of nulls); with `quoted` (CSV), a record goes on until its quotes are closed."""
+    record (of nulls); with `quoted` (CSV, a quoted TSV), a record goes on until its quotes are
+    closed."""
     records, header_seen, in_quotes = 0, False, False
     with open_binary(path) as handle:
         for line in handle:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,34 @@ def table_format(path: str | Path) -> str | None:
     return next((fmt for suffix, fmt in TABLE_SUFFIXES.items() if name.endswith(suffix)), None)
 
 
+@dataclass(frozen=True)
+class TextDialect:
+    """How a text table's fields split: at `sep`; with `quoted`, a `"`-quoted field may hold the
+    separator, a line end or a doubled `""` (CSV's rule), else a quote is a character."""
+
+    sep: str
+    quoted: bool
+
+
+def text_dialect(path: str | Path, fmt: str) -> TextDialect:
+    """A CSV's fields may be quoted. A TSV's quotes are characters (a text column may hold a
+    lone `"`), unless every name of its header is quoted: R's `write.table` (quote = TRUE, its
+    default) writes text that way, and its `"chr1"` means chr1, as a CSV's does."""
+    if fmt == "csv":
+        return TextDialect(",", quoted=True)
+    return TextDialect("\t", quoted=_header_quoted(Path(path)))
+
+
+def _header_quoted(path: Path) -> bool:
+    try:
+        with open_text(path) as handle:
+            header = next((x for x in handle if x.strip("\r\n") and not x.startswith("##")), "")
+    except (OSError, UnicodeDecodeError, EOFError):  # the read proper says what is wrong
+        return False
+    names = header.rstrip("\r\n").split("\t")
+    return bool(header) and all(len(n) >= 2 and n[0] == n[-1] == '"' for n in names)
+
+
 def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of each data line of a text table: after the header (the first line
     that is neither `##` nor empty, as polars finds it), no `##`."""
@@ -83,22 +112,22 @@ def _encoding_error(path: Path) -> InputError | None:
     return None if found is None else InputError(path, found[1], found[0])
 
 
-def _field_count(line: str, sep: str) -> int:
-    """Fields in one line as polars splits it (a quote in a TSV is a character)."""
-    if sep == "\t" or '"' not in line:
-        return line.count(sep) + 1
-    return len(next(csv.reader([line], delimiter=sep), []))
+def _field_count(line: str, dialect: TextDialect) -> int:
+    """Fields in one line as polars splits it."""
+    if not dialect.quoted or '"' not in line:
+        return line.count(dialect.sep) + 1
+    return len(next(csv.reader([line], delimiter=dialect.sep), []))
 
 
 def _ragged_line(
-    lines: Iterable[tuple[int, str]], sep: str, n_columns: int
+    lines: Iterable[tuple[int, str]], dialect: TextDialect, n_columns: int
 ) -> tuple[int, int] | None:
     """(line number, field count) of the first data line with more or fewer fields than the
     header (blank lines aside): polars refuses a long row but fills a short one with nulls,
     which would read as a missing ALT (or REF) instead of the broken row it is."""
     for number, line in lines:
         if line.strip():
-            n_fields = _field_count(line, sep)
+            n_fields = _field_count(line, dialect)
             if n_fields != n_columns:
                 return number, n_fields
     return None
@@ -148,14 +177,14 @@ def read_text_table(
     n_rows: int | None = None,
     all_text: bool = False,
 ) -> pl.DataFrame:
-    """A TSV or CSV (plain or gzipped) as polars reads it: `##` lines are comments, a quote in a
-    TSV is a character; `all_text` reads every column as a string."""
-    sep = "," if fmt == "csv" else "\t"
+    """A TSV or CSV (plain or gzipped) as polars reads it: `##` lines are comments, quotes as
+    `text_dialect` says; `all_text` reads every column as a string."""
+    dialect = text_dialect(path, fmt)
     return pl.read_csv(
         path,
-        separator=sep,
+        separator=dialect.sep,
         comment_prefix="##",
-        quote_char='"' if sep == "," else None,  # a quote in a TSV is a character
+        quote_char='"' if dialect.quoted else None,
         infer_schema_length=0 if all_text else None,
         schema_overrides=overrides,
         n_rows=n_rows,
@@ -198,8 +227,8 @@ def _read_error(path: Path, fmt: str, err: Exception, n_columns: int | None = No
         encoding = _encoding_error(path)
         if encoding is not None:
             return encoding
-        sep = "," if fmt == "csv" else "\t"
-        ragged = None if n_columns is None else _ragged_line(_data_lines(path), sep, n_columns)
+        dialect = text_dialect(path, fmt)
+        ragged = None if n_columns is None else _ragged_line(_data_lines(path), dialect, n_columns)
         if ragged:
             return _ragged_error(path, ragged, n_columns or 0)
     return InputError(path, f"cannot read the {fmt} panel: {err}")
@@ -272,8 +301,7 @@ def _cite_lines(
         lines = [(n, "?") for n in range(1, frame.height + 1)]
         where = [f"{path}:row {n}" for n, _ in lines]
     else:
-        sep = "," if fmt == "csv" else "\t"
-        ragged = _ragged_line(lines, sep, frame.width)
+        ragged = _ragged_line(lines, text_dialect(path, fmt), frame.width)
         if ragged:
             raise _ragged_error(path, ragged, frame.width)
         where = [f"{path}:line {n}" for n, _ in lines]
