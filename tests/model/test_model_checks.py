@@ -1,7 +1,7 @@
 """A user's own checkpoint is checked as it loads, before any variant is scored: weights that
 do not fill the architecture its config.json names (transformers would initialise the rest at
-random and only warn), a folder without weights or of no causal LM, each refused with the
-model named and the problem said."""
+random and only warn), a folder without weights or of no causal LM, and a vocabulary without
+every k-mer, each refused with the model named and the problem said."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file, save_file
-from support.kmer_model import build_kmer_model
+from support.kmer_model import build_kmer_model, kmer_strings
 
 from carbon_vep.config.stages import ModelSettings
-from carbon_vep.errors import InputError
+from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.model.loading import load_model
 
 WEIGHTS = "model.safetensors"
@@ -83,3 +83,17 @@ def test_a_config_of_no_causal_lm_is_named(kmer6, tmp_path):
     model = _copy(kmer6, tmp_path)
     _edit_config(model, model_type="t5", architectures=["T5ForConditionalGeneration"])
     assert "cannot load the model: Unrecognized configuration class" in _refusal(model)
+
+
+def test_a_vocabulary_without_every_kmer_names_the_missing_ones(tmp_path):
+    lacking = ("GGGGGG", "ACGTAC", "TTTTTT")
+    model = build_kmer_model(
+        tmp_path / "lacking", 6, [s for s in kmer_strings(6) if s not in lacking]
+    )
+    message = _refusal(model, TokenizerMismatchError)
+    assert "3 of the 4,096 6-mers are missing, e.g. ['ACGTAC', 'TTTTTT', 'GGGGGG']" in message
+
+
+def test_a_character_level_tokenizer_is_named_as_such(tmp_path):
+    model = build_kmer_model(tmp_path / "chars", 1)  # one base a token
+    assert "no pure-ACGT token of more than one base" in _refusal(model, TokenizerMismatchError)
