@@ -81,6 +81,24 @@ def test_a_local_model_directory_and_the_baseline_must_exist(tmp_path):
     assert missing_inputs(read_run_config(config, "c", str(ROOT)), str(ROOT)) == []
 
 
+@pytest.mark.parametrize("path", ["my_finetune", "runs/ft/checkpoint-100"])
+def test_a_relative_model_folder_not_found_here_is_no_hub_id(tmp_path, monkeypatch, path):
+    """Not of a Hub id's shape (ORG/NAME), so a folder missing from the run's directory (named
+    from where the user stood, not from Snakemake's --directory): refused while parsing, not
+    sent to fetch_model as a download."""
+    monkeypatch.chdir(tmp_path)
+    config = _config(tmp_path)
+    config["models"]["demo"] = {"path": path}
+    with pytest.raises(ConfigError) as err:
+        read_run_config(config, "c")
+    assert str(err.value) == (
+        f"c: input file(s) not found (relative paths are read from {tmp_path}): "
+        f"models.demo.path: {path}"
+    )
+    (tmp_path / path).mkdir(parents=True)
+    assert missing_inputs(read_run_config(config, "c")) == []
+
+
 def test_a_path_from_the_home_folder_is_refused_naming_its_key(tmp_path, monkeypatch):
     """`~` is expanded by no one downstream: the input check used to find `~/model` while the
     workflow sent it to fetch_model as a Hub id, and Snakemake refused `~/panel.vcf` only when

@@ -1,7 +1,7 @@
 """Adapters beyond Carbon: a GENERator-style pure k-mer vocabulary with a `<s>` prefix.
 
-The tokenizer below has no `dna_token_to_id` and no dna_config.json, so the adapter must find
-the k-mer block by scanning the vocabulary and the prefix from the BOS token.
+The tokenizer (support.kmer_model) has no `dna_token_to_id` and no dna_config.json, so the
+adapter must find the k-mer block by scanning the vocabulary and the prefix from the BOS token.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from support.kmer_model import build_kmer_model
 
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.config.stages import ModelSettings, RecipeSettings
@@ -24,39 +23,6 @@ from carbon_vep.model.loading import load_model
 from carbon_vep.scoring.shard import score_shard
 
 DEMO_FASTA = Path(__file__).resolve().parents[2] / "resources/demo/chr17.hg19.part.fa"
-SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"] + [f"<reserved_{i}>" for i in range(28)]
-
-
-def build_kmer_model(out: Path, k: int) -> Path:
-    kmers = ["".join(p) for p in itertools.product("ATCG", repeat=k)]  # GENERator's order
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + kmers)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(f".{{1,{k}}}"), behavior="isolated")
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-    )
-    tok.add_special_tokens({"additional_special_tokens": SPECIALS[4:]})
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=2048,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(k)
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module", params=[6, 3], ids=["k6", "k3"])

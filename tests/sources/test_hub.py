@@ -23,7 +23,14 @@ from support.cluster import (
 )
 from support.hub import COMMIT, REPO_ID, fake_hub_cache
 
-from carbon_vep.sources.hub import ModelNotCachedError, remote_code_repos, require_cached
+from carbon_vep.config.stages import ModelSettings
+from carbon_vep.errors import InputError
+from carbon_vep.sources.hub import (
+    ModelNotCachedError,
+    model_folder,
+    remote_code_repos,
+    require_cached,
+)
 
 
 def test_require_cached_finds_the_snapshot_or_says_how_to_fetch_it(demo_model_dir, tmp_path):
@@ -51,6 +58,24 @@ def test_a_mistyped_local_model_path_is_named_as_such(tmp_path, monkeypatch):
     with pytest.raises(ModelNotCachedError) as err:  # a real Hub id: no hint
         require_cached("other-org/other-model", None, cache)
     assert "local folder" not in str(err.value)
+
+
+@pytest.mark.parametrize("path", ["my_finetune", "runs/ft/checkpoint-100"])
+@pytest.mark.parametrize("offline", [True, False])
+def test_a_model_path_that_is_no_folder_here_and_no_hub_id_is_refused(
+    tmp_path, monkeypatch, path, offline
+):
+    """A folder named relative to another working directory is not looked for on the Hub (a
+    download that cannot succeed, or minutes of retries without network): the error says where
+    relative paths are read from."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", offline)
+    with pytest.raises(InputError) as err:
+        model_folder(ModelSettings(path))
+    assert str(err.value) == (
+        f"{path}: no such model folder (relative paths are read from {tmp_path}), and not a "
+        "Hub id (ORG/NAME)"
+    )
 
 
 def test_remote_code_in_other_repositories_is_found(tmp_path):

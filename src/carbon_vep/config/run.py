@@ -237,6 +237,15 @@ def _is_sha256(value: Any) -> bool:
 
 
 # ---- checks of the whole config ----------------------------------------------------------
+def is_hub_id(path: str) -> bool:
+    """A model path of a Hub id's shape, ORG/NAME: any other path that is no local folder is a
+    folder not found here (such as a path relative to another working directory), never a
+    download."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path) is not None
+
+
 def check_unpinned_remote_code(key: str, model: ModelSettings) -> None:
     """A Hub model allowed to run remote code needs a pinned commit (or allow_unpinned): the
     code at a branch can change between runs. Caught at parse time, before any download."""

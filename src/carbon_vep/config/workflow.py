@@ -370,7 +370,10 @@ def local_inputs(run: Any, workflow_root: str = ".") -> list[tuple[str, str]]:
     """(config key, path) of every local file the config names as an input that no rule of
     the workflow writes (Hub files, downloads and the demo model are written by rules): panels,
     references, task files, scans' BED files and neutral regions, local model directories
-    (paths that start with /, . or ~; a Hub id is fetched), and the baseline."""
+    (a path that starts with /, . or ~, or is not of a Hub id's shape ORG/NAME: a Hub id is
+    fetched), and the baseline."""
+    from carbon_vep.config.run import is_hub_id
+
     paths: list[tuple[str, str]] = []
     for key, dataset in run.datasets.items():
         paths += [(f"datasets.{key}.panel", dataset.panel)]
@@ -393,7 +396,8 @@ def local_inputs(run: Any, workflow_root: str = ".") -> list[tuple[str, str]]:
     paths += [
         (f"models.{key}.path", model.path)
         for key, model in run.models.items()
-        if not model.build_demo and model.path.startswith(("/", ".", "~"))
+        if not model.build_demo
+        and (model.path.startswith(("/", ".", "~")) or not is_hub_id(model.path))
     ]
     produced = _produced(run)
     out = [(key, path) for key, path in paths if os.path.normpath(path) not in produced]

@@ -16,17 +16,9 @@ PROBE_PHASE = "probe"  # the job record's phase of the start-up probe
 
 def require_model_here(model: ModelSettings) -> None:
     """Fail in seconds, before torch is imported, when an offline job lacks its Hub model."""
-    from huggingface_hub import constants
+    from carbon_vep.sources.hub import check_remote_code, model_folder
 
-    from carbon_vep.sources.hub import (
-        check_remote_code,
-        is_local_model,
-        model_folder,
-        require_cached,
-    )
-
-    if constants.HF_HUB_OFFLINE and not is_local_model(model.path):
-        require_cached(model.path, model.revision)
+    # offline, the folder is the cached snapshot or ModelNotCachedError naming the fix
     check_remote_code(model, *model_folder(model))  # before any code of the checkpoint runs
 
 

@@ -187,6 +187,39 @@ def yarn_overrides(spec: ModelSettings, yarn: Yarn) -> dict[str, Any]:
     }
 
 
+def check_weights_loaded(path: str, config: Any, loaded: dict[str, Any]) -> None:
+    """Refuse a model whose checkpoint did not fill every weight of the architecture its
+    config.json names: transformers initialises those at random and only warns (a config of
+    another architecture, a weights file cut short, a checkpoint saved with other key names),
+    and the scores would be noise."""
+    missing = sorted(loaded.get("missing_keys") or ())
+    mismatched = [
+        f"{key} {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
+        for key, theirs, ours in loaded.get("mismatched_keys") or ()
+    ]
+    if not missing and not mismatched:
+        return
+    problems = []
+    if missing:
+        problems.append(
+            f"{len(missing):,} weight(s) missing from the checkpoint, e.g. {missing[:3]}"
+        )
+    if mismatched:
+        problems.append(f"{len(mismatched):,} of another shape, e.g. {mismatched[:2]}")
+    unused = sorted(loaded.get("unexpected_keys") or ())
+    if unused:
+        problems.append(
+            f"{len(unused):,} checkpoint weight(s) the model has no place for, e.g. {unused[:3]}"
+        )
+    kind = getattr(config, "model_type", None) or type(config).__name__
+    raise InputError(
+        path,
+        f"the weights do not fit the model its config.json describes ({kind}): "
+        f"{'; '.join(problems)}. Those weights would be random and the scores noise: use the "
+        "checkpoint's own config.json and all of its weight files",
+    )
+
+
 def load_model(
     spec: ModelSettings, yarn: Yarn | None = None, attention: str | None = None
 ) -> LoadedModel:
@@ -199,19 +232,27 @@ def load_model(
         register()  # a name transformers accepts only once registered
     device = resolve_device(spec.device)
     tokenizer, vocab = load_tokenizer(spec)
-    config = AutoConfig.from_pretrained(
-        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-    )
-    if yarn is not None:
-        apply_yarn(config, yarn.factor, yarn.original_positions, yarn.max_positions)
-    model = AutoModelForCausalLM.from_pretrained(
-        spec.path,
-        config=config,
-        revision=spec.revision,
-        dtype=_DTYPES[spec.dtype],
-        trust_remote_code=spec.trust_remote_code,
-        **({"attn_implementation": attention} if attention else {}),
-    )
+    try:
+        config = AutoConfig.from_pretrained(
+            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+        if yarn is not None:
+            apply_yarn(config, yarn.factor, yarn.original_positions, yarn.max_positions)
+        # mismatched shapes are reported in `loaded` (and refused below), not raised bare
+        model, loaded = AutoModelForCausalLM.from_pretrained(
+            spec.path,
+            config=config,
+            revision=spec.revision,
+            dtype=_DTYPES[spec.dtype],
+            trust_remote_code=spec.trust_remote_code,
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,
+            **({"attn_implementation": attention} if attention else {}),
+        )
+    except (OSError, ValueError) as err:  # no weights, no config, a config of no causal LM
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(spec.path, f"cannot load the model: {first}") from err
+    check_weights_loaded(spec.path, config, loaded)
     if attention == LOWER_RIGHT_SDPA and not model.is_backend_compatible():
         # its attention code does not go through transformers' registry (remote code), so it
         # could not read the lower-right bias: transformers' own sdpa then

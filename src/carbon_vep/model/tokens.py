@@ -131,7 +131,28 @@ def _scan_kmer_block(tokenizer: Any) -> tuple[int, dict[str, int]]:
         if run and len(run) == 4 ** len(run[0][1]) and len(run[0][1]) > 1:
             return len(run[0][1]), {t: i for i, t in run}
         run = [(idx, tok)] if tok and set(tok) <= set(BASES) else []
-    raise TokenizerMismatchError("no contiguous block of 4**k pure-ACGT k-mer tokens in vocabulary")
+    raise TokenizerMismatchError(
+        f"no contiguous block of 4**k pure-ACGT k-mer tokens in vocabulary: {_no_block(tokens)}"
+    )
+
+
+def _no_block(tokens: Sequence[str | None]) -> str:
+    """Why a vocabulary has no k-mer block: the k-mers of its most common length (k > 1) that
+    it lacks, or that it has none (a character-level or BPE tokenizer)."""
+    lengths: dict[int, set[str]] = {}
+    for tok in tokens:
+        if tok and len(tok) > 1 and set(tok) <= set(BASES):
+            lengths.setdefault(len(tok), set()).add(tok)
+    if not lengths:
+        return "it holds no pure-ACGT token of more than one base (a character-level tokenizer?)"
+    k = max(lengths, key=lambda n: len(lengths[n]))
+    missing = [s for s in kmer_strings(k) if s not in lengths[k]]
+    if missing:
+        return (
+            f"{len(missing):,} of the {4**k:,} {k}-mers are missing, e.g. {missing[:3]}; every "
+            f"{k}-mer needs its own token (the per-base marginals sum over all of them)"
+        )
+    return f"its {4**k:,} {k}-mers are not numbered one after another"
 
 
 def _kmer_map(tokenizer: Any) -> tuple[int, dict[str, int]]:

@@ -205,8 +205,16 @@ def _download(repo_id: str, revision: str | None, cache_dir: str | Path | None) 
 def model_folder(spec: Any) -> tuple[Path, bool]:
     """The model's files: its local directory, or the Hub snapshot at its revision (from the
     cache, downloaded if this process may). (folder, whether it came from the Hub)."""
+    from carbon_vep.config.run import is_hub_id
+
     if is_local_model(spec.path):
         return Path(spec.path), False
+    if not is_hub_id(spec.path):
+        raise InputError(
+            spec.path,
+            f"no such model folder (relative paths are read from {Path.cwd()}), and not a Hub "
+            "id (ORG/NAME)",
+        )
     if constants.HF_HUB_OFFLINE:
         return require_cached(spec.path, spec.revision), True
     return _download(spec.path, spec.revision, None), True
