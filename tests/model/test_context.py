@@ -40,3 +40,38 @@ def test_unknown_positions_check_nothing_and_the_setting_is_spelled_for_the_work
     lower = r"lower the config key `window_bp` to at most 60$"
     with pytest.raises(ContextTooLongError, match=lower):
         check_context(66, 6, 11, what="centered windows", model="m", setting="window_bp")
+
+
+def _run_with_window(tmp_path, recipe: str, models: dict, **scoring):
+    from carbon_vep.config.run import RunConfig
+
+    dataset = {"panel": "p.vcf", "reference": "r.fa", "build": "hg38", "recipe": recipe}
+    return RunConfig.from_dict({"models": models, "datasets": {"ds": dataset | scoring}})
+
+
+def test_a_datasets_windows_are_checked_against_each_local_models_positions(tmp_path):
+    """The workflow's parse-time check (scoring.context): the window (or a scan recipe's tile)
+    against a local checkpoint's config.json, an unbuilt demo model's positions; a Hub id is
+    left to its jobs, and a recipe with no model checks nothing."""
+    import json
+
+    from carbon_vep.scoring.context import check_dataset_contexts
+
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    fits = usable_bp(512, 6)  # 3,066 bp
+    local = {"m": {"path": str(small)}, "hub": {"path": "HuggingFaceBio/Carbon-3B"}}
+    check_dataset_contexts(_run_with_window(tmp_path, "centered", local, window_bp=fits))
+    with pytest.raises(ContextTooLongError, match=r"datasets\.ds: nexttoken windows of 3,072 bp"):
+        check_dataset_contexts(_run_with_window(tmp_path, "nexttoken", local, window_bp=fits + 6))
+    with pytest.raises(ContextTooLongError, match="centered windows of 8,192 bp"):  # the default
+        check_dataset_contexts(_run_with_window(tmp_path, "centered", local))
+    tiles = {"tile_bp": fits + 6, "min_context": 60}
+    with pytest.raises(ContextTooLongError, match=r"lower `--tile-bp`"):
+        check_dataset_contexts(_run_with_window(tmp_path, "scan", local, **tiles))
+    demo = {"d": {"path": str(tmp_path / "not_built"), "build_demo": True}}
+    with pytest.raises(ContextTooLongError, match="the positions the demo model is built with"):
+        check_dataset_contexts(_run_with_window(tmp_path, "centered", demo, window_bp=60_000))
+    hub_only = {"hub": {"path": "HuggingFaceBio/Carbon-3B"}}
+    check_dataset_contexts(_run_with_window(tmp_path, "centered", hub_only, window_bp=10**6))

@@ -46,3 +46,20 @@ def test_one_section_alone_plans_its_own_jobs(section, absolute, tmp_path):
     assert not {own[s] for s in SECTIONS if s != section} & rules
     if section in ("tasks", "niah"):  # their metrics come from their own rules, not a panel's
         assert "compute_metrics" not in rules
+
+
+def test_a_window_longer_than_a_local_models_positions_stops_the_parse(tmp_path, demo_model_dir):
+    """Refused while the Snakefile reads the config (scoring.context), before any job: it was
+    refused by every score_shard job after its model had loaded (on a cluster, each retried)."""
+    from support.cluster import demo_config
+
+    path = demo_config(tmp_path, demo_model_dir)
+    config = yaml.safe_load(path.read_text())
+    [dataset] = config["datasets"]
+    config["datasets"][dataset]["window_bp"] = 49_152  # the demo's 8,192 positions hold 49,146
+    path.write_text(yaml.safe_dump(config))
+    result = run_snakemake(tmp_path, path, "-n")
+    said = result.stdout + result.stderr  # a dry run prints the error on stdout
+    assert result.returncode != 0 and "rule score_shard:" not in said
+    assert f"datasets.{dataset}: centered windows of 49,152 bp need 8,193 positions" in said
+    assert "lower the config key `window_bp` to at most 49,146" in said

@@ -20,6 +20,7 @@ from carbon_vep.config.workflow import (
 from carbon_vep.estimate.bill import estimate, is_dry_run
 from carbon_vep.estimate.table import render
 from carbon_vep.report.track_list import track_set
+from carbon_vep.scoring.context import check_dataset_contexts
 from carbon_vep.workflow.jobs import Jobs
 from carbon_vep.workflow.paths import RunPaths
 from carbon_vep.workflow.scans import ScanInputs, read_plan
@@ -47,6 +48,7 @@ PROFILES = {
 for rule_name in MODEL_RULES:
     check_gpu_profile(rule_name, PROFILES.get(rule_name, {}), RUN.models)
 check_niah_profile(PROFILES.get("score_niah", {}), RUN)
+check_dataset_contexts(RUN)  # windows a local model cannot hold: refused before any job
 # a shipped SLURM profile's FILL_IN_ values: refused before any job is submitted (a dry run,
 # which submits none, prints the bill and says so)
 UNFILLED = unfilled_profile(

@@ -10,8 +10,12 @@ and the VEP windows of every scoring job).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+
+from carbon_vep.config.gpus import DEMO_MAX_POSITIONS
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import ContextTooLongError
+from carbon_vep.sources.hub import local_positions
 
 PREFIX_POSITIONS = 1  # the `<dna>` token before a sequence's k-mers
 # what else to lower with a setting, where lowering it alone would not do
@@ -45,3 +49,30 @@ def check_context(
             f"{model} supports {positions:,}, {most:,} bp; lower {setting_name(setting)} to at "
             f"most {most:,}{_ALSO_LOWER.get(setting, '')}"
         )
+
+
+def check_models_context(
+    bp: int,
+    k: int,
+    models: Mapping[str, str],
+    demo_models: Collection[str] = (),
+    *,
+    what: str,
+    setting: str,
+) -> list[str]:
+    """`check_context` for each model (key -> path) before any job loads it: from the positions
+    a local checkpoint's config.json declares (no torch), or for a demo model not built yet
+    (`demo_models`) the positions it is built with. The models it cannot check yet (a Hub id, a
+    model an earlier job copies) come back as notes: their jobs check when they load them."""
+    notes = []
+    for key, path in models.items():
+        limit, why = local_positions(path)
+        source = "max_position_embeddings in its config.json"
+        if limit is None and key in demo_models:
+            limit, source = DEMO_MAX_POSITIONS, "the positions the demo model is built with"
+        if limit is None:
+            notes.append(f"model {key}: {setting} not checked against its context here: {why}")
+        check_context(
+            bp, k, limit, what=what, model=f"model {key} ({path}; {source})", setting=setting
+        )
+    return notes

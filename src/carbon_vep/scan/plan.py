@@ -33,7 +33,6 @@ from carbon_vep import markdown
 from carbon_vep.atomic import TBI_MAX_POSITION, index_suffix
 from carbon_vep.config.gpus import (
     ASSUMED_EFFICIENCY,
-    DEMO_MAX_POSITIONS,
     GPU_CLASSES,
     MODEL_SHAPES,
     attention_flops,
@@ -45,9 +44,8 @@ from carbon_vep.config.stages import ScanChunkSettings, TileSettings
 from carbon_vep.errors import InputError
 from carbon_vep.genome.contigs import encode_name
 from carbon_vep.genome.reference import Reference
-from carbon_vep.model.context import check_context, positions_needed
+from carbon_vep.model.context import check_models_context, positions_needed
 from carbon_vep.scan.targets import K, Piece, target_pieces
-from carbon_vep.sources.hub import local_positions
 
 # ---- the cost model (estimates: docs/performance.md#cost-per-token) -------------------------
 # FLOPs a token from Carbon's shapes (config.gpus): the body, the 4,096 DNA rows of the output
@@ -152,26 +150,11 @@ def check_tile_context(
     tiles: TileSettings, models: Mapping[str, str], demo_models: Collection[str] = ()
 ) -> list[str]:
     """Refuse a tile longer than a model's context (model.context, as the engine refuses it at
-    load), from the positions a local checkpoint's config.json declares (no torch), or for a
-    demo model not built yet (`demo_models`) the positions it is built with; the models it
-    cannot check yet (a Hub id, a model an earlier job copies) as notes: their chunk jobs check
-    when they load them."""
-    notes = []
-    for key, path in models.items():
-        limit, why = local_positions(path)
-        if limit is None and key in demo_models:
-            limit = DEMO_MAX_POSITIONS
-        if limit is None:
-            notes.append(f"model {key}: tile_bp not checked against its context here: {why}")
-        check_context(
-            tiles.tile_bp,
-            K,
-            limit,
-            what="scan tiles",
-            model=f"model {key} ({path}; max_position_embeddings in its config.json)",
-            setting="tile_bp",
-        )
-    return notes
+    load); the models it cannot check yet as notes (their chunk jobs check when they load
+    them)."""
+    return check_models_context(
+        tiles.tile_bp, K, models, demo_models, what="scan tiles", setting="tile_bp"
+    )
 
 
 def chunk_pieces(plan: Mapping[str, Any], index: int) -> list[Piece]:

@@ -62,6 +62,16 @@ class RecipeSettings:
     def definition(self) -> Recipe:
         return RECIPES[self.recipe]
 
+    def model_bases(self) -> tuple[int, str] | None:
+        """The most bases a scoring job puts through the model at once, and the setting that
+        sets them: a window (centered, fns, nexttoken) or a tile (scan); None for a recipe
+        with no model (from_scan)."""
+        if not self.definition.needs_model:
+            return None
+        if self.definition.likelihood == "scan":
+            return self.tiles.tile_bp, "tile_bp"
+        return self.window_bp or self.definition.default_window_bp, "window_bp"
+
     @property
     def resolved_normalization(self) -> str:
         return self.definition.normalization(self.normalization)
