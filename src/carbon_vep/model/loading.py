@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from carbon_vep.config.fields import INTERFACE_VARIABLE
+from carbon_vep.config.run import setting_name
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.errors import InputError, TokenizerMismatchError
 from carbon_vep.model.attention import LOWER_RIGHT_SDPA, register
@@ -47,11 +49,20 @@ def resolve_device(requested: str, job: str | None = None) -> torch.device:
             f"device {requested!r} requested but no CUDA device is visible on node "
             f"{socket.gethostname()}{f' (SLURM job {slurm_job})' if slurm_job else ''}, "
             f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}. "
-            "The GPU rule ran without a GPU: check that the profile gives it one "
-            "(gpu, gpu_model, a GPU partition), or set the model's device to 'cpu' to score "
-            "on CPU",
+            + _no_gpu_fix(),
         )
     return torch.device(requested)
+
+
+def _no_gpu_fix() -> str:
+    """What to do about it, in the words of the interface the job came from."""
+    on_cpu = setting_name("device", "cpu")
+    if os.environ.get(INTERFACE_VARIABLE) == "workflow":
+        return (
+            "The GPU rule ran without a GPU: check that the profile gives it one (gpu, "
+            f"gpu_model, a GPU partition), or set {on_cpu} to score on CPU"
+        )
+    return f"Run it where a GPU is visible, or with {on_cpu} to score on CPU"
 
 
 class Float32OutputLayer(torch.nn.Module):
