@@ -41,17 +41,20 @@ def test_the_tokens_through_the_body_are_counted_from_the_load(
 
 
 def test_a_failed_job_is_recorded_failed_and_a_job_without_a_model_not_at_all(
-    demo_model_dir, tmp_path, monkeypatch
+    demo_model_dir, tmp_path, monkeypatch, caplog
 ):
     monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "jobs"))
     with job_record("no-model", None):
         pass
     assert not (tmp_path / "jobs").exists()
+    caplog.set_level("INFO")
     with pytest.raises(RuntimeError), job_record("score-y", None):
         load_job_model(ModelSettings(str(demo_model_dir), trust_remote_code=True), None)
         raise RuntimeError("out of memory")
     [record] = records(tmp_path / "jobs")
     assert record["command"] == "score-y" and record["succeeded"] is False
+    # its log line does not read as a job that scored nothing and ended well
+    assert "job score-y (stopped by the error below): 0 tokens through the model" in caplog.text
 
 
 def test_a_cli_model_command_writes_its_record_and_logs_its_line(

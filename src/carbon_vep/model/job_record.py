@@ -181,9 +181,10 @@ def finish(record: JobRecord, succeeded: bool) -> dict[str, Any]:
     summary = record.summary(succeeded)
     peak = summary.get("gpu_peak_reserved_bytes")
     log.info(
-        "job %s: %s tokens through the model in %.1f s after a %.1f s load (%s tokens/s)%s, "
+        "job %s%s: %s tokens through the model in %.1f s after a %.1f s load (%s tokens/s)%s, "
         "host peak %.2f GB",
         record.command,
+        "" if succeeded else " (stopped by the error below)",
         f"{record.tokens:,}",
         summary["after_load_s"],
         record.load_s or 0.0,
