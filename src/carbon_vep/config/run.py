@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,8 +242,6 @@ def is_hub_id(path: str) -> bool:
     """A model path of a Hub id's shape, ORG/NAME: any other path that is no local folder is a
     folder not found here (such as a path relative to another working directory), never a
     download."""
-    import re
-
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", path) is not None
 
 
