@@ -3,6 +3,7 @@ import pytest
 
 from carbon_vep.config.recipes import RECIPES
 from carbon_vep.genome.windows import (
+    UNIQUE_VARIANT_INPUT,
     assign_shards,
     centered_window,
     kmer_usable_length,
@@ -10,7 +11,9 @@ from carbon_vep.genome.windows import (
     rc_index,
     reverse_complement,
     right_end_window,
+    split_shards,
     substitute,
+    unique_variants,
 )
 
 
@@ -85,3 +88,38 @@ def test_add_windows_uses_recipe():
     assert centered.row(0, named=True)["window_start"] == 99 - 32
     nexttoken = RECIPES["nexttoken"].add_windows(variants, {"chr1": 1000}, 60)
     assert nexttoken.row(0, named=True)["window_end"] == 99
+
+
+def test_add_windows_cuts_every_row_with_the_recipe_window():
+    variants = _variants([("chr1", 100, "A", "C"), ("chr2", 7, "A", "C"), ("chr1", 950, "G", "T")])
+    lengths = {"chr1": 1000, "chr2": 50}
+    out = RECIPES["centered"].add_windows(variants, lengths, 64)
+    expected = [
+        centered_window(pos, lengths[c], 64)
+        for c, pos in variants.select("ref_chrom", "pos").iter_rows()
+    ]
+    got = out.select("window_start", "window_end", "variant_index").rows()
+    assert got == [(w.start, w.end, w.variant_index) for w in expected]
+    assert out.schema["window_start"] == pl.Int64
+
+
+def test_split_shards_gives_each_shard_once_in_order():
+    rows = [("chr1", p, "A", alt) for p in (5, 1, 9, 12) for alt in "CGT"] + [("chr2", 3, "A", "C")]
+    sharded = assign_shards(_variants(rows), shard_size=4)
+    n_shards = sharded["shard"].max() + 1
+    by_filter = [sharded.filter(pl.col("shard") == i).drop("shard") for i in range(n_shards)]
+    parts = list(split_shards(sharded))
+    assert n_shards > 2 and len(parts) == n_shards
+    assert all(a.equals(b) for a, b in zip(parts, by_filter, strict=True))
+    empty = list(split_shards(sharded.clear()))
+    assert len(empty) == 1 and empty[0].height == 0 and "shard" not in empty[0].columns
+
+
+def test_unique_variants_needs_only_the_columns_make_shards_reads():
+    checked = _variants([("chr1", 5, "A", "C"), ("chr1", 5, "A", "C"), ("chr1", 2, "A", "G")])
+    checked = checked.with_columns(
+        status=pl.Series(["ok", "ok", "ref_mismatch"]), source=pl.lit("panel.vcf:line 1")
+    )
+    narrow = unique_variants(checked.select(UNIQUE_VARIANT_INPUT))
+    assert narrow.equals(unique_variants(checked))
+    assert narrow.rows() == [("chr1", 5, "A", "C")]

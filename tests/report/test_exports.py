@@ -49,6 +49,21 @@ def test_tabix_tsv_is_sorted_indexed_and_fetchable(tmp_path):
     assert len(list(table.fetch("chr1", 10, 199))) == 0
 
 
+def test_tabix_tsv_in_batches_writes_the_same_bytes_as_in_one(tmp_path, monkeypatch):
+    import gzip
+
+    from carbon_vep.report import exports
+
+    whole = write_tabix_tsv(SNVS, tmp_path / "whole" / "s.tsv.gz", ["score", "p_ref"])
+    monkeypatch.setattr(exports, "TSV_BATCH_ROWS", 2)  # 5 rows: three batches, one header
+    batched = write_tabix_tsv(SNVS, tmp_path / "batched" / "s.tsv.gz", ["score", "p_ref"])
+    assert batched.read_bytes() == whole.read_bytes()
+    lines = gzip.decompress(batched.read_bytes()).decode().splitlines()
+    assert len(lines) == 1 + SNVS.height and lines[0].startswith("#chrom")
+    empty = write_tabix_tsv(SNVS.clear(), tmp_path / "empty.tsv.gz", ["score"])
+    assert gzip.decompress(empty.read_bytes()).decode() == "#chrom\tpos\tref\talt\tscore\n"
+
+
 def test_tabix_tsv_refuses_what_it_cannot_write(tmp_path):
     with pytest.raises(ValueError, match=r"\.gz"):
         write_tabix_tsv(SNVS, tmp_path / "scan.tsv", ["score"])

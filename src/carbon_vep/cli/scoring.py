@@ -33,17 +33,19 @@ def add_make_shards(sub) -> None:
 
 def make_shards(args: argparse.Namespace) -> None:
     from carbon_vep.genome.reference import open_reference
-    from carbon_vep.genome.windows import assign_shards
+    from carbon_vep.genome.windows import UNIQUE_VARIANT_INPUT, assign_shards, split_shards
 
     recipe, shards = from_args(args, RecipeSettings, ShardSettings)
+    checked = _read_table(args.checked, columns=list(UNIQUE_VARIANT_INPUT))
     with open_reference(args.reference) as reference:
-        variants = recipe_windows(pl.read_parquet(args.checked), reference, recipe)
+        variants = recipe_windows(checked, reference, recipe)
+    del checked
     sharded = assign_shards(variants, shards.shard_size)
-    n_shards = int(sharded["shard"].max()) + 1 if sharded.height else 1
+    n_shards = 0
     with atomic.atomic_dir(args.outdir) as tmp:
-        for shard in range(n_shards):  # an empty panel still gets one (empty) shard
-            part = sharded.filter(pl.col("shard") == shard).drop("shard")
+        for shard, part in enumerate(split_shards(sharded)):  # an empty panel: one empty shard
             part.write_parquet(tmp / f"shard_{shard:05d}.parquet")
+            n_shards += 1
     log.info("%d variants in %d shards", sharded.height, n_shards)
 
 
@@ -97,11 +99,11 @@ def merge(args: argparse.Namespace) -> None:
     log.info("merged %d rows", merged.height)
 
 
-def _read_table(path: str) -> pl.DataFrame:
-    """A Parquet table a command was given, or an error naming it."""
+def _read_table(path: str, columns: list[str] | None = None) -> pl.DataFrame:
+    """A Parquet table a command was given (`columns`: those alone), or an error naming it."""
     try:
-        return pl.read_parquet(path)
-    except (OSError, pl.exceptions.ComputeError) as err:
+        return pl.read_parquet(path, columns=columns)
+    except (OSError, pl.exceptions.ComputeError, pl.exceptions.ColumnNotFoundError) as err:
         raise InputError(path, f"cannot read this Parquet file: {err}") from err
 
 

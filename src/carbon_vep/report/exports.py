@@ -22,6 +22,9 @@ from carbon_vep.genome.reference import open_reference
 
 log = logging.getLogger("carbon_vep")
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
+# rows formatted as text at a time: the whole table as one string would be ~50 bytes a row, twice
+# (the str and its encoding), on top of the table
+TSV_BATCH_ROWS = 100_000
 
 
 def _contig_rank(frame: pl.DataFrame, contig_order: Sequence[str] | None) -> pl.Expr:
@@ -60,8 +63,11 @@ def write_tabix_tsv(
     )
 
     longest = int(table["pos"].max() or 0)  # a .csi where a position passes what a .tbi holds
+    text = {"separator": "\t", "null_value": "."}
     with indexed_bgzf(out_path, longest=longest) as handle:
-        handle.write(table.write_csv(None, separator="\t", null_value=".").encode())
+        handle.write(table.clear().write_csv(None, **text).encode())  # the header line
+        for batch in table.iter_slices(TSV_BATCH_ROWS):
+            handle.write(batch.write_csv(None, include_header=False, **text).encode())
     return out_path
 
 
@@ -71,7 +77,9 @@ def export_tabix(scores: str, value_columns: list[str], reference: str | None, o
     reference's contig (`ref_chrom` where present, as results.vcf.gz). Rows that cannot be
     placed (no contig, POS or REF, POS below 1, a contig the reference lacks) are left out,
     with a warning; returns their count."""
-    frame = pl.read_parquet(scores)
+    present = pl.read_parquet_schema(scores)
+    needed = ("ref_chrom", *KEY_COLUMNS, *value_columns)  # the others stay on disk
+    frame = pl.read_parquet(scores, columns=[c for c in dict.fromkeys(needed) if c in present])
     if "ref_chrom" in frame.columns:
         frame = frame.with_columns(pl.coalesce("ref_chrom", "chrom").alias("chrom"))
     order = None
