@@ -72,3 +72,18 @@ def test_stray_score_is_an_error():
     extra = [*KEYS, ("chr1", 99, "A", "C")]
     with pytest.raises(MergeError, match="1 scores match no variant"):
         merge_scores(_checked(), [_scores(extra, [1.0, 2.0, 3.0, 4.0])])
+
+
+def test_a_row_not_ok_gets_no_score_even_where_its_key_was_scored():
+    """The scores are joined onto every row by key and kept on the `ok` rows alone: a row of
+    another status with a scored key (a duplicate the check set aside) keeps its own status
+    and no score; rows come back in row_id order whatever order they came in."""
+    checked = _checked().with_columns(
+        pl.when(pl.col("row_id") == 4).then(pl.lit("skipped")).otherwise("status").alias("status")
+    )
+    merged = merge_scores(checked.reverse(), [_scores(KEYS, [1.0, 2.0, 3.0])])
+    assert merged["row_id"].to_list() == [0, 1, 2, 3, 4, 5]
+    assert merged["score"].to_list() == [1.0, 2.0, None, 3.0, None, None]
+    assert merged["status"].to_list()[3:5] == ["scored", "skipped"]
+    assert merged["recipe"].to_list()[3:5] == ["centered", None]
+    assert merged.columns[: checked.width] == checked.columns  # the panel's columns first

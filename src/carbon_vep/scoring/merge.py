@@ -38,16 +38,21 @@ def merge_scores(checked: pl.DataFrame, shard_scores: list[pl.DataFrame]) -> pl.
             f"{missing.height} scoreable variants have no score and {extra.height} scores match "
             f"no variant (e.g. missing {missing.head(3).to_dicts()})"
         )
-    ok = checked.filter(is_ok).join(scores, on=key, how="left")
-    ok = ok.with_columns(
-        pl.col("score_status").alias("status"), pl.col("score_reason").alias("reason")
+    # the scores lined up with the checked rows by one left join of the key columns alone, then
+    # set beside the checked columns (kept on the `ok` rows only): no copy of the panel's other
+    # columns, nor filtered copies, a concatenation and a sort of the whole table (at ClinVar's
+    # size those held ~2 kB a row at once)
+    lined_up = checked.select(*key, "status", "reason").join(
+        scores, on=key, how="left", maintain_order="left"
     )
-    added = {name: dtype for name, dtype in scores.schema.items() if name not in key}
-    rest = checked.filter(~is_ok).with_columns(
-        [pl.lit(None, dtype=dtype).alias(name) for name, dtype in added.items()]
+    if lined_up.height != checked.height:
+        raise MergeError(f"merge produced {lined_up.height} rows for {checked.height} panel rows")
+    taken = (*key, "score_status", "score_reason")  # the last two become status and reason
+    added = [name for name in scores.columns if name not in taken]
+    values = lined_up.select(
+        pl.when(is_ok).then(pl.col("score_status")).otherwise(pl.col("status")).alias("status"),
+        pl.when(is_ok).then(pl.col("score_reason")).otherwise(pl.col("reason")).alias("reason"),
+        *(pl.when(is_ok).then(pl.col(name)).otherwise(None).alias(name) for name in added),
     )
-    merged = pl.concat([ok, rest.select(ok.columns)], how="vertical").sort("row_id")
-    merged = merged.drop("score_status", "score_reason")
-    if merged.height != checked.height:
-        raise MergeError(f"merge produced {merged.height} rows for {checked.height} panel rows")
-    return merged
+    merged = checked.with_columns(values.get_columns())
+    return merged if merged["row_id"].is_sorted() else merged.sort("row_id")
