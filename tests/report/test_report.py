@@ -18,7 +18,12 @@ from carbon_vep.config.stages import (
 from carbon_vep.config.tasks import TASK_KINDS
 from carbon_vep.evaluate.metrics import evaluated_rows, vep_metrics
 from carbon_vep.report.html import TASK_SECTIONS, render_html
-from carbon_vep.report.markdown import render_report, render_summary
+from carbon_vep.report.markdown import (
+    REPORT_COLUMNS,
+    render_report,
+    render_summary,
+    write_report,
+)
 from carbon_vep.report.page import load_run
 from carbon_vep.report.results_table import results_markdown, results_table
 from carbon_vep.suite.perturbation import perturbation_metrics
@@ -197,6 +202,19 @@ def test_markdown_report_per_dataset(run):
     assert "dropped one-class chromosomes chr3 (n=8, weight 0.200)" in page
     assert "average_precision_by_chrom_weighted_keep_all" in page
     assert "REF A but reference has C" in page
+
+
+def test_the_report_from_its_file_reads_only_the_columns_it_renders(run, tmp_path):
+    """write_report reads REPORT_COLUMNS of the merged table alone (a ClinVar-size panel's
+    other columns stayed in memory for nothing): its page is the one the whole frame gives."""
+    merged = _scores(0).with_columns(pl.lit("x" * 50).alias("CLNDN"))
+    merged.write_parquet(tmp_path / "scores.parquet")
+    (tmp_path / "metrics.json").write_text(json.dumps(run[0].metrics))
+    write_report(
+        str(tmp_path / "scores.parquet"), str(tmp_path / "metrics.json"), "t", tmp_path / "r.md"
+    )
+    assert (tmp_path / "r.md").read_text() == render_report(merged, run[0].metrics, "t")
+    assert set(REPORT_COLUMNS) < set(merged.columns)
 
 
 def test_reasons_with_equal_counts_keep_the_order_of_their_first_row(run):

@@ -102,9 +102,25 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+# the merged table's columns render_report reads: the others (a panel's INFO fields, the
+# scores' detail) stay on disk, ~1.8 kB a row of a ClinVar-size panel
+REPORT_COLUMNS = (
+    "chrom",
+    "pos",
+    "ref",
+    "alt",
+    "status",
+    "reason",
+    "recipe",
+    "normalization",
+    "score",
+)
+
+
 def write_report(merged: str, metrics: str, title: str, out: str) -> None:
     """One dataset's Markdown report at `out`, from its merged rows (Parquet) and metrics JSON."""
-    frame = pl.read_parquet(merged)
+    present = pl.read_parquet_schema(merged)
+    frame = pl.read_parquet(merged, columns=[c for c in REPORT_COLUMNS if c in present])
     values = json.loads(Path(metrics).read_text())
     atomic.write_text(render_report(frame, values, title), out)
 
