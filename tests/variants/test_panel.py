@@ -214,8 +214,12 @@ def test_a_tsv_quoted_by_r_reads_as_its_unquoted_twin(tmp_path):
     assert read["source"].to_list() == [f"{quoted}:line {n}" for n in (2, 3)]
     ragged = tmp_path / "ragged.tsv"  # a quoted tab is no separator; the count names line 3
     ragged.write_text('"chrom"\t"pos"\t"ref"\t"alt"\n"1"\t10\t"A"\t"C\tG"\n"1"\t11\t"A"\n')
-    with pytest.raises(InputError, match=r"ragged\.tsv:3: 3 fields where the header has 4"):
+    with pytest.raises(InputError, match=r"ragged\.tsv:3: 3 fields where the header has 4$"):
         read_panel(ragged)
+    named = tmp_path / "row_names.tsv"  # write.table's default row.names = TRUE
+    named.write_text('"chrom"\t"pos"\t"ref"\t"alt"\n"1"\t"1"\t10\t"A"\t"C"\n')
+    with pytest.raises(InputError, match=r"5 fields where the header has 4 \(R's write\.table"):
+        read_panel(named)
 
 
 def test_ragged_table_names_the_line(tmp_path):

@@ -133,9 +133,15 @@ def _ragged_line(
     return None
 
 
-def _ragged_error(path: Path, ragged: tuple[int, int], n_columns: int) -> InputError:
+def _ragged_error(
+    path: Path, ragged: tuple[int, int], n_columns: int, dialect: TextDialect
+) -> InputError:
     line, n_fields = ragged
-    return InputError(path, f"{n_fields} fields where the header has {n_columns}", line)
+    problem = f"{n_fields} fields where the header has {n_columns}"
+    if dialect.quoted and dialect.sep == "\t" and n_fields == n_columns + 1:
+        # R's write.table writes its row names first, with no name in the header
+        problem += " (R's write.table adds the row names: write it with row.names = FALSE)"
+    return InputError(path, problem, line)
 
 
 def _key_sources(found: Sequence[str], columns: Mapping[str, str], path: Path) -> dict[str, str]:
@@ -230,7 +236,7 @@ def _read_error(path: Path, fmt: str, err: Exception, n_columns: int | None = No
         dialect = text_dialect(path, fmt)
         ragged = None if n_columns is None else _ragged_line(_data_lines(path), dialect, n_columns)
         if ragged:
-            return _ragged_error(path, ragged, n_columns or 0)
+            return _ragged_error(path, ragged, n_columns or 0, dialect)
     return InputError(path, f"cannot read the {fmt} panel: {err}")
 
 
@@ -301,9 +307,10 @@ def _cite_lines(
         lines = [(n, "?") for n in range(1, frame.height + 1)]
         where = [f"{path}:row {n}" for n, _ in lines]
     else:
-        ragged = _ragged_line(lines, text_dialect(path, fmt), frame.width)
+        dialect = text_dialect(path, fmt)
+        ragged = _ragged_line(lines, dialect, frame.width)
         if ragged:
-            raise _ragged_error(path, ragged, frame.width)
+            raise _ragged_error(path, ragged, frame.width, dialect)
         where = [f"{path}:line {n}" for n, _ in lines]
     blank = [not text.strip() for _, text in lines]  # blank lines are not variants
     if any(blank):
