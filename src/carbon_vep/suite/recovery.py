@@ -32,7 +32,7 @@ from carbon_vep.config.stages import EvaluationSettings, RecoverySettings
 from carbon_vep.config.tasks import SEQUENCE_RECOVERY
 from carbon_vep.errors import ContextTooLongError, InputError, TokenizerMismatchError
 from carbon_vep.evaluate.metrics import add_mean_interval, task_metrics
-from carbon_vep.model.context import PREFIX_POSITIONS
+from carbon_vep.model.context import positions_needed, usable_bp
 from carbon_vep.model.tokens import non_acgt_count
 from carbon_vep.suite.tasks import Part, require_scorable, task_file
 
@@ -106,13 +106,14 @@ def check_prompt_positions(
     more positions than the model has (None: not known, nothing checked), naming the setting to
     lower: past them the model would continue at positions it was never trained on."""
     longest = max((len(p) for p in prompts), default=0)
-    fixed = int(settings.species_tags) + PREFIX_POSITIONS + settings.new_tokens
-    if positions is None or longest // k + fixed <= positions:
+    added = int(settings.species_tags) + settings.new_tokens  # beside the prompt's own
+    needed = positions_needed(longest, k) + added
+    if positions is None or needed <= positions:
         return
-    most = max(0, positions - fixed) * k
+    most = max(0, usable_bp(positions - added, k))
     raise ContextTooLongError(
         f"{where}: prompts of up to {longest:,} bp and {settings.new_tokens} new tokens need "
-        f"{longest // k + fixed:,} positions but the model supports {positions:,}; lower "
+        f"{needed:,} positions but the model supports {positions:,}; lower "
         f"{setting_name('max_prompt_bp')} to at most {most:,} (or {setting_name('new_tokens')})"
     )
 
