@@ -11,13 +11,15 @@ from carbon_vep import cli
 from carbon_vep.config.fields import ConfigError
 from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
 from carbon_vep.errors import InputError
+from carbon_vep.evaluate.bootstrap import bootstrap_intervals
 from carbon_vep.evaluate.label_counts import UNMATCHED_LABELS
 from carbon_vep.evaluate.metrics import (
     auprc_trapezoid,
     auroc,
     average_precision,
-    bootstrap_intervals,
     by_chromosome,
+    evaluated_rows,
+    metric_columns,
     spearman,
     vep_metrics,
 )
@@ -312,3 +314,48 @@ def test_a_label_column_the_scored_table_lacks_is_an_error_naming_it(monkeypatch
         vep_metrics(merged, missing, NO_BOOTSTRAP, "s.parquet")
     result = vep_metrics(merged, LabelSettings(), NO_BOOTSTRAP)  # none configured: no metrics
     assert result["metrics"] == {} and result["warnings"]
+
+
+def test_the_metrics_job_reads_only_its_columns_and_writes_what_the_whole_table_gives(tmp_path):
+    """The job loads the columns the metrics read (a ClinVar table's INFO fields stay on
+    disk): its JSON and rows equal the metrics of the whole table, with every input used
+    (reference contig spelled apart from the panel's, conflicts, a breakdown, Spearman, the
+    calibrated score, the recipe)."""
+    n = 10
+    merged = _merged(
+        list(CHROM_SCORES),
+        [str(v) for v in CHROM_LABELS],
+        ["scored"] * 9 + ["ref_mismatch"],
+        row_id=list(range(n)),
+        chrom=[f"chr{c}" for c in CHROMS],
+        ref_chrom=[c if i % 2 else None for i, c in enumerate(CHROMS)],
+        label_conflict=[False] * 8 + [True, False],
+        region=["coding", "intron"] * 5,
+        dms=[float(i) for i in range(n)],
+        calibrated=list(CHROM_SCORES[::-1]),
+        recipe=["centered"] * n,
+        normalization=["published"] * n,
+        INFO_GENEINFO=["BRCA2:675"] * n,
+        INFO_CLNREVSTAT=["criteria_provided"] * n,
+    )
+    merged.write_parquet(tmp_path / "scores.parquet")
+    options = MetricSettings(
+        spearman_column="dms",
+        breakdown_columns=("region",),
+        evaluation=EvaluationSettings(bootstrap=20),
+    )
+    settings = {"label_column": "LABEL", "bootstrap": 20, "spearman_column": "dms"}
+    argv = ["metrics", "--merged", str(tmp_path / "scores.parquet"), "--breakdown", "region"]
+    argv += ["--settings", json.dumps(settings), "--task", "t", "--model-key", "m"]
+    argv += ["--out", str(tmp_path / "m.json"), "--rows-out", str(tmp_path / "rows.parquet")]
+    assert cli.main(argv) == 0
+    written = json.loads((tmp_path / "m.json").read_text())
+    whole = json.loads(json.dumps(vep_metrics(merged, LABEL, options)))
+    assert {k: written[k] for k in whole} == whole
+    assert whole["parameters"]["recipe"] == "centered" and "calibrated" in whole
+    assert whole["n_excluded_label_conflict"] == 1
+    rows = pl.read_parquet(tmp_path / "rows.parquet")
+    assert rows.equals(evaluated_rows(merged, LABEL))
+    assert metric_columns(merged.columns, LabelSettings(label_column="LBL"), options) == (
+        merged.columns
+    )  # the error names every column of the table

@@ -26,10 +26,11 @@ def add_metrics(sub) -> None:
 
 
 def metrics(args: argparse.Namespace) -> None:
-    from carbon_vep.evaluate.metrics import evaluated_rows, vep_metrics
+    from carbon_vep.evaluate.metrics import evaluated_rows, metric_columns, vep_metrics
 
     labels, settings = from_args(args, LabelSettings, MetricSettings)
-    merged = pl.read_parquet(args.merged)
+    columns = metric_columns(pl.read_parquet_schema(args.merged), labels, settings)
+    merged = pl.read_parquet(args.merged, columns=columns)
     result = vep_metrics(merged, labels, settings, args.merged)
     write_task_result(result, args, list(settings.headline_metrics))
     if args.rows_out:

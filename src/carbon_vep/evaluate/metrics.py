@@ -18,10 +18,14 @@ from sklearn.metrics import auc, average_precision_score, precision_recall_curve
 from carbon_vep.columns import Status
 from carbon_vep.config.stages import EvaluationSettings, LabelSettings, MetricSettings
 from carbon_vep.errors import InputError
+from carbon_vep.evaluate.bootstrap import (
+    ResampledRows,
+    bootstrap_intervals,
+    bootstrap_mean_interval,
+)
 from carbon_vep.evaluate.label_counts import binary_labels, count_label_conflicts, count_labels
 
 SIGN_FLIP_AUROC = 0.35
-CI_LEVEL = 0.95
 CONVENTIONS = ("drop_single_class", "keep_all")
 BY_CHROM_METRICS = ("auroc", "average_precision")
 CHROM_COLUMN = "chrom"  # the name by-chromosome groups go by in the rows the report reads
@@ -191,48 +195,6 @@ def by_chromosome(
 
 
 # ---- intervals, correlation, breakdowns ----------------------------------------------------
-def bootstrap_intervals(
-    n_rows: int,
-    evaluate: Callable[[np.ndarray], dict[str, float | None]],
-    n_resamples: int,
-    seed: int,
-) -> dict[str, dict]:
-    """Percentile 95% intervals of each named statistic over row resamples (with replacement).
-
-    `evaluate(index)` returns every statistic on the rows `index`. A resample where a
-    statistic is undefined (e.g. one class drawn) is left out for that statistic, and the
-    number of resamples used is reported.
-    """
-    rng = np.random.default_rng(seed)
-    draws: dict[str, list[float]] = {}
-    for _ in range(n_resamples):
-        for name, value in evaluate(rng.integers(0, n_rows, n_rows)).items():
-            if value is not None and not np.isnan(value):
-                draws.setdefault(name, []).append(value)
-    alpha = (1 - CI_LEVEL) / 2
-    out = {}
-    for name, values in draws.items():
-        low, high = np.quantile(values, [alpha, 1 - alpha])
-        out[name] = {
-            "low": float(low),
-            "high": float(high),
-            "level": CI_LEVEL,
-            "n_resamples": len(values),
-            "method": f"percentile bootstrap over rows, seed {seed}",
-        }
-    return out
-
-
-def bootstrap_mean_interval(values: np.ndarray, n_resamples: int, seed: int) -> dict | None:
-    """Percentile 95% interval of a row mean (accuracy) over row resamples."""
-    if n_resamples <= 0 or len(values) == 0:
-        return None
-    intervals = bootstrap_intervals(
-        len(values), lambda i: {"mean": float(values[i].mean())}, n_resamples, seed
-    )
-    return intervals.get("mean")
-
-
 def status_counts(rows: pl.DataFrame) -> dict[str, int]:
     """Rows of each status, statuses in sorted order."""
     return dict(sorted(Counter(rows["status"].to_list()).items()))
@@ -286,6 +248,32 @@ def breakdowns(labelled: pl.DataFrame, columns: Sequence[str]) -> dict[str, list
 
 
 # ---- the whole dataset ---------------------------------------------------------------------
+SCORING_PARAMETERS = ("recipe", "normalization")  # recorded per row; one value a scored table
+
+
+def metric_columns(
+    available: Sequence[str], labels: LabelSettings, options: MetricSettings
+) -> list[str]:
+    """The columns of a merged table that `vep_metrics` and `evaluated_rows` read (of those
+    it has): a ClinVar table's INFO fields are never loaded for its metrics. Every column
+    when the label column is missing, so the error lists what the table has."""
+    if labels.column and labels.column not in available:
+        return list(available)
+    wanted = {
+        "row_id",
+        "status",
+        "score",
+        "label_conflict",
+        CALIBRATED_SCORE,
+        *CHROM_KEY,
+        *SCORING_PARAMETERS,
+        *options.breakdown_columns,
+        labels.column,
+        options.spearman_column,
+    }
+    return [column for column in available if column in wanted]
+
+
 def vep_metrics(
     merged: pl.DataFrame,
     labels: LabelSettings,
@@ -331,8 +319,8 @@ def _calibrated_metrics(
     bias a raw score carries (docs/calibration.md)."""
     scratch: dict = {"by_chromosome": {}, "definitions": {}, "warnings": []}
     scores = labelled[CALIBRATED_SCORE].to_numpy().astype(np.float64)
-    evaluate = _label_statistics(labelled, labels01, scores, scratch)
-    out: dict = {"metrics": evaluate(np.arange(len(labels01))), "confidence_intervals": {}}
+    values, evaluate = _label_statistics(labelled, labels01, scores, scratch)
+    out: dict = {"metrics": values, "confidence_intervals": {}}
     if evaluation.bootstrap > 0:
         out["confidence_intervals"] = bootstrap_intervals(
             len(labels01), evaluate, evaluation.bootstrap, evaluation.seed
@@ -370,8 +358,8 @@ def _add_label_metrics(labelled: pl.DataFrame, options: MetricSettings, result: 
     """AUROC, AUPRCs and by-chromosome averages, their bootstrap intervals, the breakdowns,
     and a warning when the AUROC says the sign is flipped."""
     labels01, scores = labelled["label01"].to_numpy(), labelled["score"].to_numpy()
-    evaluate = _label_statistics(labelled, labels01, scores, result)
-    result["metrics"].update(evaluate(np.arange(len(labels01))))
+    values, evaluate = _label_statistics(labelled, labels01, scores, result)
+    result["metrics"].update(values)
     evaluation = options.evaluation
     if evaluation.bootstrap > 0:
         result["confidence_intervals"].update(
@@ -397,7 +385,7 @@ def _scoring_parameters(merged: pl.DataFrame) -> dict[str, str | None]:
     scored = merged.filter(pl.col("status") == Status.SCORED)
     return {
         name: scored[name][0] if scored.height and name in scored.columns else None
-        for name in ("recipe", "normalization")
+        for name in SCORING_PARAMETERS
     }
 
 
@@ -406,9 +394,11 @@ def _label_statistics(
     labels: np.ndarray,
     scores: np.ndarray,
     result: dict,
-) -> Callable[[np.ndarray], dict[str, float | None]]:
-    """Every label metric as one function of a row index (all rows, or a bootstrap draw);
-    records the by-chromosome details and their definitions in `result`."""
+) -> tuple[dict[str, float | None], Callable[[np.ndarray], dict[str, float | None]]]:
+    """Every label metric on all rows (scikit-learn's functions), and the same metrics as a
+    function of a bootstrap draw's row index (`ranking.ResampledRows`: the rows sorted once,
+    not per draw); records the by-chromosome details and their definitions in `result`."""
+    values = {name: _two_class(metric, labels, scores) for name, metric in GLOBAL_METRICS.items()}
     chroms = None
     if CHROM_COLUMN in labelled.columns:
         chroms = labelled[CHROM_COLUMN].cast(pl.Utf8).fill_null("").to_numpy()
@@ -416,6 +406,8 @@ def _label_statistics(
             entries = chromosome_values(labels, scores, chroms, metric)
             result["by_chromosome"][metric] = {c: weighted_average(entries, c) for c in CONVENTIONS}
             for convention in CONVENTIONS:
+                details = result["by_chromosome"][metric][convention]
+                values[by_chrom_name(metric, convention)] = details["value"]
                 result["definitions"][by_chrom_name(metric, convention)] = (
                     f"Σ_c w_c · {metric}_c over chromosomes c, w_c = n_c / Σn; "
                     + CONVENTION_TEXT[convention]
@@ -424,19 +416,19 @@ def _label_statistics(
         if dropped:
             names = ", ".join(f"{d['chrom']} ({d['weight_of_all']:.1%})" for d in dropped)
             result["warnings"].append(f"one-class chromosomes (weight): {names}")
+    resampled = ResampledRows(labels, scores, chroms)
 
     def evaluate(index: np.ndarray) -> dict[str, float | None]:
-        y, s = labels[index], scores[index]
-        values = {name: _two_class(metric, y, s) for name, metric in GLOBAL_METRICS.items()}
+        drawn = resampled.metrics(index)
         if chroms is not None:
-            for metric in BY_CHROM_METRICS:
-                entries = chromosome_values(y, s, chroms[index], metric)
+            by_chrom = resampled.chromosome_entries(index, BY_CHROM_METRICS)
+            for metric, entries in by_chrom.items():
                 for convention in CONVENTIONS:
                     name = by_chrom_name(metric, convention)
-                    values[name] = weighted_average(entries, convention)["value"]
-        return values
+                    drawn[name] = weighted_average(entries, convention)["value"]
+        return drawn
 
-    return evaluate
+    return values, evaluate
 
 
 def _add_spearman(merged: pl.DataFrame, options: MetricSettings, result: dict) -> None:
