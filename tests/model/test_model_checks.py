@@ -97,3 +97,48 @@ def test_a_vocabulary_without_every_kmer_names_the_missing_ones(tmp_path):
 def test_a_character_level_tokenizer_is_named_as_such(tmp_path):
     model = build_kmer_model(tmp_path / "chars", 1)  # one base a token
     assert "no pure-ACGT token of more than one base" in _refusal(model, TokenizerMismatchError)
+
+
+def test_a_shorter_kmer_block_first_is_named_with_the_fix(tmp_path):
+    """2-mers before the 6-mers: the adapter's scan takes the first whole block (2-mers), the
+    tokenizer cuts DNA into 6-mers. The message says so, and the fix it names loads."""
+    model = build_kmer_model(tmp_path / "k2k6", 6, kmer_strings(2) + kmer_strings(6))
+    message = _refusal(model, TokenizerMismatchError)
+    first_6mer = 32 + 16  # after the 32 specials and the 16 2-mers
+    assert "the tokenizer cuts DNA into 6-base pieces" in message
+    assert "the k-mer block (ids 32-47, the first run of 4**k pure-ACGT tokens" in message
+    assert "holds 2-mers" in message and "came back as 6 pieces of 6 (x5), 2 bases" in message
+    assert f'{{"k": 6, "first_kmer_id": {first_6mer}}}' in message
+    (model / "dna_config.json").write_text(json.dumps({"k": 6, "first_kmer_id": first_6mer}))
+    vocab = load_model(ModelSettings(str(model))).vocab
+    assert vocab.k == 6 and vocab.kmer_ids[0] == first_6mer
+
+
+class _AddsBos:
+    """A tokenizer that puts its BOS before the text even without special tokens."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def __len__(self):
+        return len(self._tokenizer)
+
+    def __call__(self, text, **kwargs):
+        encoded = self._tokenizer(text, **kwargs)
+        return {"input_ids": [self._tokenizer.bos_token_id, *encoded["input_ids"]]}
+
+
+def test_a_tokenizer_adding_its_own_bos_is_named(kmer6):
+    from transformers import AutoTokenizer
+
+    from carbon_vep.model.tokens import dna_vocab
+
+    with pytest.raises(TokenizerMismatchError) as err:
+        dna_vocab(_AddsBos(AutoTokenizer.from_pretrained(kmer6)))
+    assert str(err.value).startswith(
+        "the tokenizer does not start '<s>' + DNA with the prefix alone: its first tokens are "
+        "['<s>', '<s>', 'AAAAAA']"
+    )

@@ -36,6 +36,7 @@ def _genome() -> dict[str, str]:
         "HLA-A*01:01:01:01": random_dna(900, 22),
         "tig00000001|arrow": random_dna(700, 23),
         "chrUn_allN": "N" * 90,  # nothing to score: in no track
+        "chrUn_short": random_dna(200, 24),  # scored, but under min_context: no PHRED
     }
 
 
@@ -95,8 +96,12 @@ def _readers(path: Path):
 
 
 def _values(path: Path, chrom: str, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """The whole contig's values from both readers (NaN = no value)."""
+    """The whole contig's values from both readers (NaN = no value; a contig absent from the
+    header has none, and both readers refuse to read it)."""
     bw, bbi = _readers(path)
+    if chrom not in bw.chroms():
+        assert chrom not in bbi.chromsizes(str(path))
+        return np.full(length, np.nan), np.full(length, np.nan)
     first = np.array(bw.values(chrom, 0, length), dtype=np.float64)
     second = bbi.fetch(str(path), chrom, 0, length, bins=length, missing=np.nan)
     bw.close()
@@ -107,7 +112,7 @@ def test_every_track_equals_the_scan_at_every_scored_base(run):
     expected = _expected(run)
     genome = _genome()
     scored = {c: part for (c,), part in expected.partition_by("chrom", as_dict=True).items()}
-    assert set(scored) == {"chrA", "HLA-A*01:01:01:01", "tig00000001|arrow"}
+    assert set(scored) == {"chrA", "HLA-A*01:01:01:01", "tig00000001|arrow", "chrUn_short"}
     for track in [
         *(f"score_{b}" for b in BASES),
         *(f"phred_{b}" for b in BASES),
@@ -151,8 +156,29 @@ def test_gaps_and_unscored_bases_have_no_value_never_zero(run):
     assert not np.isnan(surprise[750])  # a soft-masked base is scored
     bw, _ = _readers(run / TRACKS / "surprise.bw")
     # the scored contigs at their full length; the all-N contig has no data, so no entry
-    assert bw.chroms() == {"chrA": 2400, "HLA-A*01:01:01:01": 900, "tig00000001|arrow": 700}
+    assert bw.chroms() == {
+        "chrA": 2400,
+        "HLA-A*01:01:01:01": 900,
+        "tig00000001|arrow": 700,
+        "chrUn_short": 200,
+    }
     assert bw.intervals("chrA", gap_start, gap_end) in (None, ())
+
+
+def test_a_header_lists_the_contigs_with_a_value_in_that_track(run):
+    """bigtools' writer puts a contig in a bigWig's header only once it has a value there (as
+    UCSC's bedGraphToBigWig does by default), so a contig scored only under min_context is in
+    the score tracks and in no PHRED track (docs/tracks.md): a browser shows it empty in both."""
+    import pybigtools
+
+    scored = {"chrA": 2400, "HLA-A*01:01:01:01": 900, "tig00000001|arrow": 700}
+    scored_short = scored | {"chrUn_short": 200}
+    for track in [*(f"score_{b}" for b in BASES), "max_score", "surprise"]:
+        assert pybigtools.open(str(run / TRACKS / f"{track}.bw")).chroms() == scored_short, track
+    for track in [*(f"phred_{b}" for b in BASES), "max_phred"]:
+        assert pybigtools.open(str(run / TRACKS / f"{track}.bw")).chroms() == scored, track
+    tsv = scan_tsv_rows(run / SCAN).filter(pl.col("chrom") == "chrUn_short")
+    assert tsv.height == 3 * 200 and tsv["phred"].is_null().all()  # scored, never ranked
 
 
 def test_chromosome_sizes_come_from_the_reference_index(run):

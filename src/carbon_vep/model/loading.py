@@ -158,10 +158,18 @@ def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
     first: what an engine other than ours (vLLM) needs from the checkpoint."""
     from transformers import AutoTokenizer
 
-    from carbon_vep.sources.hub import check_remote_code, model_folder
+    from carbon_vep.sources.hub import (
+        check_remote_code,
+        incomplete_in_cache,
+        load_options,
+        model_folder,
+        reads_cache_only,
+    )
 
     folder, from_hub = model_folder(spec)
     check_remote_code(spec, folder, from_hub)  # before any code of the checkpoint runs
+    if from_hub and reads_cache_only(spec) and not (folder / TOKENIZER_CONFIG).is_file():
+        raise incomplete_in_cache(spec, f"no {TOKENIZER_CONFIG}")
     if not from_hub and not (folder / TOKENIZER_CONFIG).is_file():
         raise InputError(
             folder / TOKENIZER_CONFIG,
@@ -170,11 +178,10 @@ def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+            spec.path, trust_remote_code=spec.trust_remote_code, **load_options(spec)
         )
     except (OSError, ValueError) as err:  # a checkpoint's incomplete or unreadable files
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(folder, f"cannot load the model's tokenizer: {first}") from err
+        raise load_error(spec, folder, "cannot load the model's tokenizer", err) from err
     try:
         vocab = dna_vocab(tokenizer)
     except TokenizerMismatchError as err:  # name the model: it is not a 6-mer DNA model
@@ -182,14 +189,34 @@ def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
     return tokenizer, vocab
 
 
+def load_error(spec: ModelSettings, where: Any, what: str, err: Exception) -> InputError:
+    """transformers' error in our words: a file missing from a model read from the Hub cache
+    alone is the cache's problem (the message names the fetch), anything else the
+    checkpoint's."""
+    from carbon_vep.sources.hub import incomplete_in_cache, reads_cache_only
+
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if isinstance(err, OSError) and reads_cache_only(spec):
+        return incomplete_in_cache(spec, f"{what}: {first}")
+    return InputError(where, f"{what}: {first}")
+
+
+def load_config(spec: ModelSettings) -> Any:
+    """The checkpoint's config (transformers' AutoConfig), read where the model's files come
+    from (sources.hub.load_options)."""
+    from transformers import AutoConfig
+
+    from carbon_vep.sources.hub import load_options
+
+    return AutoConfig.from_pretrained(
+        spec.path, trust_remote_code=spec.trust_remote_code, **load_options(spec)
+    )
+
+
 def yarn_overrides(spec: ModelSettings, yarn: Yarn) -> dict[str, Any]:
     """The YaRN override as config keys (vLLM's `hf_overrides`): exactly what `apply_yarn`
     sets on the config our engine loads."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(
-        spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-    )
+    config = load_config(spec)
     params = yarn_parameters(config, yarn.factor, yarn.original_positions)
     return {
         "max_position_embeddings": int(yarn.max_positions),
@@ -237,32 +264,32 @@ def load_model(
     """The model and its tokenizer on the requested device; `yarn` overrides the rope
     configuration before the weights load (the Genomic-NIAH task's long contexts), `attention`
     names transformers' attention implementation (None: its default)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from carbon_vep.sources.hub import load_options
 
     if attention == LOWER_RIGHT_SDPA:
         register()  # a name transformers accepts only once registered
     device = resolve_device(spec.device)
     tokenizer, vocab = load_tokenizer(spec)
+    options = load_options(spec)
     try:
-        config = AutoConfig.from_pretrained(
-            spec.path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-        )
+        config = load_config(spec)
         if yarn is not None:
             apply_yarn(config, yarn.factor, yarn.original_positions, yarn.max_positions)
         # mismatched shapes are reported in `loaded` (and refused below), not raised bare
         model, loaded = AutoModelForCausalLM.from_pretrained(
             spec.path,
             config=config,
-            revision=spec.revision,
             dtype=_DTYPES[spec.dtype],
             trust_remote_code=spec.trust_remote_code,
             ignore_mismatched_sizes=True,
             output_loading_info=True,
+            **options,
             **({"attn_implementation": attention} if attention else {}),
         )
     except (OSError, ValueError) as err:  # no weights, no config, a config of no causal LM
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(spec.path, f"cannot load the model: {first}") from err
+        raise load_error(spec, spec.path, "cannot load the model", err) from err
     check_weights_loaded(spec.path, config, loaded)
     if attention == LOWER_RIGHT_SDPA and not model.is_backend_compatible():
         # its attention code does not go through transformers' registry (remote code), so it

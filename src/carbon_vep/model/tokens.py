@@ -121,7 +121,8 @@ def dna_block_ids(tokenizer: Any, vocab: DnaVocab) -> np.ndarray | None:
 
 
 def _scan_kmer_block(tokenizer: Any) -> tuple[int, dict[str, int]]:
-    """Find the contiguous run of 4**k pure-ACGT tokens of one length k (the k-mer block)."""
+    """Find the first contiguous run of 4**k pure-ACGT tokens of one length k (the k-mer
+    block)."""
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     run: list[tuple[int, str]] = []
     for idx, tok in enumerate([*tokens, None]):
@@ -155,19 +156,25 @@ def _no_block(tokens: Sequence[str | None]) -> str:
     return f"its {4**k:,} {k}-mers are not numbered one after another"
 
 
-def _kmer_map(tokenizer: Any) -> tuple[int, dict[str, int]]:
+def _kmer_map(tokenizer: Any) -> tuple[int, dict[str, int], str]:
+    """(k, {k-mer: id}, where the map came from, for the self-check's message)."""
     if hasattr(tokenizer, "dna_token_to_id"):
         mapping = dict(tokenizer.dna_token_to_id)
         k = int(getattr(tokenizer, "k", len(next(iter(mapping)))))
-        return k, {s: i for s, i in mapping.items() if len(s) == k and set(s) <= set(BASES)}
+        kmers = {s: i for s, i in mapping.items() if len(s) == k and set(s) <= set(BASES)}
+        return k, kmers, "the tokenizer's dna_token_to_id"
     config = _read_dna_config(tokenizer)
     if "first_kmer_id" in config:
         k = int(config["k"])
         order = kmer_strings(k) if config.get("alphabet", BASES) == BASES else None
         if order is None:
             raise TokenizerMismatchError(f"unsupported k-mer alphabet {config.get('alphabet')}")
-        return k, {s: int(config["first_kmer_id"]) + i for i, s in enumerate(order)}
-    return _scan_kmer_block(tokenizer)
+        start = int(config["first_kmer_id"])
+        return k, {s: start + i for i, s in enumerate(order)}, "dna_config.json's first_kmer_id"
+    k, mapping = _scan_kmer_block(tokenizer)
+    ids = sorted(mapping.values())
+    found = f"ids {ids[0]}-{ids[-1]}, the first run of 4**k pure-ACGT tokens in its vocabulary"
+    return k, mapping, found
 
 
 def _prefix(tokenizer: Any) -> tuple[str, int]:
@@ -182,7 +189,7 @@ def _prefix(tokenizer: Any) -> tuple[str, int]:
 
 def dna_vocab(tokenizer: Any) -> DnaVocab:
     """Build the adapter for `tokenizer` and run the self-check (raises TokenizerMismatchError)."""
-    k, mapping = _kmer_map(tokenizer)
+    k, mapping, source = _kmer_map(tokenizer)
     missing = [s for s in kmer_strings(k) if s not in mapping]
     if missing:
         raise TokenizerMismatchError(
@@ -206,22 +213,67 @@ def dna_vocab(tokenizer: Any) -> DnaVocab:
         vocab_size=len(tokenizer),
         acgt_string_ids=acgt,
     )
-    self_check(tokenizer, adapter)
+    self_check(tokenizer, adapter, source)
     return adapter
 
 
-def self_check(tokenizer: Any, adapter: DnaVocab) -> None:
-    """Tokenize every k-mer in order through the tokenizer and compare with our encoding."""
+def self_check(tokenizer: Any, adapter: DnaVocab, source: str = "") -> None:
+    """Tokenize every k-mer in order through the tokenizer and compare with our encoding
+    (`source`: where the k-mer map came from, for the message)."""
     probe = "".join(kmer_strings(adapter.k))
     theirs = list(tokenizer(adapter.prefix_token + probe, add_special_tokens=False)["input_ids"])
     ours = adapter.encode(probe).tolist()
     if theirs != ours:
-        first = next(
-            (i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b), None
-        )
-        raise TokenizerMismatchError(
-            f"tokenizer ids differ from the k-mer map (lengths {len(theirs)} vs {len(ours)}, "
-            f"first difference at token {first}): wrong prefix, k-mer order or a doubled BOS"
-        )
+        block = f"the k-mer block ({source})" if source else "the k-mer map"
+        raise TokenizerMismatchError(_mismatch(tokenizer, adapter, theirs, ours, block))
     if adapter.oov_id is not None and adapter.oov_id in theirs:
         raise TokenizerMismatchError("clean DNA produced <oov> ids")
+
+
+def _mismatch(tokenizer: Any, adapter: DnaVocab, theirs: list, ours: list, block: str) -> str:
+    """What the tokenizer made of the self-check's probe (every k-mer in order after the
+    prefix) against what the k-mer map expects, and what the tool needs."""
+    k, prefix = adapter.k, adapter.prefix_token
+    pieces = [str(t) for t in tokenizer.convert_ids_to_tokens(theirs)]
+    if theirs[:1] != ours[:1] or (len(theirs) > 1 and not set(pieces[1]) <= set(BASES)):
+        return (
+            f"the tokenizer does not start {prefix!r} + DNA with the prefix alone: its first "
+            f"tokens are {pieces[:3]} (a BOS it adds of its own, or a prefix it splits); "
+            f"carbon-vep needs {prefix!r} then one token a {k}-mer"
+        )
+    sizes = [len(t) for t in pieces[1:]]
+    if set(sizes) != {k}:
+        cut = max(set(sizes), key=sizes.count)
+        return (
+            f"the tokenizer cuts DNA into {cut}-base pieces, while {block} holds {k}-mers: the "
+            f"probe, every {k}-mer in order ({len(ours) - 1:,} tokens, {k * (len(ours) - 1):,} "
+            f"bases after {prefix!r}), came back as {len(sizes):,} pieces of {_sizes(sizes)} "
+            f"bases, e.g. {pieces[1:4]}. carbon-vep needs the block of the k-mers the "
+            f"tokenizer cuts DNA into: every one its own token, numbered one after another"
+            f"{_name_block(tokenizer, cut)}"
+        )
+    at = next(i for i, (a, b) in enumerate(zip(theirs, ours, strict=True)) if a != b)
+    return (
+        f"the tokenizer's ids are not {block}'s: {pieces[at]!r} is id {theirs[at]} in the "
+        f"tokenizer, {ours[at]} in the map (wrong k-mer order)"
+    )
+
+
+def _sizes(sizes: list[int]) -> str:
+    """Piece sizes in order, runs folded: [6, 6, 6, 2] -> '6 (x3), 2'."""
+    runs = [(size, len(list(group))) for size, group in itertools.groupby(sizes)]
+    shown = [f"{size} (x{n:,})" if n > 1 else str(size) for size, n in runs[:4]]
+    return ", ".join(shown) + (", ..." if len(runs) > 4 else "")
+
+
+def _name_block(tokenizer: Any, k: int) -> str:
+    """How to point the adapter at the tokenizer's own k-mer block, where its k-mers are one
+    run of ids in the adapter's order (what dna_config.json's first_kmer_id means)."""
+    ids = tokenizer.convert_tokens_to_ids(kmer_strings(k))
+    start = ids[0] if ids and isinstance(ids[0], int) else None
+    if start is None or ids != list(range(start, start + 4**k)):
+        return ""
+    return (
+        f"; its {k}-mers are ids {start}-{start + 4**k - 1} in order: name them in a "
+        f'dna_config.json beside the tokenizer, {{"k": {k}, "first_kmer_id": {start}}}'
+    )

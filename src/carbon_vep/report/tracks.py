@@ -2,8 +2,9 @@
 bigtools' writer (pybigtools; UCSC's format). The hub and IGV sessions beside them, and each
 track's view range: report.track_hub (docs/tracks.md).
 
-Tracks (one bigWig each, every contig of the scan, names exactly the scan's contigs, sizes from
-the reference's index):
+Tracks (one bigWig each, names exactly the scan's contigs, sizes from the reference's index;
+a header lists only the contigs with a value in that track, as bigtools' writer does:
+docs/tracks.md):
 - `score_A` … `score_T`: the SNV score (log m(ref) − log m(alt), FNS marginals; larger = more
   damaging) of changing each base to that base, as UCSC's CADD track has four; no value where
   the base already is that base;

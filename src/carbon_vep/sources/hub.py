@@ -3,8 +3,11 @@
 A head-node rule fetches the snapshot (weights, tokenizer and remote code) into the local Hub
 cache at the configured revision (`fetch_snapshot`); scoring jobs run with HF_HUB_OFFLINE=1 and
 check that the snapshot is there before anything heavy is imported (`require_cached`), so a
-missing cache fails in seconds with the fix, not deep inside transformers. Local model
-directories need neither. No torch here: this module is imported before the device check.
+missing cache fails in seconds with the fix, not deep inside transformers. A model pinned to a
+commit whose snapshot is cached is read from the cache alone with or without HF_HUB_OFFLINE
+(`reads_cache_only`): a commit's files cannot change, and asking the Hub for the files a
+snapshot lacks waits minutes on retries where there is no network. Local model directories
+need none of this. No torch here: this module is imported before the device check.
 """
 
 from __future__ import annotations
@@ -130,18 +133,76 @@ def require_cached(repo_id: str, revision: str | None, cache_dir: str | Path | N
             repo_id, f"neither a local directory nor a valid Hub id ({err})"
         ) from err
     except LocalEntryNotFoundError as err:
-        fetch = f"carbon-vep fetch-model --model {repo_id}"
-        fetch += f" --revision {revision}" if revision else ""
-        raise ModelNotCachedError(
-            repo_id,
-            f"revision {revision or 'main'} is not in the Hugging Face cache "
-            f"{cache_location(cache_dir)}{_typo_hint(repo_id)}, and this job runs offline "
-            "(HF_HUB_OFFLINE=1: compute "
-            "nodes have no internet). Fetch it into the same HF_HOME from a machine with "
-            "internet: the workflow's fetch_model rule does so on the head node before any "
-            f"scoring job, or run `{fetch} --out FILE`",
-        ) from err
+        raise not_cached_error(repo_id, revision, cache_dir, "is not in") from err
     return Path(folder)
+
+
+def not_cached_error(
+    repo_id: str,
+    revision: str | None,
+    cache_dir: str | Path | None,
+    problem: str,
+    detail: str = "",
+) -> ModelNotCachedError:
+    """The one message for a Hub model that must come from the cache and is not all there:
+    `problem` says how ("is not in", "is incomplete in"), `detail` what is missing, then why
+    the Hub is not asked and the command that fetches it."""
+    fetch = f"carbon-vep fetch-model --model {repo_id}"
+    fetch += f" --revision {revision}" if revision else ""
+    if constants.HF_HUB_OFFLINE:
+        why = "this job runs offline (HF_HUB_OFFLINE=1: compute nodes have no internet)"
+    else:
+        why = (
+            "a snapshot at a commit is read from the cache alone (its files cannot change, and "
+            "asking the Hub waits minutes where there is no network)"
+        )
+    return ModelNotCachedError(
+        repo_id,
+        f"revision {revision or 'main'} {problem} the Hugging Face cache "
+        f"{cache_location(cache_dir)}{_typo_hint(repo_id)}{f' ({detail})' if detail else ''}, "
+        f"and {why}. Fetch it into the same "
+        "HF_HOME from a machine with internet: the workflow's fetch_model rule does so on the "
+        f"head node before any scoring job, or run `{fetch} --out FILE`",
+    )
+
+
+def cached_pinned_snapshot(
+    repo_id: str, revision: str | None, cache_dir: str | Path | None = None
+) -> Path | None:
+    """The cached snapshot of `repo_id` at `revision` when the revision is a commit and that
+    snapshot is in the cache, else None. Looks at the cache only."""
+    if not is_pinned(revision):
+        return None
+    try:
+        folder = snapshot_download(
+            repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True
+        )
+    except (HFValidationError, LocalEntryNotFoundError):
+        return None
+    return Path(folder)
+
+
+def reads_cache_only(spec: Any) -> bool:
+    """Whether a model's files are read from the Hub cache without asking the Hub (transformers'
+    `local_files_only`): offline, or pinned to a commit whose snapshot is cached."""
+    if is_local_model(spec.path):
+        return False
+    return constants.HF_HUB_OFFLINE or cached_pinned_snapshot(spec.path, spec.revision) is not None
+
+
+def load_options(spec: Any) -> dict[str, Any]:
+    """The keyword arguments of transformers' `from_pretrained` that say where a model's files
+    come from. The name stays the Hub id (not the snapshot's folder), so the model's
+    `_name_or_path` and the cache of its remote code are the same either way."""
+    options: dict[str, Any] = {"revision": spec.revision}
+    if reads_cache_only(spec):
+        options["local_files_only"] = True
+    return options
+
+
+def incomplete_in_cache(spec: Any, detail: str) -> ModelNotCachedError:
+    """A model read from the cache alone lacks a file transformers needs (`detail`: its words)."""
+    return not_cached_error(spec.path, spec.revision, None, "is incomplete in", detail)
 
 
 def remote_code_repos(snapshot: Path, repo_id: str) -> list[str]:
@@ -217,4 +278,7 @@ def model_folder(spec: Any) -> tuple[Path, bool]:
         )
     if constants.HF_HUB_OFFLINE:
         return require_cached(spec.path, spec.revision), True
+    snapshot = cached_pinned_snapshot(spec.path, spec.revision)
+    if snapshot is not None:  # a commit's files cannot change: the Hub is not asked
+        return snapshot, True
     return _download(spec.path, spec.revision, None), True

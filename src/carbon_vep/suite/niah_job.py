@@ -113,12 +113,9 @@ def _positions(config) -> int | None:
 
 
 def _checkpoint_positions(model: ModelSettings) -> int | None:
-    from transformers import AutoConfig
+    from carbon_vep.model.loading import load_config
 
-    config = AutoConfig.from_pretrained(
-        model.path, revision=model.revision, trust_remote_code=model.trust_remote_code
-    )
-    return _positions(config)
+    return _positions(load_config(model))
 
 
 def yarn(settings: NiahSettings):
