@@ -1,5 +1,6 @@
 """Exports, read back the way annotation tools read them (pysam tabix / VariantFile)."""
 
+import gzip
 import shutil
 import subprocess
 
@@ -477,3 +478,76 @@ def test_export_tabix_of_panel_scores_uses_reference_contigs_and_skips_unplaced(
         ["1", "A", "C", "1.5"],
         ["3", "G", "T", "0.5"],
     ]
+
+
+# rows of one contig apart and out of order in the table, ties at one POS, contigs the
+# reference orders chr2, chr10, chr1 (not alphabetically), chr3 without rows, and two contigs
+# it lacks whose first rows come weird2 then weird1
+SCATTERED = [  # (chrom, ref_chrom, pos, ref, alt, filter)
+    ("1", "chr1", 50, "A", "G", "q10"),
+    ("10", "chr10", 7, "C", "T", None),
+    ("2", "chr2", 30, "G", "A", "PASS"),
+    ("weird2", None, 5, "A", "C", None),
+    ("1", "chr1", 10, "T", "C", "lowq;q10"),
+    ("2", "chr2", 30, "G", "C", None),
+    ("weird1", None, 3, "G", "T", None),
+    ("1", "chr1", 50, "A", "T", "s50"),
+    ("2", "chr2", 5, "C", "G", None),
+    ("10", "chr10", 7, "C", "A", None),
+    ("1", "chr1", 10, "T", "G", None),
+    ("2", "chr2", 30, "G", "T", None),
+]
+
+
+def test_results_vcf_in_batches_sorts_scattered_rows_as_in_one(tmp_path, monkeypatch):
+    """The records are read back a batch at a time in the VCF's order (`vcf_records`): with
+    batches and table slices of 2, 3 and 5 rows, a contig's rows spread over every slice and ties at
+    one POS across batches, the file is the same bytes as in one batch, in reference order
+    (POS ties in the table's order), every reference contig declared, FILTERs declared in the
+    order the records carry them."""
+    from carbon_vep.report import vcf_records
+
+    merged = pl.DataFrame(
+        SCATTERED,
+        schema=["chrom", "ref_chrom", "pos", "ref", "alt", "filter"],
+        orient="row",
+    ).with_columns(
+        pl.lit("scored").alias("status"),
+        pl.lit("").alias("reason"),
+        (pl.int_range(pl.len()) / 4).alias("score"),
+    )
+    merged.write_parquet(tmp_path / "scores.parquet", row_group_size=4)
+    lengths = {"chr2": 1000, "chr10": 1000, "chr1": 1000, "chr3": 1000}
+    whole = tmp_path / "whole.vcf.gz"
+    write_results_vcf(merged, lengths, whole, {"score": "s"})
+    scan = pl.scan_parquet(tmp_path / "scores.parquet")
+    for batch_rows in (2, 3, 5):  # batches ending on, and crossing, the slices' starts
+        monkeypatch.setattr(vcf_records, "BATCH_ROWS", batch_rows)
+        batched = tmp_path / f"batched{batch_rows}.vcf.gz"
+        assert write_results_vcf(scan, lengths, batched, {"score": "s"}) == 0
+        assert gzip.decompress(batched.read_bytes()) == gzip.decompress(whole.read_bytes())
+
+    with pysam.VariantFile(str(batched)) as vcf:
+        assert list(vcf.header.contigs) == ["chr2", "chr10", "chr1", "chr3", "weird2", "weird1"]
+        assert list(vcf.header.filters) == ["PASS", "lowq", "q10", "s50"]
+        records = [(r.chrom, r.pos, r.alts[0], r.info["CVEP_SCORE"][0]) for r in vcf]
+        assert [r.pos for r in vcf.fetch("chr1")] == [10, 10, 50, 50]  # the index works
+    row = {(c, p, a): i for i, (_, c, p, _, a, _) in enumerate(SCATTERED)}
+    expected = [
+        ("chr2", 5, "G"),
+        ("chr2", 30, "A"),
+        ("chr2", 30, "C"),
+        ("chr2", 30, "T"),
+        ("chr10", 7, "T"),
+        ("chr10", 7, "A"),
+        ("chr1", 10, "C"),
+        ("chr1", 10, "G"),
+        ("chr1", 50, "G"),
+        ("chr1", 50, "T"),
+        (None, 5, "C"),
+        (None, 3, "T"),
+    ]
+    got = [(c if c.startswith("chr") else None, p, a) for c, p, a, _ in records]
+    assert got == expected
+    # each record has its own row's score: rows were not mixed up across batches
+    assert [s for *_, s in records] == [row[(c, p, a)] / 4 for c, p, a in expected]

@@ -12,11 +12,9 @@ through it.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pysam
@@ -26,14 +24,14 @@ from carbon_vep.atomic import VCF_TABIX, index_suffix, indexed_file
 from carbon_vep.config.stages import PanelSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.report.exports import KEY_COLUMNS
+from carbon_vep.report.vcf_records import row_filters, sorted_batches, survey, write_records
 from carbon_vep.variants.panel import panel_declarations
-from carbon_vep.variants.panel_columns import ALL_INFO, INPUT_COLUMNS, carry_name, parse_positions
+from carbon_vep.variants.panel_columns import ALL_INFO, carry_name
 from carbon_vep.variants.panel_vcf import VcfDeclarations
 from carbon_vep.variants.panel_vcf_info import InfoSpec
 
 log = logging.getLogger("carbon_vep")
 _VCF_TYPES = {pl.Float64: "Float", pl.Float32: "Float", pl.Boolean: "Flag"}
-_INFO_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_", ",": "|"})
 
 
 # VCF 4.x reserved INFO key: htslib (pysam) writes END on every record with a symbolic ALT
@@ -43,9 +41,6 @@ END_INFO = {
     "Type": "Integer",
     "Description": "End position of the variant described in this record",
 }
-_INFO_LIST_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_"})  # commas separate
-_ID_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_"})
-_FILTER_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_", ";": "_"})
 
 
 def info_header(name: str, dtype: pl.DataType, description: str) -> dict[str, str]:
@@ -58,18 +53,6 @@ def info_header(name: str, dtype: pl.DataType, description: str) -> dict[str, st
         "Type": kind,
         "Description": description,
     }
-
-
-def _info_value(value: object, info: Mapping[str, str]) -> object:
-    """A value as its INFO declaration takes it (None: not written)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if info["Type"] == "Flag":
-        return bool(value)
-    if info["Type"] in ("String", "Character"):
-        unsafe = _INFO_LIST_UNSAFE if info["Number"] == "." else _INFO_UNSAFE
-        return str(value).translate(unsafe) or None
-    return value
 
 
 def _info_id(name: str) -> str:
@@ -112,37 +95,50 @@ def _carried_header(
 
 
 def carried_infos(
-    frame: pl.DataFrame, info_fields: Sequence[str], declarations: VcfDeclarations | None
+    frame: pl.DataFrame | pl.LazyFrame,
+    info_fields: Sequence[str],
+    declarations: VcfDeclarations | None,
 ) -> dict[str, dict[str, str]]:
     """Column -> INFO declaration of each requested panel INFO field the table holds, under
     its own key (`_carried_header`). `declarations`: the VCF panel's header (None for a table
     panel: its columns named in `info_fields`, or with `*` every column that is not one of the
     pipeline's (`columns.PIPELINE`), each declared Number=1 with the Type of its dtype: Float,
     Integer (values within VCF's 32-bit range), Flag for booleans, else String)."""
+    names = frame.lazy().collect_schema().names()
     if declarations is not None:
         carried = [(c.column, c.spec.name, c.spec, c.description) for c in declarations.info]
     else:
         named = [name for name in dict.fromkeys(info_fields) if name != ALL_INFO]
         if ALL_INFO in info_fields:
-            named += [c for c in frame.columns if c not in columns.PIPELINE and c not in named]
+            named += [c for c in names if c not in columns.PIPELINE and c not in named]
         carried = [(name, name, None, "") for name in named]
+    carried = [entry for entry in carried if entry[0] in names]
+    dtypes = _vcf_dtypes(frame.lazy(), [column for column, *_ in carried])
     return {
-        column: _carried_header(name, _vcf_dtype(frame[column]), spec, description)
+        column: _carried_header(name, dtypes[column], spec, description)
         for column, name, spec, description in carried
-        if column in frame.columns
     }
 
 
 _INT32 = (-(2**31) + 8, 2**31 - 1)  # VCF Integer (htslib reserves the lowest values)
 
 
-def _vcf_dtype(series: pl.Series) -> pl.DataType:
-    """A column's dtype, Utf8 for integers a VCF Integer cannot hold (written as text)."""
-    if series.dtype.is_integer() and series.drop_nulls().len():
-        low, high = series.min(), series.max()
-        if low < _INT32[0] or high > _INT32[1]:  # type: ignore[operator]
-            return pl.Utf8()
-    return series.dtype
+def _vcf_dtypes(table: pl.LazyFrame, names: Sequence[str]) -> dict[str, pl.DataType]:
+    """Each column's dtype, Utf8 for integers a VCF Integer cannot hold (written as text):
+    their least and greatest values, read in one pass."""
+    schema = table.collect_schema()
+    dtypes = {name: schema[name] for name in names}
+    integers = [name for name, dtype in dtypes.items() if dtype.is_integer()]
+    if integers:
+        ranges = table.select(
+            *(pl.col(c).min().alias(f"{i}min") for i, c in enumerate(integers)),
+            *(pl.col(c).max().alias(f"{i}max") for i, c in enumerate(integers)),
+        ).collect(engine="streaming")
+        for i, name in enumerate(integers):
+            low, high = ranges[f"{i}min"].item(), ranges[f"{i}max"].item()
+            if low is not None and (low < _INT32[0] or high > _INT32[1]):
+                dtypes[name] = pl.Utf8()
+    return dtypes
 
 
 def _vcf_header(
@@ -176,83 +172,20 @@ SCORE_FIELDS = {
 }
 
 
-def default_fields(frame: pl.DataFrame) -> dict[str, str]:
+def default_fields(frame: pl.DataFrame | pl.LazyFrame) -> dict[str, str]:
     """The score columns of `frame` that hold at least one value, with their descriptions."""
-    return {
-        column: text
-        for column, text in SCORE_FIELDS.items()
-        if column in frame.columns and frame[column].null_count() < frame.height
-    }
+    table = frame.lazy()
+    present = [c for c in SCORE_FIELDS if c in table.collect_schema()]
+    held = table.select(pl.col(present).is_not_null().any()).collect(engine="streaming")
+    return {column: SCORE_FIELDS[column] for column in present if held[column].item()}
 
 
-_BASES = r"^[ACGTNacgtn]+$"
-_VCF_ALT = (
-    r"^(?:[ACGTNacgtn]+|\*|\.|<[^<>\s,;=]+>"  # bases, `*`, missing, symbolic
-    r"|\.[ACGTNacgtn]+|[ACGTNacgtn]+\."  # single breakends
-    r"|[ACGTNacgtn]*[\[\]][^\s,;\[\]]+[\[\]][ACGTNacgtn]*)$"  # breakends
-)
-
-
-def _as_written(merged: pl.DataFrame) -> pl.DataFrame:
-    """`_pos`, `_ref`, `_alt`: the record as the panel wrote it (`input_pos` / `input_ref` /
-    `input_alt`, so a padded SNV `GG>AG` keeps its own POS and alleles and annotation tools
-    match it; one ALT per row), else the checked `pos` / `ref` / `alt`; plain bases
-    upper-cased, a missing ALT `.`."""
-
-    def allele(column: str) -> pl.Expr:
-        raw = pl.col(f"input_{column}").str.strip_chars() if has_input else pl.lit(None, pl.Utf8)
-        value = pl.coalesce(raw, pl.col(column))
-        return pl.when(value.str.contains(_BASES)).then(value.str.to_uppercase()).otherwise(value)
-
-    has_input = all(c in merged.columns for c in INPUT_COLUMNS)
-    pos = parse_positions(pl.col("input_pos")) if has_input else pl.lit(None, pl.Int64)
-    return merged.with_columns(
-        pl.coalesce(pos, pl.col("pos")).alias("_pos"),
-        allele("ref").alias("_ref"),
-        allele("alt").fill_null(".").alias("_alt"),
-    )
-
-
-def _placed_rows(
-    merged: pl.DataFrame, contig_lengths: Mapping[str, int]
-) -> tuple[pl.DataFrame, list[tuple[str, int | None]]]:
-    """The rows that can be VCF records, as the panel wrote them (`_as_written`), on their
-    reference contig (`_contig`) in reference order, and the header's contigs: the
-    reference's, then those of rows on contigs it lacks (no length). A row is left out
-    without CHROM, POS or REF, at a POS below 1 or with a REF that ends past its contig's
-    end, or with alleles that are not VCF's (REF of A/C/G/T/N; ALT of bases, symbolic, `*`,
-    a breakend or missing: not `-`, IUPAC codes or text with spaces)."""
-    contig = pl.coalesce("ref_chrom", "chrom") if "ref_chrom" in merged.columns else pl.col("chrom")
-    length = pl.col("_contig").replace_strict(
-        dict(contig_lengths), default=None, return_dtype=pl.Int64
-    )
-    placeable = (
-        pl.col("chrom").is_not_null()
-        & pl.col("_pos").is_not_null()
-        & (pl.col("_pos") >= 1)
-        & pl.col("_ref").str.contains(_BASES).fill_null(False)
-        & pl.col("_alt").str.contains(_VCF_ALT).fill_null(False)
-        & (length.is_null() | (pl.col("_pos") + pl.col("_ref").str.len_chars() - 1 <= length))
-    )
-    rows = _as_written(merged).with_columns(contig.alias("_contig")).filter(placeable)
-    if "qual" in rows.columns and not rows["qual"].dtype.is_numeric():
-        rows = rows.with_columns(pl.col("qual").cast(pl.Float64, strict=False))
-    extra = [c for c in dict.fromkeys(rows["_contig"].to_list()) if c not in contig_lengths]
-    contigs = [*contig_lengths.items(), *((c, None) for c in extra)]
-    rank = {c: i for i, (c, _) in enumerate(contigs)}
-    rows = rows.with_columns(
-        pl.col("_contig").replace_strict(rank, return_dtype=pl.Int64).alias("_rank")
-    ).sort("_rank", "_pos", maintain_order=True)
-    return rows, contigs
-
-
-def _longest(rows: pl.DataFrame, contigs: Sequence[tuple[str, int | None]]) -> int:
+def _longest(end: int | None, contigs: Sequence[tuple[str, int | None]]) -> int:
     """The longest `##contig` length (the reference's contigs), or the last position a record
     reaches (POS + len(REF) - 1) where that is further: a VCF's index is a .csi where it
     passes what a .tbi holds (`atomic.index_suffix`). All the header's contigs, not only the
     records': the workflow decides the index from the header (`vcf_index_suffix`)."""
     lengths = [n for _, n in contigs if n]
-    end = rows.select((pl.col("_pos") + pl.col("_ref").str.len_chars() - 1).max()).item()
     return max([int(end or 0), *lengths])
 
 
@@ -267,57 +200,15 @@ def vcf_index_suffix(path: str | Path) -> str:
     return index_suffix(max(lengths, default=0))
 
 
-def _row_filters(value: object) -> list[str]:
-    """A row's FILTER values (`;`-joined in scores.parquet; null or `.`: none)."""
-    if value is None or str(value) in ("", "."):
-        return []
-    return [f.strip().translate(_FILTER_UNSAFE) for f in str(value).split(";") if f.strip()]
-
-
-def _vcf_record(vcf: Any, row: dict, infos: Mapping[str, Mapping[str, str]]) -> Any:
-    """One row as a record: its POS and alleles as the panel wrote them (`_as_written`), the
-    panel's ID, QUAL and FILTER where it had them, its set INFO fields (a carried END as the
-    record's end)."""
-    ref, alt = row["_ref"], row["_alt"]
-    start = row["_pos"] - 1
-    end = next((row[c] for c, info in infos.items() if info["ID"] == "END"), None)
-    record = vcf.new_record(
-        contig=row["_contig"],
-        start=start,
-        stop=start + len(ref) if end is None else max(end, start + 1),
-        alleles=(ref, alt),
-    )
-    if row.get("id") not in (None, ".", ""):
-        record.id = str(row["id"]).translate(_ID_UNSAFE)
-    qual = row.get("qual")
-    if qual is not None and not math.isnan(qual):
-        record.qual = qual
-    for name in _row_filters(row.get("filter")):
-        record.filter.add(name)
-    for column, info in infos.items():
-        value = _info_value(row[column], info)
-        if info["ID"] != "END" and value is not None and value is not False:
-            record.info[info["ID"]] = value
-    return record
-
-
-def _filter_lines(rows: pl.DataFrame, declared: Mapping[str, str]) -> dict[str, str]:
-    """A `##FILTER` line for every FILTER value the records carry (PASS is built in), with the
-    panel header's description."""
-    if "filter" not in rows.columns:
-        return {}
-    used = dict.fromkeys(f for v in rows["filter"].drop_nulls().to_list() for f in _row_filters(v))
+def _filter_lines(used_texts: Sequence[object], declared: Mapping[str, str]) -> dict[str, str]:
+    """A `##FILTER` line for every FILTER value the records carry (PASS is built in), in the
+    order they first carry them, with the panel header's description."""
+    used = dict.fromkeys(f for v in used_texts for f in row_filters(v))
     return {
         name: declared.get(name) or f"{name}, carried from the panel"
         for name in used
         if name != "PASS"
     }
-
-
-def _renamed_contigs(rows: pl.DataFrame) -> str:
-    """`panel->reference` for each panel contig written under the reference's name."""
-    pairs = rows.filter(pl.col("chrom") != pl.col("_contig")).select("chrom", "_contig").unique()
-    return ",".join(f"{a}->{b}" for a, b in sorted(pairs.iter_rows()))
 
 
 def _carry_keys(
@@ -348,7 +239,7 @@ def _carry_keys(
 
 
 def write_results_vcf(
-    merged: pl.DataFrame,
+    merged: pl.DataFrame | pl.LazyFrame,
     contig_lengths: Mapping[str, int],
     out_path: str | Path,
     fields: Mapping[str, str] | None = None,
@@ -378,56 +269,62 @@ def write_results_vcf(
     order, as the `##contig` lines and the tabix index do; panel contigs written under the
     reference's name are listed in `##carbon_vep_panel_contigs` (`17->chr17`). Contigs not in
     the reference (status `unknown_contig`) get a header line without a length and come last.
-    Records are the panel's own POS, REF and ALT (`_as_written`: a padded SNV as written, not
-    its trimmed form). Rows that cannot be VCF records (`_placed_rows`: no CHROM/POS/REF, a
+    Records are the panel's own POS, REF and ALT (a padded SNV as written, not its trimmed
+    form). Rows that cannot be VCF records (`vcf_records.placed_rows`: no CHROM/POS/REF, a
     POS outside the contig, alleles that are not VCF's) are counted in a
     `##carbon_vep_rows_not_written` header line and the count is returned.
+
+    `merged` may be a lazy scan (`export_vcf`'s): the header comes from one pass over it a slice
+    at a time, the records from batches read back in the VCF's order (`vcf_records`), so the
+    memory does not follow the table's size.
     """
     out_path = Path(out_path)
+    table = merged.lazy()
+    schema = table.collect_schema()
     all_fields = {
         "status": "carbon-vep row status (scored, ref_mismatch, skipped, ...)",
         "reason": "why the row was not scored (absent when scored)",
-        **(default_fields(merged) if fields is None else fields),
+        **(default_fields(table) if fields is None else fields),
     }
     carried = dict(carried or {})
-    missing = [c for c in (*KEY_COLUMNS, *all_fields, *carried) if c not in merged.columns]
+    missing = [c for c in (*KEY_COLUMNS, *all_fields, *carried) if c not in schema]
     if missing:
         raise ValueError(f"columns {missing} missing from the table to export")
-    rows, contigs = _placed_rows(merged, contig_lengths)
-    n_unwritable = merged.height - rows.height
-    infos = {c: info_header(prefix + c.upper(), merged[c].dtype, t) for c, t in all_fields.items()}
+    written = [*all_fields, *carried, "id", "qual", "filter"]
+    placed = survey(table, contig_lengths)
+    n_unwritable = placed.n_rows - placed.n_placed
+    infos = {c: info_header(prefix + c.upper(), schema[c], t) for c, t in all_fields.items()}
     renamed_infos = _carry_keys(infos, carried, prefix)
     keys = [info["ID"] for info in infos.values()]
     repeated = sorted({k for k in keys if keys.count(k) > 1})
     if repeated:
         raise ValueError(f"INFO key(s) {repeated} would be declared twice")
     declared = list(infos.values())
-    symbolic = rows["_alt"].str.starts_with("<").any()
-    if "END" not in keys and symbolic:
+    if "END" not in keys and placed.symbolic:
         declared.insert(0, END_INFO)
-    header = _vcf_header(contigs, declared, _filter_lines(rows, filters or {}), source)
-    renamed = _renamed_contigs(rows)
-    if renamed:
+    filter_lines = _filter_lines(placed.filters, filters or {})
+    header = _vcf_header(placed.contigs, declared, filter_lines, source)
+    if placed.renamed:
+        renamed = ",".join(f"{a}->{b}" for a, b in placed.renamed)
         header.add_meta("carbon_vep_panel_contigs", renamed)
     if renamed_infos:
         header.add_meta("carbon_vep_panel_info_renamed", renamed_infos)
     if n_unwritable:
         header.add_meta("carbon_vep_rows_not_written", f"{n_unwritable}")
     for column in ("recipe", "normalization"):
-        if column in merged.columns and merged[column].drop_nulls().len():
-            values = ",".join(sorted(merged[column].drop_nulls().unique().to_list()))
-            header.add_meta(f"carbon_vep_{column}", values)
-
-    def write(path: Path) -> None:
-        with pysam.VariantFile(str(path), "wz" if indexed else "w", header=header) as vcf:
-            for row in rows.iter_rows(named=True):
-                vcf.write(_vcf_record(vcf, row, infos))
+        if column in schema:
+            held = table.select(pl.col(column).drop_nulls().unique()).collect(engine="streaming")
+            if held.height:
+                header.add_meta(f"carbon_vep_{column}", ",".join(sorted(held[column].to_list())))
 
     indexed = out_path.name.endswith(".gz")
-    with indexed_file(
-        out_path, VCF_TABIX if indexed else None, _longest(rows, contigs), index
-    ) as work:
-        write(work)
+    with (
+        indexed_file(
+            out_path, VCF_TABIX if indexed else None, _longest(placed.end, placed.contigs), index
+        ) as work,
+        pysam.VariantFile(str(work), "wz" if indexed else "w", header=header) as vcf,
+    ):
+        write_records(vcf, sorted_batches(table, contig_lengths, written, placed), infos)
     return n_unwritable
 
 
@@ -447,7 +344,7 @@ def export_vcf(
     the panel's header describes them."""
     with open_reference(reference) as fasta:
         lengths = dict(fasta.lengths)
-    frame = pl.read_parquet(merged)
+    frame = pl.scan_parquet(merged)
     fields = {**default_fields(frame), **extra_fields}
     info_fields = settings.info_fields if settings is not None else ()
     declarations = None
