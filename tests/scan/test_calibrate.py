@@ -129,6 +129,34 @@ def test_an_empty_neutral_set_is_an_error():
         Calibration.build(counts.counts(), counts.neutral(), META, min_count=1)
 
 
+def test_a_scan_with_nothing_to_rank_is_refused_with_its_reason(tmp_path):
+    """Counts with no SNV on the scales (no base had min_context of left context: a genome of
+    contigs all shorter), or none in the neutral set, are refused naming the counts folder and
+    the setting to change; no calibration folder is written."""
+    from carbon_vep.config.stages import CalibrationSettings
+    from carbon_vep.scan.jobs import calibrate as calibrate_job
+
+    folder = tmp_path / "counts"
+    folder.mkdir()
+    short = CalibrationCounts()
+    short.unranked = 600
+    short.write(folder / "short.parquet", META)
+    out = tmp_path / "calibration"
+    with pytest.raises(
+        InputError,
+        match=r"no SNV to rank: none of the scan's 600 scored SNVs "
+        r"had its min_context \(12 bp\).*lower the scan's min_context",
+    ) as err:
+        calibrate_job([str(folder / "short.parquet")], CalibrationSettings(), str(out))
+    assert err.value.path == str(folder) and not out.exists()
+    outside = CalibrationCounts()
+    outside.add(np.array([5, 6]), np.array([1, 2]), np.array([False, False]))
+    outside.write(folder / "outside.parquet", META)
+    with pytest.raises(InputError, match="neutral set .* holds none of the scan's SNVs"):
+        calibrate_job([str(folder / "outside.parquet")], CalibrationSettings(), str(out))
+    assert not out.exists()
+
+
 def _synthetic(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """cells of three CpG-like hot cells and many others, with keys shifted per cell."""
     rng = np.random.default_rng(seed)

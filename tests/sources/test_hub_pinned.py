@@ -5,6 +5,11 @@ and the fetch. No network: every request huggingface_hub makes is recorded and r
 
 from __future__ import annotations
 
+import os
+import sys
+import types
+from dataclasses import replace
+
 import httpx2
 import huggingface_hub
 import pytest
@@ -13,6 +18,7 @@ from support.hub import COMMIT, REPO_ID, fake_hub_cache
 
 from carbon_vep.config.stages import ModelSettings
 from carbon_vep.model.job import load_job_model
+from carbon_vep.model.vllm import VllmEngine, starts_offline
 from carbon_vep.sources.hub import ModelNotCachedError, load_options, model_folder
 
 # huggingface_hub's own best-effort telemetry (once a process, a 3 s timeout, skipped with
@@ -93,4 +99,53 @@ def test_a_file_missing_from_the_pinned_snapshot_fails_at_once_naming_the_fetch(
     )
     assert "a snapshot at a commit is read from the cache alone" in message
     assert f"carbon-vep fetch-model --model {REPO_ID} --revision {COMMIT} --out FILE" in message
+    assert _model_requests(requests_made) == []
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch) -> dict:
+    """vLLM as far as VllmEngine sees it: its LLM records the arguments and whether the Hub is
+    off (this process's flag, and the variable its workers would read) when it starts."""
+    started: dict = {}
+
+    class LLM:
+        def __init__(self, **arguments):
+            started.update(
+                arguments=arguments,
+                variable=os.environ.get("HF_HUB_OFFLINE"),
+                flag=huggingface_hub.constants.HF_HUB_OFFLINE,
+            )
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.__version__ = LLM, "fake"
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    engine_sets = ("HF_HUB_OFFLINE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE")
+    for name in (*engine_sets, "VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+        monkeypatch.delenv(name, raising=False)  # undone after the test
+    return started
+
+
+def test_vllm_reads_a_pinned_cached_model_from_the_cache_alone(
+    cached, requests_made, fake_vllm, demo_model_dir
+):
+    """vLLM takes a Hub id and a revision and has no cache-only option: a job whose every Hub
+    model is read from the cache alone starts vLLM with the Hub off, for this process and the
+    workers it starts, as a job run with HF_HUB_OFFLINE=1 (vLLM then reads the cached snapshot,
+    the tokenizer at the same commit). A branch, or a draft on one, still asks the Hub."""
+    pinned = ModelSettings(REPO_ID, revision=COMMIT, trust_remote_code=True, device="cpu")
+    on_branch = replace(pinned, revision="main")
+    assert starts_offline(pinned) and not starts_offline(on_branch)
+    assert not starts_offline(replace(pinned, draft_model=REPO_ID, draft_revision="main"))
+    assert starts_offline(replace(pinned, draft_model=str(demo_model_dir)))
+    assert not starts_offline(replace(pinned, path=str(demo_model_dir), revision=None))
+    VllmEngine(on_branch)
+    assert fake_vllm["variable"] is None and fake_vllm["flag"] is False
+    VllmEngine(pinned)
+    assert fake_vllm["variable"] == "1" and fake_vllm["flag"] is True
+    arguments = fake_vllm["arguments"]
+    assert arguments["model"] == arguments["tokenizer"] == REPO_ID  # named as our engine names it
+    assert arguments["revision"] == arguments["tokenizer_revision"] == COMMIT
     assert _model_requests(requests_made) == []

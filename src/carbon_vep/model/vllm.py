@@ -53,6 +53,9 @@ def engine_arguments(
         "model": model.path,
         "tokenizer": model.path,
         "revision": model.revision,
+        # offline, vLLM finds the tokenizer's snapshot at this revision (else at main, which a
+        # cache fetched at a commit lacks)
+        "tokenizer_revision": model.revision,
         "trust_remote_code": model.trust_remote_code,
         "dtype": model.dtype,
         "seed": 0,
@@ -80,6 +83,21 @@ def engine_arguments(
     return arguments
 
 
+def starts_offline(model: ModelSettings) -> bool:
+    """Whether the engine reads its models from the Hub cache alone: every Hub model it loads
+    (the model, and its draft if any) does so where our engine does (sources.hub's
+    `reads_cache_only`: offline, or pinned to a commit whose snapshot is cached). vLLM takes a
+    Hub id and revision and has no cache-only option, so such an engine starts with the Hub off
+    (`sources.hub.go_offline`): it then reads the cached snapshot and asks the Hub nothing,
+    exactly as a job run with HF_HUB_OFFLINE=1 does."""
+    from carbon_vep.model.drafting import draft_spec
+    from carbon_vep.sources import hub
+
+    specs = [model, *([draft_spec(model)] if model.draft_model else [])]
+    from_hub = [spec for spec in specs if not hub.is_local_model(spec.path)]
+    return bool(from_hub) and all(hub.reads_cache_only(spec) for spec in from_hub)
+
+
 class VllmEngine:
     """A vLLM engine started once for a job's prompts (see the module docstring)."""
 
@@ -91,6 +109,10 @@ class VllmEngine:
         what: str = "this job",
         # max_model_len: the longest prompt + generation of the job (0: the model's positions)
     ) -> None:
+        if starts_offline(model):  # before vLLM is imported: its workers read the variable
+            from carbon_vep.sources.hub import go_offline
+
+            go_offline()
         try:
             import vllm
             from vllm.inputs import TokensPrompt

@@ -25,7 +25,7 @@ from carbon_vep.errors import InputError
 from carbon_vep.genome.builds import UCSC_GENOMES, ucsc_genome
 from carbon_vep.genome.reference import index_paths
 from carbon_vep.report.track_list import Track
-from carbon_vep.report.tracks import export_tracks, scan_inputs
+from carbon_vep.report.tracks import check_bigwig, export_tracks, scan_inputs
 from carbon_vep.scan.calibrate import Calibration
 
 # UCSC's assembly names for the builds it hosts (canonical build -> UCSC `genome` line)
@@ -267,6 +267,8 @@ def write_hub(
     missing = [t.name for t in tracks if not (out_dir / f"{t.name}.bw").is_file()]
     if missing:
         raise InputError(out_dir, f"lacks the bigWig(s) of {missing}: export them first")
+    for track in tracks:  # one left by an older carbon-vep may be unreadable: never publish it
+        check_bigwig(out_dir / f"{track.name}.bw")
     tracks = data_views(tracks, calibration, out_dir)
     name = "cvep_" + re.sub(r"[^A-Za-z0-9_]", "_", str(record.get("scan") or scan_dir.parent.name))
     for file, text in hub_files(tracks, record, name, email).items():

@@ -20,6 +20,7 @@ not grow with the genome. No torch here.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,14 +146,68 @@ def write_bigwig(
 ) -> Path:
     """One track's bigWig, streamed through bigtools' writer (pybigtools: base-level data and
     its zoom levels with memory that does not grow with the genome), under a temporary name
-    renamed when complete."""
+    renamed when complete and readable. A track with no value at any base is refused
+    (`_no_values`): no bigWig can hold it."""
     import pybigtools
 
     final = out_dir / f"{track.name}.bw"
+    entries = _entries(scan_dir, record, track.name, calibration)
+    first = next(entries, None)
+    if first is None:
+        # given no entry, bigtools' writer prints "Input bedGraph is empty." and leaves a file
+        # no reader opens: refuse before writing anything
+        raise InputError(scan_dir, _no_values(track.name, record, calibration))
     with atomic.atomic_path(final, suffix=".bw") as tmp:  # the writer wants a .bw name
         writer = pybigtools.open(str(tmp), "w")
-        writer.write(dict(chrom_sizes(record)), _entries(scan_dir, record, track.name, calibration))
+        writer.write(dict(chrom_sizes(record)), itertools.chain([first], entries))
+        check_bigwig(tmp, final)
     return final
+
+
+def _no_values(track: str, record: Mapping[str, Any], calibration: Calibration | None) -> str:
+    """Why `track` has no value at any base of the scan, and what to change."""
+    scored = sum(contig["scored_bp"] for contig in record["contigs"].values())
+    about = f"track {track} of scan {record.get('scan')!r} has no value at any base"
+    if scored == 0:
+        return f"{about}: the scan scored no base (its regions hold only N); nothing written"
+    alt = track[-1] if track.startswith(("score_", "phred_")) else None
+    if "phred" in track and calibration is not None:
+        context = f"the scan's min_context ({calibration.min_context:,} bp) of left context"
+        if calibration.raw.total == 0 or alt is None:
+            why = f"none of its {scored:,} scored bases had {context}, so none has a PHRED"
+        else:
+            why = (
+                f"every base it scored with {context} (the bases with a PHRED) is {alt}, so no "
+                f"SNV with a PHRED changes one to {alt}"
+            )
+        return (
+            f"{about}: {why} (docs/calibration.md); lower the scan's min_context or scan "
+            "longer contigs, or set the scan's tracks: false; nothing written"
+        )
+    if alt:
+        return (
+            f"{about}: every base the scan scored ({scored:,}) is {alt}, so no SNV changes one "
+            f"to {alt}; scan regions holding other bases, or set the scan's tracks: false; "
+            "nothing written"
+        )
+    return f"{about} ({scored:,} bases scored); nothing written"
+
+
+def check_bigwig(path: Path, name: Path | None = None) -> None:
+    """Refuse a bigWig no reader opens (pybigtools reads its header), named `name` (default
+    `path`): bigtools' writer can return normally and leave one."""
+    import pybigtools
+
+    try:
+        with pybigtools.open(str(path)) as bigwig:
+            bigwig.chroms()
+    except (pybigtools.BBIReadError, ValueError) as err:
+        name = name or path
+        raise InputError(
+            name,
+            f"not a readable bigWig ({err}); export its track again (carbon-vep export-tracks "
+            f"--track {name.stem})",
+        ) from None
 
 
 def scan_inputs(scan_dir: Path) -> tuple[dict[str, Any], Calibration | None, list[Track]]:

@@ -22,7 +22,14 @@ from carbon_vep.config.stages import (
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.scan.calibrate import Calibration, contexts_markdown
-from carbon_vep.scan.counts import count_positions, counts_meta, neutral_regions, read_counts
+from carbon_vep.scan.counts import (
+    UNRANKED,
+    count_positions,
+    counts_meta,
+    min_context_of,
+    neutral_regions,
+    read_counts,
+)
 from carbon_vep.scan.plan import (
     check_tile_context,
     chunk_pieces,
@@ -171,6 +178,21 @@ def calibrate(counts_paths: Paths, settings: CalibrationSettings, out: str) -> N
     """A scan's rank scales (PHRED) and context means from every output file's counts, into the
     calibration folder `out`."""
     counts, neutral, meta = read_counts(list(counts_paths))
+    folder = Path(counts_paths[0]).parent if counts_paths else Path(out)
+    if counts.is_empty():  # nothing to rank: say why, not the context means' complaint below
+        raise InputError(
+            folder,
+            f"no SNV to rank: none of the scan's {meta.get(UNRANKED, 0):,} scored SNVs had its "
+            f"min_context ({min_context_of(meta):,} bp) of left context (every contig and every "
+            "ACGT run between gaps is shorter; docs/calibration.md); lower the scan's min_context",
+        )
+    if neutral.is_empty():
+        raise InputError(
+            folder,
+            f"the neutral set ({meta.get('neutral')}) holds none of the scan's SNVs with a PHRED "
+            "(those with min_context of left context): no context means; name regions the scan "
+            "covers in neutral_regions",
+        )
     calibration = Calibration.build(counts, neutral, meta, settings.context_min_count)
     calibration.write(out)
     log.info("calibrated %s SNVs: %s", f"{calibration.raw.total:,}", calibration.thresholds())

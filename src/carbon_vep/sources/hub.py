@@ -13,6 +13,7 @@ need none of this. No torch here: this module is imported before the device chec
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,16 @@ def load_options(spec: Any) -> dict[str, Any]:
     if reads_cache_only(spec):
         options["local_files_only"] = True
     return options
+
+
+def go_offline() -> None:
+    """Turn the Hub off for this process and those it starts, as HF_HUB_OFFLINE=1 would (for a
+    library that takes a Hub id and a revision and has no cache-only option: vLLM). This process
+    imported huggingface_hub already, which read the variable then; huggingface_hub,
+    transformers and vLLM ask its module's flag at each call, and a process started from here
+    (vLLM's tensor-parallel workers) reads the variable when it imports huggingface_hub."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants.HF_HUB_OFFLINE = True
 
 
 def incomplete_in_cache(spec: Any, detail: str) -> ModelNotCachedError:
