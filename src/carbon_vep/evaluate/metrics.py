@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import cache
 
 import numpy as np
 import polars as pl
@@ -416,12 +417,15 @@ def _label_statistics(
         if dropped:
             names = ", ".join(f"{d['chrom']} ({d['weight_of_all']:.1%})" for d in dropped)
             result["warnings"].append(f"one-class chromosomes (weight): {names}")
-    resampled = ResampledRows(labels, scores, chroms)
+
+    @cache
+    def resampled() -> ResampledRows:  # sorted at the first draw: never with `bootstrap: 0`
+        return ResampledRows(labels, scores, chroms)
 
     def evaluate(index: np.ndarray) -> dict[str, float | None]:
-        drawn = resampled.metrics(index)
+        drawn = resampled().metrics(index)
         if chroms is not None:
-            by_chrom = resampled.chromosome_entries(index, BY_CHROM_METRICS)
+            by_chrom = resampled().chromosome_entries(index, BY_CHROM_METRICS)
             for metric, entries in by_chrom.items():
                 for convention in CONVENTIONS:
                     name = by_chrom_name(metric, convention)
