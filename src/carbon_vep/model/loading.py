@@ -163,12 +163,12 @@ def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
         incomplete_in_cache,
         load_options,
         model_folder,
-        reads_cache_only,
     )
 
     folder, from_hub = model_folder(spec)
     check_remote_code(spec, folder, from_hub)  # before any code of the checkpoint runs
-    if from_hub and reads_cache_only(spec) and not (folder / TOKENIZER_CONFIG).is_file():
+    options = load_options(spec)
+    if options.get("local_files_only") and not (folder / TOKENIZER_CONFIG).is_file():
         raise incomplete_in_cache(spec, f"no {TOKENIZER_CONFIG}")
     if not from_hub and not (folder / TOKENIZER_CONFIG).is_file():
         raise InputError(
@@ -178,7 +178,7 @@ def load_tokenizer(spec: ModelSettings) -> tuple[Any, Any]:
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            spec.path, trust_remote_code=spec.trust_remote_code, **load_options(spec)
+            spec.path, trust_remote_code=spec.trust_remote_code, **options
         )
     except (OSError, ValueError) as err:  # a checkpoint's incomplete or unreadable files
         raise load_error(spec, folder, "cannot load the model's tokenizer", err) from err
@@ -201,15 +201,15 @@ def load_error(spec: ModelSettings, where: Any, what: str, err: Exception) -> In
     return InputError(where, f"{what}: {first}")
 
 
-def load_config(spec: ModelSettings) -> Any:
+def load_config(spec: ModelSettings, options: dict[str, Any] | None = None) -> Any:
     """The checkpoint's config (transformers' AutoConfig), read where the model's files come
-    from (sources.hub.load_options)."""
+    from (`options`: sources.hub.load_options's, asked here when not given)."""
     from transformers import AutoConfig
 
     from carbon_vep.sources.hub import load_options
 
     return AutoConfig.from_pretrained(
-        spec.path, trust_remote_code=spec.trust_remote_code, **load_options(spec)
+        spec.path, trust_remote_code=spec.trust_remote_code, **(options or load_options(spec))
     )
 
 
@@ -274,7 +274,7 @@ def load_model(
     tokenizer, vocab = load_tokenizer(spec)
     options = load_options(spec)
     try:
-        config = load_config(spec)
+        config = load_config(spec, options)
         if yarn is not None:
             apply_yarn(config, yarn.factor, yarn.original_positions, yarn.max_positions)
         # mismatched shapes are reported in `loaded` (and refused below), not raised bare
