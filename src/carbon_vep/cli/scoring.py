@@ -81,13 +81,11 @@ def add_merge(sub) -> None:
 
 
 def merge(args: argparse.Namespace) -> None:
-    from carbon_vep.scoring.merge import MergeError, merge_scores
+    from carbon_vep.scoring.merge import MergeError, merge_score_files
 
     check_output_files(args.out)
-    checked = _read_table(args.checked)
-    scores = [_read_table(p) for p in args.scores]
     try:
-        merged = merge_scores(checked, scores)
+        rows = merge_score_files(args.checked, args.scores, args.out)
     except MergeError as err:  # shards missing or scored twice: which files were given
         given = ", ".join(args.scores) or "none"
         raise InputError(
@@ -95,8 +93,7 @@ def merge(args: argparse.Namespace) -> None:
             f"the shard scores do not match this checked panel: {err} "
             f"(score files: {given}); give every shard's scores once",
         ) from err
-    atomic.write_parquet(merged, args.out)
-    log.info("merged %d rows", merged.height)
+    log.info("merged %d rows", rows)
 
 
 def _read_table(path: str, columns: list[str] | None = None) -> pl.DataFrame:
