@@ -27,7 +27,9 @@ _SCORE_STATUS = ("score_status", "score_reason")
 BATCH_ROWS = 100_000
 _SCORE_ROW = "_score_row"  # a score's number in the score files read one after the other
 _HASH = "_key_hash"  # a variant key's 64-bit hash (merge_score_files: keys compared after)
-_WRITE_OPTIONS = {"compression": "zstd", "compression_level": 3}  # polars' write_parquet's
+# near what polars' write_parquet writes (zstd level 3, plain pages): with pyarrow's dictionary
+# pages a 4.2 M-row merge took 296 MB against polars' 226 MB; plain, 247 MB
+_WRITE_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": False}
 
 
 class MergeError(RuntimeError):
