@@ -551,3 +551,69 @@ def test_results_vcf_in_batches_sorts_scattered_rows_as_in_one(tmp_path, monkeyp
     assert got == expected
     # each record has its own row's score: rows were not mixed up across batches
     assert [s for *_, s in records] == [row[(c, p, a)] / 4 for c, p, a in expected]
+
+
+def test_export_tabix_in_batches_sorts_scattered_rows_as_in_one(tmp_path, monkeypatch):
+    """export-tabix reads its lines back a batch at a time in the table's sort (`exports`,
+    `table_slices`): with batches and slices of 2 and 3 rows, chr1's rows spread over every
+    slice, three alleles at one POS (a position is never split over two batches: its lines
+    are sorted by allele within one), a key twice (the table's order) and null scores, the file
+    is the same bytes as in one batch, lines in the reference's order (chr2 before chr1), and
+    the reference's contig without rows (chr3) and the unplaced rows are left out."""
+    from carbon_vep.report import exports
+
+    fasta = tmp_path / "ref.fa"
+    fasta.write_text("".join(f">{c}\n" + "ACGT" * 25 + "\n" for c in ("chr2", "chr1", "chr3")))
+    pysam.faidx(str(fasta))
+    rows = [  # (chrom, pos, ref, alt, score)
+        ("chr1", 50, "A", "T", 0.5),
+        ("chr2", 7, "C", "A", None),
+        ("chr1", 10, "T", "G", 1.0),
+        ("chr1", 50, "A", "C", 2.0),
+        ("weird", 3, "G", "T", 9.0),  # a contig the reference lacks: left out
+        ("chr1", 50, "A", "G", None),
+        ("chr2", 7, "C", "A", 3.0),  # the same key again: after the first, as in the table
+        ("chr1", None, "A", "G", 9.0),  # no POS: left out
+        ("chr1", 10, "T", "C", -1.0),
+    ]
+    pl.DataFrame(rows, schema=["chrom", "pos", "ref", "alt", "score"], orient="row").write_parquet(
+        tmp_path / "scores.parquet", row_group_size=3
+    )
+    one = tmp_path / "one.tsv.gz"
+    assert export_tabix(str(tmp_path / "scores.parquet"), ["score"], str(fasta), str(one)) == 2
+    for size in (2, 3):
+        monkeypatch.setattr(exports, "TSV_BATCH_ROWS", size)
+        batched = tmp_path / f"batched{size}.tsv.gz"
+        export_tabix(str(tmp_path / "scores.parquet"), ["score"], str(fasta), str(batched))
+        assert batched.read_bytes() == one.read_bytes()
+        assert (tmp_path / f"batched{size}.tsv.gz.tbi").read_bytes() == (
+            tmp_path / "one.tsv.gz.tbi"
+        ).read_bytes()
+    lines = gzip.decompress(one.read_bytes()).decode().splitlines()
+    assert lines == [
+        "#chrom\tpos\tref\talt\tscore",
+        "chr2\t7\tC\tA\t.",
+        "chr2\t7\tC\tA\t3.0",
+        "chr1\t10\tT\tC\t-1.0",
+        "chr1\t10\tT\tG\t1.0",
+        "chr1\t50\tA\tC\t2.0",
+        "chr1\t50\tA\tG\t.",
+        "chr1\t50\tA\tT\t0.5",
+    ]
+    table = pysam.TabixFile(str(batched))
+    assert list(table.contigs) == ["chr2", "chr1"]
+    assert [r.split("\t")[3] for r in table.fetch("chr1", 49, 50)] == ["C", "G", "T"]
+
+
+def test_tabix_tsv_batches_end_where_a_position_ends(monkeypatch):
+    """A batch of sorted keys is cut only where a position ends, so a position with more
+    lines than a batch holds is one (larger) batch, and every line is in exactly one."""
+    from carbon_vep.report import exports
+
+    keys = pl.DataFrame(
+        {"_rank": [0, 0, 0, 0, 0, 0, 1, 1], "pos": [1, 2, 2, 2, 2, 3, 3, 4], "_row": range(8)}
+    )
+    assert list(exports._batch_ends(keys, 2)) == [(0, 5), (5, 7), (7, 8)]
+    assert list(exports._batch_ends(keys, 1)) == [(0, 1), (1, 5), (5, 6), (6, 7), (7, 8)]
+    assert list(exports._batch_ends(keys, 100)) == [(0, 8)]
+    assert list(exports._batch_ends(keys.clear(), 2)) == []

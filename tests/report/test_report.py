@@ -217,6 +217,41 @@ def test_the_report_from_its_file_reads_only_the_columns_it_renders(run, tmp_pat
     assert set(REPORT_COLUMNS) < set(merged.columns)
 
 
+def test_the_top_ten_breaks_a_tie_at_the_cut_in_the_tables_order(run, tmp_path):
+    """The highest scores come from a top-k over the Parquet read in streaming queries: four
+    rows share the 10th place's score, and the first two of them in the table (slices of 3
+    rows apart) make the list; unscored rows (null scores, one with a high score left from a
+    failed run) never do, and a scored row without a score does not stop the page."""
+    scores = [5.0, 1.0, 3.0, 2.0, 9.0, 2.0, 8.0, 2.0, 7.0, 6.0, 2.0, 4.0, 3.5, 0.5]
+    merged = pl.DataFrame(
+        {
+            "chrom": ["chr1"] * 14 + ["chr2", "chr2", "chr2"],
+            "pos": [*range(1, 15), 1, 2, 3],
+            "ref": ["A"] * 17,
+            "alt": ["C"] * 17,
+            "status": ["scored"] * 14 + ["skipped", "failed", "scored"],
+            "reason": [""] * 14 + ["too long", "boom", ""],
+            "recipe": ["nexttoken"] * 17,
+            "normalization": ["acgt_strings"] * 17,
+            "score": [*scores, None, 99.0, None],
+        }
+    )
+    merged.write_parquet(tmp_path / "scores.parquet", row_group_size=3)
+    (tmp_path / "metrics.json").write_text(json.dumps(run[0].metrics))
+    write_report(
+        str(tmp_path / "scores.parquet"), str(tmp_path / "metrics.json"), "t", tmp_path / "r.md"
+    )
+    page = (tmp_path / "r.md").read_text()
+    assert page == render_report(merged, run[0].metrics, "t")
+    table = page.split("## Highest-scoring variants")[1].split("##")[0]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    listed = [c[:2] for c in cells if c[0].startswith("chr") and c[0] != "chrom"]
+    # scores 9 8 7 6 5 4 3.5 3, then the 2.0s at POS 4, 6, 8, 11: the first two make it
+    assert listed == [["chr1", str(p)] for p in (5, 7, 9, 10, 1, 12, 13, 3, 4, 6)]
+    assert "17 input rows, 15 scored" in page
+    assert "| skipped | too long | 1 |" in page and "| failed | boom | 1 |" in page
+
+
 def test_reasons_with_equal_counts_keep_the_order_of_their_first_row(run):
     """The 'Rows not scored' table: most rows first, ties in the order the panel has them (not
     group_by's arbitrary order, which made two runs' report.md differ)."""

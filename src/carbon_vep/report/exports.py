@@ -6,39 +6,121 @@
   names make it match alleles, not only positions), as do tools that read CADD tables.
 - `export_tabix`: a scores Parquet through it, on the reference's contigs.
 
+Neither holds the table: one pass keeps each line's sort key (contig rank, POS, row: 16 bytes a
+row), then the lines are read back `TSV_BATCH_ROWS` at a time in that order from the slices of
+the table that hold them (`table_slices`, as export-vcf does) and formatted a batch at a time.
+
 A panel's scores as a VCF are report.vcf_export's.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
 
 from carbon_vep.atomic import indexed_bgzf
 from carbon_vep.genome.reference import open_reference
+from carbon_vep.report.table_slices import ROW, rows_by_number, slices
 
 log = logging.getLogger("carbon_vep")
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
-# rows formatted as text at a time: the whole table as one string would be ~50 bytes a row, twice
-# (the str and its encoding), on top of the table
+# rows read back and formatted as text at a time: the whole table as one string would be ~50
+# bytes a row, twice (the str and its encoding), on top of the table
 TSV_BATCH_ROWS = 100_000
+# what of a slice of the table is written: its rows (numbered `ROW`) that can be placed
+Rows = Callable[[pl.LazyFrame], pl.LazyFrame]
 
 
-def _contig_rank(frame: pl.DataFrame, contig_order: Sequence[str] | None) -> pl.Expr:
-    """Sort key for contigs: the reference order when given, else first appearance."""
-    order = list(contig_order or dict.fromkeys(frame["chrom"].to_list()))
-    rank = {c: i for i, c in enumerate(order)}
-    missing = set(frame["chrom"].unique().to_list()) - set(rank)
+def _sort_keys(
+    table: pl.LazyFrame, rows: Rows, contig_order: Sequence[str] | None
+) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Each written row's key (contig rank, POS, row number: 16 bytes), sorted, and the
+    contigs' ranks: the reference order when given, else first appearance. One pass a slice
+    at a time, as the slices come in order a contig is ranked at its first row."""
+    rank = {c: i for i, c in enumerate(contig_order or ())}
+    n_rows = table.select(pl.len()).collect().item()
+    keys = []
+    for offset, piece in slices(table, 0, n_rows, TSV_BATCH_ROWS):
+        placed = rows(piece.with_row_index(ROW, offset=offset)).select("chrom", "pos", ROW)
+        placed = placed.collect()
+        firsts = placed.group_by("chrom").agg(pl.col(ROW).min()).sort(ROW)["chrom"]
+        new = [c for c in firsts if c not in rank]
+        if new and contig_order:
+            raise ValueError(f"contigs {sorted(new)} are not in the contig order")
+        rank.update((c, len(rank) + i) for i, c in enumerate(new))
+        keys.append(placed.select(_ranked(rank), "pos", ROW))
+    if not keys:
+        return pl.DataFrame(schema={"_rank": pl.UInt32, "pos": pl.Int64, ROW: pl.UInt32}), rank
+    return pl.concat(keys).sort("_rank", "pos", ROW), rank
+
+
+def _ranked(rank: dict[str, int]) -> pl.Expr:
+    return pl.col("chrom").replace_strict(rank, return_dtype=pl.UInt32).alias("_rank")
+
+
+def _batch_ends(keys: pl.DataFrame, size: int) -> Iterator[tuple[int, int]]:
+    """Batches of about `size` sorted keys, each ending where a position ends: a position's
+    lines are sorted by their alleles within a batch, so none is split over two."""
+    run = pl.col("_rank").ne_missing(pl.col("_rank").shift()) | pl.col("pos").ne_missing(
+        pl.col("pos").shift()
+    )
+    starts = keys.select(pl.arg_where(run)).to_series().to_numpy()
+    first = 0
+    while first < keys.height:
+        after = starts.searchsorted(first + size)  # the first position starting past the size
+        end = int(starts[after]) if after < starts.size else keys.height
+        yield first, end
+        first = end
+
+
+def _write_sorted(
+    table: pl.LazyFrame,
+    rows: Rows,
+    out_path: Path,
+    columns: Sequence[str],
+    keys: pl.DataFrame,
+    rank: dict[str, int],
+) -> None:
+    size = TSV_BATCH_ROWS
+
+    def lines(piece: pl.LazyFrame, offset: int) -> pl.LazyFrame:
+        return rows(piece.with_row_index(ROW, offset=offset)).select(ROW, *KEY_COLUMNS, *columns)
+
+    header = lines(table.head(0), 0).drop(ROW).rename({"chrom": "#chrom"}).collect()
+    longest = int(keys["pos"].max() or 0)  # a .csi where a position passes what a .tbi holds
+    text = {"separator": "\t", "null_value": "."}
+    with indexed_bgzf(out_path, longest=longest) as handle:
+        handle.write(header.write_csv(None, **text).encode())  # the header line
+        for first, end in _batch_ends(keys, size):
+            batch = rows_by_number(table, keys[ROW][first:end], lines, size)
+            batch = batch.with_columns(_ranked(rank)).sort("_rank", "pos", "ref", "alt", ROW)
+            batch = batch.drop("_rank", ROW).rename({"chrom": "#chrom"})
+            handle.write(batch.write_csv(None, include_header=False, **text).encode())
+
+
+def _keyed(
+    frame: pl.DataFrame | pl.LazyFrame,
+    out_path: Path,
+    columns: Sequence[str],
+    contig_order: Sequence[str] | None,
+    rows: Rows,
+) -> tuple[pl.LazyFrame, pl.DataFrame, dict[str, int]]:
+    """The table to export, checked, with its lines' sorted keys and contig ranks."""
+    if not out_path.name.endswith(".gz"):
+        raise ValueError(f"{out_path}: a tabix-indexed table must end in .gz")
+    table = frame.lazy()
+    present = rows(table.with_row_index(ROW)).collect_schema()
+    missing = [c for c in (*KEY_COLUMNS, *columns) if c not in present]
     if missing:
-        raise ValueError(f"contigs {sorted(missing)} are not in the contig order")
-    return pl.col("chrom").replace_strict(rank, return_dtype=pl.Int64)
+        raise ValueError(f"columns {missing} missing from the table to export")
+    return table, *_sort_keys(table, rows, contig_order)
 
 
 def write_tabix_tsv(
-    frame: pl.DataFrame,
+    frame: pl.DataFrame | pl.LazyFrame,
     out_path: str | Path,
     columns: Sequence[str],
     contig_order: Sequence[str] | None = None,
@@ -46,29 +128,17 @@ def write_tabix_tsv(
     """bgzip + tabix a `#chrom pos ref alt <columns>` table; returns the path of the .gz.
 
     `frame` needs chrom, pos (1-based), ref, alt and the named value columns. Rows are sorted
-    by contig (reference order if given) and position; missing values are written as `.`.
+    by contig (reference order if given), position and alleles, rows of one key in the
+    table's order; missing values are written as `.`.
     """
     out_path = Path(out_path)
-    if not out_path.name.endswith(".gz"):
-        raise ValueError(f"{out_path}: a tabix-indexed table must end in .gz")
-    missing = [c for c in (*KEY_COLUMNS, *columns) if c not in frame.columns]
-    if missing:
-        raise ValueError(f"columns {missing} missing from the table to export")
-    table = (
-        frame.select(*KEY_COLUMNS, *columns)
-        .with_columns(_contig_rank(frame, contig_order).alias("_rank"))
-        .sort("_rank", "pos", "ref", "alt")
-        .drop("_rank")
-        .rename({"chrom": "#chrom"})
-    )
-
-    longest = int(table["pos"].max() or 0)  # a .csi where a position passes what a .tbi holds
-    text = {"separator": "\t", "null_value": "."}
-    with indexed_bgzf(out_path, longest=longest) as handle:
-        handle.write(table.clear().write_csv(None, **text).encode())  # the header line
-        for batch in table.iter_slices(TSV_BATCH_ROWS):
-            handle.write(batch.write_csv(None, include_header=False, **text).encode())
+    table, keys, rank = _keyed(frame, out_path, columns, contig_order, _every_row)
+    _write_sorted(table, _every_row, out_path, columns, keys, rank)
     return out_path
+
+
+def _every_row(piece: pl.LazyFrame) -> pl.LazyFrame:
+    return piece
 
 
 def export_tabix(scores: str, value_columns: list[str], reference: str | None, out: str) -> int:
@@ -77,11 +147,10 @@ def export_tabix(scores: str, value_columns: list[str], reference: str | None, o
     reference's contig (`ref_chrom` where present, as results.vcf.gz). Rows that cannot be
     placed (no contig, POS or REF, POS below 1, a contig the reference lacks) are left out,
     with a warning; returns their count."""
-    present = pl.read_parquet_schema(scores)
+    table = pl.scan_parquet(scores)
+    present = table.collect_schema()
     needed = ("ref_chrom", *KEY_COLUMNS, *value_columns)  # the others stay on disk
-    frame = pl.read_parquet(scores, columns=[c for c in dict.fromkeys(needed) if c in present])
-    if "ref_chrom" in frame.columns:
-        frame = frame.with_columns(pl.coalesce("ref_chrom", "chrom").alias("chrom"))
+    kept = [c for c in dict.fromkeys(needed) if c in present]
     order = None
     placeable = (
         pl.col("chrom").is_not_null()
@@ -93,8 +162,15 @@ def export_tabix(scores: str, value_columns: list[str], reference: str | None, o
         with open_reference(reference) as fasta:
             order = list(fasta.lengths)
         placeable &= pl.col("chrom").is_in(order)
-    placed = frame.filter(placeable.fill_null(False))
-    left_out = frame.height - placed.height
+
+    def placed(piece: pl.LazyFrame) -> pl.LazyFrame:
+        piece = piece.select(ROW, *kept)
+        if "ref_chrom" in present:
+            piece = piece.with_columns(pl.coalesce("ref_chrom", "chrom").alias("chrom"))
+        return piece.filter(placeable.fill_null(False))
+
+    table, keys, rank = _keyed(table, Path(out), value_columns, order, placed)
+    left_out = table.select(pl.len()).collect().item() - keys.height
     if left_out:
         log.warning(
             "%d rows of %s cannot be placed (no contig, POS or REF, POS below 1, or a contig "
@@ -103,5 +179,5 @@ def export_tabix(scores: str, value_columns: list[str], reference: str | None, o
             scores,
             out,
         )
-    write_tabix_tsv(placed, out, value_columns, order)
+    _write_sorted(table, placed, Path(out), value_columns, keys, rank)
     return left_out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -16,6 +17,14 @@ from carbon_vep import atomic, markdown
 from carbon_vep.columns import Status
 from carbon_vep.evaluate.metrics import CALIBRATED_SCORE
 from carbon_vep.provenance import package_versions
+from carbon_vep.report.table_slices import slices
+
+_SCORED = pl.col("status") == Status.SCORED
+TOP_ROWS = 10  # the highest-scoring variants listed
+TOP_COLUMNS = ("chrom", "pos", "ref", "alt", "score")
+REASON_ROWS = 20  # the reasons listed
+# rows read at a time: a slice's columns, not the table's (a ClinVar-size one: ~4 M rows)
+SLICE_ROWS = 100_000
 
 
 def _fmt(value: object, digits: int = 4) -> str:
@@ -58,16 +67,18 @@ def _metrics_table(metrics: dict) -> str:
     return markdown.table(header, rows)
 
 
-def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
-    """Markdown: provenance, status counts, metrics with definitions, top-scoring variants."""
+def render_report(merged: pl.DataFrame | pl.LazyFrame, metrics: dict, title: str) -> str:
+    """Markdown: provenance, status counts, metrics with definitions, top-scoring variants.
+
+    `merged` is read a slice at a time (`_tally`): a scan of the merged Parquet is never held
+    whole."""
     provenance = metrics.get("provenance", {})
-    scored = merged.filter(pl.col("status") == Status.SCORED)
-    recipe = scored["recipe"][0] if scored.height else "n/a"
-    normalization = scored["normalization"][0] if scored.height else "n/a"
+    tally = _tally(merged.lazy())
+    recipe, normalization = tally.recipe
     parts = [
         f"# {title}",
         f"Recipe **{recipe}**, normalisation **{normalization}**; "
-        f"{merged.height} input rows, {scored.height} scored. "
+        f"{tally.n_rows} input rows, {tally.n_scored} scored. "
         "Score orientation: larger = more damaging.",
         "## Input status counts",
         markdown.table(["status", "rows"], [[k, v] for k, v in metrics["status_counts"].items()]),
@@ -96,7 +107,7 @@ def render_report(merged: pl.DataFrame, metrics: dict, title: str) -> str:
             parts.append(f"By-chromosome {metric}: dropped one-class chromosomes {dropped}.")
     if metrics.get("warnings"):
         parts += ["## Warnings", "\n".join(f"- {w}" for w in metrics["warnings"])]
-    parts += _top_part(scored) + _unscored_part(merged.filter(pl.col("status") != Status.SCORED))
+    parts += _top_part(tally.top) + _unscored_part(tally.reasons)
     prov_rows = [[k, v] for k, v in {**provenance, **package_versions()}.items()]
     parts += ["## Provenance", markdown.table(["item", "value"], prov_rows)]
     return "\n\n".join(parts) + "\n"
@@ -120,34 +131,83 @@ REPORT_COLUMNS = (
 def write_report(merged: str, metrics: str, title: str, out: str) -> None:
     """One dataset's Markdown report at `out`, from its merged rows (Parquet) and metrics JSON."""
     present = pl.read_parquet_schema(merged)
-    frame = pl.read_parquet(merged, columns=[c for c in REPORT_COLUMNS if c in present])
+    table = pl.scan_parquet(merged).select(c for c in REPORT_COLUMNS if c in present)
     values = json.loads(Path(metrics).read_text())
-    atomic.write_text(render_report(frame, values, title), out)
+    atomic.write_text(render_report(table, values, title), out)
 
 
-def _top_part(scored: pl.DataFrame) -> list[str]:
-    if not scored.height:
+@dataclass
+class _Tally:
+    """What the page shows of the merged rows: their count, the scored rows' count, the first
+    scored row's recipe and normalisation, the highest scores (`TOP_ROWS`, the score first,
+    ties in the table's order) and the unscored rows' (status, reason) counts (most first,
+    ties in the order of their first row; at most `REASON_ROWS`)."""
+
+    n_rows: int
+    n_scored: int
+    recipe: tuple[object, object]
+    top: pl.DataFrame
+    reasons: pl.DataFrame | None  # None: no rows
+
+
+def _tally(merged: pl.LazyFrame) -> _Tally:
+    """One pass over `merged`, `SLICE_ROWS` at a time: a running top ten and reason counts
+    (not a streaming query: its top-k breaks ties in no set order, and the row numbers a
+    tie-break needs made its memory grow with the rows)."""
+    n_rows = merged.select(pl.len()).collect().item()
+    n_scored, recipe = 0, ("n/a", "n/a")
+    top = pl.DataFrame(schema=merged.select(TOP_COLUMNS).collect_schema())
+    reasons = None
+    for offset, piece in slices(merged, 0, n_rows, SLICE_ROWS):
+        rows = piece.collect()
+        scored = rows.filter(_SCORED)
+        if scored.height and not n_scored:
+            recipe = (scored["recipe"][0], scored["normalization"][0])
+        n_scored += scored.height
+        # stable: the rows kept so far come first, so a tie keeps the table's order
+        top = pl.concat([top, scored.select(TOP_COLUMNS)]).sort(
+            "score", descending=True, nulls_last=True, maintain_order=True
+        )
+        top = top.head(TOP_ROWS)
+        counted = (
+            rows.with_row_index("_first", offset)
+            .filter(pl.col("status") != Status.SCORED)
+            .group_by("status", "reason")
+            .agg(pl.len(), pl.col("_first").min())
+        )
+        reasons = counted if reasons is None else pl.concat([reasons, counted])
+        reasons = reasons.group_by("status", "reason").agg(
+            pl.col("len").sum(), pl.col("_first").min()
+        )
+    if reasons is not None:  # ties in the order of their first row (group_by's is arbitrary)
+        reasons = reasons.sort(["len", "_first"], descending=[True, False]).drop("_first")
+        reasons = reasons.head(REASON_ROWS)
+    return _Tally(n_rows, n_scored, recipe, top, reasons)
+
+
+def _top_part(top: pl.DataFrame) -> list[str]:
+    if not top.height:
         return []
-    top = scored.sort("score", descending=True).head(10)
-    rows = [[r["chrom"], r["pos"], r["ref"], r["alt"], f"{r['score']:.4g}"] for r in top.to_dicts()]
+    rows = [
+        [
+            r["chrom"],
+            r["pos"],
+            r["ref"],
+            r["alt"],
+            "n/a" if r["score"] is None else f"{r['score']:.4g}",
+        ]
+        for r in top.to_dicts()
+    ]
     return [
         "## Highest-scoring variants",
         markdown.table(["chrom", "pos", "ref", "alt", "score"], rows),
     ]
 
 
-def _unscored_part(unscored: pl.DataFrame) -> list[str]:
-    if not unscored.height:
+def _unscored_part(reasons: pl.DataFrame | None) -> list[str]:
+    if reasons is None or not reasons.height:
         return []
-    # ties in the order of the first row with the reason (group_by's order is arbitrary)
-    reasons = (
-        unscored.with_row_index("_first")
-        .group_by("status", "reason")
-        .agg(pl.len(), pl.col("_first").min())
-        .sort(["len", "_first"], descending=[True, False])
-        .drop("_first")
-    )
-    rows = [list(r) for r in reasons.head(20).iter_rows()]
+    rows = [list(r) for r in reasons.iter_rows()]
     return ["## Rows not scored, by reason", markdown.table(["status", "reason", "rows"], rows)]
 
 

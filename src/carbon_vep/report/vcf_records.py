@@ -3,7 +3,8 @@
 `placed_rows`: the rows that can be VCF records, as the panel wrote them, on their reference
 contig. `survey` reads the table once a slice at a time for what the header needs and each
 record's key (contig rank, POS, row); `sorted_batches` reads the records back `BATCH_ROWS` at a
-time in that order from the slices that hold them; `write_records` writes them through pysam.
+time in that order from the slices that hold them (`table_slices`, export-tabix's way too);
+`write_records` writes them through pysam.
 Memory: a slice's and a batch's columns and 16 bytes a record, not the table (a whole ClinVar
 VCF is ~4 M rows: the table in memory took 6.6 GB).
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from carbon_vep.report.table_slices import rows_by_number, slices
 from carbon_vep.variants.panel_columns import INPUT_COLUMNS, parse_positions
 
 # rows read from the table and written at a time: their columns in polars, one pysam record
@@ -109,13 +111,6 @@ class Placed:
     keys: pl.DataFrame
 
 
-def _slices(table: pl.LazyFrame, start: int, stop: int) -> Iterator[tuple[int, pl.LazyFrame]]:
-    """The table's rows `start` to `stop` as slices of `BATCH_ROWS` (on its row groups' grid,
-    so a slice of a Parquet scan decodes only its row groups)."""
-    for offset in range(start - start % BATCH_ROWS, stop, BATCH_ROWS):
-        yield offset, table.slice(offset, BATCH_ROWS)
-
-
 def _ranked(rows: pl.DataFrame, rank: Mapping[str, int]) -> pl.DataFrame:
     return rows.with_columns(
         pl.col("_contig").replace_strict(dict(rank), return_dtype=pl.UInt32).alias("_rank")
@@ -131,7 +126,7 @@ def survey(table: pl.LazyFrame, contig_lengths: Mapping[str, int]) -> Placed:
     keys, firsts, renamed = [], [], set()
     n_placed, end, symbolic = 0, None, False
     has_filter = "filter" in table.collect_schema()
-    for offset, piece in _slices(table, 0, n_rows):
+    for offset, piece in slices(table, 0, n_rows, BATCH_ROWS):
         rows = placed_rows(piece, contig_lengths, ["filter"], offset).collect()
         extra = rows.filter(~pl.col("_contig").is_in(list(rank)))
         for name in extra.group_by("_contig").agg(pl.col("_row").min()).sort("_row")["_contig"]:
@@ -177,13 +172,13 @@ def sorted_batches(
     rank = {name: i for i, (name, _) in enumerate(placed.contigs)}
     for first in range(0, placed.n_placed, BATCH_ROWS):
         wanted = placed.keys["_row"].slice(first, BATCH_ROWS)
-        pieces = [
-            placed_rows(piece, contig_lengths, written, offset)
-            .filter(pl.col("_row").is_in(wanted.implode()))
-            .collect()
-            for offset, piece in _slices(table, wanted.min(), wanted.max() + 1)
-        ]
-        yield _ranked(pl.concat(pieces), rank).sort(*ORDER)
+        rows = rows_by_number(
+            table,
+            wanted,
+            lambda piece, offset: placed_rows(piece, contig_lengths, written, offset),
+            BATCH_ROWS,
+        )
+        yield _ranked(rows, rank).sort(*ORDER)
 
 
 def info_value(value: object, info: Mapping[str, str]) -> object:
