@@ -1,6 +1,6 @@
 # Two commands for a fresh machine: `make demo` (the demo on 2 CPU cores) and `make test` (lint,
 # then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest,
-# bench-scan, bench-contigs, bench-calibrate, bench-niah, bench-tracks), gpu-check, scan-lambda, lint;
+# bench-scan, bench-contigs, bench-calibrate, bench-niah, bench-tracks), gpu-check, gpu-rehearsal, scan-lambda, lint;
 # clean removes the outputs and the demo model (README.md).
 VENV ?= .venv
 PYTHON ?= python3
@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm setup-vllm-deps setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit scan-lambda clean
+.PHONY: setup setup-vllm setup-vllm-deps setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit gpu-rehearsal scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,13 @@ gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),setup)
 # (docs/gpu.md#the-lent-device-machine-make-gpu-kit-scriptsgpu_runsh has the exact call).
 gpu-kit: setup
 	$(BIN)/python -m carbon_vep.benchmark.gpu.kit --dest .whl
+
+# every step of the GPU check rehearsed on the CPU (~10 min): the kit in a venv holding only the
+# device image's packages, then scripts/gpu_run.sh --smoke. `make test` rehearses the steps whose
+# code runs nowhere else (tests/test_gpu_check_smoke.py); run this before a GPU session's first
+# device call and after changing benchmark/gpu (docs/gpu.md). vLLM's phase where .venv-vllm exists.
+gpu-rehearsal: setup
+	CARBON_VEP_FULL_REHEARSAL=1 $(BIN)/pytest -n 0 tests/test_gpu_check_smoke.py
 
 # a scan's calibration (PHRED, context means) at two genome sizes against a direct sort:
 # SNVs/s per core, peak memory per job, the bytes PHRED adds to the TSV (docs/calibration.md)
