@@ -8,6 +8,7 @@ then the score files' values, never every column of the checked table."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -174,18 +175,23 @@ def _key_hash() -> pl.Expr:
     return pl.struct(_KEY).hash()
 
 
-def _collect(path: str | Path, frame: pl.LazyFrame) -> pl.DataFrame:
+@contextmanager
+def _reading(path: str | Path) -> Iterator[None]:
+    """A Parquet file that cannot be read, as an error naming it."""
     try:
-        return frame.collect()
+        yield
     except (OSError, pl.exceptions.PolarsError) as err:
         raise InputError(path, f"cannot read this Parquet file: {err}") from err
+
+
+def _collect(path: str | Path, frame: pl.LazyFrame) -> pl.DataFrame:
+    with _reading(path):
+        return frame.collect()
 
 
 def _read(path: str | Path, columns: list[str] | None = None) -> pl.DataFrame:
-    try:
+    with _reading(path):
         return pl.read_parquet(path, columns=columns)
-    except (OSError, pl.exceptions.PolarsError) as err:
-        raise InputError(path, f"cannot read this Parquet file: {err}") from err
 
 
 def _keyed(frame: pl.DataFrame, contigs: dict[str, int], on: list[str]) -> pl.DataFrame:
@@ -235,10 +241,8 @@ def _score_keys(
     parts, file_rows, schema = [], [], pl.Schema(_SCORE_SCHEMA)
     for number, path in enumerate(score_files):
         if number == 0:
-            try:
+            with _reading(path):
                 schema = pl.read_parquet_schema(path)
-            except (OSError, pl.exceptions.PolarsError) as err:
-                raise InputError(path, f"cannot read this Parquet file: {err}") from err
         keys = _keyed(_read(path, _KEY), contigs, on).select(on)
         parts.append(keys)
         file_rows.append(keys.height)
