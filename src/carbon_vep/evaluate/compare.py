@@ -12,9 +12,10 @@ tolerances (absolute, in the metric's units: metrics are fractions, so 0.01 = on
 
 Every (task, metric, model) of the results table's models is compared; a value missing on
 either side fails and is named, unless the baseline lists it under `not_gated` (TASK/METRIC, or
-a shell pattern of them: reported by the run, with no reference number). Baseline models that
-the run did not score are listed as not run (the run decides which models it scores). CPU
-only, no torch.
+TASK/METRIC/MODEL for one model's values, or a shell pattern of them: `*/*/carbon500m`, a model
+the published table has no column for: reported by the run, with no reference number).
+Baseline models that the run did not score are listed as not run (the run decides which models
+it scores). CPU only, no torch.
 """
 
 from __future__ import annotations
@@ -45,13 +46,17 @@ class Baseline:
     tolerance: dict[str, float] = field(default_factory=dict)  # metric -> allowed |difference|
     default_tolerance: float = DEFAULT_TOLERANCE
     source: str = ""
-    # TASK/METRIC reported without a reference number; shell-style patterns (fnmatch) allowed
+    # TASK/METRIC (every model) or TASK/METRIC/MODEL reported without a reference number;
+    # shell-style patterns (fnmatch) allowed
     not_gated: frozenset[str] = frozenset()
 
-    def gated(self, task: str, metric: str) -> bool:
+    def gated(self, task: str, metric: str, model: str) -> bool:
         from fnmatch import fnmatchcase
 
-        return not any(fnmatchcase(f"{task}/{metric}", pattern) for pattern in self.not_gated)
+        def key(pattern: str) -> str:  # a pattern of three parts names the model too
+            return f"{task}/{metric}/{model}" if pattern.count("/") == 2 else f"{task}/{metric}"
+
+        return not any(fnmatchcase(key(pattern), pattern) for pattern in self.not_gated)
 
     def allowed(self, metric: str) -> float:
         return self.tolerance.get(metric, self.default_tolerance)
@@ -96,9 +101,9 @@ def load_baseline(path: str | Path) -> Baseline:
                 values[(str(task), str(metric), str(model))] = _number(value, where, path)
     not_gated = doc.get("not_gated") or []
     if not isinstance(not_gated, list) or not all(
-        isinstance(n, str) and "/" in n for n in not_gated
+        isinstance(n, str) and n.count("/") in (1, 2) for n in not_gated
     ):
-        raise InputError(path, "not_gated: expected a list of TASK/METRIC")
+        raise InputError(path, "not_gated: expected a list of TASK/METRIC or TASK/METRIC/MODEL")
     source = str(doc.get("source", ""))
     return Baseline(values, tolerances, float(default), source, frozenset(not_gated))
 
@@ -175,7 +180,7 @@ def compare(
         difference = None if then is None or now is None else now - then
         if model not in run_models:
             verdict, note = NOT_RUN, "model not in the results table"
-        elif not baseline.gated(task, metric):
+        elif not baseline.gated(task, metric, model):
             verdict, note = NOT_GATED, "listed under not_gated"
         elif key not in baseline.values or then is None:
             verdict, note = MISSING, "no value in the baseline"
