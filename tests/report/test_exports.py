@@ -480,6 +480,42 @@ def test_export_tabix_of_panel_scores_uses_reference_contigs_and_skips_unplaced(
     ]
 
 
+def test_export_commands_name_the_file_a_bad_input_is_in(tmp_path, caplog, monkeypatch):
+    """`export-tabix` / `export-vcf` on a misspelt column, a missing or non-Parquet file, or an
+    output not ending in .gz: exit 2 with a message naming the file (and the columns it has),
+    not a traceback, and nothing written."""
+    from carbon_vep.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    scores = tmp_path / "snvs.parquet"
+    SNVS.write_parquet(scores)
+    fasta = _fasta(tmp_path)
+    not_parquet = tmp_path / "panel.vcf"
+    not_parquet.write_text("##fileformat=VCFv4.2\n")
+    tabix = ["export-tabix", "--out", str(tmp_path / "out.tsv.gz")]
+    vcf = ["export-vcf", "--reference", fasta, "--out", str(tmp_path / "out.vcf.gz")]
+    cases = [
+        (
+            [*tabix, "--scores", str(scores), "--column", "scor"],
+            "snvs.parquet: no column scor (its columns: chrom, pos, ref, alt, score, p_ref, p_alt)",
+        ),
+        ([*tabix, "--scores", str(tmp_path / "nope.parquet"), "--column", "score"], "nope.parquet"),
+        ([*tabix, "--scores", str(not_parquet), "--column", "score"], "panel.vcf: cannot read"),
+        (
+            ["export-tabix", "--scores", str(scores), "--column", "score", "--out", "o.tsv"],
+            "o.tsv: a tabix-indexed table must end in .gz",
+        ),
+        ([*vcf, "--merged", str(scores), "--field", "nope=x"], "snvs.parquet: no column nope"),
+        ([*vcf, "--merged", str(tmp_path / "nope.parquet")], "nope.parquet: cannot read"),
+    ]
+    for args, message in cases:
+        caplog.clear()
+        assert main(args) == 2, args
+        assert message in caplog.text, caplog.text
+        assert "Traceback" not in caplog.text
+    assert not list(tmp_path.glob("out.*")) and not list(tmp_path.glob("o.tsv*"))
+
+
 # rows of one contig apart and out of order in the table, ties at one POS, contigs the
 # reference orders chr2, chr10, chr1 (not alphabetically), chr3 without rows, and two contigs
 # it lacks whose first rows come weird2 then weird1

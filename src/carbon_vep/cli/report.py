@@ -104,8 +104,17 @@ def add_export_vcf(sub) -> None:
         "declared as its header declares them; without it, none are carried",
     )
     add_flags(p, PanelSettings)
-    p.add_argument("--field", action="append", default=[], help="extra COLUMN=DESCRIPTION")
-    p.add_argument("--out", required=True, help=".vcf, or .vcf.gz (bgzipped + tabix index)")
+    p.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        help="another column of --merged as INFO, COLUMN=DESCRIPTION (repeatable)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help=".vcf, or .vcf.gz (bgzipped + tabix index: .tbi; .csi past 2^29 bp)",
+    )
     add_no_index(p)
     p.set_defaults(func=export_vcf)
 
@@ -134,7 +143,12 @@ def export_vcf(args: argparse.Namespace) -> None:
 def add_export_tabix(sub) -> None:
     p = sub.add_parser("export-tabix", help="per-SNV scores as a bgzipped, tabix-indexed TSV")
     p.add_argument("--scores", required=True, help="Parquet with chrom, pos, ref, alt, ...")
-    p.add_argument("--column", action="append", required=True, help="value column to export")
+    p.add_argument(
+        "--column",
+        action="append",
+        required=True,
+        help="value column to export (repeatable: one --column a column, in this order)",
+    )
     p.add_argument("--reference", default=None, help="FASTA whose contig order to follow")
     p.add_argument("--out", required=True, help="*.tsv.gz (index: .tbi; .csi past 2^29 bp)")
     p.set_defaults(func=export_tabix)

@@ -22,6 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from carbon_vep.atomic import indexed_bgzf
+from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.report.table_slices import ROW, rows_by_number, slices
 
@@ -110,7 +111,7 @@ def _keyed(
 ) -> tuple[pl.LazyFrame, pl.DataFrame, dict[str, int]]:
     """The table to export, checked, with its lines' sorted keys and contig ranks."""
     if not out_path.name.endswith(".gz"):
-        raise ValueError(f"{out_path}: a tabix-indexed table must end in .gz")
+        raise InputError(out_path, "a tabix-indexed table must end in .gz")
     table = frame.lazy()
     present = rows(table.with_row_index(ROW)).collect_schema()
     missing = [c for c in (*KEY_COLUMNS, *columns) if c not in present]
@@ -141,14 +142,28 @@ def _every_row(piece: pl.LazyFrame) -> pl.LazyFrame:
     return piece
 
 
+def scan_table(path: str | Path, needed: Sequence[str]) -> tuple[pl.LazyFrame, pl.Schema]:
+    """The Parquet file a user named, lazily, with its schema; a file that cannot be read, or
+    lacks a column of `needed`, is an error naming it (and the columns it has)."""
+    try:
+        table = pl.scan_parquet(path)
+        schema = table.collect_schema()
+    except (OSError, pl.exceptions.PolarsError) as err:
+        raise InputError(path, f"cannot read this Parquet file: {err}") from err
+    missing = [c for c in dict.fromkeys(needed) if c not in schema]
+    if missing:
+        has = ", ".join(schema)
+        raise InputError(path, f"no column {', '.join(missing)} (its columns: {has})")
+    return table, schema
+
+
 def export_tabix(scores: str, value_columns: list[str], reference: str | None, out: str) -> int:
     """Per-SNV scores (Parquet) as the tabix TSV `out` (`write_tabix_tsv`), contigs in the
     reference's order when one is given. A panel's scores.parquet is written on the
     reference's contig (`ref_chrom` where present, as results.vcf.gz). Rows that cannot be
     placed (no contig, POS or REF, POS below 1, a contig the reference lacks) are left out,
     with a warning; returns their count."""
-    table = pl.scan_parquet(scores)
-    present = table.collect_schema()
+    table, present = scan_table(scores, (*KEY_COLUMNS, *value_columns))
     needed = ("ref_chrom", *KEY_COLUMNS, *value_columns)  # the others stay on disk
     kept = [c for c in dict.fromkeys(needed) if c in present]
     order = None

@@ -23,7 +23,7 @@ from carbon_vep import columns
 from carbon_vep.atomic import VCF_TABIX, index_suffix, indexed_file
 from carbon_vep.config.stages import PanelSettings
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.report.exports import KEY_COLUMNS
+from carbon_vep.report.exports import KEY_COLUMNS, scan_table
 from carbon_vep.report.vcf_records import row_filters, sorted_batches, survey, write_records
 from carbon_vep.variants.panel import panel_declarations
 from carbon_vep.variants.panel_columns import ALL_INFO, carry_name
@@ -344,7 +344,7 @@ def export_vcf(
     the panel's header describes them."""
     with open_reference(reference) as fasta:
         lengths = dict(fasta.lengths)
-    frame = pl.scan_parquet(merged)
+    frame, _ = scan_table(merged, (*KEY_COLUMNS, *extra_fields))
     fields = {**default_fields(frame), **extra_fields}
     info_fields = settings.info_fields if settings is not None else ()
     declarations = None
