@@ -219,3 +219,21 @@ def test_min_context_leaving_no_room_in_a_tile_is_refused_by_key_and_flag(tmp_pa
     assert "`--min-context` = 600 leaves no bases to score" in caplog.text
     assert main(base + ["--regions", "chr1:100-50"]) == 2 and not out.exists()
     assert "regions (--regions): region 'chr1:100-50' is empty" in caplog.text
+
+
+def test_a_scan_folder_above_its_models_names_the_model_folders(tmp_path, caplog):
+    """`--scan results/scans/<scan>` (the plan's folder, not the model's): the error names the
+    folders below that hold a scan.json, the path the user meant."""
+    scan = tmp_path / "scans" / "hg38"
+    for model in ("carbon3b", "carbon8b"):
+        (scan / model).mkdir(parents=True)
+        (scan / model / "scan.json").write_text("{}")
+    (scan / "plan.json").write_text("{}")
+    out = tmp_path / "c.tsv.gz"
+    assert main(["concat-scan", "--scan", str(scan), "--out", str(out)]) == 2
+    assert f"{scan}: not a scan's output folder (no scan.json)" in caplog.text
+    assert f"one folder a model: {scan}/carbon3b, {scan}/carbon8b" in caplog.text
+    caplog.clear()
+    assert main(["concat-scan", "--scan", str(tmp_path), "--out", str(out)]) == 2
+    assert caplog.text.rstrip().endswith("not a scan's output folder (no scan.json)")
+    assert not out.exists()

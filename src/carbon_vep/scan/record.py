@@ -151,7 +151,10 @@ def read_scan(scan_dir: str | Path) -> dict:
                 "folder per contig); run its merge again (delete the folder's positions/, snvs/ "
                 "and summary.json, then rerun the workflow: the chunks are kept if present)",
             )
-        raise InputError(scan_dir, f"not a scan's output folder (no {SCAN_RECORD})")
+        # a scan's outputs are one folder a model (scans/<scan>/<model>): name those within
+        models = sorted(str(p.parent) for p in Path(scan_dir).glob(f"*/{SCAN_RECORD}"))
+        within = f"; a scan's outputs are one folder a model: {', '.join(models)}" if models else ""
+        raise InputError(scan_dir, f"not a scan's output folder (no {SCAN_RECORD}){within}")
     record = read_json(path)
     if record.get("layout") != RECORD_LAYOUT:
         raise InputError(
