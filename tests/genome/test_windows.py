@@ -11,7 +11,7 @@ from carbon_vep.genome.windows import (
     rc_index,
     reverse_complement,
     right_end_window,
-    split_shards,
+    stream_shards,
     substitute,
     unique_variants,
 )
@@ -103,16 +103,37 @@ def test_add_windows_cuts_every_row_with_the_recipe_window():
     assert out.schema["window_start"] == pl.Int64
 
 
-def test_split_shards_gives_each_shard_once_in_order():
+def test_stream_shards_gives_assign_shards_shards_whatever_the_batches():
+    """Every cut of the sorted variants into batches (a site's alleles across a cut, a shard
+    across several batches, empty batches): the shards of `assign_shards`, in order."""
     rows = [("chr1", p, "A", alt) for p in (5, 1, 9, 12) for alt in "CGT"] + [("chr2", 3, "A", "C")]
-    sharded = assign_shards(_variants(rows), shard_size=4)
-    n_shards = sharded["shard"].max() + 1
-    by_filter = [sharded.filter(pl.col("shard") == i).drop("shard") for i in range(n_shards)]
-    parts = list(split_shards(sharded))
-    assert n_shards > 2 and len(parts) == n_shards
-    assert all(a.equals(b) for a, b in zip(parts, by_filter, strict=True))
-    empty = list(split_shards(sharded.clear()))
-    assert len(empty) == 1 and empty[0].height == 0 and "shard" not in empty[0].columns
+    rows += [("chr10", 7, "A", "C"), ("chr10", 7, "A", "G")]
+    variants = _variants(rows).sort("ref_chrom", "pos", "ref", "alt")
+    for shard_size in (1, 2, 4, 100):
+        sharded = assign_shards(variants, shard_size)
+        expected = sharded.partition_by("shard", maintain_order=True, include_key=False)
+        for size in range(1, variants.height + 1):
+            batches = [variants.slice(start, size) for start in range(0, variants.height, size)]
+            batches.insert(1, variants.clear())
+            shards = list(stream_shards(batches, shard_size))
+            assert len(shards) == len(expected), (shard_size, size)
+            assert all(a.equals(b) for a, b in zip(shards, expected, strict=True))
+    empty = list(stream_shards([variants.clear(), variants.clear()], 3))
+    assert len(empty) == 1 and empty[0].height == 0 and empty[0].columns == variants.columns
+    with pytest.raises(ValueError, match="shard_size"):
+        next(stream_shards([variants], 0))
+
+
+def test_unique_variants_is_unique_then_sort():
+    """Duplicates adjacent or not, a key with nulls sorted first: the rows `unique().sort()`
+    gives (dropping a duplicate once sorted, not by a hash table)."""
+    rows = [("chr1", 5, "A", "C"), (None, None, None, None), ("chr1", 5, "A", "C")]
+    rows += [("chr1", 5, "A", None), ("chr1", 2, "A", "G"), (None, None, None, None)]
+    rows += [("chr1", 5, "A", None), ("chr1", 5, "AT", "C"), ("chr1", 2, "A", "G")]
+    checked = _variants(rows).with_columns(status=pl.lit("ok"))
+    expected = checked.select("ref_chrom", "pos", "ref", "alt").unique()
+    expected = expected.sort("ref_chrom", "pos", "ref", "alt")
+    assert unique_variants(checked).equals(expected) and expected.height == 5
 
 
 def test_unique_variants_needs_only_the_columns_make_shards_reads():

@@ -68,6 +68,13 @@ def test_duplicate_score_across_shards_is_an_error():
         merge_scores(_checked(), [_scores(KEYS, [1.0, 2.0, 3.0]), _scores(KEYS[:1], [1.0])])
 
 
+def test_the_rows_sharing_a_key_are_counted_each():
+    """A key scored three times, another twice (apart, among keys scored once): 5 rows."""
+    shards = [_scores(KEYS, [1.0, 2.0, 3.0]), _scores(KEYS[:1] * 2 + KEYS[2:], [1.0] * 3)]
+    with pytest.raises(MergeError, match="^5 score rows share a key across shards"):
+        merge_scores(_checked(), shards)
+
+
 def test_stray_score_is_an_error():
     extra = [*KEYS, ("chr1", 99, "A", "C")]
     with pytest.raises(MergeError, match="1 scores match no variant"):

@@ -33,20 +33,17 @@ def add_make_shards(sub) -> None:
 
 def make_shards(args: argparse.Namespace) -> None:
     from carbon_vep.genome.reference import open_reference
-    from carbon_vep.genome.windows import UNIQUE_VARIANT_INPUT, assign_shards, split_shards
+    from carbon_vep.scoring.make_shards import write_shards
 
     recipe, shards = from_args(args, RecipeSettings, ShardSettings)
-    checked = _read_table(args.checked, columns=list(UNIQUE_VARIANT_INPUT))
     with open_reference(args.reference) as reference:
-        variants = recipe_windows(checked, reference, recipe)
-    del checked
-    sharded = assign_shards(variants, shards.shard_size)
-    n_shards = 0
-    with atomic.atomic_dir(args.outdir) as tmp:
-        for shard, part in enumerate(split_shards(sharded)):  # an empty panel: one empty shard
-            part.write_parquet(tmp / f"shard_{shard:05d}.parquet")
-            n_shards += 1
-    log.info("%d variants in %d shards", sharded.height, n_shards)
+        lengths = reference.lengths
+
+    def add_windows(variants: pl.DataFrame) -> pl.DataFrame:
+        return recipe.definition.add_windows(variants, lengths, recipe.window_bp)
+
+    variants, n_shards = write_shards(args.checked, args.outdir, add_windows, shards.shard_size)
+    log.info("%d variants in %d shards", variants, n_shards)
 
 
 def add_score_shard(sub) -> None:
@@ -94,14 +91,6 @@ def merge(args: argparse.Namespace) -> None:
             f"(score files: {given}); give every shard's scores once",
         ) from err
     log.info("merged %d rows", rows)
-
-
-def _read_table(path: str, columns: list[str] | None = None) -> pl.DataFrame:
-    """A Parquet table a command was given (`columns`: those alone), or an error naming it."""
-    try:
-        return pl.read_parquet(path, columns=columns)
-    except (OSError, pl.exceptions.ComputeError, pl.exceptions.ColumnNotFoundError) as err:
-        raise InputError(path, f"cannot read this Parquet file: {err}") from err
 
 
 def add_score(sub) -> None:
