@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class InputError(ValueError):
     """A user-supplied file is unusable; the message names the file and what to fix."""
@@ -29,3 +32,16 @@ class EngineError(RuntimeError):
 
 class ContextTooLongError(ValueError):
     """A window needs more positions than the model was built for (a setting to lower)."""
+
+
+@contextmanager
+def reading_parquet(path: object) -> Iterator[None]:
+    """A Parquet file that cannot be read (an OS, pyarrow or polars error inside the block: no
+    such file, not Parquet, a column it lacks) as an InputError naming it."""
+    import polars as pl  # here: the model's modules import this module, and need neither
+    import pyarrow as pa
+
+    try:
+        yield
+    except (OSError, pa.ArrowException, pl.exceptions.PolarsError) as err:
+        raise InputError(path, f"cannot read this Parquet file: {err}") from err

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from carbon_vep.atomic import indexed_bgzf
-from carbon_vep.errors import InputError
+from carbon_vep.errors import InputError, reading_parquet
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.report.table_slices import ROW, rows_by_number, slices
 
@@ -145,11 +145,9 @@ def _every_row(piece: pl.LazyFrame) -> pl.LazyFrame:
 def scan_table(path: str | Path, needed: Sequence[str]) -> tuple[pl.LazyFrame, pl.Schema]:
     """The Parquet file a user named, lazily, with its schema; a file that cannot be read, or
     lacks a column of `needed`, is an error naming it (and the columns it has)."""
-    try:
+    with reading_parquet(path):
         table = pl.scan_parquet(path)
         schema = table.collect_schema()
-    except (OSError, pl.exceptions.PolarsError) as err:
-        raise InputError(path, f"cannot read this Parquet file: {err}") from err
     missing = [c for c in dict.fromkeys(needed) if c not in schema]
     if missing:
         has = ", ".join(schema)

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from carbon_vep import atomic
 from carbon_vep.columns import VARIANT_KEY, Status
-from carbon_vep.errors import InputError
+from carbon_vep.errors import reading_parquet
 from carbon_vep.genome.windows import UNIQUE_VARIANT_INPUT, stream_shards, unique_variants
 
 # checked rows read, and sorted variants given windows, at a time
@@ -48,7 +46,7 @@ def write_shards(
     variants = shards = 0
     with atomic.atomic_dir(outdir) as tmp:
         buckets = split_into_buckets(checked, tmp / BUCKETS_DIR)
-        with _reading(checked):
+        with reading_parquet(checked):
             no_rows = pl.scan_parquet(checked).select(VARIANT_KEY).clear().collect()
         batches = (add_windows(batch) for batch in sorted_batches(buckets, no_rows))
         for number, shard in enumerate(stream_shards(batches, shard_size)):
@@ -56,15 +54,6 @@ def write_shards(
             variants, shards = variants + shard.height, number + 1
         shutil.rmtree(tmp / BUCKETS_DIR)
     return variants, shards
-
-
-@contextmanager
-def _reading(path: str | Path) -> Iterator[None]:
-    """A checked panel that cannot be read (or lacks a column), as an error naming it."""
-    try:
-        yield
-    except (OSError, pa.ArrowException, pl.exceptions.PolarsError) as err:
-        raise InputError(path, f"cannot read this Parquet file: {err}") from err
 
 
 def _bin() -> pl.Expr:
@@ -91,7 +80,7 @@ def bucket_bins(counts: pl.DataFrame, bucket_rows: int) -> pl.DataFrame:
 def split_into_buckets(checked: str | Path, folder: Path) -> list[Path]:
     """The `ok` rows' `status` and key, each in its bucket's file in `folder` (one pass, a
     batch at a time); the files in key order (none for a panel with no `ok` row)."""
-    with _reading(checked):
+    with reading_parquet(checked):
         bins = bucket_bins(bin_counts(checked), BUCKET_ROWS)
     folder.mkdir()
     writers: dict[int, pq.ParquetWriter] = {}
@@ -112,7 +101,7 @@ def _checked_batches(checked: str | Path) -> Iterator[pl.DataFrame]:
     """The checked panel's `status` and key, `BATCH_ROWS` rows at a time (a read error names
     the file; one of the caller's, writing, is its own)."""
     # pre_buffer off: it reads whole row groups ahead, ~40 MB more at 4.2 M rows (measured)
-    with _reading(checked), pq.ParquetFile(checked, pre_buffer=False) as file:
+    with reading_parquet(checked), pq.ParquetFile(checked, pre_buffer=False) as file:
         for batch in file.iter_batches(BATCH_ROWS, columns=list(UNIQUE_VARIANT_INPUT)):
             yield pl.from_arrow(batch)
 

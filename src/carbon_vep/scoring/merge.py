@@ -8,7 +8,6 @@ then the score files' values, never every column of the checked table."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -17,7 +16,7 @@ import pyarrow.parquet as pq
 from carbon_vep import columns
 from carbon_vep.atomic import PendingFile
 from carbon_vep.columns import VARIANT_KEY, Status
-from carbon_vep.errors import InputError
+from carbon_vep.errors import reading_parquet
 
 _SCORE_SCHEMA = columns.schema(columns.SCORE_SHARD)
 _KEY = list(VARIANT_KEY)
@@ -188,22 +187,13 @@ def _key_hash() -> pl.Expr:
     return pl.struct(_KEY).hash()
 
 
-@contextmanager
-def _reading(path: str | Path) -> Iterator[None]:
-    """A Parquet file that cannot be read, as an error naming it."""
-    try:
-        yield
-    except (OSError, pl.exceptions.PolarsError) as err:
-        raise InputError(path, f"cannot read this Parquet file: {err}") from err
-
-
 def _collect(path: str | Path, frame: pl.LazyFrame) -> pl.DataFrame:
-    with _reading(path):
+    with reading_parquet(path):
         return frame.collect()
 
 
 def _read(path: str | Path, columns: list[str] | None = None) -> pl.DataFrame:
-    with _reading(path):
+    with reading_parquet(path):
         return pl.read_parquet(path, columns=columns)
 
 
@@ -254,7 +244,7 @@ def _score_keys(
     parts, file_rows, schema = [], [], pl.Schema(_SCORE_SCHEMA)
     for number, path in enumerate(score_files):
         if number == 0:
-            with _reading(path):
+            with reading_parquet(path):
                 schema = pl.read_parquet_schema(path)
         keys = _keyed(_read(path, _KEY), contigs, on).select(on)
         parts.append(keys)
