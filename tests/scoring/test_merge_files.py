@@ -98,6 +98,22 @@ def test_a_missing_score_is_an_error_naming_the_variant(tmp_path):
     assert "'ref_chrom': 'chr2', 'pos': 52" in str(err.value)  # the contig's name, not a number
 
 
+def test_the_missing_variants_named_are_the_first_in_key_order(tmp_path):
+    """Five keys without a score: the message names the first three by key, the same in every
+    run (`unique` had left them in no set order)."""
+    with pytest.raises(MergeError, match="5 scoreable variants have no score") as err:
+        _merged(tmp_path, _checked(), [SHARD_B[:2]])
+    named = [(k[0], k[1]) for k in SHARD_A[:3]]
+    assert str(err.value).endswith(
+        "(e.g. missing ["
+        + ", ".join(
+            f"{{'ref_chrom': '{c}', 'pos': {p}, 'ref': '{r}', 'alt': '{a}'}}"
+            for (c, p), (_, _, r, a) in zip(named, SHARD_A[:3], strict=True)
+        )
+        + "])"
+    )
+
+
 def test_a_score_matching_no_row_is_an_error(tmp_path):
     with pytest.raises(MergeError, match="0 scoreable variants have no score and 1 scores match"):
         _merged(tmp_path, _checked(), [SHARD_A, [*SHARD_B, ("chr3", 1, "A", "C")]])

@@ -74,7 +74,9 @@ def _check_keys(
     missing = wanted.join(scores, on=_KEY, how="anti")
     extra = scores.join(wanted, on=_KEY, how="anti")
     if missing.height or extra.height:
-        examples = missing.head(3).to_dicts()
+        # the first three in key order: `unique` leaves its rows in no set order, so the
+        # message named other keys from one run to the next
+        examples = missing.bottom_k(3, by=_KEY).sort(_KEY).to_dicts()
         for example in examples if contig_names is not None else ():
             code = example["ref_chrom"]
             example["ref_chrom"] = None if code is None else contig_names[code]
