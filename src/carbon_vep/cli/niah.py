@@ -21,7 +21,12 @@ def add_build_niah(sub) -> None:
     p = sub.add_parser("build-niah", help="build a Genomic-NIAH cell from a genome (no model)")
     p.add_argument("--reference", required=True, help="genome FASTA (or GENERator Parquet)")
     p.add_argument("--task", required=True, choices=TASKS)
-    p.add_argument("--ctx", type=int, required=True, help="context in tokens (4096 ... 131072)")
+    p.add_argument(
+        "--ctx",
+        type=int,
+        required=True,
+        help="context in tokens (published cells: 4096 ... 131072; any whose haystack fits)",
+    )
     p.add_argument("--rows", type=int, default=500, help="rows of the cell (published: 500)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--key-bp", type=int, default=24)

@@ -210,7 +210,7 @@ def add_export_tracks(sub) -> None:
         "--reference-mode",
         default="auto",
         choices=TRACK_REFERENCES,
-        help="how the IGV sessions name the reference (a scan's tracks_reference)",
+        help="how the IGV sessions name the reference (a scan's tracks_reference; default: auto)",
     )
     p.set_defaults(func=export_tracks)
 

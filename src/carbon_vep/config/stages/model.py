@@ -121,7 +121,8 @@ class ModelSettings:
     draft_model: str | None = setting(
         None,
         help="speculative decoding of sequence recovery (transformers' assisted generation, "
-        "as the Carbon-3B card runs it): in a config the key of another model entry, on the "
+        "as the Carbon-3B card runs it; our own loop under decode_cache captured): in a config "
+        "the key of another model entry, on the "
         "command line its path or Hub id; it must share this model's tokenizer "
         "(Carbon-500M drafts for Carbon-3B and -8B). Greedy output is the target's alone "
         "(docs/generation.md#speculative-decoding)",
