@@ -70,8 +70,9 @@ GPU_CLASSES = {
     "A100": GpuClass(memory_gb=85.1, bf16_tflops=312.0, memory_tb_s=2.039),  # the 80 GB model
     "H100": GpuClass(memory_gb=85.5, bf16_tflops=800.0, memory_tb_s=3.35),  # 80 GB HBM3
     # 141 GB HBM3e: 143,771 MiB as CUDA reported it on the lent H200; the same SMs and clocks
-    # as the H100 SXM, so its peak is taken as about the lent machine's page gives (790 TFLOP/s)
-    # until the GPU check measures it there (docs/gpu.md)
+    # as the H100 SXM, so its peak is taken as about the lent machine's page gives (790 TFLOP/s;
+    # the GPU check measured 673-698 there in six runs, 2026-11-28/29, as it measured 717 on an
+    # H100 against the H100's 800 here: docs/gpu.md)
     "H200": GpuClass(memory_gb=150.8, bf16_tflops=790.0, memory_tb_s=4.8),
 }
 
