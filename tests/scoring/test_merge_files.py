@@ -4,6 +4,8 @@ does; a hash collision falls back to comparing the keys themselves."""
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 import pytest
 from test_merge import _scores
@@ -112,6 +114,19 @@ def test_the_missing_variants_named_are_the_first_in_key_order(tmp_path):
         )
         + "])"
     )
+
+
+def test_the_missing_variants_are_ordered_by_contig_name_not_by_its_number():
+    """The contigs' numbers follow the order `unique` met them in (chr2 first here): the
+    examples are still in the names' order."""
+    keys = pl.DataFrame(
+        {"ref_chrom": [0, 1, 1], "pos": [5, 9, 7], "ref": ["A"] * 3, "alt": ["C"] * 3},
+        schema_overrides={"ref_chrom": pl.UInt32},
+    )
+    with pytest.raises(MergeError) as err:
+        merge._check_keys(keys, keys.clear(), contig_names=["chr2", "chr1"])
+    named = re.findall(r"'ref_chrom': '(chr\d)', 'pos': (\d+)", str(err.value))
+    assert named == [("chr1", "7"), ("chr1", "9"), ("chr2", "5")]
 
 
 def test_a_score_matching_no_row_is_an_error(tmp_path):

@@ -74,12 +74,16 @@ def _check_keys(
     missing = wanted.join(scores, on=_KEY, how="anti")
     extra = scores.join(wanted, on=_KEY, how="anti")
     if missing.height or extra.height:
-        # the first three in key order: `unique` leaves its rows in no set order, so the
-        # message named other keys from one run to the next
+        if contig_names is not None:  # the contigs' names, not the numbers they were given
+            missing = missing.with_columns(
+                pl.col("ref_chrom").replace_strict(
+                    range(len(contig_names)), contig_names, default=None, return_dtype=pl.String
+                )
+            )
+        # the first three in key order, the contig's name first: `unique` leaves its rows (and
+        # the numbers given to contigs) in no set order, so the message named other keys from
+        # one run to the next
         examples = missing.bottom_k(3, by=_KEY).sort(_KEY).to_dicts()
-        for example in examples if contig_names is not None else ():
-            code = example["ref_chrom"]
-            example["ref_chrom"] = None if code is None else contig_names[code]
         raise MergeError(
             f"{missing.height} scoreable variants have no score and {extra.height} scores match "
             f"no variant (e.g. missing {examples})"
