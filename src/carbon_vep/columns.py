@@ -108,6 +108,16 @@ def _columns(*specs: tuple[str, pl.DataType | type[pl.DataType], str]) -> tuple[
 PANEL_KEY = ("chrom", "pos", "ref", "alt")  # as written in the panel (after allele trimming)
 VARIANT_KEY = ("ref_chrom", "pos", "ref", "alt")  # on the reference: what is scored and joined
 
+
+def repeats_previous_key() -> pl.Expr:
+    """True on a row whose VARIANT_KEY (a null equal to a null) is the row before it again: in
+    a table sorted by the key, each repeat of a key after its first row. Sorting and comparing
+    neighbours holds less than a hash table of every key (`unique`, `is_duplicated`)."""
+    return (pl.int_range(pl.len()) > 0) & pl.all_horizontal(
+        pl.col(k).eq_missing(pl.col(k).shift()) for k in VARIANT_KEY
+    )
+
+
 PANEL = _columns(
     ("row_id", pl.Int64, "0-based input order; every table keeps every input row"),
     ("source", pl.Utf8, "where the row was read: `file:line N`, `file:row N` or `file:record N`"),

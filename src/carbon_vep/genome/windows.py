@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from carbon_vep.columns import VARIANT_KEY, Status
+from carbon_vep.columns import VARIANT_KEY, Status, repeats_previous_key
 
 _COMPLEMENT = str.maketrans("ACGTNacgtn", "TGCANtgcan")
 
@@ -103,9 +103,7 @@ def unique_variants(checked: pl.DataFrame) -> pl.DataFrame:
     ordered = scoreable.select(VARIANT_KEY).sort(VARIANT_KEY)
     # a duplicate is dropped once sorted (it is the row before it again): `unique`'s hash table
     # of every key held 2.5 times what the sort holds (160 MB against 65 at 0.47 M keys)
-    first_of_key = pl.int_range(pl.len()) == 0
-    new_key = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift()) for k in VARIANT_KEY)
-    return ordered.filter(first_of_key | new_key)
+    return ordered.filter(~repeats_previous_key())
 
 
 @dataclass(frozen=True)
