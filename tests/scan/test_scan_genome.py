@@ -837,17 +837,22 @@ def test_a_new_group_bp_rewrites_the_plan_and_keeps_the_chunks(
 
 
 def test_a_reference_path_with_a_space(shared, demo_model_dir, tmp_path):
-    """Every path a rule's command names is quoted: a reference (and outdir) with a space."""
+    """Every path a rule's command names is quoted: a reference, a regions BED (and outdir)
+    with a space. The BED keeps the scan to chrA's first 600 bases (one chunk job, not four):
+    the lookup's other two variants are rows that say they were not scanned."""
     workdir = tmp_path / "spaced"
     workdir.mkdir()
     (tmp_path / "my genome").mkdir()
     fasta = tmp_path / "my genome" / "my genome.fa"
     shutil.copy(shared / "genome.fa", fasta)
     shutil.copy(shared / "panel.vcf", tmp_path / "my genome" / "my panel.vcf")
+    bed = tmp_path / "my genome" / "my regions.bed"
+    bed.write_text("chrA\t0\t600\n")
     path = _config(workdir, shared, demo_model_dir)
     config = yaml.safe_load(path.read_text())
     config["outdir"] = "my results"
     config["scans"]["genome"]["reference"] = str(fasta)
+    config["scans"]["genome"]["regions"] = [str(bed)]
     config["datasets"]["lookup"]["reference"] = str(fasta)
     config["datasets"]["lookup"]["panel"] = str(tmp_path / "my genome" / "my panel.vcf")
     path.write_text(yaml.safe_dump(config))
@@ -856,4 +861,7 @@ def test_a_reference_path_with_a_space(shared, demo_model_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "unrecognized arguments" not in result.stdout + result.stderr
     assert f"--reference '{fasta}'" in result.stdout + result.stderr  # printed as it ran
-    assert pl.read_parquet(workdir / lookup).height == 3
+    scores = pl.read_parquet(workdir / lookup)
+    assert scores.height == 3
+    # chrA:100 inside the BED's region; chrA:2500 outside it; chrB's site is not scanned anyway
+    assert scores["status"].to_list() == ["scored", "not_scanned", "not_scanned"]

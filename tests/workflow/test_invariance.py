@@ -72,6 +72,12 @@ ABS_TOL = 1e-5  # float32 log-likelihood scales: see the module docstring
 DATASETS = ("demo_centered", "demo_nexttoken", "demo_scan_lookup")
 TASKS = ("demo_cag_expansion", "demo_recovery", "demo_synonymous_codon")
 NIAH_CELLS = ("niah_512", "niah_neardup_d2_512")
+# what the recut run builds: the gate (after the results table, so every merge and metric)
+# and the scan's SNV TSV; not the reports or VCF exports, which nothing here compares
+RECUT_TARGETS = (
+    "results/baseline_comparison.tsv",
+    "results/scans/demo_scan/demo/snvs/chr17.tsv.gz",
+)
 IGNORED_KEYS = {"settings_sha256"}  # provenance: the hash of the job's settings, which differ
 RECUT = {
     "shard_size": 100,
@@ -103,7 +109,8 @@ def runs(tmp_path_factory, ci_run) -> dict[str, tuple[Path, str]]:
     """Both runs' working directories and what snakemake printed (each ends with the baseline
     gate of config/ci.yaml, so each also passed baselines/demo.yaml)."""
     workdir = tmp_path_factory.mktemp("recut")
-    result = run_snakemake(workdir, _recut_config(workdir, ci_run), "--cores", "2", timeout=900)
+    config = _recut_config(workdir, ci_run)
+    result = run_snakemake(workdir, config, "--cores", "2", *RECUT_TARGETS, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return {
         "as_shipped": (ci_run, ci_run_log(ci_run).read_text()),

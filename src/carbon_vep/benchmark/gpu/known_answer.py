@@ -25,18 +25,24 @@ PRECISIONS = {  # the report's name: (--dtype, the output layer upcast)
 
 
 def known_answer_aurocs(
-    device: torch.device, work: Path, steps: int, time_limit_s: float | None = None
+    device: torch.device,
+    work: Path,
+    steps: int,
+    time_limit_s: float | None = None,
+    precisions: tuple[str, ...] = tuple(PRECISIONS),
 ) -> list[dict]:
-    """Per precision and recipe: the AUROC and rows of the product's jobs on the trained motif
-    model (an `error`, the job's last stderr line, and a NaN AUROC where a job failed), the
-    jobs within `time_limit_s` of the call (one at the limit stopped, the rest not started)."""
+    """Per precision (of PRECISIONS' names) and recipe: the AUROC and rows of the product's
+    jobs on the trained motif model (an `error`, the job's last stderr line, and a NaN AUROC
+    where a job failed), the jobs within `time_limit_s` of the call (one at the limit stopped,
+    the rest not started)."""
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     work.mkdir(parents=True, exist_ok=True)
     world = known_answer.build_world(work, steps=steps, device=str(device))
     panel = known_answer.write_panel(world)
     env = job_env()
     rows = []
-    for precision, (dtype, upcast) in PRECISIONS.items():
+    for precision in precisions:
+        dtype, upcast = PRECISIONS[precision]
         for recipe in ("centered", "nexttoken"):
             out = work / "jobs" / f"{recipe}_{dtype}{'_upcast' if upcast else ''}"
             score = ["score", "--model", world["model"], "--trust-remote-code"]

@@ -18,7 +18,7 @@ from carbon_vep.benchmark import known_answer
 from carbon_vep.benchmark.gpu.device import Budget
 from carbon_vep.benchmark.gpu.generation import find_vllm_python, generation
 from carbon_vep.benchmark.gpu.host_memory import host_memory
-from carbon_vep.benchmark.gpu.known_answer import known_answer_aurocs
+from carbon_vep.benchmark.gpu.known_answer import PRECISIONS, known_answer_aurocs
 from carbon_vep.benchmark.gpu.product import job_env, product
 from carbon_vep.benchmark.gpu.product_setup import (
     DRAFT,
@@ -65,14 +65,22 @@ RERUN_TIMEOUT_S = {"cuda": 150.0, "cpu": 900.0}
 ROLLOUTS_TIMEOUT_S = {"cuda": 240.0, "cpu": 1800.0}  # all the rollout jobs (the rest stopped)
 
 
-def parse_steps(text: str) -> list[str]:
-    steps = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in steps if s not in STEPS]
+def _parse_names(text: str, choices, what: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in choices]
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown step(s) {', '.join(unknown)}: choose from {', '.join(STEPS)}"
+            f"unknown {what} {', '.join(unknown)}: choose from {', '.join(choices)}"
         )
-    return steps
+    return names
+
+
+def parse_steps(text: str) -> list[str]:
+    return _parse_names(text, STEPS, "step(s)")
+
+
+def parse_precisions(text: str) -> list[str]:
+    return _parse_names(text, PRECISIONS, "precision(s)")
 
 
 def main(argv: list[str] | None = None, started: float | None = None) -> dict:
@@ -116,6 +124,14 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
         default=None,
         help="the product step's limit on its Snakemake run (default 360 s; --smoke 1800); "
         "its reruns get half",
+    )
+    parser.add_argument(
+        "--known-answer-precisions",
+        type=parse_precisions,
+        default=list(PRECISIONS),
+        help="comma-separated precisions of the known_answer step (default all: "
+        + ", ".join(PRECISIONS)
+        + "); the CI rehearsal runs bf16 alone",
     )
     parser.add_argument(
         "--generation-only",
@@ -317,7 +333,11 @@ def _run(
         if run.wants("known_answer", 90):  # 12 jobs (score, then metrics), each loading torch
             left = budget.left() - 10  # the report still to write
             report["known_answer"] = known_answer_aurocs(
-                device, work / "known_answer", sizes.known_answer_steps, left
+                device,
+                work / "known_answer",
+                sizes.known_answer_steps,
+                left,
+                tuple(args.known_answer_precisions),
             )
             run.save()
         run.on_the_product(["carbon_500m"], args.smoke)
