@@ -39,6 +39,9 @@ wheels=("$kit_dir"/*.whl "$unpacked"/*.whl)
     --target "$site" "${wheels[@]}" 2>&1 | tee -a "$log" || exit 4
 export PYTHONPATH="$site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# the kit is installed without bytecode (--no-compile: all of transformers would be compiled);
+# each module a job imports is compiled once, by the first process, and cached beside it
+unset PYTHONDONTWRITEBYTECODE
 "$python" -c "import torch, transformers, polars, pysam, snakemake, carbon_vep.benchmark.gpu.run
 from importlib.metadata import version
 print('[gpu_run] torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.is_available(),
