@@ -72,11 +72,13 @@ ABS_TOL = 1e-5  # float32 log-likelihood scales: see the module docstring
 DATASETS = ("demo_centered", "demo_nexttoken", "demo_scan_lookup")
 TASKS = ("demo_cag_expansion", "demo_recovery", "demo_synonymous_codon")
 NIAH_CELLS = ("niah_512", "niah_neardup_d2_512")
+SCAN = "results/scans/demo_scan/demo"  # the demo scan's outputs for the demo model
+SNV_TSV = f"{SCAN}/snvs/chr17.tsv.gz"
 # what the recut run builds: the gate (after the results table, so every merge and metric)
 # and the scan's SNV TSV; not the reports or VCF exports, which nothing here compares
 RECUT_TARGETS = (
     "results/baseline_comparison.tsv",
-    "results/scans/demo_scan/demo/snvs/chr17.tsv.gz",
+    SNV_TSV,
 )
 IGNORED_KEYS = {"settings_sha256"}  # provenance: the hash of the job's settings, which differ
 RECUT = {
@@ -134,7 +136,7 @@ def test_shards_scan_jobs_niah_parts_and_batches_really_differ(runs):
             for p in _pair(runs, f"results/{dataset}/demo/shard_scores")
         ]
         assert scored == [2, 1], dataset
-    chunks = _pair(runs, "results/scans/demo_scan/demo/chunks")
+    chunks = _pair(runs, f"{SCAN}/chunks")
     assert [len(list(p.glob("chunk_*.json"))) for p in chunks] == [1, 2]
     for cell in NIAH_CELLS:
         parts = _pair(runs, f"results/suite/niah/demo_niah/{cell}/demo/parts")
@@ -226,14 +228,12 @@ def test_dataset_scores_do_not_move(runs, dataset):
 
 
 def test_scan_positions_and_snv_tsv_do_not_move(runs):
-    scan = "results/scans/demo_scan/demo"
-    shipped, recut = _pair(runs, f"{scan}/positions/chr17.parquet")
+    shipped, recut = _pair(runs, f"{SCAN}/positions/chr17.parquet")
     a, b = pl.read_parquet(shipped), pl.read_parquet(recut)
     assert a.height == 2_000
     assert_tables_match(a, b, "scan positions")
     tsv = [
-        gzip.decompress(path.read_bytes()).decode().splitlines()
-        for path in _pair(runs, f"{scan}/snvs/chr17.tsv.gz")
+        gzip.decompress(path.read_bytes()).decode().splitlines() for path in _pair(runs, SNV_TSV)
     ]
     headers = [[line for line in lines if line.startswith("#")] for lines in tsv]
     assert [h for h in headers[0] if not h.startswith("##settings_sha256=")] == [

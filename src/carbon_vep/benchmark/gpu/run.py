@@ -330,7 +330,8 @@ def _run(
                 tokenizer, vocab, device, shapes, work, budget, args.smoke
             )
             run.save()
-        if run.wants("known_answer", 90):  # 12 jobs (score, then metrics), each loading torch
+        # up to 12 jobs (score, then metrics: 2 a precision and recipe), each loading torch
+        if run.wants("known_answer", 90):
             left = budget.left() - 10  # the report still to write
             report["known_answer"] = known_answer_aurocs(
                 device,
