@@ -25,6 +25,12 @@ class TokenizerMismatchError(RuntimeError):
     """The tokenizer does not behave like a 6-mer DNA tokenizer that we can score with."""
 
 
+class UnsupportedModelError(RuntimeError):
+    """The loaded model's logits are not what our scorer computes from its body and output
+    layer (a scaled or soft-capped head, a bias we do not apply, a `get_decoder` that is not the
+    body): refused by the start-up probe before any variant is scored."""
+
+
 class EngineError(RuntimeError):
     """A model engine cannot run the job as configured (vLLM not installed, or not starting
     with these settings); the message names the job and the setting to change."""

@@ -112,3 +112,26 @@ def test_merge_with_missing_shard_scores_is_a_user_error(tmp_path, caplog):
     missing = str(tmp_path / "nope.parquet")
     assert main(["merge", "--checked", str(checked), "--scores", missing, "--out", str(out)]) == 2
     assert "nope.parquet: cannot read" in caplog.text
+
+
+def test_a_head_we_do_not_apply_is_a_user_error(demo_model_dir, tmp_path, caplog, monkeypatch):
+    """The start-up probe's refusal (the model's logits scaled after its output layer, as a
+    logit scale or softcap would) is one line naming the model, exit 2, no output."""
+    from carbon_vep.model import loading
+
+    load_model = loading.load_model
+
+    def with_scaled_logits(*args, **kwargs):
+        loaded = load_model(*args, **kwargs)
+        head = loaded.model.get_output_embeddings()
+        head.register_forward_hook(lambda module, inputs, logits: logits * 1.05)
+        return loaded
+
+    monkeypatch.setattr(loading, "load_model", with_scaled_logits)
+    panel = _panel(tmp_path / "p.tsv", ["chr17\t5883\tG\tA"])
+    out = tmp_path / "s.parquet"
+    args = _score(demo_model_dir, panel, DEMO_FASTA, out, "--recipe", "nexttoken")
+    assert main([*args, "--window-bp", "60"]) == 2
+    refusal = f"{demo_model_dir}: the model's output layer does not match hidden @ lm_head.T"
+    assert refusal in caplog.text and "Traceback" not in caplog.text
+    assert not out.exists()

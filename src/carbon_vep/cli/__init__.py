@@ -31,6 +31,7 @@ from carbon_vep.errors import (
     EngineError,
     InputError,
     TokenizerMismatchError,
+    UnsupportedModelError,
 )
 from carbon_vep.model.job_record import job_record
 
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         TokenizerMismatchError,
         EngineError,
         ContextTooLongError,
+        UnsupportedModelError,
     ) as err:
         log.error("%s", err)
         return 2

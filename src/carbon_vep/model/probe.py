@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from carbon_vep.errors import UnsupportedModelError
 from carbon_vep.model.attention import without_cudnn
 from carbon_vep.model.engine import Engine
 
@@ -48,8 +49,9 @@ def verify_output_layer(engine: Engine, ids: np.ndarray, atol: float = 1e-3) -> 
     excess = ((ours - reference).abs() - allowed).flatten()
     if excess.max() > 0:
         worst = int(excess.argmax())
-        raise RuntimeError(
-            "the model's output layer does not match hidden @ lm_head.T on a probe "
+        name = getattr(engine.model.config, "_name_or_path", "") or "the model"
+        raise UnsupportedModelError(
+            f"{name}: the model's output layer does not match hidden @ lm_head.T on a probe "
             f"(largest excess at a logit of {float(reference.flatten()[worst]):.4g}: ours "
             f"{float(ours.flatten()[worst]):.4g}, beyond "
             f"{float(allowed.flatten()[worst]):.3g} allowed in {_dtype_names(dtypes)}); "
