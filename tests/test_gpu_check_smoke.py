@@ -15,6 +15,7 @@ rollouts and the vLLM phase too: run it before a GPU session's first device call
 changing benchmark/gpu (docs/gpu.md). The split keeps CI within its 20 minutes (docs/testing.md:
 the rehearsal was a third of the suite's CPU time)."""
 
+import argparse
 import json
 import os
 import platform
@@ -387,6 +388,15 @@ def test_steps_pick_what_a_first_run_skipped(gpu_check, tmp_path):
         gpu_check.main(["--smoke", "--out", str(tmp_path), "--steps", "niah,warp_drive"])
     with pytest.raises(SystemExit):
         gpu_check.main(["--smoke", "--out", str(tmp_path), "--known-answer-precisions", "fp8"])
+
+
+def test_a_step_or_precision_named_twice_is_refused(gpu_check):
+    """Named twice, a step would run twice into the same folder, the second over the first."""
+    with pytest.raises(argparse.ArgumentTypeError, match=r"step\(s\) named twice: product"):
+        gpu_check.parse_steps("product,profiles,product")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"precision\(s\) named twice: bf16"):
+        gpu_check.parse_precisions("bf16, bf16")
+    assert gpu_check.parse_steps("product,profiles") == ["product", "profiles"]
 
 
 def test_rollouts_run_without_the_product_on_its_checkpoints(gpu_check, tmp_path, monkeypatch):

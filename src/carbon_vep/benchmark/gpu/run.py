@@ -72,6 +72,9 @@ def _parse_names(text: str, choices, what: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown {what} {', '.join(unknown)}: choose from {', '.join(choices)}"
         )
+    repeated = sorted({s for s in names if names.count(s) > 1})
+    if repeated:  # it would run twice into the same folder
+        raise argparse.ArgumentTypeError(f"{what} named twice: {', '.join(repeated)}")
     return names
 
 
