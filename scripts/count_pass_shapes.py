@@ -70,7 +70,7 @@ def report(name: str, engine, fasta: Path, variants: pl.DataFrame, shard_size: i
 
 
 def product_panel(sites: int, folder: Path) -> tuple[Path, pl.DataFrame, int]:
-    # 3 variants a site in two shards, as the product step cuts its panel
+    # 3 variants a site in two shards, as the product step cut its panel in runs 8-12
     sizes = product_setup.ProductSizes(sites=sites, shard_size=sites * 3 // 2)
     inputs = product_setup.write_inputs(folder, sizes)
     records = pysam.VariantFile(str(inputs.panel))

@@ -20,6 +20,7 @@ from carbon_vep.benchmark.gpu.workload import (
 )
 from carbon_vep.benchmark.harness import PROJECT_ROOT
 from carbon_vep.benchmark.synthetic import random_acgt, write_fasta, write_vcf
+from carbon_vep.config.stages.scoring import ShardSettings
 
 PROFILE = "slurm-h100"  # the profile whose `config:` values the run takes
 TARGET, DRAFT = "carbon3b", "carbon500m"
@@ -31,13 +32,16 @@ class ProductSizes:
     leave most of a 10-minute device call to the rest of the check); smoke: a CPU's seconds."""
 
     positions: int = 32_768  # Carbon's native positions
-    # 144 variants a dataset in 2 jobs, and a 1.6 Mbp scan: on the H200 (2026-11-28) 36 and
-    # then 72 variants were ~3 s of scoring a side, where a job's first-pass costs weigh as
-    # much as its rate; twice the variants a job, not twice the jobs, moves the ratio to the rate
+    # 144 variants a dataset, and a 1.6 Mbp scan: on the H200 (2026-11-28) 36 and then 72
+    # variants a job were ~3 s of scoring a side, where a job's first-pass costs weigh as much
+    # as its rate; more variants a job, not more jobs, moves the ratio to the rate
     sites: int = 48  # SNV sites, 3 variants each, labels alternating
     centered_bp: int = 8192
     nexttoken_bp: int = 24_000
-    shard_size: int = 72  # 144 variants a dataset: 2 shards, 2 score_shard jobs
+    # the product's default (500): the 144 variants in one score_shard job, as a user's run of
+    # this panel has them and as the official script scores them in one process (runs 8-12:
+    # two jobs of 72, each paying its start-up probe and first passes)
+    shard_size: int = ShardSettings.shard_size
     tile_bp: int = 49_146
     min_context: int = 24_000
     scan_bp: int = 1_600_000  # scored bases: 64 tiles, four of the profile's batches

@@ -18,8 +18,9 @@ each job through `carbon-vep` as before, read from the jobs' records and the mer
   trace (model.job_profile).
 - `carbon_500m`: the recipes and the scan with Carbon-500M's shape as the scored model.
 
-Every rerun scores each dataset as one shard (the product: two), so its answers are also those
-of another shard size.
+Every rerun scores each dataset as one shard, as the product does at its default shard size on
+the device (the CPU smoke's product cuts two shards a dataset, so there its answers are also
+those of another shard size).
 """
 
 from __future__ import annotations
@@ -184,8 +185,8 @@ def compiled_rates(
     and without its passes that compiled (the jobs' `compile_layers` phase: their seconds and
     their tokens), and the ratio of the last to the first; jobs that failed left out. The
     ratio's two rates leave out each job's start-up probe too (its `probe` phase): a job's
-    one-off, and the product runs two jobs a dataset where the rerun runs one, so counted it
-    would weigh twice on the product's side (run 12: 0.39-0.44 s a job).
+    one-off, which weighed twice on the product's side where it ran two jobs a dataset and the
+    rerun one (runs 8-12, and the CPU smoke; run 12: 0.39-0.44 s a job).
 
     The rate without the compile keeps all of a job's work outside its passes (inputs,
     windows, outputs) over only the tokens that did not compile, so it is biased low by the
