@@ -188,6 +188,31 @@ def test_neutral_contigs_missing_from_the_reference_are_named_at_plan_time(edge,
     assert "past.bed:line 1: end 20 is past the end of chrShort" in caplog.text
 
 
+def test_a_neutral_bed_that_overlaps_no_target_is_refused_at_plan_time(edge, tmp_path, caplog):
+    """Its calibration would find no neutral SNV after every chunk was scored: refused by the
+    plan, before any model job. Intervals half-open: ending where the target starts (or
+    starting where it ends) is no overlap; one base in is."""
+    fasta, _ = edge
+    out = tmp_path / "plan.json"
+    argv = ["plan-scan", "--reference", str(fasta), "--regions", "chr1:1001-2000"]
+    argv += ["--tile-bp", "600", "--min-context", "300", "--out", str(out)]
+
+    def plan_with(name: str, lines: str) -> int:
+        bed = tmp_path / name
+        bed.write_text(lines)
+        return main([*argv, "--neutral-regions", str(bed)])
+
+    assert plan_with("elsewhere.bed", "chrShort\t0\t10\nchr1\t0\t1000\nchr1\t2000\t2400\n") == 2
+    assert not out.exists()
+    assert "elsewhere.bed: neutral_regions: none of its intervals overlaps the scan's targets " in (
+        caplog.text
+    )
+    assert "(chr1:1,001-2,000)" in caplog.text
+    assert plan_with("first_base.bed", "chr1\t0\t1001\n") == 0 and out.exists()
+    out.unlink()
+    assert plan_with("last_base.bed", "chr1\t1999\t2400\n") == 0 and out.exists()
+
+
 # ---- D, E: refused when the config is read; named errors, not tracebacks ----------------------
 SCAN = {"reference": "r.fa", "build": "toy1", "regions": "all"}
 MODELS = {"m": {"path": "x"}}

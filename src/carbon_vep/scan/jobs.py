@@ -39,7 +39,13 @@ from carbon_vep.scan.plan import (
 )
 from carbon_vep.scan.positions import merge_plan_file
 from carbon_vep.scan.record import read_json, scan_record, summarize, summary_markdown
-from carbon_vep.scan.targets import resolve_neutral, resolve_targets, skipped_note, target_pieces
+from carbon_vep.scan.targets import (
+    check_neutral_overlaps,
+    resolve_neutral,
+    resolve_targets,
+    skipped_note,
+    target_pieces,
+)
 from carbon_vep.scan.tiling import parse_region
 from carbon_vep.scan.tsv import concat_tsv, write_tsv
 
@@ -101,13 +107,15 @@ def write_plan(
     """The plan of a scan (targets -> chunks, one job each) at `out`, with its counts and
     estimates as Markdown (at `report` too, if given), which is returned. `demo_models`: the
     keys of `models` the run builds (build_demo), estimated at the demo model's shape. The scan's
-    neutral_regions BED, if any, is checked against the reference here, before any model job
-    (its contigs the reference lacks noted in the plan)."""
+    neutral_regions BED, if any, is checked against the reference and the targets here, before
+    any model job (its contigs the reference lacks noted in the plan; one that overlaps no
+    target refused)."""
     with open_reference(reference_path) as reference:
         targets = resolve_targets(regions, reference.lengths)
         notes = []
         if neutral_regions:
-            note = resolve_neutral(neutral_regions, reference.lengths)[1]
+            neutral, note = resolve_neutral(neutral_regions, reference.lengths)
+            check_neutral_overlaps(neutral_regions, neutral, targets)
             notes += [note] if note else []
         plan = plan_scan(reference, targets, tiles, chunks, models, notes, demo_models)
     for note in plan["notes"]:

@@ -12,6 +12,7 @@ shorter than one 6-mer cannot be scored and are counted as such.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -138,6 +139,31 @@ def resolve_neutral(bed: str, lengths: Mapping[str, int]) -> tuple[dict, str | N
         f"not in the reference ignored ({shown})"
     )
     return targets, note
+
+
+def check_neutral_overlaps(
+    bed: str,
+    neutral: Mapping[str, list[tuple[int, int]]],
+    targets: Mapping[str, list[tuple[int, int]]],
+) -> None:
+    """Refuse a neutral_regions BED none of whose intervals overlaps the scan's targets (both
+    merged, sorted 0-based half-open, as resolve_targets gives them): its calibration would
+    find no neutral SNV and stop after every model job of the scan has run."""
+    for contig, spans in targets.items():
+        held = neutral.get(contig, [])
+        starts = [start for start, _ in held]
+        for start, end in spans:
+            i = bisect.bisect_left(starts, end) - 1  # the last interval starting before `end`
+            if i >= 0 and held[i][1] > start:
+                return
+    scanned = [f"{c}:{s + 1:,}-{e:,}" for c, held in targets.items() for s, e in held]
+    what = ", ".join(scanned[:3]) + (f" and {len(scanned) - 3:,} more" if len(scanned) > 3 else "")
+    raise InputError(
+        bed,
+        f"neutral_regions: none of its intervals overlaps the scan's targets ({what}), so the "
+        "calibration would find no neutral SNV and stop after the scan's model jobs; name "
+        "regions the scan covers, or leave neutral_regions unset (every scanned SNV)",
+    )
 
 
 # ---- ACGT runs and chunks ------------------------------------------------------------------

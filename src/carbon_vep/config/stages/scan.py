@@ -75,7 +75,8 @@ class CalibrationSettings:
         None,
         help="BED file of neutral regions (e.g. ancestral repeats): the context means are taken "
         "over the scanned SNVs inside them; default: every scanned SNV. Checked by the plan: "
-        "contigs the reference lacks (a UCSC BED's _alt/_fix/_random) are ignored and named",
+        "contigs the reference lacks (a UCSC BED's _alt/_fix/_random) are ignored and named; "
+        "a BED that overlaps none of the scan's regions is refused",
     )
     context_min_count: int = setting(
         100,
