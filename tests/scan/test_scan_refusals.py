@@ -213,6 +213,28 @@ def test_a_neutral_bed_that_overlaps_no_target_is_refused_at_plan_time(edge, tmp
     assert plan_with("last_base.bed", "chr1\t1999\t2400\n") == 0 and out.exists()
 
 
+def test_a_scan_whose_bases_all_lack_min_context_is_refused_at_plan_time(edge, tmp_path, caplog):
+    """No base would be ranked, so its calibration would stop after every chunk was scored:
+    refused by the plan. chr1's longest ACGT run before a gap is its first 2,500 bases, whose
+    last tile ends on the gap and starts at base 4 (2,496 bp, whole 6-mers): 2,495 bp of left
+    context at most, so ranked at min_context 2,495, not at 2,496, as the tiler itself says."""
+    fasta, _ = edge
+    with open_reference(fasta) as reference:
+        targets = resolve_targets(["chr1"], reference.lengths)
+        for min_context in (2495, 2496):
+            windows = _windows(reference, targets, TileSettings(3000, min_context))
+            most = max(context for _, context in windows.values())
+            assert most == 2495
+    argv = ["plan-scan", "--reference", str(fasta), "--regions", "chr1", "--tile-bp", "3000"]
+    out = tmp_path / "plan.json"
+    assert main([*argv, "--min-context", "2496", "--out", str(out)]) == 2 and not out.exists()
+    assert (
+        "no SNV of this scan would be ranked (get a PHRED): a base needs min_context (2,496 bp) "
+        "of ACGT left context in its tile, and the scan's bases get at most 2,495"
+    ) in caplog.text
+    assert main([*argv, "--min-context", "2495", "--out", str(out)]) == 0 and out.exists()
+
+
 # ---- D, E: refused when the config is read; named errors, not tracebacks ----------------------
 SCAN = {"reference": "r.fa", "build": "toy1", "regions": "all"}
 MODELS = {"m": {"path": "x"}}

@@ -118,6 +118,7 @@ def write_plan(
             check_neutral_overlaps(neutral_regions, neutral, targets)
             notes += [note] if note else []
         plan = plan_scan(reference, targets, tiles, chunks, models, notes, demo_models)
+    check_some_base_ranked(plan)
     for note in plan["notes"]:
         log.warning("%s", note)
     atomic.write_json(plan, out)
@@ -125,6 +126,29 @@ def write_plan(
     if report:
         atomic.write_text(text, report)
     return text
+
+
+def check_some_base_ranked(plan: Mapping[str, Any]) -> None:
+    """Refuse a plan none of whose bases would be scored with `min_context` bp of left context
+    in its tile (a base's `context_bp`): its calibration would have no SNV to rank
+    (`calibrate`) and stop after every model job of the scan had run. Read from the plan's own
+    tiles, stopping at the first tile with such a base."""
+    tiles = TileSettings(plan["tile_bp"], plan["min_context"])
+    most = 0  # the largest left context of any base, once every tile is read
+    for index in range(len(plan["chunks"])):
+        for piece in chunk_pieces(plan, index):
+            for tile in piece.tiles(tiles):
+                most = max(most, tile.score_end - 1 - tile.start)
+                if most >= tiles.min_context:
+                    return
+    raise InputError(
+        plan["reference"],
+        f"no SNV of this scan would be ranked (get a PHRED): a base needs min_context "
+        f"({tiles.min_context:,} bp) of ACGT left context in its tile, and the scan's bases "
+        f"get at most {most:,} (its regions lie near contig starts or assembly gaps); the "
+        "calibration would stop after the scan's model jobs. Lower the scan's min_context, or "
+        "scan regions further from contig starts and gaps",
+    )
 
 
 def scan_plan_chunk(
