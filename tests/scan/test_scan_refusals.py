@@ -204,7 +204,7 @@ def test_a_neutral_bed_that_overlaps_no_target_is_refused_at_plan_time(edge, tmp
 
     assert plan_with("elsewhere.bed", "chrShort\t0\t10\nchr1\t0\t1000\nchr1\t2000\t2400\n") == 2
     assert not out.exists()
-    assert "elsewhere.bed: neutral_regions: none of its intervals overlaps the scan's targets " in (
+    assert "elsewhere.bed: neutral_regions: none of its intervals overlaps the scan's regions " in (
         caplog.text
     )
     assert "(chr1:1,001-2,000)" in caplog.text

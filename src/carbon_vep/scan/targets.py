@@ -160,7 +160,7 @@ def check_neutral_overlaps(
     what = ", ".join(scanned[:3]) + (f" and {len(scanned) - 3:,} more" if len(scanned) > 3 else "")
     raise InputError(
         bed,
-        f"neutral_regions: none of its intervals overlaps the scan's targets ({what}), so the "
+        f"neutral_regions: none of its intervals overlaps the scan's regions ({what}), so the "
         "calibration would find no neutral SNV and stop after the scan's model jobs; name "
         "regions the scan covers, or leave neutral_regions unset (every scanned SNV)",
     )
