@@ -67,7 +67,10 @@ def make_scan(folder: Path, bases: int, rng: np.random.Generator | None = None) 
     rng = rng or np.random.default_rng(3)
     seq = write_synthetic_scan(folder / "genome.fa", folder / CHUNK, bases, rng)
     genome = ("--reference", folder / "genome.fa", "--regions", "all")
-    job("plan-scan", *genome, "--out", folder / "plan.json")
+    # min_context 0, as the jobs' provenance (PROVENANCE: no min_context) has it: every SNV on
+    # the scales, as nearly every SNV of a genome's scan is (the plan refuses a scan with none
+    # ranked, which a genome this small would be at the default 24,000)
+    job("plan-scan", *genome, "--min-context", "0", "--out", folder / "plan.json")
     return seq
 
 
