@@ -1,6 +1,7 @@
 """What a scan refuses or skips before any model job, and the one-region command planned as
 the workflow's scans are: N and IUPAC bases never fed to the model, a tile longer than the
-model's context refused at plan time, a neutral BED's contigs checked at plan time, settings
+model's context refused at plan time, a neutral BED's contigs and overlap with the scan
+checked at plan time, a scan with no base at its min_context refused at plan time, settings
 refused when the config is read, named errors instead of tracebacks."""
 
 from __future__ import annotations
