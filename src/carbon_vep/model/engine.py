@@ -123,17 +123,20 @@ class Engine:
         memory once the device gets there (wait on a DeviceClock mark placed after it)."""
         return values.to("cpu", non_blocking=True)
 
+    @property
+    def model_name(self) -> str:
+        """The loaded model's path or Hub id (its config's `_name_or_path`), for messages."""
+        return getattr(self.model.config, "_name_or_path", "") or "the model"
+
     def check_window_bp(self, window_bp: int, what: str, setting: str) -> None:
         """Refuse, before any forward pass, `what` of `window_bp` bases that need more positions
         than the loaded model has (model.context; `setting`: the config key to lower)."""
-        config = self.model.config
-        name = getattr(config, "_name_or_path", "") or "the model"
         check_context(
             window_bp,
             self.k,
-            getattr(config, "max_position_embeddings", None),
+            getattr(self.model.config, "max_position_embeddings", None),
             what=what,
-            model=f"model {name} (max_position_embeddings of its loaded config)",
+            model=f"model {self.model_name} (max_position_embeddings of its loaded config)",
             setting=setting,
         )
 

@@ -49,9 +49,9 @@ def verify_output_layer(engine: Engine, ids: np.ndarray, atol: float = 1e-3) -> 
     excess = ((ours - reference).abs() - allowed).flatten()
     if excess.max() > 0:
         worst = int(excess.argmax())
-        name = getattr(engine.model.config, "_name_or_path", "") or "the model"
         raise UnsupportedModelError(
-            f"{name}: the model's output layer does not match hidden @ lm_head.T on a probe "
+            f"{engine.model_name}: the model's output layer does not match hidden @ lm_head.T "
+            "on a probe "
             f"(largest excess at a logit of {float(reference.flatten()[worst]):.4g}: ours "
             f"{float(ours.flatten()[worst]):.4g}, beyond "
             f"{float(allowed.flatten()[worst]):.3g} allowed in {_dtype_names(dtypes)}); "

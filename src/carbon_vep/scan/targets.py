@@ -141,6 +141,13 @@ def resolve_neutral(bed: str, lengths: Mapping[str, int]) -> tuple[dict, str | N
     return targets, note
 
 
+def describe_targets(targets: Mapping[str, list[tuple[int, int]]]) -> str:
+    """The first three target intervals, 1-based inclusive (`chr1:1,001-2,000`), and how many
+    more: for messages."""
+    spans = [f"{c}:{s + 1:,}-{e:,}" for c, held in targets.items() for s, e in held]
+    return ", ".join(spans[:3]) + (f" and {len(spans) - 3:,} more" if len(spans) > 3 else "")
+
+
 def check_neutral_overlaps(
     bed: str,
     neutral: Mapping[str, list[tuple[int, int]]],
@@ -156,13 +163,12 @@ def check_neutral_overlaps(
             i = bisect.bisect_left(starts, end) - 1  # the last interval starting before `end`
             if i >= 0 and held[i][1] > start:
                 return
-    scanned = [f"{c}:{s + 1:,}-{e:,}" for c, held in targets.items() for s, e in held]
-    what = ", ".join(scanned[:3]) + (f" and {len(scanned) - 3:,} more" if len(scanned) > 3 else "")
     raise InputError(
         bed,
-        f"neutral_regions: none of its intervals overlaps the scan's regions ({what}), so the "
-        "calibration would find no neutral SNV and stop after the scan's model jobs; name "
-        "regions the scan covers, or leave neutral_regions unset (every scanned SNV)",
+        f"neutral_regions: none of its intervals overlaps the scan's regions "
+        f"({describe_targets(targets)}), so the calibration would find no neutral SNV and stop "
+        "after the scan's model jobs; name regions the scan covers, or leave neutral_regions "
+        "unset (every scanned SNV)",
     )
 
 
@@ -245,14 +251,13 @@ def target_pieces(
         counts = per_contig.setdefault(chrom, ContigCounts())
         pieces += _contig_runs(reference, chrom, spans, counts)
     if not pieces:
-        spans = [f"{c}:{s + 1:,}-{e:,}" for c, held in targets.items() for s, e in held]
-        what = ", ".join(spans[:3]) + (f" and {len(spans) - 3:,} more" if len(spans) > 3 else "")
         skipped = sum(c.skipped_non_acgt_bp for c in per_contig.values())
         short = sum(c.unscorable_bp for c in per_contig.values())
         raise InputError(
             str(reference.path),
-            f"nothing to scan: the targets ({what}) hold no run of at least 6 ACGT bases "
-            f"({skipped:,} bp N / non-ACGT, {short:,} ACGT bp in runs shorter than one 6-mer)",
+            f"nothing to scan: the targets ({describe_targets(targets)}) hold no run of at least 6 "
+            f"ACGT bases ({skipped:,} bp N / non-ACGT, {short:,} ACGT bp in runs shorter than one "
+            "6-mer)",
         )
     return pieces, per_contig
 
