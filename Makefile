@@ -1,6 +1,6 @@
 # Two commands for a fresh machine: `make demo` (the demo on 2 CPU cores) and `make test` (lint,
 # then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest,
-# bench-scan, bench-contigs, bench-calibrate, bench-niah, bench-tracks), gpu-check, gpu-rehearsal, scan-lambda, lint;
+# bench-scan, bench-scan-plan, bench-contigs, bench-calibrate, bench-niah, bench-tracks), gpu-check, gpu-rehearsal, scan-lambda, lint;
 # clean removes the outputs and the demo model (README.md).
 VENV ?= .venv
 PYTHON ?= python3
@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm setup-vllm-deps setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit gpu-rehearsal scan-lambda clean
+.PHONY: setup setup-vllm setup-vllm-deps setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-scan-plan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit gpu-rehearsal scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,7 +85,7 @@ lint: setup
 	$(BIN)/snakemake --lint
 	$(BIN)/lint-imports --no-cache
 
-bench: setup bench-ingest bench-scan bench-contigs bench-calibrate bench-niah bench-tracks
+bench: setup bench-ingest bench-scan bench-scan-plan bench-contigs bench-calibrate bench-niah bench-tracks
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.engine --json results/bench.json
 	$(BIN)/python -m carbon_vep.benchmark.last_layer --json results/bench_last_layer.json
 	$(BIN)/python -m carbon_vep.benchmark.compiled_layers --json results/bench_compiled_layers.json
@@ -153,6 +153,11 @@ bench-vllm: setup setup-vllm
 # memory, bytes a base (docs/tracks.md)
 bench-tracks: setup
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.tracks --json results/bench_tracks.json
+
+# a scan's plan (plan-scan) on a draft-like genome of hg38's size, whole and an exome's BED: wall
+# time, peak memory (writes a 3.2 GB FASTA under the system's temporary folder)
+bench-scan-plan: setup
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.scan_plan --json results/bench_scan_plan.json
 
 # 1,500 contigs of 300 bp against the same 450 kbp as 3 contigs, each scanned end to end through
 # the Snakefile (demo model, CPU): wall time, jobs, files (docs/benchmarks.md)

@@ -111,3 +111,21 @@ def test_bench_decode_attention_times_a_compiled_step_both_ways():
     # one layer, 2 rows x 69 slots of 4 key heads of 8 float32 keys and values
     assert moved["jobs"] == 2 * 69 * 4 * 8 * 2 * 4
     assert moved["sdpa"] == 17 * moved["jobs"]
+
+
+def test_bench_scan_plan_plans_the_draft_genome_whole_and_by_its_exome(tmp_path):
+    """plan-scan as a job on the bench's genome at 1/1,000 of its size: every contig written
+    planned (bases scored = targeted bases less the gaps), the exome's targets all on the 24
+    chromosomes, the figures read from the plans the jobs wrote."""
+    from carbon_vep.benchmark import scan_plan
+
+    result = scan_plan.main(["--scale", "0.001", "--targets", "500", "--workdir", str(tmp_path)])
+    assert result["contigs"] == len(scan_plan.HG38_MBP) + scan_plan.SMALL_CONTIGS
+    whole, exome = result["all"], result["exome"]
+    assert whole["targeted_bp"] == result["genome_bp"]
+    gaps_bp = whole["targeted_bp"] - whole["scored_bp"]
+    assert gaps_bp == whole["n_runs"] * scan_plan.GAP_BP  # every gap whole inside a contig
+    assert exome["targeted_bp"] <= 500 * scan_plan.TARGET_BP
+    assert 0 < exome["scored_bp"] <= exome["targeted_bp"] < whole["targeted_bp"]
+    assert whole["peak_rss_mb"] > 0 and exome["s"] > 0
+    assert not list(tmp_path.iterdir())  # the genome removed with its folder

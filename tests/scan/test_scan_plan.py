@@ -69,6 +69,88 @@ def test_acgt_runs_skip_gaps_of_any_case():
     assert acgt_runs("") == []
 
 
+@pytest.mark.parametrize("block_bp", [1, 5, 6, 97, 1000, 5000])
+def test_a_contigs_runs_read_in_blocks_are_its_runs_read_whole(tmp_path, block_bp):
+    """The plan reads a contig a block at a time: runs across a block's edge are joined, a gap
+    on an edge ends one; the runs are those of the contig read whole."""
+    from carbon_vep.scan.targets import contig_acgt_runs
+
+    seq = random_dna(1000, 9)
+    # gaps at 0, on the block edges 95-97 and 194-195, an IUPAC base, one at the contig's end
+    for at, width in ((0, 3), (95, 3), (194, 1), (500, 1), (999, 1)):
+        seq = seq[:at] + "N" * width + seq[at + width :]
+    seq = seq[:600] + "r" + seq[601:]
+    fasta = write_fasta(tmp_path / "g.fa", {"c1": seq, "allN": "N" * 40})
+    with open_reference(fasta) as reference:
+        assert contig_acgt_runs(reference, "c1", block_bp) == acgt_runs(seq)
+        assert contig_acgt_runs(reference, "allN", block_bp) == []
+
+
+def _pieces_base_by_base(seq: str, spans: list[tuple[int, int]]):
+    """What target_pieces must give, read one base at a time: each span's ACGT bases grouped by
+    the maximal ACGT run of the contig they lie in (kept where that run holds a 6-mer), and the
+    span's non-ACGT bases and non-ACGT runs."""
+    is_acgt = [b in "ACGTacgt" for b in seq]
+    run_of, start = [None] * len(seq), None
+    for i, ok in enumerate([*is_acgt, False]):
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            run_of[start:i] = [(start, i)] * (i - start)
+            start = None
+    pieces, skipped, n_runs, short = [], 0, 0, 0
+    for a, b in spans:
+        skipped += sum(not ok for ok in is_acgt[a:b])
+        n_runs += sum(not is_acgt[i] and (i == a or is_acgt[i - 1]) for i in range(a, b))
+        for i in range(a, b):
+            run = run_of[i]
+            if run is None:
+                continue
+            if run[1] - run[0] < 6:
+                short += 1
+            elif pieces and pieces[-1][2:] == run and pieces[-1][1] == i:
+                pieces[-1] = (pieces[-1][0], i + 1, *run)
+            else:
+                pieces.append((i, i + 1, *run))
+    return pieces, skipped, n_runs, short
+
+
+def test_many_targets_on_a_contig_of_many_gaps_are_cut_at_every_run(tmp_path):
+    """An exome-like BED on a draft assembly: thousands of targets, thousands of gaps. Each
+    target's pieces are found by bisecting the contig's runs (2026-12: every target used to be
+    compared with every run of its contig, 119 s for chr1 and chr2 of a draft-like hg38 with an
+    exome's 31,830 targets there); checked against the base-by-base reading, with targets that
+    start and end on a run's first and last base, inside a gap, across several runs and on runs
+    shorter than a 6-mer."""
+    import random
+
+    from carbon_vep.scan.targets import target_pieces
+
+    rng = random.Random(11)
+    seq = list(random_dna(30_000, 5))
+    for _ in range(1000):  # gaps of 1-20 N or IUPAC bases, some leaving ACGT runs under a 6-mer
+        at, width = rng.randrange(len(seq) - 20), rng.randint(1, 20)
+        seq[at : at + width] = rng.choice("NnRY") * width
+    seq = "".join(seq)
+    runs = acgt_runs(seq)
+    edges = sorted({x for run in runs for x in run})
+    bounds = sorted({rng.choice(edges) + rng.choice((-1, 0, 0, 1)) for _ in range(3000)})
+    bounds += [rng.randrange(len(seq)) for _ in range(1000)]
+    bounds = sorted({min(max(x, 0), len(seq)) for x in bounds})
+    spans = [(a, b) for a, b in zip(bounds[::2], bounds[1::2], strict=False) if a < b]
+    fasta = write_fasta(tmp_path / "g.fa", {"c1": seq})
+    with open_reference(fasta) as reference:
+        pieces, counts = target_pieces(reference, {"c1": spans})
+    expected, skipped, n_runs, short = _pieces_base_by_base(seq, spans)
+    assert len(spans) > 1000 and len(runs) > 500  # many of both
+    assert short > 0 and skipped > 0
+    assert [(p.start, p.end, p.seg_start, p.seg_end) for p in pieces] == expected
+    assert counts["c1"].skipped_non_acgt_bp == skipped
+    assert counts["c1"].n_runs == n_runs
+    assert counts["c1"].unscorable_bp == short
+    assert counts["c1"].scored_bp == sum(e - s for s, e, _, _ in expected)
+
+
 @pytest.mark.parametrize(("chunk_bp", "tile_bp", "context"), [(1000, 120, 60), (1777, 600, 240)])
 def test_every_acgt_base_in_one_tile_and_chunks_bounded(tmp_path, chunk_bp, tile_bp, context):
     seq = random_dna(4000, 3)

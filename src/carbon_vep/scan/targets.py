@@ -3,11 +3,11 @@
 `resolve_targets` turns a scan's `regions` (`all`, contig names and CHROM:START-END, or a BED
 file) into merged 0-based intervals on reference contigs (names aliased as for panels);
 `resolve_neutral` does the same for the calibration's neutral_regions BED. `target_pieces`
-reads the targeted sequence once and splits it into runs of ACGT bases (anything else, N runs
-of assembly gaps above all, is skipped and counted, never tiled: the first base after a gap
-gets its context back to the gap's end, as at a contig start): the one planning of what a scan
-scores, for the workflow's plan (scan.plan) and the one-region `carbon-vep scan` alike. Runs
-shorter than one 6-mer cannot be scored and are counted as such.
+reads each targeted contig once, a block at a time, and splits it into runs of ACGT bases
+(anything else, N runs of assembly gaps above all, is skipped and counted, never tiled: the
+first base after a gap gets its context back to the gap's end, as at a contig start): the one
+planning of what a scan scores, for the workflow's plan (scan.plan) and the one-region
+`carbon-vep scan` alike. Runs shorter than one 6-mer cannot be scored and are counted as such.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.tiling import parse_region, tile_segment
 
 K = 6
+RUN_BLOCK_BP = 16_000_000  # bases of a contig read at a time for its ACGT runs
 _ACGT = np.zeros(256, dtype=bool)
 _ACGT[list(b"ACGTacgt")] = True
 _REGION = re.compile(r"^.+:[0-9,]+-[0-9,]+$")  # the contig name may hold `:` (HLA alleles)
@@ -181,6 +182,23 @@ def acgt_runs(seq: str | bytes) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
+def contig_acgt_runs(
+    reference: Reference, chrom: str, block_bp: int = RUN_BLOCK_BP
+) -> list[tuple[int, int]]:
+    """`acgt_runs` of a whole contig, read `block_bp` at a time (a run across a block's edge
+    joined): the plan's memory is the blocks', not the largest contig's (chr1 whole took
+    ~1.3 GB: its text, its bytes and numpy's masks and edges, ~5 bytes a base)."""
+    runs: list[tuple[int, int]] = []
+    length = reference.lengths[chrom]
+    for lo in range(0, length, block_bp):
+        for a, b in acgt_runs(reference.fetch(chrom, lo, min(lo + block_bp, length))):
+            if runs and runs[-1][1] == lo + a:
+                runs[-1] = (runs[-1][0], lo + b)
+            else:
+                runs.append((lo + a, lo + b))
+    return runs
+
+
 @dataclass(frozen=True)
 class Piece:
     """Bases [start, end) of `chrom`, inside the ACGT run [seg_start, seg_end), tiled from
@@ -221,11 +239,17 @@ def _contig_runs(reference: Reference, chrom: str, spans, counts: ContigCounts):
     """ACGT runs of the contig clipped to the target spans, as Pieces."""
     length = reference.lengths[chrom]
     counts.length = length
-    seq = reference.fetch(chrom, 0, length)
-    runs = acgt_runs(seq)
+    runs = contig_acgt_runs(reference, chrom)
+    run_ends = [b for _, b in runs]  # runs are disjoint and in order: so are their ends
     for start, end in spans:
         counts.targeted_bp += end - start
-        inside = [(max(a, start), min(b, end), a, b) for a, b in runs if a < end and b > start]
+        # the runs overlapping the span, from the first ending after its start: bisected, as an
+        # exome's BED on a draft assembly has thousands of spans and runs a contig
+        inside, i = [], bisect.bisect_right(run_ends, start)
+        while i < len(runs) and runs[i][0] < end:
+            a, b = runs[i]
+            inside.append((max(a, start), min(b, end), a, b))
+            i += 1
         acgt = sum(e - s for s, e, _, _ in inside)
         counts.skipped_non_acgt_bp += (end - start) - acgt
         edges = [start, *(x for s, e, _, _ in inside for x in (s, e)), end]
