@@ -57,6 +57,28 @@ def test_bad_targets_are_named(regions, message):
         resolve_targets(regions, LENGTHS)
 
 
+def test_a_beds_names_are_resolved_as_each_alone_on_a_reference_of_many_contigs(tmp_path):
+    """Each name a BED repeats is resolved once (ContigAliases: an index by canonical name,
+    not every reference contig per line): exact names, aliases (Ensembl, RefSeq, `M`), contigs
+    the reference lacks counted per line where allowed, and a name two contigs could mean
+    refused even then."""
+    lengths = {f"chr{c}": 1000 for c in [*range(1, 23), "X", "M"]}
+    lengths |= {f"scaffold_{i}": 1000 for i in range(2000)}
+    bed = tmp_path / "n.bed"
+    names = ["1", "MT", "NC_000002.12", "scaffold_7", "chrUn_gl000220", "chrX"]
+    bed.write_text("".join(f"{n}\t{10 * k}\t{10 * k + 5}\n" for k in range(50) for n in names))
+    absent: dict[str, int] = {}
+    targets = resolve_targets([str(bed)], lengths, absent=absent)
+    assert list(targets) == ["chr1", "chr2", "chrX", "chrM", "scaffold_7"]  # reference order
+    assert all(len(spans) == 50 for spans in targets.values())
+    assert absent == {"chrUn_gl000220": 50}
+    with pytest.raises(InputError, match=r"n.bed:line 5: contig 'chrUn_gl000220' is not in"):
+        resolve_targets([str(bed)], lengths)
+    bed.write_text("chr17\t0\t5\nChr17\t0\t5\n")
+    with pytest.raises(InputError, match=r"line 2: contig 'Chr17' matches several"):
+        resolve_targets([str(bed)], {**lengths, "17": 1000}, absent={})
+
+
 def test_bad_bed_line_names_file_and_line(tmp_path):
     bed = tmp_path / "t.bed"
     bed.write_text("chr1\t10\t20\nchr1\tten\t20\n")

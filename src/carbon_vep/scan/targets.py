@@ -23,7 +23,7 @@ import numpy as np
 
 from carbon_vep.config.stages import TileSettings
 from carbon_vep.errors import InputError
-from carbon_vep.genome.contigs import alias_candidates
+from carbon_vep.genome.contigs import ContigAliases
 from carbon_vep.genome.reference import Reference
 from carbon_vep.scan.tiling import parse_region, tile_segment
 
@@ -35,14 +35,19 @@ _REGION = re.compile(r"^.+:[0-9,]+-[0-9,]+$")  # the contig name may hold `:` (H
 
 
 # ---- targets -------------------------------------------------------------------------------
-def _reference_contig(name: str, contigs: Sequence[str], where: str) -> str:
-    if name in contigs:
+def _reference_contig(
+    name: str, aliases: ContigAliases, where: str, may_be_absent: bool
+) -> str | None:
+    """The reference contig `name` means (None: none, where `may_be_absent`)."""
+    if name in aliases.known:
         return name
-    hits = alias_candidates(name, contigs)
-    if len(hits) != 1:
-        problem = "matches several reference contigs" if hits else "is not in the reference"
-        raise InputError(where, f"contig {name!r} {problem} (under any alias)")
-    return hits[0]
+    hits = aliases.candidates(name)
+    if len(hits) == 1:
+        return hits[0]
+    if not hits and may_be_absent:
+        return None
+    problem = "matches several reference contigs" if hits else "is not in the reference"
+    raise InputError(where, f"contig {name!r} {problem} (under any alias)")
 
 
 def _bed_intervals(path: Path) -> Iterator[tuple[str, int, int, str]]:
@@ -92,11 +97,15 @@ def resolve_targets(
         else:
             raw.append((item, 0, -1, f"region {item}"))  # a whole contig, by name
     merged: dict[str, list[tuple[int, int]]] = {}
+    aliases = ContigAliases(contigs)
+    resolved: dict[str, str | None] = {}  # each name once: a BED repeats it on every line
     for chrom, start, end, where in raw:
-        if absent is not None and chrom not in lengths and not alias_candidates(chrom, contigs):
+        if chrom not in resolved:
+            resolved[chrom] = _reference_contig(chrom, aliases, where, absent is not None)
+        contig = resolved[chrom]
+        if contig is None:
             absent[chrom] = absent.get(chrom, 0) + 1
             continue
-        contig = _reference_contig(chrom, contigs, where)
         length = lengths[contig]
         end = length if end == -1 else end
         if end > length:
