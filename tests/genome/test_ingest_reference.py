@@ -164,6 +164,36 @@ def test_parquet_reference_matches_fasta(tmp_path, binary):
         assert parquet.fetch("chr1", 100, 90) == ""
 
 
+@pytest.mark.parametrize("row_group_size", [1, 3, 50], ids=["a row a group", "3 a group", "one"])
+def test_parquet_reference_reads_forward_and_starts_over_for_an_earlier_contig(
+    tmp_path, row_group_size, monkeypatch
+):
+    """Contigs asked for in the file's order are each decoded once, by one reader (it used to
+    start from the first row at every contig: quadratic in the rows); one further back starts
+    a new reader at its row group; every fetch is the contig's own sequence."""
+    contigs = {f"c{i}": random_dna(50 + i, i) for i in range(20)}
+    path = tmp_path / "g.parquet"
+    pl.DataFrame({"ID": list(contigs), "Sequence": list(contigs.values())}).write_parquet(
+        path, row_group_size=row_group_size
+    )
+    with open_reference(path) as reference:
+        started: list[object] = []
+        iter_batches = reference._file.iter_batches
+
+        def counted(*args, **kwargs):
+            started.append(kwargs.get("row_groups"))
+            return iter_batches(*args, **kwargs)
+
+        monkeypatch.setattr(reference._file, "iter_batches", counted)
+        for name in ["c0", "c1", "c4", "c4", "c5", "c19"]:
+            assert reference.fetch(name, 0, 1000) == contigs[name]
+        assert len(started) == 1  # in order: one reader
+        for name in ["c7", "c2", "c3", "c2", "c0"]:  # back, forward, back, back
+            assert reference.fetch(name, 5, 40) == contigs[name][5:40]
+        assert len(started) == 5  # c7, c2, c2 again and c0 start over; c3 reads on
+        assert list(started[1])[0] == 7 // row_group_size  # c7's row group, not the first
+
+
 def test_check_panel_through_parquet_reference(tmp_path):
     path = _parquet_genome(tmp_path / "hg38.parquet", CONTIGS)
     seq = CONTIGS["chr1"].upper()

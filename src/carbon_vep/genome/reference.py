@@ -8,10 +8,12 @@ are matched to a panel's by `contigs.resolve_contigs`.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -225,7 +227,10 @@ class ParquetReference(Reference):
     `hg38.parquet`).
 
     Rows are streamed one at a time: opening reads each contig once to learn its length, and
-    `fetch` keeps one contig in memory (a shard's variants are sorted by contig).
+    `fetch` keeps one contig in memory (a shard's variants are sorted by contig). The reader
+    moves forward: contigs asked for in the file's order (a scan's plan, a panel's shards) are
+    each decoded once; one further back starts over at its row group. (Starting over from the
+    first row at each contig decoded every contig before it again: quadratic in the rows.)
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -251,6 +256,11 @@ class ParquetReference(Reference):
             raise InputError(self.path, "the Parquet reference holds no sequences")
         self._row_of = {contig: row for row, contig in enumerate(self.lengths)}
         self._cached: tuple[str, str] | None = None
+        meta = self._file.metadata
+        rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        self._group_starts = list(itertools.accumulate(rows, initial=0))[:-1]  # each's first row
+        self._reader: Iterator[pa.RecordBatch] | None = None
+        self._next_row = 0  # the row the reader gives next
 
     def _rows(self, columns: list[str]) -> Iterable[pa.RecordBatch]:
         return self._file.iter_batches(batch_size=1, columns=columns)
@@ -264,8 +274,17 @@ class ParquetReference(Reference):
     def _sequence(self, contig: str) -> str:
         if self._cached is None or self._cached[0] != contig:
             target = self._row_of[contig]
-            for row, batch in enumerate(self._rows([PARQUET_COLUMNS[1]])):
-                if row == target:
+            if self._reader is None or target < self._next_row:
+                group = bisect.bisect_right(self._group_starts, target) - 1
+                self._reader = self._file.iter_batches(
+                    batch_size=1,
+                    row_groups=range(group, len(self._group_starts)),
+                    columns=[PARQUET_COLUMNS[1]],
+                )
+                self._next_row = self._group_starts[group]
+            for batch in self._reader:
+                self._next_row += 1
+                if self._next_row - 1 == target:
                     sequence = batch.column(0)[0].as_py() or ""
                     if isinstance(sequence, bytes):
                         sequence = sequence.decode("ascii", errors="replace")
@@ -278,4 +297,4 @@ class ParquetReference(Reference):
         return self._sequence(contig)[start:end]
 
     def close(self) -> None:
-        self._cached = None
+        self._cached = self._reader = None
