@@ -194,6 +194,34 @@ def test_parquet_reference_reads_forward_and_starts_over_for_an_earlier_contig(
         assert list(started[1])[0] == 7 // row_group_size  # c7's row group, not the first
 
 
+def test_a_panels_bases_are_read_in_the_references_order(tmp_path, monkeypatch):
+    """reference_bases asks for a batch's contigs in the reference's order, whatever the rows'
+    order, so a Parquet reference reads forward once (one reader) for a panel not sorted by
+    contig."""
+    from carbon_vep.variants.genome_match import reference_bases
+
+    contigs = {f"c{i}": random_dna(100, i) for i in range(6)}
+    path = tmp_path / "g.parquet"
+    pl.DataFrame({"ID": list(contigs), "Sequence": list(contigs.values())}).write_parquet(path)
+    rows = [("c5", 3), ("c0", 10), ("c3", 0), ("c0", 50), ("c1", 99), ("c5", 60)]
+    with open_reference(path) as reference:
+        started = []
+        iter_batches = reference._file.iter_batches
+        monkeypatch.setattr(
+            reference._file,
+            "iter_batches",
+            lambda *a, **k: started.append(1) or iter_batches(*a, **k),
+        )
+        bases = reference_bases(
+            reference,
+            pl.Series([c for c, _ in rows]),
+            pl.Series([p for _, p in rows]),
+            pl.Series([p + 2 for _, p in rows]),
+        )
+    assert bases.to_list() == [contigs[c][p : p + 2] for c, p in rows]
+    assert len(started) == 1
+
+
 def test_check_panel_through_parquet_reference(tmp_path):
     path = _parquet_genome(tmp_path / "hg38.parquet", CONTIGS)
     seq = CONTIGS["chr1"].upper()

@@ -31,7 +31,11 @@ def reference_bases(
         .filter(pl.col("contig").is_not_null())
     )
     out: list[str | None] = [None] * contig.len()
-    for (name,), rows in frame.group_by("contig"):
+    groups = frame.partition_by("contig", as_dict=True)
+    # in the reference's order: a Parquet reference reads forward (genome.reference)
+    order = {name: i for i, name in enumerate(reference.lengths)}
+    for (name,) in sorted(groups, key=lambda key: order[str(key[0])]):
+        rows = groups[(name,)]
         length = reference.lengths[str(name)]
         rows = rows.with_columns(
             pl.col("start").clip(0, length), pl.col("end").clip(0, length)
