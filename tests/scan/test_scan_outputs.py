@@ -253,3 +253,19 @@ def test_bases_with_less_than_min_context_keep_their_scores_and_get_no_phred(
     assert looked_up["calibrated"].null_count() == 0
     printed = [float(r[5]) for r, o in zip(rows, off, strict=True) if not o]
     assert looked_up["phred"].drop_nulls().to_list() == pytest.approx(printed, abs=1e-5)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 24])
+def test_a_tsvs_data_lines_are_read_past_a_header_of_many_lines_at_any_block(tmp_path, block):
+    """concat-scan copies each file's rows without its header (a `##contig` line a contig, so
+    thousands for a draft assembly's shared files), read in blocks the header may cross."""
+    import pysam
+
+    from carbon_vep.scan.tsv import _data_bytes
+
+    header = "".join(f"##contig=<ID=scaffold_{i}>\n" for i in range(300)) + "#chrom\tpos\n"
+    data = "".join(f"scaffold_{i}\t{i + 1}\n" for i in range(300))
+    path = tmp_path / "t.tsv.gz"
+    with pysam.BGZFile(str(path), "wb") as out:
+        out.write((header + data).encode())
+    assert b"".join(_data_bytes(path, block)) == data.encode()

@@ -110,8 +110,10 @@ def _data_bytes(path: str | Path, block: int = 1 << 24) -> Iterator[bytes]:
         while chunk := handle.read(block):
             if in_header:
                 pending += chunk
-                while pending.startswith(b"#") and b"\n" in pending:
-                    pending = pending[pending.index(b"\n") + 1 :]
+                at = 0  # walked line by line, cut once (a line a contig: one copy each was slow)
+                while pending.startswith(b"#", at) and (end := pending.find(b"\n", at)) >= 0:
+                    at = end + 1
+                pending = pending[at:]
                 if not pending or pending.startswith(b"#"):
                     continue  # the header goes on in the next block
                 chunk, pending, in_header = pending, b"", False
