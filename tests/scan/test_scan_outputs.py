@@ -259,8 +259,6 @@ def test_bases_with_less_than_min_context_keep_their_scores_and_get_no_phred(
 def test_a_tsvs_data_lines_are_read_past_a_header_of_many_lines_at_any_block(tmp_path, block):
     """concat-scan copies each file's rows without its header (a `##contig` line a contig, so
     thousands for a draft assembly's shared files), read in blocks the header may cross."""
-    import pysam
-
     from carbon_vep.scan.tsv import _data_bytes
 
     header = "".join(f"##contig=<ID=scaffold_{i}>\n" for i in range(300)) + "#chrom\tpos\n"
@@ -269,3 +267,42 @@ def test_a_tsvs_data_lines_are_read_past_a_header_of_many_lines_at_any_block(tmp
     with pysam.BGZFile(str(path), "wb") as out:
         out.write((header + data).encode())
     assert b"".join(_data_bytes(path, block)) == data.encode()
+
+
+def test_a_merge_reads_only_the_row_groups_that_may_hold_its_contigs(tmp_path, monkeypatch):
+    """read_chunk_rows: a row group of one other contig (its chrom statistics) is skipped
+    unread, a row group of several is read and filtered; the rows are the contigs' own, in
+    order."""
+    import pyarrow.parquet as pq
+
+    from carbon_vep.scan.positions import BASE_SCHEMA, read_chunk_rows
+
+    def rows(chrom, n):
+        values = {f"log_{kind}_{b}": np.full(n, -1.0) for kind in ("fns", "cond") for b in "ACGT"}
+        frame = pl.DataFrame(
+            {"pos": np.arange(1, n + 1), "ref": ["A"] * n, "context_bp": np.arange(n)} | values
+        )
+        frame = frame.with_columns(pl.lit(chrom).alias("chrom"), phase=pl.col("pos") % 6)
+        return frame.select(list(BASE_SCHEMA)).cast(BASE_SCHEMA)
+
+    path = tmp_path / "chunk.parquet"
+    writer = BaseWriter(path)
+    for frame in (
+        rows("a", 3),
+        rows("b", 4),
+        pl.concat([rows("c", 2), rows("d", 5)]),
+        rows("e", 1),
+    ):
+        writer.write(frame)  # a row group each
+    writer.close()
+    read = []
+    original = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_group",
+        lambda self, i, *a, **k: read.append(i) or original(self, i, *a, **k),
+    )
+    parts = list(read_chunk_rows([path], ["b", "d"]))
+    assert [p["chrom"].unique().to_list() for p in parts] == [["b"], ["d"]]
+    assert [p.height for p in parts] == [4, 5]
+    assert read == [1, 2]  # a's and e's groups unread; c+d's read and filtered

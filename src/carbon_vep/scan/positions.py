@@ -68,25 +68,40 @@ class BaseWriter:
 
 def read_chunk_rows(chunks: Sequence[str | Path], contigs: Sequence[str]) -> Iterator[pl.DataFrame]:
     """The rows of `contigs` in the chunk files, row group by row group, in order: each chunk is
-    read once, whatever the number of contigs."""
-    wanted = list(contigs)
+    read once, whatever the number of contigs; a row group of one other contig (its statistics
+    say so) is not read at all. The contigs are made a Series once: built per row group, they
+    made a merge of many scaffolds quadratic (a row group a scaffold, each against them all)."""
+    wanted, names = set(contigs), pl.Series("chrom", list(contigs), dtype=pl.Utf8)
     for path in chunks:
         parquet = pq.ParquetFile(path)
+        column = parquet.schema_arrow.get_field_index("chrom")
         for group in range(parquet.num_row_groups):
+            only = _only_value(parquet.metadata.row_group(group).column(column))
+            if only is not None and only not in wanted:
+                continue
             frame = pl.from_arrow(parquet.read_row_group(group))
-            part = frame.filter(pl.col("chrom").is_in(wanted))
+            part = frame if only is not None else frame.filter(pl.col("chrom").is_in(names))
             if part.height:
                 yield part
+
+
+def _only_value(column: pq.ColumnChunkMetaData) -> str | None:
+    """The one value of a row group's column where its statistics show a single one."""
+    stats = column.statistics
+    if stats is None or not stats.has_min_max or stats.null_count or stats.min != stats.max:
+        return None
+    return stats.min
 
 
 def _in_order(frames: Iterator[pl.DataFrame], contigs: Sequence[str]) -> Iterator[pl.DataFrame]:
     """`frames`, checked to run through `contigs` in the given order, each by rising position
     (what tabix and the annotate lookup rely on); a chunk out of order stops the merge."""
-    rank = {c: i for i, c in enumerate(contigs)}
+    names = pl.Series(list(contigs), dtype=pl.Utf8)  # once: not a contig-sized Series a frame
+    ranks = pl.Series(range(len(names)), dtype=pl.Int64)
     last = (-1, 0)
     for frame in frames:
         order = frame.select(
-            pl.col("chrom").replace_strict(rank, return_dtype=pl.Int64).alias("rank"), "pos"
+            pl.col("chrom").replace_strict(names, ranks, return_dtype=pl.Int64).alias("rank"), "pos"
         )
         keys = order["rank"].cast(pl.Int64) * (1 << 32) + order["pos"]
         first = (order["rank"][0], order["pos"][0])
