@@ -66,21 +66,17 @@ class Messages:
                 groups.append([match[1], match[3]])
             elif groups and line.strip():
                 groups[-1].append(line.removeprefix("\t"))
-        found: list[Message] = []
-        for group_level, text, *detail in groups:
-            message = Message(group_level, text, "\n".join(detail))
-            if group_level in level and message not in found:
-                found.append(message)
-        return found
+        found = dict.fromkeys(  # unique, in order: a dict, as htslib may print thousands
+            Message(group_level, text, "\n".join(detail))
+            for group_level, text, *detail in groups
+            if group_level in level
+        )
+        return list(found)
 
     def lines(self, level: str = "EW") -> list[str]:
         """Whole message texts (without the `[E::func]` tag) at the given levels, in order,
         unique; a message's continuation lines are quoted after its first line."""
-        rendered: list[str] = []
-        for message in self.parsed(level):
-            if message.render() not in rendered:
-                rendered.append(message.render())
-        return rendered
+        return list(dict.fromkeys(message.render() for message in self.parsed(level)))
 
     def errors(self) -> str:
         """The error messages joined, or '' when htslib printed none."""
