@@ -77,12 +77,15 @@ def check_reference(record: dict, lengths: dict[str, int], reference: str | Path
             )
 
 
-def _lookup(scan_dir: str | Path, file: str | None, contig: str, positions: list[int]):
+def _lookup(scan_dir: str | Path, file: str | None, contigs: list[str], positions: list[int]):
+    """The scan's bases of one output file on `contigs` at any of `positions` (one read of the
+    file for all its contigs: small contigs share files)."""
+    wanted = ["chrom", *_READ]
     if file is None or not positions:
-        return pl.DataFrame(schema={c: columns.schema(columns.SCAN_BASE)[c] for c in _READ})
+        return pl.DataFrame(schema={c: columns.schema(columns.SCAN_BASE)[c] for c in wanted})
     path = Path(scan_dir) / "positions" / f"{file}.parquet"
-    filters = [("chrom", "=", contig), ("pos", "in", positions)]
-    return pl.from_arrow(pq.read_table(path, columns=_READ, filters=filters))
+    filters = [("chrom", "in", contigs), ("pos", "in", positions)]
+    return pl.from_arrow(pq.read_table(path, columns=wanted, filters=filters))
 
 
 def on_scan_contigs(rows: pl.DataFrame, record: dict, checked: str | Path) -> pl.DataFrame:
@@ -151,15 +154,21 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     ok = checked.filter(pl.col("status") == Status.OK)
     todo = ok.filter(pl.col("variant_type") == "snv").select(key).unique(maintain_order=True)
     other = ok.filter(pl.col("variant_type") != "snv").select(key).unique(maintain_order=True)
-    found = []
+    # each output file read once for its contigs (not the panel filtered once a contig)
+    by_file: dict[str | None, list[str]] = {}
     for contig in todo["ref_chrom"].unique(maintain_order=True).to_list():
-        rows = todo.filter(pl.col("ref_chrom") == contig)
-        positions = rows["pos"].unique().sort().to_list()
-        bases = _lookup(scan_dir, files.get(contig), contig, positions)
-        found.append(rows.join(bases.rename({"ref": "scan_ref"}), on="pos", how="left"))
+        by_file.setdefault(files.get(contig), []).append(contig)
+    found, order = [], "_panel_order"
+    todo = todo.with_row_index(order)
+    for file, contigs in by_file.items():
+        rows = todo.filter(pl.col("ref_chrom").is_in(contigs))
+        bases = _lookup(scan_dir, file, contigs, rows["pos"].unique().sort().to_list())
+        bases = bases.rename({"chrom": "ref_chrom", "ref": "scan_ref"})
+        found.append(rows.join(bases, on=["ref_chrom", "pos"], how="left"))
     schema = {**todo.schema, "scan_ref": pl.Utf8, **{c: pl.Float16 for c in _READ[3:]}}
     schema["context_bp"] = pl.Int32
     hits = pl.concat(found, how="diagonal_relaxed") if found else pl.DataFrame(schema=schema)
+    hits = hits.sort(order).drop(order)  # the panel's order, as one lookup a contig gave it
 
     def log_marginal(allele: str) -> pl.Expr:
         return at_base(pl.col(allele), "log_fns_{}").cast(pl.Float64)
