@@ -49,7 +49,7 @@ from carbon_vep.config.niah_grid import NIAH_TASKS as TASKS
 from carbon_vep.config.niah_grid import niah_config_name as config_name
 from carbon_vep.errors import InputError
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.scan.targets import acgt_runs
+from carbon_vep.scan.targets import contig_acgt_runs
 
 BASES = np.array(list("ACGT"))
 DEPTHS = (0.10, 0.25, 0.50, 0.75, 0.90)  # the published five needle depths (report §6.5)
@@ -142,8 +142,8 @@ class HaystackSampler:
         self.path, self.length = Path(reference_path), length
         self.reference = open_reference(reference_path)
         names, contig, starts, sizes, self.longest = [], [], [], [], 0
-        for name, size in self.reference.lengths.items():
-            for start, end in acgt_runs(self.reference.fetch(name, 0, size)):
+        for name in self.reference.lengths:  # read in blocks: not a whole chr1 in memory
+            for start, end in contig_acgt_runs(self.reference, name):
                 self.longest = max(self.longest, end - start)
                 if end - start >= min_run:
                     contig.append(len(names))
