@@ -306,3 +306,36 @@ def test_a_merge_reads_only_the_row_groups_that_may_hold_its_contigs(tmp_path, m
     assert [p["chrom"].unique().to_list() for p in parts] == [["b"], ["d"]]
     assert [p.height for p in parts] == [4, 5]
     assert read == [1, 2]  # a's and e's groups unread; c+d's read and filtered
+
+
+def test_a_chunks_small_batches_share_row_groups(tmp_path):
+    """BaseWriter(min_rows): writes held until they reach min_rows, then one row group (a scan
+    chunk's batches of a draft assembly's scaffolds: one row group each made merges pay per
+    scaffold), the rest at close; the rows as written, in order. A write of min_rows or more
+    (a batch of a chromosome's tiles) is written at once, with what was held before it."""
+    import pyarrow.parquet as pq
+
+    from carbon_vep.scan.positions import BASE_SCHEMA, BaseWriter
+
+    def rows(chrom, n, first=1):
+        values = {f"log_{kind}_{b}": np.full(n, -1.0) for kind in ("fns", "cond") for b in "ACGT"}
+        frame = pl.DataFrame(
+            {"pos": np.arange(first, first + n), "ref": ["A"] * n, "context_bp": np.arange(n)}
+            | values
+        )
+        frame = frame.with_columns(pl.lit(chrom).alias("chrom"), phase=pl.col("pos") % 6)
+        return frame.select(list(BASE_SCHEMA)).cast(BASE_SCHEMA)
+
+    frames = [rows(f"s{i}", 30) for i in range(10)] + [rows("chr1", 250)]
+    path = tmp_path / "chunk.parquet"
+    writer = BaseWriter(path, min_rows=100)
+    for frame in frames:
+        writer.write(frame)
+    writer.close()
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [120, 120, 310]
+    assert pl.read_parquet(path).equals(pl.concat(frames))
+    killed = BaseWriter(tmp_path / "killed.parquet", min_rows=100)
+    killed.write(frames[0])
+    killed.abort()
+    assert not list(tmp_path.glob("killed*"))

@@ -39,25 +39,42 @@ _WRITE_OPTIONS: dict[str, Any] = {
     "store_schema": False,
 }
 ROW_GROUP_ROWS = 1 << 20  # bases per row group of the merged dataset (~12 MB written)
+# the fewest bases a scan chunk's row group holds: a batch of tiles is one, but a draft
+# assembly's scaffolds make a batch each (tiles of one length are batched), and a chunk of
+# thousands of row groups of a few hundred bases costs each merge that reads it ~3 ms a group
+CHUNK_GROUP_MIN_ROWS = 1 << 16
 
 
 class BaseWriter:
-    """Per-base rows into one Parquet file, a row group per `write`, under a temporary name
-    until `close` renames it into place (a killed job leaves no file at `path`)."""
+    """Per-base rows into one Parquet file, a row group per `write` (or, with `min_rows`, per
+    run of writes holding at least that many rows: the rest held until then or `close`), under
+    a temporary name until `close` renames it into place (a killed job leaves no file at
+    `path`)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, min_rows: int = 0) -> None:
         self.path = Path(path)
         self.file = PendingFile(self.path)  # a killed writer's file removed first
         self.schema = pl.DataFrame(schema=BASE_SCHEMA).to_arrow().schema
         self.writer = pq.ParquetWriter(self.file.tmp, self.schema, **_WRITE_OPTIONS)
-        self.rows = 0
+        self.rows, self.min_rows = 0, min_rows
+        self._held: list[pl.DataFrame] = []
+        self._held_rows = 0
 
     def write(self, frame: pl.DataFrame) -> None:
         if frame.height:
-            self.writer.write_table(frame.to_arrow().cast(self.schema))
+            self._held.append(frame)
+            self._held_rows += frame.height
             self.rows += frame.height
+            if self._held_rows >= self.min_rows:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self._held:
+            self.writer.write_table(pl.concat(self._held).to_arrow().cast(self.schema))
+            self._held, self._held_rows = [], 0
 
     def close(self) -> None:
+        self._flush()
         self.writer.close()
         self.file.publish()
 

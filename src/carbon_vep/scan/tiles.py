@@ -291,7 +291,7 @@ def scan_chunk(
     start, timing, written = time.monotonic(), _new_timing(), 0
     writing = [0.0]  # seconds building and writing rows (on the writer's thread)
 
-    def write(batch: TileBatch) -> None:  # one row group a batch
+    def write(batch: TileBatch) -> None:  # a row group a batch, or a run of small ones
         began = time.monotonic()
         writer.write(pl.concat(batch.frames(engine.k)))
         writing[0] += time.monotonic() - began
@@ -314,9 +314,9 @@ def scan_chunk_file(
     engine: Engine, reference: Reference, pieces, tiles: TileSettings, out: str, what: str
 ) -> dict[str, float]:
     """scan_chunk streamed into the Parquet file `out`, published whole or not at all."""
-    from carbon_vep.scan.positions import BaseWriter
+    from carbon_vep.scan.positions import CHUNK_GROUP_MIN_ROWS, BaseWriter
 
-    writer = BaseWriter(out)
+    writer = BaseWriter(out, min_rows=CHUNK_GROUP_MIN_ROWS)
     try:
         stats = scan_chunk(engine, reference, pieces, tiles, writer, what)
     except BaseException:
