@@ -37,39 +37,38 @@ def resolve_contigs(
     """Map each panel contig to a reference contig: exact name first, then one unambiguous alias.
 
     Contigs with no (or an ambiguous) match are left out of the mapping; callers decide whether
-    that is a per-row status or a fatal error (`alias_candidates` tells which).
+    that is a per-row status or a fatal error (`ContigAliases.candidates` tells which).
     """
     aliases = ContigAliases(reference_contigs)
     mapping: dict[str, str] = {}
     for contig in panel_contigs:
-        hits = [contig] if contig in aliases.known else aliases.candidates(contig)
+        hits = aliases.matches(contig)
         if len(hits) == 1:
             mapping[contig] = hits[0]
     return mapping
 
 
-def alias_candidates(contig: str, reference_contigs: Iterable[str]) -> list[str]:
-    """Reference contigs that spell the same chromosome as `contig` in another convention."""
-    canonical = canonical_contig(contig)
-    return [name for name in reference_contigs if canonical_contig(name) == canonical]
-
-
 class ContigAliases:
-    """A reference's contig names, and by canonical spelling: `candidates` is `alias_candidates`
-    in one lookup, for callers resolving many names (a BED's lines, a draft assembly's
-    scaffolds), where a scan of every reference contig per name multiplies the two counts."""
+    """A reference's contig names, indexed by canonical spelling on the first alias asked for:
+    each name is matched in one lookup, not against every reference contig (a BED's lines, a
+    draft assembly's scaffolds: a scan of them all per name multiplied the two counts)."""
 
     def __init__(self, reference_contigs: Iterable[str]) -> None:
         self.names = list(reference_contigs)
         self.known = set(self.names)
-        self._by_canonical: dict[str, list[str]] | None = None  # built at the first alias
+        self._by_canonical: dict[str, list[str]] | None = None
 
     def candidates(self, contig: str) -> list[str]:
+        """Reference contigs that spell the same chromosome as `contig` in another convention."""
         if self._by_canonical is None:
             self._by_canonical = {}
             for name in self.names:
                 self._by_canonical.setdefault(canonical_contig(name), []).append(name)
         return list(self._by_canonical.get(canonical_contig(contig), []))
+
+    def matches(self, contig: str) -> list[str]:
+        """`contig` itself where the reference has it, else its alias candidates."""
+        return [contig] if contig in self.known else self.candidates(contig)
 
 
 # ---- contig names in file names ------------------------------------------------------------

@@ -39,9 +39,7 @@ def _reference_contig(
     name: str, aliases: ContigAliases, where: str, may_be_absent: bool
 ) -> str | None:
     """The reference contig `name` means (None: none, where `may_be_absent`)."""
-    if name in aliases.known:
-        return name
-    hits = aliases.candidates(name)
+    hits = aliases.matches(name)
     if len(hits) == 1:
         return hits[0]
     if not hits and may_be_absent:

@@ -158,8 +158,7 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     by_file: dict[str | None, list[str]] = {}
     for contig in todo["ref_chrom"].unique(maintain_order=True).to_list():
         by_file.setdefault(files.get(contig), []).append(contig)
-    found, order = [], "_panel_order"
-    todo = todo.with_row_index(order)
+    found = []  # in no particular order: merge_scores joins the scores by key
     for file, contigs in by_file.items():
         rows = todo.filter(pl.col("ref_chrom").is_in(contigs))
         bases = _lookup(scan_dir, file, contigs, rows["pos"].unique().sort().to_list())
@@ -168,7 +167,6 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
     schema = {**todo.schema, "scan_ref": pl.Utf8, **{c: pl.Float16 for c in _READ[3:]}}
     schema["context_bp"] = pl.Int32
     hits = pl.concat(found, how="diagonal_relaxed") if found else pl.DataFrame(schema=schema)
-    hits = hits.sort(order).drop(order)  # the panel's order, as one lookup a contig gave it
 
     def log_marginal(allele: str) -> pl.Expr:
         return at_base(pl.col(allele), "log_fns_{}").cast(pl.Float64)

@@ -10,7 +10,7 @@ import polars as pl
 
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import PanelUnusableError
-from carbon_vep.genome.contigs import alias_candidates
+from carbon_vep.genome.contigs import ContigAliases
 from carbon_vep.genome.reference import Reference
 from carbon_vep.variants.policy import CheckPolicy
 
@@ -80,10 +80,10 @@ def ambiguous_contigs(
 ) -> dict[str, list[str]]:
     """Panel contigs without an exact match that alias to several reference contigs (`Chr17`
     against a FASTA holding both `chr17` and `17`), with the reference contigs they could mean."""
-    found = {}
+    found, aliases = {}, ContigAliases(reference.contigs)
     for contig in contigs:
         if contig not in mapping:
-            hits = alias_candidates(contig, reference.contigs)
+            hits = aliases.candidates(contig)
             if len(hits) > 1:
                 found[contig] = hits
     return found
