@@ -370,6 +370,27 @@ def test_clinvar_like_panel_in_small_batches_equals_one_batch(tmp_path, monkeypa
     assert whole.filter(pl.col("n_alts_in_record") > 1).height > 0
 
 
+def test_the_clinvar_like_panel_as_a_tsv_in_small_batches_equals_one_batch(tmp_path, monkeypatch):
+    """The bench's ClinVar-like records as a TSV panel (`bench-ingest --panel-format tsv`):
+    checked in batches of 97 rows it equals one batch, and each row gets the status and
+    label its VCF record's ALT gets."""
+    bench = _bench_module()
+    monkeypatch.setattr(bench, "CONTIG_BP", 60_000)
+    monkeypatch.setattr(bench, "RECORDS_PER_CONTIG", 700)
+    fasta, vcf, n_alts = bench.generate(tmp_path, 1_400)
+    tsv = bench.write_tsv_panel(vcf, tmp_path / "clinvar_like.tsv")
+    labels = LabelSettings(label_source="clinvar_clnsig")
+    with open_reference(fasta) as ref:
+        from_vcf, _ = ingest_panel(vcf, ref, PanelSettings("hg38", format="vcf"), labels)
+        whole, summary = ingest_panel(tsv, ref, PanelSettings("hg38", format="tsv"), labels)
+        monkeypatch.setattr(panel_module, "_BATCH_ROWS", 97)
+        batched, batched_summary = ingest_panel(tsv, ref, PanelSettings("hg38"), labels)
+    assert whole.height == n_alts == from_vcf.height
+    assert batched.equals(whole) and batched_summary == summary
+    for column in ("chrom", "pos", "ref", "alt", "status", "label", "alt_index"):
+        assert whole[column].to_list() == from_vcf[column].to_list(), column
+
+
 def test_table_in_small_batches_equals_one_batch(tmp_path, monkeypatch):
     rows = [f"chr1\t{p}\t{SEQ[p - 1]}\t{_alt(p)}\t{p % 2}" for p in range(100, 3100, 100)]
     rows += [rows[0][:-1] + "1", "chrX\t5\tA\tC\t1", "chr1\tabc\tA\tC\t1"]

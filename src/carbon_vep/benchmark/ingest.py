@@ -11,14 +11,19 @@ the options of the ClinVar example config (`label_source: clinvar_clnsig`, four 
 Reports rows, wall time, peak RSS and the ratios, and checks that both wrote the same
 checked.parquet and summary.
 
+With `--panel-format tsv` the same records are written as a TSV panel instead (the key, the
+four INFO fields as columns, an ALT list where the VCF has one), checked with the same label
+options: a table's read, not a VCF's.
+
 Usage: python -m carbon_vep.benchmark.ingest [--records 3000000] [--baseline 838dcef]
-       [--json out.json]
+       [--panel-format vcf|tsv] [--json out.json]
        python -m carbon_vep.benchmark.ingest --generate-only --records 300000 --workdir /tmp/ingest
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import json
 import os
@@ -72,23 +77,13 @@ MC = [
     "SO:0001589|frameshift_variant",
     "SO:0001624|3_prime_UTR_variant",
 ]
+INFO_FIELDS = ("CLNSIG", "CLNREVSTAT", "GENEINFO", "MC")  # those of the ClinVar example config
+LABEL_OPTIONS = ["--build", "hg38", "--label-source", "clinvar_clnsig", "--label-column", "label"]
 OPTIONS = [
     "--format",
     "vcf",
-    "--build",
-    "hg38",
-    "--label-source",
-    "clinvar_clnsig",
-    "--label-column",
-    "label",
-    "--info-field",
-    "CLNSIG",
-    "--info-field",
-    "CLNREVSTAT",
-    "--info-field",
-    "GENEINFO",
-    "--info-field",
-    "MC",
+    *LABEL_OPTIONS,
+    *(option for field in INFO_FIELDS for option in ("--info-field", field)),
 ]
 HEADER = """##fileformat=VCFv4.1
 ##fileDate=2025-01-05
@@ -213,6 +208,25 @@ def generate(workdir: Path, n_records: int) -> tuple[Path, Path, int]:
     return fasta, panel, n_alts
 
 
+def write_tsv_panel(vcf: Path, out: Path) -> Path:
+    """The VCF's records as a TSV panel: chrom, pos, id, ref, alt and `INFO_FIELDS` as columns."""
+    with gzip.open(vcf, "rt") as records, open(out, "w") as table:
+        table.write("\t".join(["chrom", "pos", "id", "ref", "alt", *INFO_FIELDS]) + "\n")
+        for line in records:
+            if line.startswith("#"):
+                continue
+            chrom, pos, vid, ref, alt, _, _, info = line.rstrip("\n").split("\t")
+            values = dict(item.split("=", 1) for item in info.split(";"))
+            fields = [chrom, pos, vid, ref, alt, *(values.get(key, "") for key in INFO_FIELDS)]
+            table.write("\t".join(fields) + "\n")
+    return out
+
+
+def check_panel_options(panel_format: str) -> list[str]:
+    """OPTIONS for the panel's format (a table carries its columns: no INFO fields to ask)."""
+    return OPTIONS if panel_format == "vcf" else ["--format", panel_format, *LABEL_OPTIONS]
+
+
 # ---- measurement ---------------------------------------------------------------------------
 def baseline_tree(commit: str, into: Path) -> Path:
     """The package source of `commit`, extracted (git archive) under `into`."""
@@ -223,7 +237,9 @@ def baseline_tree(commit: str, into: Path) -> Path:
     return into / "src"
 
 
-def run_check_panel(src: Path, fasta: Path, panel: Path, out: Path) -> dict:
+def run_check_panel(
+    src: Path, fasta: Path, panel: Path, out: Path, options: list[str] = OPTIONS
+) -> dict:
     """One check-panel of the package at `src` in a fresh process: wall s, peak RSS MB."""
     env = {**os.environ, "PYTHONPATH": str(src), "CARBON_VEP_INTERFACE": "cli"}
     command = [
@@ -235,7 +251,7 @@ def run_check_panel(src: Path, fasta: Path, panel: Path, out: Path) -> dict:
         str(panel),
         "--reference",
         str(fasta),
-        *OPTIONS,
+        *options,
         "--out",
         str(out / "checked.parquet"),
         "--summary",
@@ -270,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary one")
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument("--panel-format", choices=["vcf", "tsv"], default="vcf")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_ingest_") as tmp:
@@ -277,6 +294,8 @@ def main(argv: list[str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         fasta, panel, n_rows = generate(workdir, args.records)
+        if args.panel_format == "tsv":
+            panel = write_tsv_panel(panel, workdir / "clinvar_like.tsv")
         print(
             f"generated {args.records:,} records ({n_rows:,} ALTs) in "
             f"{time.perf_counter() - start:.0f} s: {panel}",
@@ -291,7 +310,8 @@ def main(argv: list[str] | None = None) -> None:
         for name, src in versions:
             out = Path(tmp) / name.replace(" ", "_")
             out.mkdir()
-            results[name] = {"src": out, **run_check_panel(src, fasta, panel, out)}
+            options = check_panel_options(args.panel_format)
+            results[name] = {"src": out, **run_check_panel(src, fasta, panel, out, options)}
             print(
                 f"{name}: {results[name]['wall_s']} s, {results[name]['peak_rss_mb']} MB peak RSS",
                 flush=True,
@@ -306,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         ours, base = results["ours"], results[f"baseline {args.baseline}"]
         identical = same_output(ours.pop("src"), base.pop("src"))
         print(
-            f"\ncheck-panel, {args.records:,} records, {n_rows:,} rows "
+            f"\ncheck-panel of a {args.panel_format}, {args.records:,} records, {n_rows:,} rows "
             f"(identical output: {identical})\n"
         )
         header = [
@@ -331,7 +351,12 @@ def main(argv: list[str] | None = None) -> None:
             for name, r in results.items()
         ]
         print(markdown_table(header, rows))
-        payload = {"records": args.records, "rows": n_rows, "identical_output": identical}
+        payload = {
+            "records": args.records,
+            "rows": n_rows,
+            "panel_format": args.panel_format,
+            "identical_output": identical,
+        }
         write_json(args.json, payload | results)
         if not identical:
             sys.exit("the two versions wrote different outputs")

@@ -16,12 +16,12 @@ from typing import Any
 import polars as pl
 
 from carbon_vep.errors import InputError
-from carbon_vep.variants.panel_columns import open_binary
-from carbon_vep.variants.panel_text import (
+from carbon_vep.variants.text_table import (
     TABLE_SUFFIXES,
     read_text_table,
     table_format,
     text_dialect,
+    text_records,
 )
 
 
@@ -68,7 +68,7 @@ def count_task_rows(path: str | Path, required: Sequence[str]) -> int:
             rows = pl.scan_parquet(path).select(pl.len()).collect().item()
         else:
             columns = read_text_table(path, fmt, n_rows=0, all_text=True).columns
-            rows = _text_records(path, quoted=text_dialect(path, fmt).quoted)
+            rows = sum(1 for _ in text_records(path, text_dialect(path, fmt).quoted)) - 1
     except (pl.exceptions.PolarsError, OSError) as err:
         raise InputError(path, f"cannot read task file: {err}") from err
     _require_columns(path, columns, required, rows)
@@ -103,29 +103,6 @@ def _require_text(path: Path, frame: pl.DataFrame, columns: Sequence[str]) -> No
             raise InputError(
                 path, f"column `{column}` holds {dtype}, not text: it must hold strings of bases"
             )
-
-
-def _text_records(path: Path, quoted: bool) -> int:
-    """The data records of a text table as polars reads it (panel_text.read_text_table), one
-    line in memory at a time: lines end at `\\n`; blank lines before the header are skipped, a
-    line starting `##` outside a quoted field is a comment, a blank line after the header is a
-    record (of nulls); with `quoted` (CSV, a quoted TSV), a record goes on until its quotes are
-    closed."""
-    records, header_seen, in_quotes = 0, False, False
-    with open_binary(path) as handle:
-        for line in handle:
-            if not in_quotes:  # the line starts a record (or the header, or a comment)
-                if line.startswith(b"##"):
-                    continue
-                if header_seen:
-                    records += 1
-                elif line.strip(b"\r\n"):
-                    header_seen = True
-                else:
-                    continue
-            if quoted and line.count(b'"') % 2:
-                in_quotes = not in_quotes
-    return records
 
 
 def require_scorable(where: str | Path, reasons: Sequence[str]) -> None:

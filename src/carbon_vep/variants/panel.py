@@ -21,16 +21,12 @@ import polars as pl
 from carbon_vep.columns import PANEL_KEY as KEY
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import InputError
-from carbon_vep.variants.panel_columns import INPUT_COLUMNS
-from carbon_vep.variants.panel_text import read_table, table_format
-from carbon_vep.variants.panel_vcf import (
-    ReadAgain,
-    VcfDeclarations,
-    vcf_batches,
-    vcf_declarations,
-)
+from carbon_vep.variants.panel_columns import INPUT_COLUMNS, ReadAgain
+from carbon_vep.variants.panel_table import TableChoices, table_batches
+from carbon_vep.variants.panel_vcf import VcfDeclarations, vcf_batches, vcf_declarations
+from carbon_vep.variants.text_table import table_format
 
-_BATCH_ROWS = 100_000  # rows of a table checked at a time (a table is read whole by polars)
+_BATCH_ROWS = 100_000  # rows of a table read and checked at a time
 _VCF_SUFFIXES = (".vcf", ".vcf.gz", ".vcf.bgz", ".bcf")
 
 
@@ -132,6 +128,7 @@ class PanelReader:
         self.notes: list[str] = []
         self.null_columns: list[str] = []
         self.raw_info: dict[str, str] = {}  # VCF INFO fields read as text, and why
+        self.table_choices = TableChoices()  # what a table's rows need, learned from them
 
     def batches(self) -> Iterator[pl.DataFrame]:
         """The panel's rows in order, a batch at a time (`_BATCH_ROWS` rows of a table,
@@ -141,9 +138,8 @@ class PanelReader:
         if self.fmt == "vcf":
             source: Iterator[pl.DataFrame] = vcf_batches(self)
         else:
-            table, self.notes = read_table(self.path, self.fmt, self.columns)
-            source = (
-                table.slice(start, _BATCH_ROWS) for start in range(0, table.height, _BATCH_ROWS)
+            source = table_batches(
+                self.path, self.fmt, self.columns, self.table_choices, self.notes, _BATCH_ROWS
             )
         fixed = ("row_id", "source", *KEY, *INPUT_COLUMNS)
         n_rows = 0

@@ -1,7 +1,8 @@
 """What every panel reader gives beside the key: the `input_*` copies of the values as read,
 user columns carried through (renamed `panel_<name>` where the pipeline uses the name), whole
-positions as integers, the opener of plain or gzipped text files both text readers use, and
-the finder of the first line that is not UTF-8 (for the errors of both)."""
+positions as integers, the opener of plain or gzipped text files both text readers use, the
+finder of the first line that is not UTF-8 (for the errors of both), and `ReadAgain`, a
+reader's signal that the caller must start over."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ from carbon_vep.columns import RESERVED as RESERVED_COLUMNS
 
 INPUT_COLUMNS = ("input_pos", "input_ref", "input_alt")
 ALL_INFO = "*"
+
+
+class ReadAgain(Exception):  # noqa: N818 (a signal to the caller, not a failure)
+    """A batch showed that the rows already handed out must be read another way (a VCF's INFO
+    field that does not decode as its header declares, now carried as its raw text; a table's
+    ALT list or `qual` text): the caller starts over from the first batch (whatever it did
+    with the earlier ones is void)."""
 
 
 def carried_names(

@@ -28,7 +28,7 @@ import pysam
 from carbon_vep.config.run import setting_name
 from carbon_vep.errors import InputError
 from carbon_vep.genome.htslib import Messages, captured_messages
-from carbon_vep.variants.panel_columns import INPUT_COLUMNS, carry_name, open_binary
+from carbon_vep.variants.panel_columns import INPUT_COLUMNS, ReadAgain, carry_name, open_binary
 from carbon_vep.variants.panel_vcf_info import (
     InfoSpec,
     RecordText,
@@ -46,12 +46,6 @@ from carbon_vep.variants.panel_vcf_lines import (
     text_line,
     vcf_error,
 )
-
-
-class ReadAgain(Exception):  # noqa: N818 (a signal to the caller, not a failure)
-    """An INFO field turned out part-way through not to be decodable as its header declares:
-    the reader now carries it as its raw text, and the caller starts over from the first batch
-    (whatever it did with the earlier ones is void)."""
 
 
 class PanelReaderState(Protocol):
