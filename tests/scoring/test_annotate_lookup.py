@@ -1,6 +1,8 @@
 """Looking a checked panel up in a scan (`annotate --checked`, the workflow's from_scan recipe)
 on a scan folder written by hand: the scan's contig names are used whatever the spelling the
-panel was checked under, and a scored row's reason is empty, as every recipe writes it."""
+panel was checked under, and a scored row's reason is empty, as every recipe writes it. The
+merge from files annotate runs (renaming the contigs, scores in the panel's order) equals the
+merge in memory."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import polars as pl
 import pytest
 
 from carbon_vep.errors import InputError
-from carbon_vep.scoring.annotate import checked_panel, scan_scores
-from carbon_vep.scoring.merge import merge_scores
+from carbon_vep.scoring.annotate import scan_contig_names, scan_scores
+from carbon_vep.scoring.merge import merge_score_files, merge_scores
 from carbon_vep.scoring.shard import SCORE_SCHEMA
 
 SEQ = "ACGTACGTAC"
@@ -62,10 +64,24 @@ def _checked(tmp_path: Path, ref_chrom: str) -> Path:
 
 
 def _annotated(tmp_path: Path, ref_chrom: str) -> pl.DataFrame:
+    """The panel looked up and merged in memory; the same from files (as `annotate` runs it)
+    must be equal."""
     scan = _scan(tmp_path)
     record = json.loads((scan / "scan.json").read_text())
-    checked = checked_panel(record, str(_checked(tmp_path, ref_chrom)), None, None, None)
-    return merge_scores(checked, [scan_scores(checked, scan)])
+    path = _checked(tmp_path, ref_chrom)
+    checked = pl.read_parquet(path)
+    renamed = scan_contig_names(checked, record, path)
+    checked = checked.with_columns(pl.col("ref_chrom").replace(renamed))
+    scores = pl.concat(scan_scores(checked, scan))  # the file's SNVs, then the others
+    merged = merge_scores(checked, [scores])
+    assert scores["pos"].to_list() == [1, 2, 500, 3]  # by position, the indel's last
+    files = []
+    for start in range(0, scores.height, 3):  # two score files
+        files.append(tmp_path / f"scores_{start}.parquet")
+        scores.slice(start, 3).write_parquet(files[-1])
+    assert merge_score_files(path, files, tmp_path / "merged.parquet", renamed) == 5
+    assert pl.read_parquet(tmp_path / "merged.parquet").equals(merged)
+    return merged
 
 
 def test_a_scored_rows_reason_is_empty_as_every_recipes(tmp_path):
@@ -103,5 +119,6 @@ def test_a_panel_checked_under_another_contig_spelling_is_looked_up_on_the_scans
 def test_a_panel_on_none_of_the_scans_contigs_is_refused(tmp_path):
     scan = _scan(tmp_path)
     record = json.loads((scan / "scan.json").read_text())
+    path = _checked(tmp_path, "chr2")
     with pytest.raises(InputError, match="none of the checked panel's contigs"):
-        checked_panel(record, str(_checked(tmp_path, "chr2")), None, None, None)
+        scan_contig_names(pl.read_parquet(path), record, path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import polars as pl
 
@@ -155,25 +156,32 @@ def add_annotate(sub) -> None:
 
 def annotate(args: argparse.Namespace) -> None:
     """A panel scored by lookup in a scan's outputs: no model. The scan's build and reference
-    are used unless given; a `--build` of another assembly is refused."""
-    from carbon_vep.scoring.annotate import annotate_panel, checked_panel, read_scan, resolve_build
+    are used unless given; a `--build` of another assembly is refused. A `--panel` is checked
+    into a folder beside the output first, removed after."""
+    import tempfile
+
+    from carbon_vep.scoring.annotate import annotate_checked, checked_file, read_scan, resolve_build
 
     record = read_scan(args.scan)
     args.build = resolve_build(record, args.build, args.scan)
     settings = from_args(args, PanelSettings, LabelSettings)
     check_output_files(args.out)
-    checked = checked_panel(record, args.checked, args.panel, args.reference, settings)
-    began = time.monotonic()
-    annotated = annotate_panel(checked, args.scan, args.reference, args.calibration)
-    took = time.monotonic() - began
-    atomic.write_parquet(annotated, args.out)
-    counts = dict(annotated.group_by("status").len().sort("status").iter_rows())
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.checked-", dir=out.parent) as tmp:
+        checked = checked_file(
+            record, args.checked, args.panel, args.reference, settings, Path(tmp)
+        )
+        began = time.monotonic()
+        n_rows = annotate_checked(checked, args.scan, out, args.reference, args.calibration)
+        took = time.monotonic() - began
+    counts = pl.scan_parquet(out).group_by("status").len().sort("status").collect()
     log.info(
-        "annotated %d rows in %.2f s (lookup; build %s): %s",
-        annotated.height,
+        "annotated %d rows in %.2f s (lookup and merge; build %s): %s",
+        n_rows,
         took,
         args.build,
-        counts,
+        dict(counts.iter_rows()),
     )
 
 

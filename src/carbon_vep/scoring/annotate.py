@@ -15,11 +15,17 @@ reading only the row groups whose contig and position range hold a panel positio
 - `ref_mismatch`: the scan's base at the position differs from the panel's REF (a scan of
   another reference); rows that failed the checks keep their check status, and scoreable
   variants other than SNVs are `skipped`.
+
+`annotate_checked` works from the checked table's file and never holds it: the lookup reads its
+key, status and variant type, the scores go to score files in the panel's order, and the
+workflow's merge (`merge_score_files`) sets them beside the checked rows a slice at a time.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -35,7 +41,7 @@ from carbon_vep.genome.reference import Reference, open_reference
 from carbon_vep.scan.calibrate import Calibration
 from carbon_vep.scan.record import read_scan
 from carbon_vep.scan.snvs import at_base, with_cells
-from carbon_vep.scoring.merge import merge_scores
+from carbon_vep.scoring.merge import BATCH_ROWS, merge_score_files
 
 log = logging.getLogger("carbon_vep")
 
@@ -43,6 +49,10 @@ RECIPE = "from_scan"
 NORMALIZATION = "dna_block"  # the scan's: softmax over the 4,096 6-mers, FNS marginals
 
 _READ = ["pos", "ref", "context_bp", *(f"log_fns_{b}" for b in SCAN_BASES)]
+# SNVs looked up at a time (~600 bytes each until written: their scores, calibrated, ordered)
+LOOKUP_ROWS = 500_000
+# what the lookup reads of the checked table (the rest is set beside the scores by the merge)
+_LOOKUP_COLUMNS = [*columns.VARIANT_KEY, "status", "variant_type"]
 
 
 def resolve_build(record: dict, given: str | None, scan_dir: str | Path) -> str:
@@ -78,28 +88,34 @@ def check_reference(record: dict, lengths: dict[str, int], reference: str | Path
 
 
 def _lookup(scan_dir: str | Path, file: str | None, contigs: list[str], positions: list[int]):
-    """The scan's bases of one output file on `contigs` at any of `positions` (one read of the
-    file for all its contigs: small contigs share files)."""
+    """The scan's bases of one output file on `contigs` at any of `positions` (sorted; one read
+    of the file for all its contigs: small contigs share files), reading only the row groups
+    whose contigs and position range can hold them."""
     wanted = ["chrom", *_READ]
     if file is None or not positions:
         return pl.DataFrame(schema={c: columns.schema(columns.SCAN_BASE)[c] for c in wanted})
     path = Path(scan_dir) / "positions" / f"{file}.parquet"
-    filters = [("chrom", "in", contigs), ("pos", "in", positions)]
+    filters = [
+        ("chrom", "in", contigs),
+        ("pos", ">=", positions[0]),
+        ("pos", "<=", positions[-1]),
+        ("pos", "in", positions),
+    ]
     return pl.from_arrow(pq.read_table(path, columns=wanted, filters=filters))
 
 
-def on_scan_contigs(rows: pl.DataFrame, record: dict, checked: str | Path) -> pl.DataFrame:
-    """A checked panel's `ref_chrom` in the scan's spelling: a panel checked against a copy of
-    the genome that names its contigs otherwise (`17` where the scan read `chr17`) is looked up
-    under the scan's names (one unambiguous alias, as ingest resolves a panel's contigs), so
-    its rows are not all `not_scanned`. A contig of the panel's that names none of the scan's
-    (a contig the scan's reference does not have) is left as it is. A panel of which no
-    scoreable row is on a contig of the scan's stops with the reason."""
+def scan_contig_names(rows: pl.DataFrame, record: dict, checked: str | Path) -> dict[str, str]:
+    """The checked panel's `ref_chrom` names that the scan spells otherwise, and the scan's
+    spelling: a panel checked against a copy of the genome that names its contigs otherwise
+    (`17` where the scan read `chr17`) is looked up under the scan's names (one unambiguous
+    alias, as ingest resolves a panel's contigs), so its rows are not all `not_scanned`. A
+    contig of the panel's that names none of the scan's (a contig the scan's reference does not
+    have) is left as it is. A panel of which no scoreable row is on a contig of the scan's
+    stops with the reason."""
     scan_contigs = list(record["contigs"])
     ok = rows.filter((pl.col("status") == Status.OK) & pl.col("ref_chrom").is_not_null())
     names = ok["ref_chrom"].unique(maintain_order=True).to_list()
     mapping = resolve_contigs(names, scan_contigs)
-    renamed = {k: v for k, v in mapping.items() if k != v}
     if names and not mapping:
         raise InputError(
             checked,
@@ -108,73 +124,87 @@ def on_scan_contigs(rows: pl.DataFrame, record: dict, checked: str | Path) -> pl
             f"genome than the scan's reference {record['reference']}; check it against that "
             "reference, or annotate with --panel",
         )
-    if not renamed:
-        return rows
-    log.info("checked panel contigs looked up under the scan's names: %s", renamed)
-    return rows.with_columns(pl.col("ref_chrom").replace(renamed))
+    renamed = {k: v for k, v in mapping.items() if k != v}
+    if renamed:
+        log.info("checked panel contigs looked up under the scan's names: %s", renamed)
+    return renamed
 
 
-def checked_panel(
+def checked_file(
     record: dict,
     checked: str | None,
     panel: str | None,
     reference: str | None,
     settings: tuple[PanelSettings, LabelSettings],
-) -> pl.DataFrame:
-    """The checked rows to look up in a scan (`record`: its scan.json): a checked panel as
-    given (the workflow's check_panel output), else `panel` ingested against `reference` (which
-    must be the scan's genome) or the scan's own reference."""
+    workdir: Path,
+) -> Path:
+    """The checked table to look up in a scan (`record`: its scan.json): a checked panel as
+    given (the workflow's check_panel output), else `panel` checked into `workdir` against
+    `reference` (which must be the scan's genome) or the scan's own reference."""
     if checked:
         if reference:  # the SNVs' contexts are read there: it must be the scan's genome
             with open_reference(reference) as opened:
                 check_reference(record, opened.lengths, reference)
-        return on_scan_contigs(pl.read_parquet(checked), record, checked)
+        return Path(checked)
     if not panel:
         raise InputError("command line", "annotate needs --panel (or --checked)")
-    from carbon_vep.variants.ingest import ingest_panel
+    from carbon_vep.variants.ingest import write_checked_panel
     from carbon_vep.variants.summary import log_summary
 
     path = reference or record["reference"]
     if not Path(path).is_file():
         message = "the scan's reference is not there any more; give --reference (the same genome)"
         raise InputError(path, message)
+    out = workdir / "checked.parquet"
     with open_reference(path) as opened:
         if reference:
             check_reference(record, opened.lengths, reference)
-        rows, summary = ingest_panel(panel, opened, *settings)
-    log_summary(summary)
-    return rows
+        log_summary(write_checked_panel(panel, opened, *settings, out))
+    return out
 
 
-def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
+def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> Iterator[pl.DataFrame]:
     """One score row (columns.SCORE_SHARD) per distinct scoreable variant of `checked`: the
-    scan's score, or the status saying why not."""
+    scan's score, or the status saying why not; a frame for each output file of the scan (its
+    contigs' SNVs, the file read once), then one of the variants that are not SNVs."""
     files = {c: entry["file"] for c, entry in read_scan(scan_dir)["contigs"].items()}
     key = list(columns.VARIANT_KEY)
     ok = checked.filter(pl.col("status") == Status.OK)
     todo = ok.filter(pl.col("variant_type") == "snv").select(key).unique(maintain_order=True)
-    other = ok.filter(pl.col("variant_type") != "snv").select(key).unique(maintain_order=True)
-    # each output file read once for its contigs (not the panel filtered once a contig)
     by_file: dict[str | None, list[str]] = {}
     for contig in todo["ref_chrom"].unique(maintain_order=True).to_list():
         by_file.setdefault(files.get(contig), []).append(contig)
-    found = []  # in no particular order: merge_scores joins the scores by key
     for file, contigs in by_file.items():
-        rows = todo.filter(pl.col("ref_chrom").is_in(contigs))
-        bases = _lookup(scan_dir, file, contigs, rows["pos"].unique().sort().to_list())
-        bases = bases.rename({"chrom": "ref_chrom", "ref": "scan_ref"})
-        found.append(rows.join(bases, on=["ref_chrom", "pos"], how="left"))
-    schema = {**todo.schema, "scan_ref": pl.Utf8, **{c: pl.Float16 for c in _READ[3:]}}
-    schema["context_bp"] = pl.Int32
-    hits = pl.concat(found, how="diagonal_relaxed") if found else pl.DataFrame(schema=schema)
+        in_file = todo.filter(pl.col("ref_chrom").is_in(contigs)).sort("pos", maintain_order=True)
+        for start in range(0, in_file.height, LOOKUP_ROWS):  # a stretch of positions a read
+            rows = in_file.slice(start, LOOKUP_ROWS)
+            names = rows["ref_chrom"].unique().to_list()
+            bases = _lookup(scan_dir, file, names, rows["pos"].unique().sort().to_list())
+            bases = bases.rename({"chrom": "ref_chrom", "ref": "scan_ref"})
+            found = rows.join(bases, on=["ref_chrom", "pos"], how="left", maintain_order="left")
+            yield _in_score_schema(_looked_up(found))
+        del in_file
+    del todo
+    other = ok.filter(pl.col("variant_type") != "snv").select(key).unique(maintain_order=True)
+    skipped = other.select(
+        *key,
+        pl.lit(Status.SKIPPED.value).alias("score_status"),
+        pl.lit("not an SNV: a scan scores SNVs only").alias("score_reason"),
+    )
+    yield _in_score_schema(skipped)
+
+
+def _looked_up(hits: pl.DataFrame) -> pl.DataFrame:
+    """SNVs joined with the scan's bases at their positions (`scan_ref` and the log-marginals:
+    null where the scan has no base) -> their scores and statuses."""
 
     def log_marginal(allele: str) -> pl.Expr:
         return at_base(pl.col(allele), "log_fns_{}").cast(pl.Float64)
 
     missing, differs = pl.col("scan_ref").is_null(), pl.col("scan_ref") != pl.col("ref")
     valid = ~missing & ~differs
-    scored = hits.select(
-        *key,
+    return hits.select(
+        *columns.VARIANT_KEY,
         pl.when(missing)
         .then(pl.lit(Status.NOT_SCANNED.value))
         .when(differs)
@@ -197,17 +227,13 @@ def scan_scores(checked: pl.DataFrame, scan_dir: str | Path) -> pl.DataFrame:
         pl.lit(RECIPE).alias("recipe"),
         pl.lit(NORMALIZATION).alias("normalization"),
     )
-    skipped = other.select(
-        *key,
-        pl.lit(Status.SKIPPED.value).alias("score_status"),
-        pl.lit("not an SNV: a scan scores SNVs only").alias("score_reason"),
-    )
-    schema = columns.schema(columns.SCORE_SHARD)
-    return pl.concat([scored, skipped], how="diagonal_relaxed").select(
-        pl.col(name).cast(dtype)
-        if name in scored.columns or name in skipped.columns
-        else pl.lit(None, dtype).alias(name)
-        for name, dtype in schema.items()
+
+
+def _in_score_schema(scores: pl.DataFrame) -> pl.DataFrame:
+    """`scores` with every column of columns.SCORE_SHARD, in its order and types."""
+    return scores.select(
+        pl.col(name).cast(dtype) if name in scores.columns else pl.lit(None, dtype).alias(name)
+        for name, dtype in columns.schema(columns.SCORE_SHARD).items()
     )
 
 
@@ -237,20 +263,38 @@ def calibrated_scores(
     return scores.join(values, on=list(columns.VARIANT_KEY), how="left", maintain_order="left")
 
 
-def annotate_panel(
-    checked: pl.DataFrame,
+def annotate_checked(
+    checked: str | Path,
     scan_dir: str | Path,
+    out: str | Path,
     reference_path: str | Path | None = None,
     calibration_dir: str | Path | None = None,
-) -> pl.DataFrame:
-    """`checked` (ingest's table) with the score columns, the calibrated scales and final
-    statuses, as scores.parquet of any recipe (merged by merge_scores). The SNVs' contexts are
-    read from the scan's reference unless another copy is given."""
+) -> int:
+    """The checked table at `checked` (ingest's) with the score columns, the calibrated scales
+    and final statuses, as scores.parquet of any recipe, written to `out`; the rows written.
+    The SNVs' contexts are read from the scan's reference unless another copy is given."""
     record = read_scan(scan_dir)
     folder = Path(calibration_dir or Path(scan_dir) / "calibration")
     calibration = Calibration.read(folder)
     calibration.check_fingerprint(record, folder)
-    scores = scan_scores(checked, scan_dir)
-    with open_reference(reference_path or record["reference"]) as reference:
-        scores = calibrated_scores(scores, calibration, reference)
-    return merge_scores(checked, [scores])
+    rows = pl.read_parquet(checked, columns=_LOOKUP_COLUMNS)
+    renamed = scan_contig_names(rows, record, checked)
+    if renamed:
+        rows = rows.with_columns(pl.col("ref_chrom").replace(renamed))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix=f".{out.name}.scores-", dir=out.parent) as tmp,
+        open_reference(reference_path or record["reference"]) as reference,
+    ):
+        # the scores in files of BATCH_ROWS at most, in position order within the panel's
+        # contigs in its order: a slice of a panel in position order finds its scores in a file
+        # or two, and the merge holds only those
+        files = []
+        for scores in scan_scores(rows, scan_dir):
+            scores = calibrated_scores(scores, calibration, reference)
+            for start in range(0, max(scores.height, 1), BATCH_ROWS):  # none: one empty file
+                files.append(Path(tmp) / f"scores_{len(files):06d}.parquet")
+                scores.slice(start, BATCH_ROWS).write_parquet(files[-1])
+        del rows, scores
+        return merge_score_files(checked, files, out, renamed)

@@ -7,7 +7,7 @@ then the score files' values, never every column of the checked table."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -116,7 +116,10 @@ def _with_scores(checked: pl.DataFrame, lined_up: pl.DataFrame, added: list[str]
 
 
 def merge_score_files(
-    checked: str | Path, score_files: Sequence[str | Path], out: str | Path
+    checked: str | Path,
+    score_files: Sequence[str | Path],
+    out: str | Path,
+    renamed: Mapping[str, str] | None = None,
 ) -> int:
     """`merge_scores` of the checked table and the score files, written to `out` (renamed into
     place once complete); the rows written. The checked table is read a slice of `BATCH_ROWS`
@@ -126,12 +129,16 @@ def merge_score_files(
     compared itself as its score is set beside its row: two keys with one hash (or a check that
     fails) redo the checks on the keys themselves (~50 bytes a row each side), which say what
     is wrong. A checked table not in row_id order (check-panel writes it in order) is merged in
-    memory."""
+    memory. `renamed`: checked `ref_chrom` names the scores spell otherwise (annotate's lookup
+    in a scan that names the contigs its own way), renamed so in the merged table."""
+    table = pl.scan_parquet(checked)
+    if renamed:
+        table = table.with_columns(pl.col("ref_chrom").replace(dict(renamed)))
     try:
-        return _merge_files(checked, score_files, out, exact=False)
+        return _merge_files(checked, table, score_files, out, exact=False)
     except _HashCollision:
         pass  # retried once out of this block: here the traceback still holds the hash pass's keys
-    return _merge_files(checked, score_files, out, exact=True)
+    return _merge_files(checked, table, score_files, out, exact=True)
 
 
 class _HashCollision(Exception):
@@ -139,9 +146,12 @@ class _HashCollision(Exception):
 
 
 def _merge_files(
-    checked: str | Path, score_files: Sequence[str | Path], out: str | Path, exact: bool
+    checked: str | Path,
+    table: pl.LazyFrame,
+    score_files: Sequence[str | Path],
+    out: str | Path,
+    exact: bool,
 ) -> int:
-    table = pl.scan_parquet(checked)
     contigs: dict[str, int] = {}
     on = _KEY if exact else [_HASH]
     wanted, n_rows = _wanted_keys(checked, table, contigs, on)
