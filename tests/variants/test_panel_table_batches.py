@@ -161,3 +161,15 @@ def test_no_more_than_a_batch_is_read_ahead(tmp_path, monkeypatch):
     first = next(batches)
     assert first.height == 50 and len(consumed) <= 1 + panel_table._INFERRED_ROWS + 1
     assert sum(batch.height for batch in batches) == n_rows - 50
+
+
+def test_a_gzipped_table_cut_short_is_named(tmp_path, monkeypatch):
+    """A .tsv.gz whose end is missing (a download cut short) stops the read naming the file,
+    wherever the batches stand when the gzip stream ends."""
+    body = "".join(f"chr1\t{10 + i}\tA\tC\n" for i in range(20_000))
+    data = gzip.compress(("chrom\tpos\tref\talt\n" + body).encode())
+    path = tmp_path / "cut.tsv.gz"
+    path.write_bytes(data[: len(data) // 2])
+    monkeypatch.setattr(panel_module, "_BATCH_ROWS", 1_000)
+    with pytest.raises(InputError, match=r"cut\.tsv\.gz: cannot read the table to its end"):
+        load_panel(path)

@@ -69,7 +69,7 @@ def count_task_rows(path: str | Path, required: Sequence[str]) -> int:
         else:
             columns = read_text_table(path, fmt, n_rows=0, all_text=True).columns
             rows = sum(1 for _ in text_records(path, text_dialect(path, fmt).quoted)) - 1
-    except (pl.exceptions.PolarsError, OSError) as err:
+    except (pl.exceptions.PolarsError, OSError, EOFError) as err:  # EOF: a gzip cut short
         raise InputError(path, f"cannot read task file: {err}") from err
     _require_columns(path, columns, required, rows)
     return rows

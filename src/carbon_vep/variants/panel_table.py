@@ -20,6 +20,7 @@ from itertools import chain, islice
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from carbon_vep.columns import PANEL_KEY as KEY
@@ -157,7 +158,7 @@ def _parquet_rows(path: Path, batch_rows: int) -> Iterator[tuple[pl.DataFrame, p
             rows = pl.int_range(first, first + frame.height, eager=True)
             yield frame, _cited(path, "row", rows), 0
             first += frame.height
-    except OSError as err:
+    except (OSError, pa.ArrowException) as err:
         raise InputError(path, f"cannot read the parquet panel: {err}") from err
 
 
@@ -174,7 +175,7 @@ def _text_rows(
     is not UTF-8, or has more or fewer fields than the header, stops the read naming its
     line."""
     dialect = text_dialect(path, fmt)
-    records = text_records(path, dialect.quoted)
+    records = _readable(path, text_records(path, dialect.quoted))
     header = next(records)[1]
     checked = (  # (line, record, whether blank)
         (number, record, _blank_or_refused(path, number, record, dialect, len(names)))
@@ -195,6 +196,14 @@ def _text_rows(
         kept = ~pl.Series([blank for *_, blank in batch])  # blank lines are not variants
         lines = pl.Series([number for number, *_ in batch]).filter(kept)
         yield frame.filter(kept), _cited(path, "line", lines), len(batch) - len(lines)
+
+
+def _readable(path: Path, records: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+    """`records`, a file that cannot be read to its end (a gzip cut short) named."""
+    try:
+        yield from records
+    except (OSError, EOFError) as err:
+        raise InputError(path, f"cannot read the table to its end: {err}") from err
 
 
 def _parsed(
