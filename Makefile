@@ -91,9 +91,12 @@ bench: setup bench-ingest bench-scan bench-scan-plan bench-contigs bench-calibra
 	$(BIN)/python -m carbon_vep.benchmark.compiled_layers --json results/bench_compiled_layers.json
 	$(BIN)/python -m carbon_vep.benchmark.decode_attention --json results/bench_decode_attention.json
 
-# check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit
+# check-panel on a generated 3,000,000-record ClinVar-like VCF, ours vs the baseline commit;
+# then the same records as a TSV panel, ours vs the last commit that read a table whole
 bench-ingest: setup
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.ingest --json results/bench_ingest.json
+	$(BIN)/python -m carbon_vep.benchmark.ingest --panel-format tsv --baseline 236362a \
+		--json results/bench_ingest_tsv.json
 
 # the whole-genome scan on CPU (demo model, lambda phage): bases/s, overhead share, peak memory
 # per job at two chunk sizes, bytes per SNV, and annotate-by-lookup of a 1,000,000-SNV panel
