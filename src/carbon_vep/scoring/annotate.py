@@ -17,8 +17,8 @@ reading only the row groups whose contig and position range hold a panel positio
   variants other than SNVs are `skipped`.
 
 `annotate_checked` works from the checked table's file and never holds it: the lookup reads its
-key, status and variant type, the scores go to score files in the panel's order, and the
-workflow's merge (`merge_score_files`) sets them beside the checked rows a slice at a time.
+key, status and variant type, the scores go to score files in position order within each of the
+scan's files, and the workflow's merge (`merge_score_files`) sets them beside the checked rows a slice at a time.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ RECIPE = "from_scan"
 NORMALIZATION = "dna_block"  # the scan's: softmax over the 4,096 6-mers, FNS marginals
 
 _READ = ["pos", "ref", "context_bp", *(f"log_fns_{b}" for b in SCAN_BASES)]
-# SNVs looked up at a time (~600 bytes each until written: their scores, calibrated, ordered)
+# SNVs looked up at a time (~600 bytes each until written: their scores, then calibrated)
 LOOKUP_ROWS = 500_000
 # what the lookup reads of the checked table (the rest is set beside the scores by the merge)
 _LOOKUP_COLUMNS = [*columns.VARIANT_KEY, "status", "variant_type"]
@@ -287,9 +287,9 @@ def annotate_checked(
         tempfile.TemporaryDirectory(prefix=f".{out.name}.scores-", dir=out.parent) as tmp,
         open_reference(reference_path or record["reference"]) as reference,
     ):
-        # the scores in files of BATCH_ROWS at most, in position order within the panel's
-        # contigs in its order: a slice of a panel in position order finds its scores in a file
-        # or two, and the merge holds only those
+        # the scores in files of BATCH_ROWS at most, in position order within each scan file
+        # (the files in the order the panel first names their contigs): a slice of a panel in
+        # position order finds its scores in a file or two, and the merge holds only those
         files = []
         for scores in scan_scores(rows, scan_dir):
             scores = calibrated_scores(scores, calibration, reference)

@@ -2,8 +2,9 @@
 
 `merge_scores` joins frames in memory (`carbon-vep score`: one process, one shard);
 `merge_score_files` does the same from files a slice of the checked table at a time (`carbon-vep
-merge`: thousands of score files at ClinVar's size), holding the key columns for the checks,
-then the score files' values, never every column of the checked table."""
+merge`: thousands of score files at ClinVar's size; `carbon-vep annotate`'s lookup scores),
+holding the key columns for the checks, then the score files' values, never every column of the
+checked table."""
 
 from __future__ import annotations
 

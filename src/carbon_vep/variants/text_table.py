@@ -8,7 +8,7 @@ line after it is a record (of nulls), and a quoted field may span lines."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ def _header_quoted(path: Path) -> bool:
 def read_text_table(
     path: str | Path | bytes,
     fmt: str,
-    overrides: Any = None,
+    overrides: Mapping[str, Any] | None = None,
     n_rows: int | None = None,
     all_text: bool = False,
     dialect: TextDialect | None = None,
