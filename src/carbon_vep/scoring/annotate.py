@@ -18,7 +18,8 @@ reading only the row groups whose contig and position range hold a panel positio
 
 `annotate_checked` works from the checked table's file and never holds it: the lookup reads its
 key, status and variant type, the scores go to score files in position order within each of the
-scan's files, and the workflow's merge (`merge_score_files`) sets them beside the checked rows a slice at a time.
+scan's files, and the workflow's merge (`merge_score_files`) sets them beside the checked rows a
+slice at a time.
 """
 
 from __future__ import annotations
