@@ -1,6 +1,7 @@
 # Two commands for a fresh machine: `make demo` (the demo on 2 CPU cores) and `make test` (lint,
 # then the tests). Both set up .venv first, as do the other targets: ci, bench (with bench-ingest,
-# bench-scan, bench-scan-plan, bench-contigs, bench-calibrate, bench-niah, bench-tracks), gpu-check, gpu-rehearsal, scan-lambda, lint;
+# bench-scan, bench-scan-plan, bench-contigs, bench-calibrate, bench-niah, bench-tracks,
+# bench-exports), gpu-check, gpu-rehearsal, scan-lambda, lint;
 # clean removes the outputs and the demo model (README.md).
 VENV ?= .venv
 PYTHON ?= python3
@@ -9,7 +10,7 @@ export PATH := $(BIN):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup setup-vllm setup-vllm-deps setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-scan-plan bench-contigs bench-calibrate bench-niah bench-tracks bench-generate gpu-check gpu-kit gpu-rehearsal scan-lambda clean
+.PHONY: setup setup-vllm setup-vllm-deps setup-igv demo ci test test-fast lint bench bench-vllm bench-ingest bench-scan bench-scan-plan bench-contigs bench-calibrate bench-niah bench-tracks bench-exports bench-generate gpu-check gpu-kit gpu-rehearsal scan-lambda clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,7 +86,7 @@ lint: setup
 	$(BIN)/snakemake --lint
 	$(BIN)/lint-imports --no-cache
 
-bench: setup bench-ingest bench-scan bench-scan-plan bench-contigs bench-calibrate bench-niah bench-tracks
+bench: setup bench-ingest bench-scan bench-scan-plan bench-contigs bench-calibrate bench-niah bench-tracks bench-exports
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.engine --json results/bench.json
 	$(BIN)/python -m carbon_vep.benchmark.last_layer --json results/bench_last_layer.json
 	$(BIN)/python -m carbon_vep.benchmark.compiled_layers --json results/bench_compiled_layers.json
@@ -151,6 +152,11 @@ bench-niah: setup
 # same NIAH cell and recovery task through both, rows/s, peak memory, same answers
 bench-vllm: setup setup-vllm
 	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.vllm --json results/bench_vllm.json
+
+# export-vcf and export-tabix of a 3.16 M-row merged ClinVar-like table, in position order and
+# sorted by gene, ours vs the commit before the text writer and the spill files
+bench-exports: setup
+	mkdir -p results && $(BIN)/python -m carbon_vep.benchmark.exports --json results/bench_exports.json
 
 # a scan's genome-browser tracks at two sizes, streamed against all in memory: bases/s, peak
 # memory, bytes a base (docs/tracks.md)

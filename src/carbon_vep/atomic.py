@@ -22,6 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from carbon_vep.bgzf import BgzfWriter
+
 # A temporary file of another machine (a shared filesystem: two nodes writing one file) is
 # removed only once untouched this long: its writer's pid means nothing here.
 FOREIGN_STALE_S = 24 * 3600
@@ -242,11 +244,10 @@ def indexed_file(
 def indexed_bgzf(
     path: str | Path, tabix: dict[str, Any] = TSV_TABIX, longest: int = 0, index: bool = True
 ) -> Iterator[Any]:
-    """A bgzipped table written through the yielded handle, then tabix-indexed and renamed into
-    place with its `.tbi` or `.csi` (`indexed_file`; `index=False`: without one)."""
-    from pysam.libcbgzf import BGZFile
-
-    with indexed_file(path, tabix, longest, index) as work, BGZFile(str(work), "wb") as handle:
+    """A bgzipped table written through the yielded handle (`bgzf.BgzfWriter`: blocks
+    compressed on worker threads), then tabix-indexed and renamed into place with its `.tbi`
+    or `.csi` (`indexed_file`; `index=False`: without one)."""
+    with indexed_file(path, tabix, longest, index) as work, BgzfWriter(work) as handle:
         yield handle
 
 

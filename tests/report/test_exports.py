@@ -3,6 +3,7 @@
 import gzip
 import shutil
 import subprocess
+from pathlib import Path
 
 import polars as pl
 import pysam
@@ -11,6 +12,7 @@ from support.exports import export_unscored_panel
 
 from carbon_vep.atomic import index_of
 from carbon_vep.config.stages import PanelSettings
+from carbon_vep.report import table_slices
 from carbon_vep.report.exports import export_tabix, write_tabix_tsv
 from carbon_vep.report.vcf_export import (
     carried_infos,
@@ -19,6 +21,18 @@ from carbon_vep.report.vcf_export import (
     write_results_vcf,
 )
 from carbon_vep.variants.panel import read_panel
+
+# (batch rows, REREAD_LIMIT, SPILL_FILES): batches read from their slices (a limit no table
+# reaches), or dealt to spill files (limit 0), one batch a file, or two or three
+READ_BACK_WAYS = [
+    (2, 10**9, 128),
+    (3, 10**9, 128),
+    (5, 10**9, 128),
+    (2, 0, 128),
+    (3, 0, 2),
+    (2, 0, 1),
+    (5, 0, 2),
+]
 
 SNVS = pl.DataFrame(
     {
@@ -557,11 +571,16 @@ def test_results_vcf_in_batches_sorts_scattered_rows_as_in_one(tmp_path, monkeyp
     whole = tmp_path / "whole.vcf.gz"
     write_results_vcf(merged, lengths, whole, {"score": "s"})
     scan = pl.scan_parquet(tmp_path / "scores.parquet")
-    for batch_rows in (2, 3, 5):  # batches ending on, and crossing, the slices' starts
+    # batches ending on, and crossing, the slices' starts; each read from its slices, or the
+    # table dealt to spill files (a run of batches a file, one or two batches a run)
+    for batch_rows, reread_limit, spill_files in READ_BACK_WAYS:
         monkeypatch.setattr(vcf_records, "BATCH_ROWS", batch_rows)
-        batched = tmp_path / f"batched{batch_rows}.vcf.gz"
+        monkeypatch.setattr(table_slices, "REREAD_LIMIT", reread_limit)
+        monkeypatch.setattr(table_slices, "SPILL_FILES", spill_files)
+        batched = tmp_path / f"batched{batch_rows}-{reread_limit}-{spill_files}.vcf.gz"
         assert write_results_vcf(scan, lengths, batched, {"score": "s"}) == 0
         assert gzip.decompress(batched.read_bytes()) == gzip.decompress(whole.read_bytes())
+    assert not list(tmp_path.glob(".*spill*"))  # the spill folders are gone
 
     with pysam.VariantFile(str(batched)) as vcf:
         assert list(vcf.header.contigs) == ["chr2", "chr10", "chr1", "chr3", "weird2", "weird1"]
@@ -617,14 +636,15 @@ def test_export_tabix_in_batches_sorts_scattered_rows_as_in_one(tmp_path, monkey
     )
     one = tmp_path / "one.tsv.gz"
     assert export_tabix(str(tmp_path / "scores.parquet"), ["score"], str(fasta), str(one)) == 2
-    for size in (2, 3):
+    for size, reread_limit, spill_files in READ_BACK_WAYS:
         monkeypatch.setattr(exports, "TSV_BATCH_ROWS", size)
-        batched = tmp_path / f"batched{size}.tsv.gz"
+        monkeypatch.setattr(table_slices, "REREAD_LIMIT", reread_limit)
+        monkeypatch.setattr(table_slices, "SPILL_FILES", spill_files)
+        batched = tmp_path / f"batched{size}-{reread_limit}-{spill_files}.tsv.gz"
         export_tabix(str(tmp_path / "scores.parquet"), ["score"], str(fasta), str(batched))
         assert batched.read_bytes() == one.read_bytes()
-        assert (tmp_path / f"batched{size}.tsv.gz.tbi").read_bytes() == (
-            tmp_path / "one.tsv.gz.tbi"
-        ).read_bytes()
+        assert Path(f"{batched}.tbi").read_bytes() == (tmp_path / "one.tsv.gz.tbi").read_bytes()
+    assert not list(tmp_path.glob(".*spill*"))
     lines = gzip.decompress(one.read_bytes()).decode().splitlines()
     assert lines == [
         "#chrom\tpos\tref\talt\tscore",

@@ -7,8 +7,9 @@
 - `export_tabix`: a scores Parquet through it, on the reference's contigs.
 
 Neither holds the table: one pass keeps each line's sort key (contig rank, POS, row: 16 bytes a
-row), then the lines are read back `TSV_BATCH_ROWS` at a time in that order from the slices of
-the table that hold them (`table_slices`, as export-vcf does) and formatted a batch at a time.
+row), then the lines are read back `TSV_BATCH_ROWS` at a time in that order (`table_slices`, as
+export-vcf does: from the slices of the table that hold them, or, for a table scattered against
+that order, dealt once to spill files beside the output) and formatted a batch at a time.
 
 A panel's scores as a VCF are report.vcf_export's.
 """
@@ -24,7 +25,7 @@ import polars as pl
 from carbon_vep.atomic import indexed_bgzf
 from carbon_vep.errors import InputError, reading_parquet
 from carbon_vep.genome.reference import open_reference
-from carbon_vep.report.table_slices import ROW, rows_by_number, slices
+from carbon_vep.report.table_slices import ROW, batches_in_order, slices
 
 log = logging.getLogger("carbon_vep")
 KEY_COLUMNS = ("chrom", "pos", "ref", "alt")
@@ -95,8 +96,8 @@ def _write_sorted(
     text = {"separator": "\t", "null_value": "."}
     with indexed_bgzf(out_path, longest=longest) as handle:
         handle.write(header.write_csv(None, **text).encode())  # the header line
-        for first, end in _batch_ends(keys, size):
-            batch = rows_by_number(table, keys[ROW][first:end], lines, size)
+        batches = [keys[ROW][first:end] for first, end in _batch_ends(keys, size)]
+        for batch in batches_in_order(table, batches, lines, size, out_path):
             batch = batch.with_columns(_ranked(rank)).sort("_rank", "pos", "ref", "alt", ROW)
             batch = batch.drop("_rank", ROW).rename({"chrom": "#chrom"})
             handle.write(batch.write_csv(None, include_header=False, **text).encode())

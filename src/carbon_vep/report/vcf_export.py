@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import polars as pl
 import pysam
 
 from carbon_vep import columns
-from carbon_vep.atomic import VCF_TABIX, index_suffix, indexed_file
+from carbon_vep.atomic import VCF_TABIX, index_suffix, indexed_bgzf, indexed_file
 from carbon_vep.config.stages import PanelSettings
 from carbon_vep.genome.reference import open_reference
 from carbon_vep.report.exports import KEY_COLUMNS, scan_table
-from carbon_vep.report.vcf_records import row_filters, sorted_batches, survey, write_records
+from carbon_vep.report.vcf_lines import RecordLines, row_filters
+from carbon_vep.report.vcf_records import sorted_batches, survey
 from carbon_vep.variants.panel import panel_declarations
 from carbon_vep.variants.panel_columns import ALL_INFO, carry_name
 from carbon_vep.variants.panel_vcf import VcfDeclarations
@@ -317,15 +320,24 @@ def write_results_vcf(
             if held.height:
                 header.add_meta(f"carbon_vep_{column}", ",".join(sorted(held[column].to_list())))
 
-    indexed = out_path.name.endswith(".gz")
-    with (
-        indexed_file(
-            out_path, VCF_TABIX if indexed else None, _longest(placed.end, placed.contigs), index
-        ) as work,
-        pysam.VariantFile(str(work), "wz" if indexed else "w", header=header) as vcf,
-    ):
-        write_records(vcf, sorted_batches(table, contig_lengths, written, placed), infos)
+    with _vcf_file(out_path, _longest(placed.end, placed.contigs), index) as vcf:
+        vcf.write(str(header).encode())
+        lines = RecordLines(header, infos)
+        for batch in sorted_batches(table, contig_lengths, written, placed, out_path):
+            vcf.write(lines(batch))
     return n_unwritable
+
+
+@contextmanager
+def _vcf_file(out_path: Path, longest: int, index: bool) -> Iterator[BinaryIO]:
+    """The VCF's handle: bgzipped and tabix-indexed when the name ends in `.gz` (`index`:
+    with its index), else plain text; in place once complete."""
+    if out_path.name.endswith(".gz"):
+        with indexed_bgzf(out_path, VCF_TABIX, longest, index) as handle:
+            yield handle
+    else:
+        with indexed_file(out_path, None) as work, open(work, "wb") as handle:
+            yield handle
 
 
 def export_vcf(

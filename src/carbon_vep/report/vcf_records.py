@@ -4,28 +4,26 @@
 contig. `survey` reads the table once a slice at a time for what the header needs and each
 record's key (contig rank, POS, row); `sorted_batches` reads the records back `BATCH_ROWS` at a
 time in that order from the slices that hold them (`table_slices`, export-tabix's way too);
-`write_records` writes them through pysam.
+`vcf_lines` formats them.
 Memory: a slice's and a batch's columns and 16 bytes a record, not the table (a whole ClinVar
 VCF is ~4 M rows: the table in memory took 6.6 GB).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import polars as pl
 
-from carbon_vep.report.table_slices import rows_by_number, slices
+from carbon_vep.report.table_slices import batches_in_order, slices
 from carbon_vep.variants.panel_columns import INPUT_COLUMNS, parse_positions
 
-# rows read from the table and written at a time: their columns in polars, one pysam record
+# rows read from the table and written at a time, their columns in polars
 BATCH_ROWS = 100_000
 # the sort key; `_row` (the table's row index) keeps rows of one POS in the table's order
 ORDER = ("_rank", "_pos", "_row")
-FILTER_CACHE = 10_000  # distinct FILTER texts split once (a panel has a few)
 
 BASES = r"^[ACGTNacgtn]+$"
 _VCF_ALT = (
@@ -33,10 +31,6 @@ _VCF_ALT = (
     r"|\.[ACGTNacgtn]+|[ACGTNacgtn]+\."  # single breakends
     r"|[ACGTNacgtn]*[\[\]][^\s,;\[\]]+[\[\]][ACGTNacgtn]*)$"  # breakends
 )
-_INFO_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_", ",": "|"})
-_INFO_LIST_UNSAFE = str.maketrans({" ": "_", ";": "|", "=": ":", "\t": "_"})  # commas separate
-_ID_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_"})
-_FILTER_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_", ";": "_"})
 
 
 def _as_written(table: pl.LazyFrame, names: Sequence[str]) -> pl.LazyFrame:
@@ -163,108 +157,25 @@ def _first_of_each(rows: pl.DataFrame, column: str) -> pl.DataFrame:
 
 
 def sorted_batches(
-    table: pl.LazyFrame, contig_lengths: Mapping[str, int], written: Sequence[str], placed: Placed
+    table: pl.LazyFrame,
+    contig_lengths: Mapping[str, int],
+    written: Sequence[str],
+    placed: Placed,
+    beside: Path,
 ) -> Iterator[pl.DataFrame]:
     """The placed rows in the VCF's order (`ORDER`), `BATCH_ROWS` records at a time: each
     batch's rows read back from the slices of the table that hold them (one or two where the
-    table keeps a contig's rows together, as a merged panel does; every slice for a shuffled
-    table: slower, the memory the same)."""
+    table keeps a contig's rows together, as a merged panel does), or, for a table scattered
+    against that order, dealt once to spill files beside the output `beside`
+    (`table_slices.batches_in_order`)."""
     rank = {name: i for i, (name, _) in enumerate(placed.contigs)}
-    for first in range(0, placed.n_placed, BATCH_ROWS):
-        wanted = placed.keys["_row"].slice(first, BATCH_ROWS)
-        rows = rows_by_number(
-            table,
-            wanted,
-            lambda piece, offset: placed_rows(piece, contig_lengths, written, offset),
-            BATCH_ROWS,
-        )
-        yield _ranked(rows, rank).sort(*ORDER)
+    batches = [
+        placed.keys["_row"].slice(first, BATCH_ROWS)
+        for first in range(0, placed.n_placed, BATCH_ROWS)
+    ]
 
+    def rows(piece: pl.LazyFrame, offset: int) -> pl.LazyFrame:
+        return placed_rows(piece, contig_lengths, written, offset)
 
-def info_value(value: object, info: Mapping[str, str]) -> object:
-    """A value as its INFO declaration takes it (None: not written)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if info["Type"] == "Flag":
-        return bool(value)
-    if info["Type"] in ("String", "Character"):
-        unsafe = _INFO_LIST_UNSAFE if info["Number"] == "." else _INFO_UNSAFE
-        return str(value).translate(unsafe) or None
-    return value
-
-
-def _info_expr(column: str, dtype: pl.DataType, info: Mapping[str, str]) -> pl.Expr | None:
-    """`info_value` of a whole column, where polars computes it the same (None: per value)."""
-    col = pl.col(column)
-    if info["Type"] == "Flag" and dtype == pl.Boolean:
-        return pl.when(col).then(True)  # False and null: not written
-    if info["Type"] in ("String", "Character") and dtype == pl.Utf8:
-        unsafe = _INFO_LIST_UNSAFE if info["Number"] == "." else _INFO_UNSAFE
-        text = col.str.replace_many([chr(k) for k in unsafe], list(unsafe.values()))
-        return pl.when(text != "").then(text)
-    if info["Type"] == "Float" and dtype.is_float():
-        return col.fill_nan(None)
-    if info["Type"] == "Integer" and dtype.is_integer():
-        return col
-    return None
-
-
-def row_filters(value: object) -> list[str]:
-    """A row's FILTER values (`;`-joined in scores.parquet; null or `.`: none)."""
-    if value is None or str(value) in ("", "."):
-        return []
-    return [f.strip().translate(_FILTER_UNSAFE) for f in str(value).split(";") if f.strip()]
-
-
-def write_records(
-    vcf: Any, batches: Iterator[pl.DataFrame], infos: Mapping[str, Mapping[str, str]]
-) -> None:
-    """Each row of each batch as a record: its POS and alleles as the panel wrote them, the
-    panel's ID, QUAL and FILTER where it had them, its set INFO fields (a carried END as the
-    record's end). The INFO values are computed a column at a time where polars gives what
-    `info_value` does, else a value at a time."""
-    end_column = next((c for c, info in infos.items() if info["ID"] == "END"), None)
-    written = [(c, info["ID"], info) for c, info in infos.items() if info["ID"] != "END"]
-    filters: dict[object, list[str]] = {}
-    for batch in batches:
-        exprs = {c: _info_expr(c, batch.schema[c], info) for c, _, info in written}
-        values = batch.select(
-            "_contig",
-            "_pos",
-            "_ref",
-            "_alt",
-            pl.col(end_column) if end_column else pl.lit(None).alias("_end"),
-            pl.col("id") if "id" in batch.columns else pl.lit(None).alias("id"),
-            pl.col("qual") if "qual" in batch.columns else pl.lit(None).alias("qual"),
-            pl.col("filter") if "filter" in batch.columns else pl.lit(None).alias("filter"),
-            *(
-                (pl.col(c) if e is None else e).alias(f"_info{i}")
-                for i, (c, e) in enumerate(exprs.items())
-            ),
-        )
-        keys = [key for _, key, _ in written]
-        slow = [(n, info) for n, (c, _, info) in enumerate(written) if exprs[c] is None]
-        for contig, pos, ref, alt, end, id_, qual, filter_, *info in values.iter_rows():
-            for n, declared in slow:
-                info[n] = info_value(info[n], declared)
-            names = filters.get(filter_)
-            if names is None:
-                names = row_filters(filter_)
-                if len(filters) < FILTER_CACHE:
-                    filters[filter_] = names
-            start = pos - 1
-            record = vcf.new_record(
-                contig=contig,
-                start=start,
-                stop=start + len(ref) if end is None else max(end, start + 1),
-                alleles=(ref, alt),
-                id=None if id_ in (None, ".", "") else str(id_).translate(_ID_UNSAFE),
-                qual=None if qual is None or math.isnan(qual) else qual,
-                filter=names,
-                info={
-                    k: v
-                    for k, v in zip(keys, info, strict=True)
-                    if v is not None and v is not False
-                },
-            )
-            vcf.write(record)
+    for batch in batches_in_order(table, batches, rows, BATCH_ROWS, beside):
+        yield _ranked(batch, rank).sort(*ORDER)

@@ -2,16 +2,15 @@
 rows are counted by bin (`BIN_BP` of a contig; one polars query), and the bins, in key order,
 are cut into buckets: runs of bins of about `BUCKET_ROWS` rows, so each bucket holds a range of
 the sorted keys. One pass over the panel (`BATCH_ROWS` rows at a time) writes each `ok` row's
-key to its bucket's file; then, bucket by bucket in key order, its distinct keys are sorted
-(`windows.unique_variants`), given their recipe's windows a batch at a time, and cut into
-shards, each written once complete (`windows.stream_shards`: a site's alleles stay in one shard
-across a batch or bucket boundary). Held at once: a bucket's keys and their sort, a batch and a
-shard, and the bin counts, not the panel's keys (a sort of every key, even sunk to a file by
-polars, held ~190 bytes a key: 800 MB at 3.8 M keys)."""
+key to its bucket's spill file (`carbon_vep.spill`); then, bucket by bucket in key order, its
+distinct keys are sorted (`windows.unique_variants`), given their recipe's windows a batch at a
+time, and cut into shards, each written once complete (`windows.stream_shards`: a site's
+alleles stay in one shard across a batch or bucket boundary). Held at once: a bucket's keys and
+their sort, a batch and a shard, and the bin counts, not the panel's keys (a sort of every key,
+even sunk to a file by polars, held ~190 bytes a key: 800 MB at 3.8 M keys)."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from carbon_vep import atomic
 from carbon_vep.columns import VARIANT_KEY, Status
 from carbon_vep.errors import reading_parquet
 from carbon_vep.genome.windows import UNIQUE_VARIANT_INPUT, stream_shards, unique_variants
+from carbon_vep.spill import SpillFiles
 
 # checked rows read, and sorted variants given windows, at a time
 BATCH_ROWS = 100_000
@@ -30,7 +30,8 @@ BUCKET_ROWS = 250_000
 # bp a bin spans: buckets start at bin starts, so a bucket holds at most one bin more
 BIN_BP = 100_000
 _BIN, _BUCKET = "_bin", "_bucket"
-# the buckets' files, in the output's temporary folder: removed before it is renamed into place
+# the buckets' files (`SpillFiles`), in the output's temporary folder: removed before it is
+# renamed into place
 BUCKETS_DIR = ".buckets"
 
 
@@ -44,15 +45,14 @@ def write_shards(
     panel gives one empty shard), the folder renamed into place once complete; the variants
     and the shards written. `add_windows`: a batch of sorted variants with their windows."""
     variants = shards = 0
-    with atomic.atomic_dir(outdir) as tmp:
-        buckets = split_into_buckets(checked, tmp / BUCKETS_DIR)
+    with atomic.atomic_dir(outdir) as tmp, SpillFiles(tmp / BUCKETS_DIR) as buckets:
+        split_into_buckets(checked, buckets)
         with reading_parquet(checked):
             no_rows = pl.scan_parquet(checked).select(VARIANT_KEY).clear().collect()
         batches = (add_windows(batch) for batch in sorted_batches(buckets, no_rows))
         for number, shard in enumerate(stream_shards(batches, shard_size)):
             shard.write_parquet(tmp / f"shard_{number:05d}.parquet")
             variants, shards = variants + shard.height, number + 1
-        shutil.rmtree(tmp / BUCKETS_DIR)
     return variants, shards
 
 
@@ -77,24 +77,14 @@ def bucket_bins(counts: pl.DataFrame, bucket_rows: int) -> pl.DataFrame:
     return counts.select("ref_chrom", _BIN, (rows_before // bucket_rows).alias(_BUCKET))
 
 
-def split_into_buckets(checked: str | Path, folder: Path) -> list[Path]:
-    """The `ok` rows' `status` and key, each in its bucket's file in `folder` (one pass, a
-    batch at a time); the files in key order (none for a panel with no `ok` row)."""
+def split_into_buckets(checked: str | Path, buckets: SpillFiles) -> None:
+    """The `ok` rows' `status` and key, each appended to its bucket (one pass, a batch at a
+    time); a panel with no `ok` row fills none."""
     with reading_parquet(checked):
         bins = bucket_bins(bin_counts(checked), BUCKET_ROWS)
-    folder.mkdir()
-    writers: dict[int, pq.ParquetWriter] = {}
-    try:
-        for batch in _checked_batches(checked):
-            for bucket, part in _by_bucket(batch, bins):
-                table = part.to_arrow()
-                if bucket not in writers:
-                    writers[bucket] = pq.ParquetWriter(_bucket_file(folder, bucket), table.schema)
-                writers[bucket].write_table(table)
-    finally:
-        for writer in writers.values():
-            writer.close()
-    return [_bucket_file(folder, bucket) for bucket in sorted(writers)]
+    for batch in _checked_batches(checked):
+        for bucket, part in _by_bucket(batch, bins):
+            buckets.append(bucket, part)
 
 
 def _checked_batches(checked: str | Path) -> Iterator[pl.DataFrame]:
@@ -106,10 +96,6 @@ def _checked_batches(checked: str | Path) -> Iterator[pl.DataFrame]:
             yield pl.from_arrow(batch)
 
 
-def _bucket_file(folder: Path, bucket: int) -> Path:
-    return folder / f"bucket_{bucket:05d}.parquet"
-
-
 def _by_bucket(batch: pl.DataFrame, bins: pl.DataFrame) -> Iterator[tuple[int, pl.DataFrame]]:
     """The `ok` rows of a batch of checked rows (`status` and the key) by bucket."""
     ok = batch.filter(_IS_OK).with_columns(_bin())
@@ -118,13 +104,14 @@ def _by_bucket(batch: pl.DataFrame, bins: pl.DataFrame) -> Iterator[tuple[int, p
         yield bucket, part
 
 
-def sorted_batches(buckets: list[Path], no_rows: pl.DataFrame) -> Iterator[pl.DataFrame]:
-    """The distinct `ok` keys of the bucket files (in key order), sorted, `BATCH_ROWS` at a
-    time; no bucket: `no_rows` (the key's columns, no row), so that an empty panel still
-    gives its one empty shard."""
-    for path in buckets:
-        variants = unique_variants(pl.read_parquet(path))
+def sorted_batches(buckets: SpillFiles, no_rows: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """The distinct `ok` keys of the buckets (in key order), sorted, `BATCH_ROWS` at a time;
+    no bucket: `no_rows` (the key's columns, no row), so that an empty panel still gives its
+    one empty shard."""
+    numbers = buckets.numbers()
+    for number in numbers:
+        variants = unique_variants(buckets.read(number))
         for start in range(0, variants.height, BATCH_ROWS):
             yield variants.slice(start, BATCH_ROWS)
-    if not buckets:
+    if not numbers:
         yield no_rows
