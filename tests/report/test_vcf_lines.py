@@ -125,3 +125,16 @@ def test_record_lines_of_tiny_batches(rows):
     assert RecordLines(header, INFOS)(batch).decode().splitlines(keepends=True) == _htslib_lines(
         header, batch, INFOS
     )
+
+
+def test_record_lines_past_the_filter_cache(monkeypatch):
+    """FILTER texts beyond the cache are formatted for each batch, the same text."""
+    from carbon_vep.report import vcf_lines
+
+    monkeypatch.setattr(vcf_lines, "FILTER_CACHE", 2)
+    header, batch = _header(), _batch(500, seed=6)
+    lines = RecordLines(header, INFOS)
+    for part in (batch.head(200), batch.tail(300)):
+        ours = lines(part).decode().splitlines(keepends=True)
+        assert ours == _htslib_lines(header, part, INFOS)
+    assert len(lines._filters) == 2

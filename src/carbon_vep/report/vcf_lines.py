@@ -31,6 +31,7 @@ _ID_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_"})
 _FILTER_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_", ";": "_"})
 # what BCF stores of an Integer: int32 less the 8 values it reserves (missing, end of vector...)
 _INT_MIN, _INT_MAX = -(2**31) + 8, 2**31 - 1
+FILTER_CACHE = 10_000  # distinct FILTER texts kept formatted (a panel has a few)
 _FIXED = ("_contig", "_pos", "_ref", "_alt", "_end", "id", "qual", "filter")
 
 
@@ -168,15 +169,19 @@ class RecordLines:
         return line.alias("line")
 
     def _filter_texts(self, filters: pl.Series) -> pl.Series:
-        """Each row's FILTER field: each distinct text through a pysam record once."""
+        """Each row's FILTER field: each distinct text of the batch through a pysam record
+        (once for the run's first `FILTER_CACHE` texts: a panel has a few)."""
         filters = filters.cast(pl.Utf8)
+        texts = {}
         for value in filters.unique().to_list():
-            if value not in self._filters:
-                record = self.header.new_record(filter=row_filters(value))
-                self._filters[value] = str(record).split("\t")[6]
-        mapping = {k: v for k, v in self._filters.items() if k is not None}
-        texts = filters.replace_strict(mapping, default=None, return_dtype=pl.Utf8)
-        return texts.fill_null(self._filters.get(None, ".")) if None in self._filters else texts
+            text = self._filters.get(value)
+            if text is None:
+                text = str(self.header.new_record(filter=row_filters(value))).split("\t")[6]
+                if len(self._filters) < FILTER_CACHE:
+                    self._filters[value] = text
+            texts[value] = text
+        unset = texts.pop(None, ".")
+        return filters.replace_strict(texts, default=None, return_dtype=pl.Utf8).fill_null(unset)
 
 
 def _floats_as_htslib(values: pl.Series) -> list[str | None]:
