@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from carbon_vep.benchmark.harness import PROJECT_ROOT, run_command, write_json
-from carbon_vep.benchmark.ingest import INFO_FIELDS, OPTIONS, baseline_tree, generate
+from carbon_vep.benchmark.ingest import INFO_FIELDS, baseline_tree, generate, run_check_panel
 from carbon_vep.markdown import table as markdown_table
 
 SCORE_SEED = 5
@@ -42,25 +42,8 @@ TABIX_COLUMNS = ("score", "delta")
 def merged_tables(workdir: Path, n_records: int) -> tuple[Path, Path, Path, Path, int]:
     """The reference, the panel, the merged table in position order and scattered, its rows."""
     fasta, panel, _ = generate(workdir, n_records)
-    checked = workdir / "checked.parquet"
-    run_command(
-        [
-            sys.executable,
-            "-m",
-            "carbon_vep.cli",
-            "check-panel",
-            "--panel",
-            str(panel),
-            "--reference",
-            str(fasta),
-            *OPTIONS,
-            "--out",
-            str(checked),
-            "--summary",
-            str(workdir / "summary.json"),
-        ]
-    )
-    table = pl.read_parquet(checked)
+    run_check_panel(PROJECT_ROOT / "src", fasta, panel, workdir)  # checked.parquet there
+    table = pl.read_parquet(workdir / "checked.parquet")
     rng = np.random.default_rng(SCORE_SEED)
     ok = pl.col("status") == "ok"
     scores = {name: pl.Series(name, rng.normal(size=table.height)) for name in SCORE_COLUMNS}
