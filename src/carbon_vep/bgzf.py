@@ -1,10 +1,10 @@
 """BGZF (the blocked gzip htslib reads, tabix indexes and `bgzip` writes), compressed on worker
 threads while the caller goes on formatting the text.
 
-pysam's `BGZFile` compresses each block in the writing thread: for export-vcf at ClinVar's
-size about 40% of the job (~7 s of 17 a million records, profiled), for export-tabix and the
-scan's TSVs likewise. zlib gives up the GIL while it deflates, so `BgzfWriter` hands each
-block to a thread pool and writes the blocks in order as they complete, at most a few blocks
+pysam's `BGZFile` compresses each block in the writing thread: once export-vcf's records were
+formatted by polars, ~7 s of its 17 s for a million records (cProfile), a like share of
+export-tabix's and the scan's TSVs'. zlib gives up the GIL while it deflates, so `BgzfWriter`
+hands each block to a thread pool and writes the blocks in order as they complete, at most two
 a worker ahead (the memory bounded). The format is the SAM/BAM specification's (section 4.1):
 each block a gzip member of at most 65,536 bytes whose `BC` extra field holds its size, at
 most 65,280 bytes of text a block as htslib writes them, the file ended by the empty block

@@ -4,9 +4,9 @@ the exports' runs of batches read back in another order than the table's).
 
 `SpillFiles` appends frames to a file per number as Arrow IPC streams (zstd): an append
 writes one record batch and keeps nothing but the open file (a Parquet writer keeps every row
-group's metadata until it closes: ~0.3 kB a column a write, past a gigabyte for a table of
-100 M rows written in 100,000-row slices to 256 files). A file read back is removed; the
-folder is removed on exit, whatever happened.
+group's metadata until it closes, and a pass of 100,000-row slices dealt to 128 files writes a
+row group a file a slice: 128,000 of them for a table of 100 M rows). A file read back is
+removed; the folder is removed on exit, whatever happened.
 """
 
 from __future__ import annotations
