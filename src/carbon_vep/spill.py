@@ -27,14 +27,14 @@ class SpillFiles:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.folder.mkdir()
-        self._open: dict[int, tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter]] = {}
-        self._schemas: dict[int, pl.Schema] = {}
+        # number -> its open file, its writer and the dtypes its frames have
+        self._open: dict[int, tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter, pl.Schema]] = {}
 
     def __enter__(self) -> SpillFiles:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sink, writer in self._open.values():
+        for sink, writer, _ in self._open.values():
             writer.close()
             sink.close()
         self._open.clear()
@@ -42,19 +42,19 @@ class SpillFiles:
 
     def numbers(self) -> list[int]:
         """The numbers written to (and not yet read), in order."""
-        return sorted(self._schemas)
+        return sorted(self._open)
 
     def append(self, number: int, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
         if number not in self._open:
             sink = pa.OSFile(str(self._path(number)), "wb")
-            self._open[number] = sink, pa.ipc.new_stream(sink, table.schema, options=_OPTIONS)
-            self._schemas[number] = frame.schema
+            writer = pa.ipc.new_stream(sink, table.schema, options=_OPTIONS)
+            self._open[number] = sink, writer, frame.schema
         self._open[number][1].write_table(table)
 
     def read(self, number: int) -> pl.DataFrame:
         """Every row appended to `number`, in the order appended; the file is removed."""
-        sink, writer = self._open.pop(number)
+        sink, writer, schema = self._open.pop(number)
         writer.close()
         sink.close()
         path = self._path(number)
@@ -63,7 +63,7 @@ class SpillFiles:
         path.unlink()
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
-        return frame.cast(self._schemas.pop(number))
+        return frame.cast(schema)
 
     def _path(self, number: int) -> Path:
         return self.folder / f"{number:05d}.arrows"

@@ -1,7 +1,7 @@
 """A results VCF's records as text, a batch at a time, as htslib writes them.
 
 pysam's writer took ~30 µs a record (a record built, its INFO keys looked up in the header,
-formatted by htslib): ~90% of export-vcf at ClinVar's size. `record_lines` formats a batch's
+formatted by htslib): ~90% of export-vcf at ClinVar's size. `RecordLines` formats a batch's
 columns with polars instead, each field as htslib's `vcf_format` writes it (checked against
 pysam's own text, record by record, in tests/report/test_vcf_lines.py):
 - a Float (QUAL, an INFO value) stored as a 32-bit float and written `%g` (htslib's `kputd`);
@@ -11,7 +11,7 @@ pysam's own text, record by record, in tests/report/test_vcf_lines.py):
   twice is kept once): each distinct text of the batch put through a pysam record once.
 A row whose record follows rules of htslib the columns do not cover is formatted by htslib
 itself, `str()` of the pysam record built as before (`pysam_line`): a symbolic ALT or a
-carried END (htslib writes the record's END), an INTEGER outside what BCF stores (pysam
+carried END (htslib writes the record's END), an Integer outside what BCF stores (pysam
 refuses it, or htslib writes a reserved value), an INFO value of another type than its
 declaration (`info_value`, a value at a time).
 """
@@ -32,7 +32,6 @@ _FILTER_UNSAFE = str.maketrans({" ": "_", "\t": "_", ",": "_", ";": "_"})
 # what BCF stores of an Integer: int32 less the 8 values it reserves (missing, end of vector...)
 _INT_MIN, _INT_MAX = -(2**31) + 8, 2**31 - 1
 FILTER_CACHE = 10_000  # distinct FILTER texts kept formatted (a panel has a few)
-_FIXED = ("_contig", "_pos", "_ref", "_alt", "_end", "id", "qual", "filter")
 
 
 def info_value(value: object, info: Mapping[str, str]) -> object:
@@ -191,8 +190,8 @@ def _floats_as_htslib(values: pl.Series) -> list[str | None]:
 
 
 def pysam_line(header: Any, row: tuple, written: Sequence[tuple[str, Mapping[str, str]]]) -> str:
-    """One record's line as htslib writes it, through a pysam record (`row`: `_FIXED`, then the
-    written INFO columns' values)."""
+    """One record's line as htslib writes it, through a pysam record (`row`: `_contig`, `_pos`,
+    `_ref`, `_alt`, `_end`, `id`, `qual`, `filter`, then the written INFO columns' values)."""
     contig, pos, ref, alt, end, id_, qual, filter_, *info = row
     start = pos - 1
     record = header.new_record(
